@@ -1,0 +1,83 @@
+package migrations_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/migrations"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// Two migrators racing on an empty database: both succeed, the schema is
+// applied exactly once, and a third run finds nothing to do.
+func TestUpConcurrentAndIdempotent(t *testing.T) {
+	t.Parallel()
+	base := testdb.Server(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	name := "fencegate_migrate_race"
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+
+	url := testdb.WithDB(base, name)
+	const n = 4
+	var wg sync.WaitGroup
+	counts := make([]int, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool, err := pgxpool.New(ctx, url)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			applied, err := migrations.Up(ctx, pool, nil)
+			counts[i], errs[i] = len(applied), err
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("migrator %d: %v", i, errs[i])
+		}
+		total += counts[i]
+	}
+	entries, _ := migrations.FS().ReadDir(".")
+	files := 0
+	for _, e := range entries {
+		if !e.IsDir() && len(e.Name()) > 4 && e.Name()[len(e.Name())-4:] == ".sql" {
+			files++
+		}
+	}
+	if total != files {
+		t.Fatalf("migrations applied %d times in all across %d racing migrators, want each of %d files once", total, n, files)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	again, err := migrations.Up(ctx, pool, nil)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second run: applied %v, err %v; want nothing", again, err)
+	}
+}
