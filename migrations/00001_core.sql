@@ -74,7 +74,77 @@ CREATE INDEX intents_relayed_idx ON intents (relayed_at) WHERE status = 'relayed
 CREATE INDEX intents_resource_idx ON intents (resource_id, intent_id DESC);
 CREATE INDEX intents_status_idx ON intents (status, intent_id DESC);
 
+
+-- fencegate_enqueue is the fenced enqueue, one call, one round trip. It runs
+-- as a function (not a single CTE statement) because under READ COMMITTED
+-- each statement in a plpgsql function takes a fresh snapshot: after the
+-- FOR UPDATE below waits for a concurrent takeover or enqueue to commit, the
+-- following statements see what that transaction wrote.
+--
+-- Outcomes: 'inserted', 'duplicate' (same resource and operation id, same
+-- content: the existing intent, nothing written), 'conflict' (same operation
+-- id, different content: nothing written), 'stale' (supplied epoch is not the
+-- current epoch: nothing written).
+-- +goose StatementBegin
+CREATE FUNCTION fencegate_enqueue(
+    p_resource text, p_epoch bigint, p_operation text, p_kind text,
+    p_key text, p_fence text, p_payload jsonb, p_notify boolean,
+    OUT outcome text, OUT intent_id bigint, OUT status text,
+    OUT current_epoch bigint, OUT existing_epoch bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ex record;
+BEGIN
+    -- 1. Lock the resource's control row. Every grant and advance updates
+    --    this row, so holding the lock until commit means no change of
+    --    authority can happen between the check below and our insert: the
+    --    check and the write are one atomic step. Reading the epoch in one
+    --    transaction and inserting in another would let a takeover slip in.
+    SELECT r.epoch INTO current_epoch
+    FROM resources r WHERE r.resource_id = p_resource FOR UPDATE;
+    IF NOT FOUND THEN
+        current_epoch := 0;  -- no epoch was ever issued: nothing is current
+    END IF;
+
+    -- 2. A retry of the same operation (a lost response) gets the intent
+    --    committed the first time, whatever the epoch is now: nothing new is
+    --    written, so nothing stale can slip in. Different content under the
+    --    same operation id is a conflict and is never stored.
+    SELECT i.intent_id, i.status, i.epoch, i.kind, i.idempotency_key, i.fence, i.payload
+    INTO ex
+    FROM intents i WHERE i.resource_id = p_resource AND i.operation_id = p_operation;
+    IF FOUND THEN
+        intent_id := ex.intent_id;
+        status := ex.status;
+        existing_epoch := ex.epoch;
+        IF ex.kind = p_kind AND ex.idempotency_key = p_key AND ex.fence = p_fence AND ex.payload = p_payload THEN
+            outcome := 'duplicate';
+        ELSE
+            outcome := 'conflict';
+        END IF;
+        RETURN;
+    END IF;
+
+    -- 3. The fence: only the current epoch may commit a new intent.
+    IF p_epoch <> current_epoch THEN
+        outcome := 'stale';
+        RETURN;
+    END IF;
+
+    INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+    VALUES (p_resource, p_epoch, p_operation, p_kind, p_key, p_fence, p_payload)
+    RETURNING intents.intent_id, intents.status INTO intent_id, status;
+    IF p_notify THEN
+        -- Delivered at commit, and only if the transaction commits.
+        PERFORM pg_notify('fencegate_intents', '');
+    END IF;
+    outcome := 'inserted';
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
 DROP TABLE intents;
 DROP TABLE resources;
 DROP FUNCTION fencegate_epoch_never_decreases();
+DROP FUNCTION fencegate_enqueue(text, bigint, text, text, text, text, jsonb, boolean);

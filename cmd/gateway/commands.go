@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func cmdMigrate(ctx context.Context, a *app, args []string) int {
+	fs, dbURL := a.newFlags("migrate")
+	if code, ok := a.parse(fs, args); !ok {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return a.fail(err)
+	}
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer pool.Close()
+	applied, err := migrations.Up(ctx, pool, nil)
+	if err != nil {
+		return a.fail(err)
+	}
+	version, err := migrations.Version(ctx, pool)
+	if err != nil {
+		return a.fail(err)
+	}
+	if applied == nil {
+		applied = []migrations.Applied{}
+	}
+	a.writeJSON(map[string]any{"version": version, "applied": applied})
+	return exitOK
+}
+
+func requireFlag(field, v string) error {
+	if v == "" {
+		return badInput(field, fmt.Sprintf("--%s is required", field))
+	}
+	return nil
+}
+
+func cmdLease(ctx context.Context, a *app, args []string) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release [flags]"))
+	}
+	sub := args[0]
+	fs, dbURL := a.newFlags("lease " + sub)
+	resource := fs.String("resource", "", "resource id")
+	holder := fs.String("holder", "", "lease holder id")
+	var ttl time.Duration
+	var epoch int64
+	switch sub {
+	case "acquire":
+		fs.DurationVar(&ttl, "ttl", 10*time.Second, "lease time to live")
+	case "renew":
+		fs.DurationVar(&ttl, "ttl", 10*time.Second, "lease time to live")
+		fs.Int64Var(&epoch, "epoch", 0, "the lease's epoch")
+	case "release":
+		fs.Int64Var(&epoch, "epoch", 0, "the lease's epoch")
+	default:
+		return a.fail(badInput("command", fmt.Sprintf("unknown lease command %q; want acquire, renew or release", sub)))
+	}
+	if code, ok := a.parse(fs, args[1:]); !ok {
+		return code
+	}
+	for _, err := range []error{noArgs(fs), requireFlag("resource", *resource), requireFlag("holder", *holder)} {
+		if err != nil {
+			return a.fail(err)
+		}
+	}
+	if sub != "acquire" && epoch < 1 {
+		return a.fail(badInput("epoch", "--epoch is required and must be at least 1"))
+	}
+	// Check arguments before connecting, so bad input is exit 2 even when the
+	// database is down.
+	if err := lease.ValidateResource(*resource); err != nil {
+		return a.fail(err)
+	}
+	if sub != "release" && (ttl < lease.MinTTL || ttl > lease.MaxTTL) {
+		return a.fail(badInput("ttl", fmt.Sprintf("--ttl must be between %s and %s, got %s", lease.MinTTL, lease.MaxTTL, ttl)))
+	}
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer pool.Close()
+	iss := lease.NewIssuer(pool)
+	switch sub {
+	case "acquire":
+		l, err := iss.Acquire(ctx, *resource, *holder, ttl)
+		if err != nil {
+			return a.fail(err)
+		}
+		a.writeJSON(l)
+	case "renew":
+		l, err := iss.Renew(ctx, *resource, *holder, epoch, ttl)
+		if err != nil {
+			return a.fail(err)
+		}
+		a.writeJSON(l)
+	case "release":
+		if err := iss.Release(ctx, *resource, *holder, epoch); err != nil {
+			return a.fail(err)
+		}
+		a.writeJSON(map[string]any{"resource": *resource, "holder": *holder, "epoch": epoch, "released": true})
+	}
+	return exitOK
+}
+
+func cmdEpoch(ctx context.Context, a *app, args []string) int {
+	if len(args) == 0 || args[0] != "advance" {
+		return a.fail(badInput("command", "usage: gateway epoch advance --resource R --epoch N"))
+	}
+	fs, dbURL := a.newFlags("epoch advance")
+	resource := fs.String("resource", "", "resource id")
+	epoch := fs.Int64("epoch", 0, "the externally issued epoch")
+	if code, ok := a.parse(fs, args[1:]); !ok {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return a.fail(err)
+	}
+	if err := requireFlag("resource", *resource); err != nil {
+		return a.fail(err)
+	}
+	if err := lease.ValidateResource(*resource); err != nil {
+		return a.fail(err)
+	}
+	if *epoch < 1 {
+		return a.fail(badInput("epoch", "--epoch is required and must be at least 1"))
+	}
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer pool.Close()
+	r, err := lease.NewIssuer(pool).Advance(ctx, *resource, *epoch)
+	if err != nil {
+		return a.fail(err)
+	}
+	a.writeJSON(map[string]any{"resource": r.Resource, "epoch": r.Epoch})
+	return exitOK
+}
+
+func cmdEnqueue(ctx context.Context, a *app, args []string) int {
+	fs, dbURL := a.newFlags("enqueue")
+	var in outbox.Intent
+	var fence, payload string
+	fs.StringVar(&in.Resource, "resource", "", "resource id")
+	fs.Int64Var(&in.Epoch, "epoch", 0, "the worker's fencing epoch")
+	fs.StringVar(&in.OperationID, "op", "", "operation id (dedups retries)")
+	fs.StringVar(&in.Kind, "kind", "", "intent kind: email or file")
+	fs.StringVar(&in.IdempotencyKey, "key", "", "business idempotency key (default <resource>/<op>)")
+	fs.StringVar(&fence, "fence", "", "fence policy: commit or execute (default per kind)")
+	fs.StringVar(&payload, "payload", "", "payload JSON object, or @path to read it from a file")
+	if code, ok := a.parse(fs, args); !ok {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return a.fail(err)
+	}
+	in.Fence = outbox.Fence(fence)
+	if strings.HasPrefix(payload, "@") {
+		b, err := os.ReadFile(payload[1:])
+		if err != nil {
+			return a.fail(badInput("payload", fmt.Sprintf("read payload file: %v", err)))
+		}
+		payload = string(b)
+	}
+	in.Payload = json.RawMessage(payload)
+	// Validate before connecting: bad input is exit 2 whatever the database.
+	client, err := outbox.New(nil, outbox.Config{})
+	if err != nil {
+		return a.fail(err)
+	}
+	if _, err := client.Validate(in); err != nil {
+		return a.fail(err)
+	}
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer pool.Close()
+	client, _ = outbox.New(pool, outbox.Config{})
+	res, err := client.Enqueue(ctx, in)
+	if err != nil {
+		return a.fail(err)
+	}
+	a.writeJSON(res)
+	return exitOK
+}
+
+// statusView is the JSON shape of `gateway status`.
+type statusView struct {
+	IntentID       int64           `json:"intent_id"`
+	Resource       string          `json:"resource"`
+	Epoch          int64           `json:"epoch"`
+	OperationID    string          `json:"operation_id"`
+	Kind           string          `json:"kind"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Fence          outbox.Fence    `json:"fence"`
+	Status         outbox.Status   `json:"status"`
+	Attempts       int             `json:"attempts"`
+	Result         json.RawMessage `json:"result"`
+	LastError      *string         `json:"last_error"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	RelayedAt      *time.Time      `json:"relayed_at"`
+	CompletedAt    *time.Time      `json:"completed_at"`
+}
+
+func viewOf(r *outbox.Record) statusView {
+	res := r.Result
+	if res == nil {
+		res = json.RawMessage("null")
+	}
+	return statusView{
+		IntentID: r.IntentID, Resource: r.Resource, Epoch: r.Epoch, OperationID: r.OperationID,
+		Kind: r.Kind, IdempotencyKey: r.IdempotencyKey, Fence: r.Fence, Status: r.Status,
+		Attempts: r.Attempts, Result: res, LastError: r.LastError, CreatedAt: r.CreatedAt,
+		UpdatedAt: r.UpdatedAt, RelayedAt: r.RelayedAt, CompletedAt: r.CompletedAt,
+	}
+}
+
+func cmdStatus(ctx context.Context, a *app, args []string) int {
+	fs, dbURL := a.newFlags("status")
+	resource := fs.String("resource", "", "resource id (with --op)")
+	op := fs.String("op", "", "operation id (with --resource)")
+	// Accept the intent id before or after the flags.
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if code, ok := a.parse(fs, args); !ok {
+		return code
+	}
+	if id == "" && fs.NArg() > 0 {
+		id = fs.Arg(0)
+		if fs.NArg() > 1 {
+			return a.fail(badInput("args", fmt.Sprintf("unexpected argument %q", fs.Arg(1))))
+		}
+	} else if err := noArgs(fs); err != nil {
+		return a.fail(err)
+	}
+	var intentID int64
+	switch {
+	case id != "" && (*resource != "" || *op != ""):
+		return a.fail(badInput("intent_id", "give an intent id or --resource and --op, not both"))
+	case id != "":
+		n, err := strconv.ParseInt(id, 10, 64)
+		if err != nil || n < 1 {
+			return a.fail(badInput("intent_id", fmt.Sprintf("intent id must be a positive integer, got %q", id)))
+		}
+		intentID = n
+	case *resource == "" || *op == "":
+		return a.fail(badInput("intent_id", "usage: gateway status INTENT_ID | gateway status --resource R --op OP"))
+	}
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer pool.Close()
+	client, err := outbox.New(pool, outbox.Config{})
+	if err != nil {
+		return a.fail(err)
+	}
+	var rec *outbox.Record
+	if intentID != 0 {
+		rec, err = client.Get(ctx, intentID)
+	} else {
+		rec, err = client.Lookup(ctx, *resource, *op)
+	}
+	if err != nil {
+		return a.fail(err)
+	}
+	a.writeJSON(viewOf(rec))
+	return exitOK
+}

@@ -1,0 +1,82 @@
+// Command gateway is fencegate's one binary: schema migrations, the lease and
+// epoch issuer, fenced enqueue and status lookups for workers and operators,
+// and the long-running relay and adapter processes.
+//
+// Every command that writes JSON writes one JSON object on stdout. Exit codes:
+// 0 ok, 1 internal error or a dependency unavailable, 2 bad input (nothing
+// stored), 3 stale epoch (fenced out), 4 lease held by another holder,
+// 5 conflict (an operation id or idempotency key reused with other content).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `gateway — fenced side effects, once, only while authority is held
+
+Usage:
+  gateway migrate
+  gateway lease acquire --resource R --holder H --ttl 10s
+  gateway lease renew   --resource R --holder H --epoch N --ttl 10s
+  gateway lease release --resource R --holder H --epoch N
+  gateway epoch advance --resource R --epoch N
+  gateway enqueue --resource R --epoch N --op OP --kind email|file [--key K]
+                  [--fence commit|execute] --payload JSON|@path
+  gateway status INTENT_ID
+  gateway status --resource R --op OP
+  gateway run [flags]          relay (and adapters) until SIGTERM/SIGINT
+
+Every command takes --database-url (default $GATEWAY_DATABASE_URL).
+Run "gateway COMMAND --help" for a command's flags.
+
+Exit codes: 0 ok, 1 internal/unavailable, 2 bad input, 3 stale epoch,
+4 lease held, 5 conflict.
+`
+
+// app carries what every command needs; tests build one with buffers.
+type app struct {
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+type command func(ctx context.Context, a *app, args []string) int
+
+func commands() map[string]command {
+	return map[string]command{
+		"migrate": cmdMigrate,
+		"lease":   cmdLease,
+		"epoch":   cmdEpoch,
+		"enqueue": cmdEnqueue,
+		"status":  cmdStatus,
+		"run":     cmdRun,
+	}
+}
+
+func (a *app) main(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(a.stderr, usage)
+		if len(args) == 0 {
+			return exitBadInput
+		}
+		return exitOK
+	}
+	cmd, ok := commands()[args[0]]
+	if !ok {
+		return a.fail(badInput("command", fmt.Sprintf("unknown command %q; see gateway --help", args[0])))
+	}
+	return cmd(ctx, a, args[1:])
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	code := a.main(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,213 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrLeaseLost is the cause of a Keeper's context when the lease can no
+// longer be trusted.
+var ErrLeaseLost = errors.New("lease lost")
+
+// KeeperConfig configures a Keeper.
+type KeeperConfig struct {
+	// TTL is the lease's time to live, as granted. Required.
+	TTL time.Duration
+	// RenewEvery is the renewal interval. Default: TTL/3.
+	RenewEvery time.Duration
+	// Margin is how long before the lease's expiry the Keeper stops
+	// trusting it, to absorb clock rate differences and scheduling delay.
+	// Default: TTL/10.
+	Margin time.Duration
+	// Logger receives renew failures. Nil: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c KeeperConfig) WithDefaults() KeeperConfig {
+	c.RenewEvery = cmp.Or(c.RenewEvery, c.TTL/3)
+	c.Margin = cmp.Or(c.Margin, c.TTL/10)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c KeeperConfig) validate() error {
+	if err := validateTTL(c.TTL); err != nil {
+		return err
+	}
+	if c.RenewEvery <= 0 || c.RenewEvery >= c.TTL-c.Margin {
+		return &InvalidError{Field: "renew_every", Message: fmt.Sprintf("must be positive and below ttl-margin (%s), got %s", c.TTL-c.Margin, c.RenewEvery)}
+	}
+	if c.Margin < 0 || c.Margin >= c.TTL {
+		return &InvalidError{Field: "margin", Message: "must be at least 0 and below the ttl"}
+	}
+	return nil
+}
+
+// Keeper keeps a lease renewed in the background and cancels its context as
+// soon as the lease can no longer be trusted.
+//
+// Trust is judged by Go's monotonic clock: the lease is trusted until
+// TTL-Margin has passed since the start of the last successful renewal (or of
+// the Acquire that granted it). The start, not the end, because PostgreSQL
+// set the expiry at some moment after the request left. Wall-clock time is
+// never consulted, so a clock step cannot extend a lease.
+//
+// A Keeper narrows the window in which a paused worker acts on a lost lease;
+// it cannot close it. A process that is paused right after checking its
+// context and before writing will still write late. Only the destination's
+// epoch check (outbox.Enqueue, the file adapter's fence) rejects that write:
+// always pass the lease's epoch along with every side effect.
+type Keeper struct {
+	issuer *Issuer
+	cfg    KeeperConfig
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	lease    Lease
+	lastOK   time.Time // monotonic reading at the start of the last successful grant/renewal
+	stopOnce sync.Once
+}
+
+// Hold acquires a lease and starts a Keeper for it. The returned Keeper's
+// Context is cancelled when the lease is lost or the Keeper stopped.
+func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperConfig) (*Keeper, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, err := i.Acquire(ctx, resource, holder, cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	return i.keep(ctx, l, start, cfg), nil
+}
+
+// Keep starts a Keeper for a lease acquired at grantedAt, a time.Now()
+// reading taken just before the Acquire call (it must carry a monotonic
+// reading; it does when it comes from time.Now).
+func (i *Issuer) Keep(ctx context.Context, l Lease, grantedAt time.Time, cfg KeeperConfig) (*Keeper, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return i.keep(ctx, l, grantedAt, cfg), nil
+}
+
+func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg KeeperConfig) *Keeper {
+	ctx, cancel := context.WithCancelCause(parent)
+	k := &Keeper{issuer: i, cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{}), lease: l, lastOK: start}
+	go k.loop()
+	return k
+}
+
+// Context is cancelled, with cause ErrLeaseLost (wrapped), as soon as the
+// lease can no longer be trusted, or when the Keeper is stopped.
+func (k *Keeper) Context() context.Context { return k.ctx }
+
+// Lease returns the lease as last renewed.
+func (k *Keeper) Lease() Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lease
+}
+
+// Epoch returns the lease's epoch, to pass along with every side effect.
+func (k *Keeper) Epoch() int64 { return k.Lease().Epoch }
+
+// Err returns why the Keeper's context ended, or nil while it is live.
+func (k *Keeper) Err() error { return context.Cause(k.ctx) }
+
+// Stop stops renewing and cancels the context. It does not release the
+// lease; call Issuer.Release for that.
+func (k *Keeper) Stop() {
+	k.stopOnce.Do(func() { k.cancel(context.Canceled) })
+	<-k.done
+}
+
+// Stopped is closed when the Keeper's goroutine has exited.
+func (k *Keeper) Stopped() <-chan struct{} { return k.done }
+
+func (k *Keeper) trustedUntil() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastOK.Add(k.cfg.TTL - k.cfg.Margin)
+}
+
+func (k *Keeper) lose(err error) {
+	l := k.Lease()
+	k.cfg.Logger.Warn("lease: keeper: lease lost", "resource", l.Resource, "holder", l.Holder, "epoch", l.Epoch, "error", err)
+	k.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+}
+
+func (k *Keeper) loop() {
+	defer close(k.done)
+	renew := time.NewTimer(k.cfg.RenewEvery)
+	defer renew.Stop()
+	// The trust deadline has its own timer, so the context is cancelled on
+	// time even while a renew call is blocked on a slow database.
+	deadline := time.NewTimer(time.Until(k.trustedUntil()))
+	defer deadline.Stop()
+	results := make(chan error, 1)
+	renewing := false
+	var started time.Time
+	for {
+		select {
+		case <-k.ctx.Done():
+			return
+		case <-deadline.C:
+			if time.Now().Before(k.trustedUntil()) { // renewed meanwhile
+				deadline.Reset(time.Until(k.trustedUntil()))
+				continue
+			}
+			k.lose(fmt.Errorf("no successful renewal within %s", k.cfg.TTL-k.cfg.Margin))
+			return
+		case <-renew.C:
+			if renewing {
+				continue
+			}
+			renewing = true
+			started = time.Now()
+			l := k.Lease()
+			go func() {
+				ctx, cancel := context.WithDeadline(k.ctx, k.trustedUntil())
+				defer cancel()
+				nl, err := k.issuer.Renew(ctx, l.Resource, l.Holder, l.Epoch, k.cfg.TTL)
+				if err == nil {
+					k.mu.Lock()
+					k.lease, k.lastOK = nl, started
+					k.mu.Unlock()
+				}
+				results <- err
+			}()
+		case err := <-results:
+			renewing = false
+			if errors.Is(err, ErrStaleEpoch) {
+				k.lose(err)
+				return
+			}
+			next := k.cfg.RenewEvery
+			if err != nil {
+				if k.ctx.Err() != nil {
+					return
+				}
+				k.cfg.Logger.Warn("lease: keeper: renew failed; retrying", "resource", k.Lease().Resource, "error", err)
+				next = min(next, 100*time.Millisecond)
+			} else {
+				deadline.Reset(time.Until(k.trustedUntil()))
+			}
+			renew.Reset(next)
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package outbox
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/mail"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Fence is an intent's fence policy.
+type Fence string
+
+// Fence policies.
+const (
+	// FenceCommit: the intent was legitimately decided while its epoch was
+	// current; it is executed even if the resource moved on since.
+	FenceCommit Fence = "commit"
+	// FenceExecute: the epoch is checked again when the intent is executed;
+	// an intent whose resource moved on is recorded as superseded.
+	FenceExecute Fence = "execute"
+)
+
+// Status is an intent's status.
+type Status string
+
+// Intent statuses: pending → relayed → succeeded | failed | superseded |
+// unknown | cancelled.
+const (
+	StatusPending    Status = "pending"
+	StatusRelayed    Status = "relayed"
+	StatusSucceeded  Status = "succeeded"
+	StatusFailed     Status = "failed"
+	StatusSuperseded Status = "superseded"
+	StatusUnknown    Status = "unknown"
+	StatusCancelled  Status = "cancelled"
+)
+
+// Terminal reports whether no further automatic transition follows s.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusSuperseded, StatusUnknown, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Limits on an intent's fields, in bytes.
+const (
+	MaxResourceLen       = 200
+	MaxOperationIDLen    = 200
+	MaxKindLen           = 64
+	MaxIdempotencyKeyLen = 255
+	// DefaultMaxPayloadBytes is Config.MaxPayloadBytes's default (256 KiB).
+	DefaultMaxPayloadBytes = 256 << 10
+)
+
+// Intent is a side effect a worker asks for.
+type Intent struct {
+	// Resource is the fenced resource the worker holds a lease on.
+	Resource string `json:"resource"`
+	// Epoch is the worker's fencing epoch for Resource.
+	Epoch int64 `json:"epoch"`
+	// OperationID identifies this enqueue among the resource's: a retry
+	// with the same id is a duplicate, not a second intent.
+	OperationID string `json:"operation_id"`
+	// Kind selects the adapter: "email", "file", or a registered kind.
+	Kind string `json:"kind"`
+	// IdempotencyKey is the business key the external effect is deduplicated
+	// on. Default: "<Resource>/<OperationID>". At most 255 bytes.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Fence is the fence policy. Default: the kind's (email: commit,
+	// file: execute).
+	Fence Fence `json:"fence,omitempty"`
+	// Payload is the effect's content, a JSON object.
+	Payload json.RawMessage `json:"payload"`
+}
+
+// Result is the answer to an enqueue.
+type Result struct {
+	IntentID int64  `json:"intent_id"`
+	Status   Status `json:"status"`
+	// Duplicate is true when the intent existed already (a retry).
+	Duplicate bool `json:"duplicate"`
+}
+
+// Record is an intent as stored, with its progress.
+type Record struct {
+	IntentID       int64           `json:"intent_id"`
+	Resource       string          `json:"resource"`
+	Epoch          int64           `json:"epoch"`
+	OperationID    string          `json:"operation_id"`
+	Kind           string          `json:"kind"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Fence          Fence           `json:"fence"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Status         Status          `json:"status"`
+	Attempts       int             `json:"attempts"`
+	Result         json.RawMessage `json:"result"`
+	LastError      *string         `json:"last_error"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	RelayedAt      *time.Time      `json:"relayed_at"`
+	CompletedAt    *time.Time      `json:"completed_at"`
+}
+
+// KindSpec describes an intent kind: its default fence policy and how its
+// payload is validated.
+type KindSpec struct {
+	// DefaultFence applies when an intent names none.
+	DefaultFence Fence
+	// Validate checks the decoded payload object; it returns a
+	// *ValidationError naming the field (prefixed "payload.").
+	Validate func(payload map[string]any) error
+}
+
+// DefaultKinds returns the built-in kinds, email and file.
+func DefaultKinds() map[string]KindSpec {
+	return map[string]KindSpec{
+		"email": {DefaultFence: FenceCommit, Validate: validateEmail},
+		"file":  {DefaultFence: FenceExecute, Validate: validateFile},
+	}
+}
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+func checkID(field, v string, max int) error {
+	switch {
+	case v == "":
+		return invalid(field, "must not be empty")
+	case len(v) > max:
+		return invalid(field, "must be at most %d bytes, got %d", max, len(v))
+	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
+		return invalid(field, "must be valid UTF-8 without NUL characters")
+	}
+	return nil
+}
+
+// normalize validates in and fills in defaults. It touches no database.
+func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, error) {
+	if err := checkID("resource", in.Resource, MaxResourceLen); err != nil {
+		return in, err
+	}
+	if in.Epoch < 1 {
+		return in, invalid("epoch", "must be at least 1, got %d", in.Epoch)
+	}
+	if err := checkID("operation_id", in.OperationID, MaxOperationIDLen); err != nil {
+		return in, err
+	}
+	if in.Kind == "" {
+		return in, invalid("kind", "must not be empty")
+	}
+	spec, ok := kinds[in.Kind]
+	if !ok {
+		return in, invalid("kind", "unknown kind %q (known: %s)", in.Kind, knownKinds(kinds))
+	}
+	switch in.Fence {
+	case "":
+		in.Fence = spec.DefaultFence
+	case FenceCommit, FenceExecute:
+	default:
+		return in, invalid("fence", "must be %q or %q, got %q", FenceCommit, FenceExecute, in.Fence)
+	}
+	if in.IdempotencyKey == "" {
+		in.IdempotencyKey = in.Resource + "/" + in.OperationID
+		if len(in.IdempotencyKey) > MaxIdempotencyKeyLen {
+			return in, invalid("idempotency_key", "the default key \"<resource>/<operation_id>\" is %d bytes, over the limit of %d; pass a shorter key", len(in.IdempotencyKey), MaxIdempotencyKeyLen)
+		}
+	} else if err := checkID("idempotency_key", in.IdempotencyKey, MaxIdempotencyKeyLen); err != nil {
+		return in, err
+	}
+	if len(in.Payload) == 0 {
+		return in, invalid("payload", "is required (a JSON object)")
+	}
+	if len(in.Payload) > maxPayload {
+		return in, invalid("payload", "is %d bytes, over the limit of %d", len(in.Payload), maxPayload)
+	}
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(in.Payload))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return in, invalid("payload", "must be a JSON object")
+	}
+	if dec.More() {
+		return in, invalid("payload", "must be a single JSON object")
+	}
+	if bytes.Contains(in.Payload, []byte(`\u0000`)) {
+		return in, invalid("payload", "must not contain NUL characters (\\u0000)")
+	}
+	if spec.Validate != nil {
+		if err := spec.Validate(obj); err != nil {
+			return in, err
+		}
+	}
+	return in, nil
+}
+
+func knownKinds(kinds map[string]KindSpec) string {
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	// small and unsorted map: sort for a stable message
+	for i := 1; i < len(names); i++ {
+		for j := i; j > 0 && names[j] < names[j-1]; j-- {
+			names[j], names[j-1] = names[j-1], names[j]
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func stringField(obj map[string]any, name string, required bool) (string, error) {
+	v, ok := obj[name]
+	if !ok || v == nil {
+		if required {
+			return "", invalid("payload."+name, "is required")
+		}
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", invalid("payload."+name, "must be a string")
+	}
+	if required && strings.TrimSpace(s) == "" {
+		return "", invalid("payload."+name, "must not be empty")
+	}
+	return s, nil
+}
+
+// addressList accepts a string or an array of strings, each one address.
+func addressList(obj map[string]any, name string, required bool) error {
+	v, ok := obj[name]
+	if !ok || v == nil {
+		if required {
+			return invalid("payload."+name, "is required (at least one address)")
+		}
+		return nil
+	}
+	var list []any
+	switch t := v.(type) {
+	case string:
+		list = []any{t}
+	case []any:
+		list = t
+	default:
+		return invalid("payload."+name, "must be an address or an array of addresses")
+	}
+	if required && len(list) == 0 {
+		return invalid("payload."+name, "must hold at least one address")
+	}
+	for i, item := range list {
+		s, ok := item.(string)
+		if !ok {
+			return invalid(fmt.Sprintf("payload.%s[%d]", name, i), "must be a string")
+		}
+		if err := checkAddress(s); err != nil {
+			return invalid(fmt.Sprintf("payload.%s[%d]", name, i), "%q is not a valid email address", s)
+		}
+	}
+	return nil
+}
+
+func checkAddress(s string) error {
+	a, err := mail.ParseAddress(s)
+	if err != nil {
+		return err
+	}
+	at := strings.LastIndexByte(a.Address, '@')
+	if at <= 0 || at == len(a.Address)-1 || strings.ContainsAny(a.Address, "\r\n") {
+		return errors.New("bad address")
+	}
+	return nil
+}
+
+func validateEmail(p map[string]any) error {
+	if err := addressList(p, "to", true); err != nil {
+		return err
+	}
+	for _, f := range []string{"cc", "bcc"} {
+		if err := addressList(p, f, false); err != nil {
+			return err
+		}
+	}
+	from, err := stringField(p, "from", true)
+	if err != nil {
+		return err
+	}
+	if checkAddress(from) != nil {
+		return invalid("payload.from", "%q is not a valid email address", from)
+	}
+	subject, err := stringField(p, "subject", true)
+	if err != nil {
+		return err
+	}
+	if strings.ContainsAny(subject, "\r\n") {
+		return invalid("payload.subject", "must be one line")
+	}
+	text, err := stringField(p, "text", false)
+	if err != nil {
+		return err
+	}
+	html, err := stringField(p, "html", false)
+	if err != nil {
+		return err
+	}
+	if text == "" && html == "" {
+		return invalid("payload.text", "text or html is required")
+	}
+	return nil
+}
+
+// ValidateTarget checks a file target: a clean relative path inside the root.
+func ValidateTarget(target string) error {
+	switch {
+	case target == "":
+		return invalid("payload.target", "is required")
+	case strings.ContainsRune(target, 0):
+		return invalid("payload.target", "must not contain NUL")
+	case strings.HasPrefix(target, "/") || strings.HasPrefix(target, `\`):
+		return invalid("payload.target", "must be relative, got absolute path %q", target)
+	case !utf8.ValidString(target):
+		return invalid("payload.target", "must be valid UTF-8")
+	}
+	for _, seg := range strings.Split(target, "/") {
+		if seg == ".." {
+			return invalid("payload.target", "must not contain a \"..\" segment: %q", target)
+		}
+	}
+	if path.Clean(target) != target || target == "." {
+		return invalid("payload.target", "must be a clean relative file path (no empty or \".\" segments, no trailing slash): %q", target)
+	}
+	return nil
+}
+
+func validateFile(p map[string]any) error {
+	target, err := stringField(p, "target", true)
+	if err != nil {
+		return err
+	}
+	if err := ValidateTarget(target); err != nil {
+		return err
+	}
+	_, hasText := p["content"]
+	_, hasB64 := p["content_base64"]
+	switch {
+	case hasText && hasB64:
+		return invalid("payload.content", "give exactly one of content or content_base64, not both")
+	case !hasText && !hasB64:
+		return invalid("payload.content", "one of content or content_base64 is required")
+	case hasText:
+		if _, ok := p["content"].(string); !ok {
+			return invalid("payload.content", "must be a string")
+		}
+	default:
+		s, ok := p["content_base64"].(string)
+		if !ok {
+			return invalid("payload.content_base64", "must be a string")
+		}
+		if _, err := base64.StdEncoding.DecodeString(s); err != nil {
+			return invalid("payload.content_base64", "is not valid base64: %v", err)
+		}
+	}
+	return nil
+}

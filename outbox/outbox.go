@@ -1,0 +1,192 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a Client.
+type Config struct {
+	// MaxPayloadBytes limits a payload's size. Default: 256 KiB.
+	MaxPayloadBytes int
+	// Kinds are the intent kinds accepted, by name. Default: DefaultKinds().
+	// Pass DefaultKinds() plus your own to add a kind.
+	Kinds map[string]KindSpec
+	// DisableNotify turns off the NOTIFY that wakes dispatchers at commit;
+	// dispatchers then find new intents by polling.
+	DisableNotify bool
+	// Logger. Nil: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	if c.Kinds == nil {
+		c.Kinds = DefaultKinds()
+	} else {
+		c.Kinds = maps.Clone(c.Kinds)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxPayloadBytes < 2 {
+		return fmt.Errorf("outbox: MaxPayloadBytes must be at least 2, got %d", c.MaxPayloadBytes)
+	}
+	for name, k := range c.Kinds {
+		if name == "" || len(name) > MaxKindLen {
+			return fmt.Errorf("outbox: kind name %q must be 1 to %d bytes", name, MaxKindLen)
+		}
+		if k.DefaultFence != FenceCommit && k.DefaultFence != FenceExecute {
+			return fmt.Errorf("outbox: kind %q: default fence must be commit or execute", name)
+		}
+	}
+	return nil
+}
+
+// Client enqueues and looks up intents. It is safe for concurrent use.
+type Client struct {
+	pool *pgxpool.Pool
+	cfg  Config
+}
+
+// New returns a Client over pool, which must point at the primary.
+func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{pool: pool, cfg: cfg}, nil
+}
+
+// Validate checks an intent as Enqueue would, without touching the database,
+// and returns it with defaults filled in.
+func (c *Client) Validate(in Intent) (Intent, error) {
+	return normalize(in, c.cfg.Kinds, c.cfg.MaxPayloadBytes)
+}
+
+// Enqueue commits the intent in its own transaction if in.Epoch is the
+// resource's current epoch. See the package doc for the guarantee.
+func (c *Client) Enqueue(ctx context.Context, in Intent) (Result, error) {
+	in, err := c.Validate(in)
+	if err != nil {
+		return Result{}, err
+	}
+	// A single statement runs as its own transaction: the function below
+	// locks, checks and inserts inside it, so it commits or not as a whole.
+	return c.enqueue(ctx, c.pool, in)
+}
+
+// EnqueueTx enqueues the intent inside the caller's transaction, so business
+// data and the intent commit or roll back together. The resource's control
+// row stays locked until tx ends: keep the transaction short.
+//
+// Use READ COMMITTED (the default). Under REPEATABLE READ or SERIALIZABLE a
+// concurrent takeover makes PostgreSQL abort with a serialization failure,
+// which is safe but must be retried by the caller.
+func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (Result, error) {
+	in, err := c.Validate(in)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.enqueue(ctx, tx, in)
+}
+
+type queryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (c *Client) enqueue(ctx context.Context, q queryer, in Intent) (Result, error) {
+	var (
+		outcome       string
+		status        *string
+		id            *int64
+		current       int64
+		existingEpoch *int64
+	)
+	err := q.QueryRow(ctx, `SELECT outcome, intent_id, status, current_epoch, existing_epoch
+		FROM fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8)`,
+		in.Resource, in.Epoch, in.OperationID, in.Kind, in.IdempotencyKey, string(in.Fence), string(in.Payload), !c.cfg.DisableNotify,
+	).Scan(&outcome, &id, &status, &current, &existingEpoch)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			// Only reachable outside READ COMMITTED: another transaction
+			// committed the same operation id after our snapshot.
+			return Result{}, fmt.Errorf("outbox: enqueue: operation id %q committed concurrently; retry: %w", in.OperationID, err)
+		}
+		return Result{}, fmt.Errorf("outbox: enqueue: %w", err)
+	}
+	var intentID int64
+	var st Status
+	if id != nil {
+		intentID = *id
+	}
+	if status != nil {
+		st = Status(*status)
+	}
+	switch outcome {
+	case "inserted":
+		return Result{IntentID: intentID, Status: st}, nil
+	case "duplicate":
+		return Result{IntentID: intentID, Status: st, Duplicate: true}, nil
+	case "conflict":
+		return Result{}, &ConflictError{Resource: in.Resource, OperationID: in.OperationID, IntentID: intentID}
+	case "stale":
+		return Result{}, &StaleEpochError{Resource: in.Resource, Supplied: in.Epoch, Current: current}
+	}
+	return Result{}, fmt.Errorf("outbox: enqueue: unexpected outcome %q", outcome)
+}
+
+const recordColumns = `intent_id, resource_id, epoch, operation_id, kind, idempotency_key, fence,
+	payload, status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at`
+
+func scanRecord(row pgx.Row) (*Record, error) {
+	var r Record
+	var fence, status string
+	var payload, result []byte
+	err := row.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
+		&payload, &status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Fence, r.Status, r.Payload = Fence(fence), Status(status), payload
+	if result != nil {
+		r.Result = result
+	}
+	return &r, nil
+}
+
+// Get returns the intent with the given id, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, intentID int64) (*Record, error) {
+	r, err := scanRecord(c.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM intents WHERE intent_id = $1`, intentID))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("outbox: get intent %d: %w", intentID, err)
+	}
+	return r, err
+}
+
+// Lookup returns the intent a resource's operation id committed, or
+// ErrNotFound.
+func (c *Client) Lookup(ctx context.Context, resource, operationID string) (*Record, error) {
+	r, err := scanRecord(c.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM intents WHERE resource_id = $1 AND operation_id = $2`, resource, operationID))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("outbox: lookup %q/%q: %w", resource, operationID, err)
+	}
+	return r, err
+}
