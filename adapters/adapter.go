@@ -1,0 +1,110 @@
+// Package adapters holds the adapter runtime — consume a relayed intent,
+// fence it, execute its external effect at most once per business
+// idempotency key, record the outcome — and the interfaces every adapter
+// (adapters/email, adapters/file) implements.
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Request is one intent to execute, as loaded from PostgreSQL.
+type Request struct {
+	IntentID       int64
+	Resource       string
+	Epoch          int64
+	Kind           string
+	IdempotencyKey string
+	Fence          outbox.Fence
+	Payload        json.RawMessage
+	// Attempt counts execution attempts of this intent, from 1.
+	Attempt int
+}
+
+// Outcome is what an executor reports, to be recorded on the intent and
+// under its idempotency key.
+type Outcome struct {
+	// Status is outbox.StatusSucceeded, or outbox.StatusSuperseded when the
+	// destination itself fenced the intent out (an older epoch).
+	Status outbox.Status
+	// Result is a JSON object describing the effect (message id, path, …).
+	Result json.RawMessage
+}
+
+// Executor performs the external effect of one kind of intent.
+type Executor interface {
+	// Kind is the intent kind this executor serves ("email", "file").
+	Kind() string
+	// Execute performs the effect once. An error that implements
+	// Retryable() bool and says true is retried; any other error is
+	// permanent and fails the intent.
+	Execute(ctx context.Context, req Request) (Outcome, error)
+}
+
+// Looker is implemented by executors whose destination can tell whether the
+// effect of an idempotency key already happened (result lookup). It is used
+// when an earlier attempt started and its outcome was lost.
+type Looker interface {
+	// Lookup returns the outcome of req's idempotency key at the
+	// destination, and found=false when the destination has no trace of it.
+	Lookup(ctx context.Context, req Request) (out Outcome, found bool, err error)
+}
+
+// Retryable is implemented by errors that say whether a retry may succeed.
+type Retryable interface {
+	Retryable() bool
+}
+
+// IsRetryable reports whether err says it is retryable.
+func IsRetryable(err error) bool {
+	var r Retryable
+	return errors.As(err, &r) && r.Retryable()
+}
+
+// Error is an executor error with its retry class.
+type Error struct {
+	Err   error
+	Retry bool
+	// Unknown marks an error after which the effect may or may not have
+	// happened (for example the connection dropped after the message was
+	// sent). The runtime then looks the outcome up or applies the unknown
+	// outcome policy, instead of re-executing.
+	Unknown bool
+}
+
+func (e *Error) Error() string {
+	kind := "permanent"
+	switch {
+	case e.Unknown:
+		kind = "outcome unknown"
+	case e.Retry:
+		kind = "retryable"
+	}
+	return fmt.Sprintf("%s: %v", kind, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable reports whether a retry may succeed.
+func (e *Error) Retryable() bool { return e.Retry }
+
+// RetryableError wraps err as retryable: the effect did not happen.
+func RetryableError(err error) error { return &Error{Err: err, Retry: true} }
+
+// PermanentError wraps err as permanent: the effect did not happen and
+// never will.
+func PermanentError(err error) error { return &Error{Err: err} }
+
+// UnknownError wraps err as an attempt whose outcome is unknown.
+func UnknownError(err error) error { return &Error{Err: err, Unknown: true} }
+
+// IsUnknown reports whether err marks an unknown outcome.
+func IsUnknown(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Unknown
+}
