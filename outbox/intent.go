@@ -191,13 +191,14 @@ func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, er
 	if dec.More() {
 		return in, invalid("payload", "must be a single JSON object")
 	}
-	if bytes.Contains(in.Payload, []byte(`\u0000`)) {
-		return in, invalid("payload", "must not contain NUL characters (\\u0000)")
-	}
 	if spec.Validate != nil {
 		if err := spec.Validate(obj); err != nil {
 			return in, err
 		}
+	}
+	// PostgreSQL's jsonb cannot store NUL in strings.
+	if bytes.Contains(in.Payload, []byte(`\u0000`)) {
+		return in, invalid("payload", "must not contain NUL characters (\\u0000)")
 	}
 	return in, nil
 }

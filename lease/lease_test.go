@@ -1,0 +1,267 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/lease"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+func setup(t *testing.T) (*lease.Issuer, *pgxpool.Pool) {
+	t.Helper()
+	pool := testdb.New(t)
+	return lease.NewIssuer(pool), pool
+}
+
+// expire moves a lease's expiry into the past by PostgreSQL's clock, the
+// deterministic stand-in for "the holder paused past its TTL".
+func expire(t *testing.T, pool *pgxpool.Pool, resource string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(),
+		`UPDATE resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = $1`, resource); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAcquireHeldExpireTakeover(t *testing.T) {
+	t.Parallel()
+	iss, pool := setup(t)
+	ctx := context.Background()
+
+	a, err := iss.Acquire(ctx, "report", "A", 10*time.Second)
+	if err != nil || a.Epoch != 1 {
+		t.Fatalf("first acquire = %+v, %v; want epoch 1", a, err)
+	}
+	// Same holder while live: same epoch, extended.
+	again, err := iss.Acquire(ctx, "report", "A", 10*time.Second)
+	if err != nil || again.Epoch != 1 {
+		t.Fatalf("re-acquire by holder = %+v, %v; want epoch 1", again, err)
+	}
+	_, err = iss.Acquire(ctx, "report", "B", 10*time.Second)
+	var held *lease.HeldError
+	if !errors.As(err, &held) || !errors.Is(err, lease.ErrHeld) || held.Holder != "A" || held.Epoch != 1 || held.ExpiresAt.IsZero() {
+		t.Fatalf("acquire by B while A holds = %v; want *HeldError naming A, epoch 1", err)
+	}
+	expire(t, pool, "report")
+	b, err := iss.Acquire(ctx, "report", "B", 10*time.Second)
+	if err != nil || b.Epoch != 2 {
+		t.Fatalf("acquire by B after expiry = %+v, %v; want epoch 2", b, err)
+	}
+	// A renews with its old epoch: stale.
+	_, err = iss.Renew(ctx, "report", "A", 1, 10*time.Second)
+	var stale *lease.StaleEpochError
+	if !errors.As(err, &stale) || stale.Current != 2 || stale.Supplied != 1 {
+		t.Fatalf("renew by A after takeover = %v; want stale (1 vs 2)", err)
+	}
+	// A's own expired lease, re-acquired by A after takeover: held by B.
+	if _, err := iss.Acquire(ctx, "report", "A", 10*time.Second); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("acquire by A while B holds = %v; want ErrHeld", err)
+	}
+}
+
+func TestRenew(t *testing.T) {
+	t.Parallel()
+	iss, pool := setup(t)
+	ctx := context.Background()
+	l, err := iss.Acquire(ctx, "r", "A", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := iss.Renew(ctx, "r", "A", l.Epoch, time.Hour)
+	if err != nil || r.Epoch != l.Epoch || !r.ExpiresAt.After(l.ExpiresAt.Add(30*time.Minute)) {
+		t.Fatalf("renew = %+v, %v; want same epoch, later expiry", r, err)
+	}
+	if _, err := iss.Renew(ctx, "r", "B", l.Epoch, time.Second); !errors.Is(err, lease.ErrStaleEpoch) {
+		t.Fatalf("renew by another holder = %v; want ErrStaleEpoch", err)
+	}
+	if _, err := iss.Renew(ctx, "r", "A", l.Epoch+1, time.Second); !errors.Is(err, lease.ErrStaleEpoch) {
+		t.Fatalf("renew with a future epoch = %v; want ErrStaleEpoch", err)
+	}
+	if _, err := iss.Renew(ctx, "never-used", "A", 1, time.Second); !errors.Is(err, lease.ErrStaleEpoch) {
+		t.Fatalf("renew of unknown resource = %v; want ErrStaleEpoch", err)
+	}
+	// Expired but not taken over: the epoch is still current, renew works.
+	expire(t, pool, "r")
+	if _, err := iss.Renew(ctx, "r", "A", l.Epoch, time.Second); err != nil {
+		t.Fatalf("renew after expiry without takeover = %v; want ok", err)
+	}
+}
+
+func TestReleaseKeepsEpoch(t *testing.T) {
+	t.Parallel()
+	iss, _ := setup(t)
+	ctx := context.Background()
+	l, _ := iss.Acquire(ctx, "r", "A", time.Hour)
+	if err := iss.Release(ctx, "r", "B", l.Epoch); !errors.Is(err, lease.ErrStaleEpoch) {
+		t.Fatalf("release by another holder = %v; want ErrStaleEpoch", err)
+	}
+	if err := iss.Release(ctx, "r", "A", l.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if err := iss.Release(ctx, "r", "A", l.Epoch); err != nil {
+		t.Fatalf("second release = %v; want idempotent ok", err)
+	}
+	if _, err := iss.Renew(ctx, "r", "A", l.Epoch, time.Second); !errors.Is(err, lease.ErrStaleEpoch) {
+		t.Fatalf("renew after release = %v; want ErrStaleEpoch", err)
+	}
+	b, err := iss.Acquire(ctx, "r", "B", time.Hour)
+	if err != nil || b.Epoch != l.Epoch+1 {
+		t.Fatalf("acquire after release = %+v, %v; want epoch %d", b, err, l.Epoch+1)
+	}
+	if err := iss.Release(ctx, "r", "A", l.Epoch); !errors.Is(err, lease.ErrStaleEpoch) {
+		t.Fatalf("release of an old epoch = %v; want ErrStaleEpoch", err)
+	}
+}
+
+func TestAdvance(t *testing.T) {
+	t.Parallel()
+	iss, _ := setup(t)
+	ctx := context.Background()
+	r, err := iss.Advance(ctx, "ext", 40)
+	if err != nil || r.Epoch != 40 {
+		t.Fatalf("advance on first use = %+v, %v; want 40", r, err)
+	}
+	if r, err := iss.Advance(ctx, "ext", 40); err != nil || r.Epoch != 40 {
+		t.Fatalf("advance to equal = %+v, %v; want no-op 40", r, err)
+	}
+	_, err = iss.Advance(ctx, "ext", 39)
+	var stale *lease.StaleEpochError
+	if !errors.As(err, &stale) || stale.Current != 40 || stale.Supplied != 39 {
+		t.Fatalf("advance to lower = %v; want stale 39 vs 40", err)
+	}
+	// A lease held here is cleared by an external advance.
+	l, _ := iss.Acquire(ctx, "ext", "A", time.Hour)
+	if l.Epoch != 41 {
+		t.Fatalf("acquire after advance: epoch %d, want 41", l.Epoch)
+	}
+	if _, err := iss.Advance(ctx, "ext", 50); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := iss.Get(ctx, "ext")
+	if got.Epoch != 50 || got.Holder != "" {
+		t.Fatalf("after advance over a lease: %+v; want epoch 50, no holder", got)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	iss, pool := setup(t)
+	ctx := context.Background()
+	long := string(make([]byte, 300))
+	for _, tc := range []struct {
+		name, field string
+		call        func() error
+	}{
+		{"empty resource", "resource", func() error { _, err := iss.Acquire(ctx, "", "A", time.Second); return err }},
+		{"long resource", "resource", func() error { _, err := iss.Acquire(ctx, long, "A", time.Second); return err }},
+		{"empty holder", "holder", func() error { _, err := iss.Acquire(ctx, "r", "", time.Second); return err }},
+		{"zero ttl", "ttl", func() error { _, err := iss.Acquire(ctx, "r", "A", 0); return err }},
+		{"huge ttl", "ttl", func() error { _, err := iss.Acquire(ctx, "r", "A", 48*time.Hour); return err }},
+		{"renew epoch 0", "epoch", func() error { _, err := iss.Renew(ctx, "r", "A", 0, time.Second); return err }},
+		{"advance epoch 0", "epoch", func() error { _, err := iss.Advance(ctx, "r", 0); return err }},
+		{"advance negative", "epoch", func() error { _, err := iss.Advance(ctx, "r", -5); return err }},
+		{"release epoch 0", "epoch", func() error { return iss.Release(ctx, "r", "A", 0) }},
+	} {
+		err := tc.call()
+		var inv *lease.InvalidError
+		if !errors.As(err, &inv) || inv.Field != tc.field {
+			t.Errorf("%s: err = %v; want InvalidError on %q", tc.name, err, tc.field)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM resources`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("resources after bad input: %d (%v); want 0", n, err)
+	}
+}
+
+// The trigger refuses an epoch going back even if code tried.
+func TestEpochNeverDecreasesInSchema(t *testing.T) {
+	t.Parallel()
+	iss, pool := setup(t)
+	ctx := context.Background()
+	if _, err := iss.Advance(ctx, "r", 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE resources SET epoch = 9 WHERE resource_id = 'r'`); err == nil {
+		t.Fatal("lowering an epoch by SQL succeeded; the trigger must refuse it")
+	}
+}
+
+func TestKeeperRenewsAndLoses(t *testing.T) {
+	t.Parallel()
+	iss, _ := setup(t)
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	k, err := iss.Hold(ctx, "k", "A", lease.KeeperConfig{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	// Alive well past one TTL: the renewals work.
+	select {
+	case <-k.Context().Done():
+		t.Fatalf("keeper lost a healthy lease: %v", k.Err())
+	case <-time.After(3 * ttl):
+	}
+	// Takeover by an external epoch: the next renewal fails and the context
+	// is cancelled, at the latest when trust runs out.
+	if _, err := iss.Advance(ctx, "k", k.Epoch()+1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Context().Done():
+		if !errors.Is(k.Err(), lease.ErrLeaseLost) || !errors.Is(k.Err(), lease.ErrStaleEpoch) {
+			t.Fatalf("keeper cause = %v; want ErrLeaseLost wrapping ErrStaleEpoch", k.Err())
+		}
+	case <-time.After(5 * ttl):
+		t.Fatal("keeper did not notice the takeover")
+	}
+}
+
+// When renewals cannot get through, the context ends by the monotonic
+// deadline (TTL - margin after the last grant), not later.
+func TestKeeperDeadlineWithoutRenewals(t *testing.T) {
+	t.Parallel()
+	iss, pool := setup(t)
+	ctx := context.Background()
+	const ttl = 500 * time.Millisecond
+	start := time.Now()
+	l, err := iss.Acquire(ctx, "d", "A", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RenewEvery just under the trust window: the first renewal starts at
+	// 440ms and a renewal blocked past the deadline never counts.
+	k, err := iss.Keep(ctx, l, start, lease.KeeperConfig{TTL: ttl, RenewEvery: 449 * time.Millisecond, Margin: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	// Hold the control row locked so renewals block.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM resources WHERE resource_id = 'd' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.Context().Done():
+		if el := time.Since(start); el > ttl {
+			t.Fatalf("lease distrusted after %s; want before the TTL %s", el, ttl)
+		}
+		if !errors.Is(k.Err(), lease.ErrLeaseLost) {
+			t.Fatalf("cause = %v; want ErrLeaseLost", k.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("keeper never distrusted a lease it could not renew")
+	}
+}

@@ -1,0 +1,138 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Each bad input: an error naming the field, and nothing stored.
+func TestBadInputStoresNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	l, err := b.issuer.Acquire(ctx, "r", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := outbox.New(b.pool, outbox.Config{MaxPayloadBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	email := func(p string) outbox.Intent {
+		return outbox.Intent{Resource: "r", Epoch: l.Epoch, OperationID: "op", Kind: "email", Payload: json.RawMessage(p)}
+	}
+	file := func(p string) outbox.Intent {
+		return outbox.Intent{Resource: "r", Epoch: l.Epoch, OperationID: "op", Kind: "file", Payload: json.RawMessage(p)}
+	}
+	with := func(in outbox.Intent, f func(*outbox.Intent)) outbox.Intent { f(&in); return in }
+	good := email(emailPayload)
+
+	cases := []struct {
+		name   string
+		in     outbox.Intent
+		field  string
+		client *outbox.Client
+	}{
+		{"empty resource", with(good, func(i *outbox.Intent) { i.Resource = "" }), "resource", nil},
+		{"long resource", with(good, func(i *outbox.Intent) { i.Resource = strings.Repeat("r", 201) }), "resource", nil},
+		{"empty operation id", with(good, func(i *outbox.Intent) { i.OperationID = "" }), "operation_id", nil},
+		{"NUL in operation id", with(good, func(i *outbox.Intent) { i.OperationID = "a\x00b" }), "operation_id", nil},
+		{"epoch zero", with(good, func(i *outbox.Intent) { i.Epoch = 0 }), "epoch", nil},
+		{"epoch negative", with(good, func(i *outbox.Intent) { i.Epoch = -3 }), "epoch", nil},
+		{"empty kind", with(good, func(i *outbox.Intent) { i.Kind = "" }), "kind", nil},
+		{"unknown kind", with(good, func(i *outbox.Intent) { i.Kind = "sms" }), "kind", nil},
+		{"bad fence", with(good, func(i *outbox.Intent) { i.Fence = "later" }), "fence", nil},
+		{"key too long", with(good, func(i *outbox.Intent) { i.IdempotencyKey = strings.Repeat("k", 256) }), "idempotency_key", nil},
+		{"default key too long", with(good, func(i *outbox.Intent) {
+			i.Resource = strings.Repeat("r", 150)
+			i.OperationID = strings.Repeat("o", 150)
+		}), "idempotency_key", nil},
+		{"payload missing", email(""), "payload", nil},
+		{"payload array", email(`[1,2]`), "payload", nil},
+		{"payload string", email(`"hi"`), "payload", nil},
+		{"payload null", email(`null`), "payload", nil},
+		{"payload not JSON", email(`{"to":`), "payload", nil},
+		{"payload two objects", email(emailPayload + emailPayload), "payload", nil},
+		{"payload over limit", email(`{"to":"a@example.com","from":"b@example.com","subject":"s","text":"` + strings.Repeat("x", 2000) + `"}`), "payload", small},
+		{"email no to", email(`{"from":"b@example.com","subject":"s","text":"t"}`), "payload.to", nil},
+		{"email empty to", email(`{"to":[],"from":"b@example.com","subject":"s","text":"t"}`), "payload.to", nil},
+		{"email bad to", email(`{"to":["not-an-address"],"from":"b@example.com","subject":"s","text":"t"}`), "payload.to[0]", nil},
+		{"email to number", email(`{"to":42,"from":"b@example.com","subject":"s","text":"t"}`), "payload.to", nil},
+		{"email bad cc", email(`{"to":"a@example.com","cc":["x"],"from":"b@example.com","subject":"s","text":"t"}`), "payload.cc[0]", nil},
+		{"email bad bcc", email(`{"to":"a@example.com","bcc":"@@","from":"b@example.com","subject":"s","text":"t"}`), "payload.bcc[0]", nil},
+		{"email no from", email(`{"to":"a@example.com","subject":"s","text":"t"}`), "payload.from", nil},
+		{"email bad from", email(`{"to":"a@example.com","from":"nobody","subject":"s","text":"t"}`), "payload.from", nil},
+		{"email no subject", email(`{"to":"a@example.com","from":"b@example.com","text":"t"}`), "payload.subject", nil},
+		{"email subject header injection", email(`{"to":"a@example.com","from":"b@example.com","subject":"s\r\nBcc: x@y.z","text":"t"}`), "payload.subject", nil},
+		{"email no body", email(`{"to":"a@example.com","from":"b@example.com","subject":"s"}`), "payload.text", nil},
+		{"file no target", file(`{"content":"x"}`), "payload.target", nil},
+		{"file absolute", file(`{"target":"/etc/passwd","content":"x"}`), "payload.target", nil},
+		{"file dotdot", file(`{"target":"a/../../etc/passwd","content":"x"}`), "payload.target", nil},
+		{"file leading dotdot", file(`{"target":"../x","content":"x"}`), "payload.target", nil},
+		{"file NUL", file(`{"target":"a\u0000b","content":"x"}`), "payload.target", nil},
+		{"file trailing slash", file(`{"target":"dir/","content":"x"}`), "payload.target", nil},
+		{"file dot segment", file(`{"target":"./x","content":"x"}`), "payload.target", nil},
+		{"file no content", file(`{"target":"x"}`), "payload.content", nil},
+		{"file both contents", file(`{"target":"x","content":"a","content_base64":"YQ=="}`), "payload.content", nil},
+		{"file bad base64", file(`{"target":"x","content_base64":"!!!"}`), "payload.content_base64", nil},
+		{"file content not string", file(`{"target":"x","content":5}`), "payload.content", nil},
+	}
+	for _, tc := range cases {
+		c := b.client
+		if tc.client != nil {
+			c = tc.client
+		}
+		_, err := c.Enqueue(ctx, tc.in)
+		var ve *outbox.ValidationError
+		if !errors.As(err, &ve) || !errors.Is(err, outbox.ErrInvalid) {
+			t.Errorf("%s: err = %v; want a ValidationError", tc.name, err)
+			continue
+		}
+		if ve.Field != tc.field {
+			t.Errorf("%s: field = %q (%v); want %q", tc.name, ve.Field, err, tc.field)
+		}
+		tx, _ := b.pool.Begin(ctx)
+		_, err = b.client.EnqueueTx(ctx, tx, tc.in)
+		_ = tx.Rollback(ctx)
+		if tc.client == nil && !errors.Is(err, outbox.ErrInvalid) {
+			t.Errorf("%s: EnqueueTx err = %v; want invalid", tc.name, err)
+		}
+	}
+	if n := countIntents(t, b.pool, ""); n != 0 {
+		t.Fatalf("intents stored after bad input: %d; want 0", n)
+	}
+
+	// The good ones for contrast: accepted.
+	for i, in := range []outbox.Intent{
+		good,
+		email(`{"to":"Alice <alice@example.com>","cc":["c@example.com"],"from":"b@example.com","subject":"s","html":"<p>hi</p>"}`),
+		file(`{"target":"reports/2026/12/01.txt","content":""}`),
+		file(`{"target":"x.bin","content_base64":"AAEC"}`),
+	} {
+		in.OperationID = "good-" + string(rune('a'+i))
+		if _, err := b.client.Enqueue(ctx, in); err != nil {
+			t.Errorf("good input %d rejected: %v", i, err)
+		}
+	}
+}
+
+func TestConfigRejectsBadKinds(t *testing.T) {
+	t.Parallel()
+	if _, err := outbox.New(nil, outbox.Config{Kinds: map[string]outbox.KindSpec{"x": {DefaultFence: "sometimes"}}}); err == nil {
+		t.Fatal("a kind with a bad default fence was accepted")
+	}
+	c, err := outbox.New(nil, outbox.Config{Kinds: map[string]outbox.KindSpec{"noop": {DefaultFence: outbox.FenceCommit}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := c.Validate(outbox.Intent{Resource: "r", Epoch: 1, OperationID: "o", Kind: "noop", Payload: json.RawMessage(`{}`)})
+	if err != nil || in.Fence != outbox.FenceCommit || in.IdempotencyKey != "r/o" {
+		t.Fatalf("custom kind: %+v, %v", in, err)
+	}
+}
