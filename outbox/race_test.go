@@ -37,6 +37,7 @@ func TestNoStaleEnqueueUnderConcurrentTakeovers(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	resources := []string{"res-0", "res-1", "res-2"}
+	installGrantLog(t, b)
 	duration := 3 * time.Second
 	if testing.Short() {
 		duration = time.Second
@@ -151,6 +152,15 @@ func TestNoStaleEnqueueUnderConcurrentTakeovers(t *testing.T) {
 		t.Fatalf("%d accepted enqueues carried an epoch older than a grant completed before they started", len(v))
 	}
 
+	// The stronger check, in commit order: when each intent committed, its
+	// epoch was the resource's current epoch.
+	if v := checkCommitOrder(t, b); len(v) > 0 {
+		for _, s := range v[:min(len(v), 10)] {
+			t.Error(s)
+		}
+		t.Fatalf("%d intents committed with an epoch that was no longer current at commit", len(v))
+	}
+
 	// The outbox holds exactly the accepted enqueues, each with its epoch.
 	rows, err := b.pool.Query(ctx, `SELECT resource_id, operation_id, epoch FROM intents`)
 	if err != nil {
@@ -215,6 +225,82 @@ func checkNoStaleAccepted(grants, enqueues []op) []string {
 		if n > 0 && e.epoch < p.max[n-1] {
 			violations = append(violations, fmt.Sprintf("%s/%s: accepted epoch %d, but epoch %d was granted before it started",
 				e.resource, e.opID, e.epoch, p.max[n-1]))
+		}
+	}
+	return violations
+}
+
+// installGrantLog records every epoch change of a resource in a log table
+// (test-only), so the commit order of grants and intents can be compared.
+func installGrantLog(t *testing.T, b bundle) {
+	t.Helper()
+	ctx := context.Background()
+	var on string
+	if err := b.pool.QueryRow(ctx, `SHOW track_commit_timestamp`).Scan(&on); err != nil || on != "on" {
+		t.Fatalf("this test needs track_commit_timestamp=on on the test server (the test command sets it); got %q (%v)", on, err)
+	}
+	_, err := b.pool.Exec(ctx, `
+		CREATE TABLE grant_log (resource_id text NOT NULL, epoch bigint NOT NULL);
+		CREATE FUNCTION log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.epoch > 0 AND (TG_OP = 'INSERT' OR NEW.epoch <> OLD.epoch) THEN
+				INSERT INTO grant_log VALUES (NEW.resource_id, NEW.epoch);
+			END IF;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER log_grant AFTER INSERT OR UPDATE ON resources FOR EACH ROW EXECUTE FUNCTION log_grant();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkCommitOrder verifies invariant I1 from commit timestamps: for every
+// intent, the highest epoch granted by a transaction that committed before
+// the intent's transaction is the intent's own epoch.
+func checkCommitOrder(t *testing.T, b bundle) []string {
+	t.Helper()
+	ctx := context.Background()
+	type ev struct {
+		res   string
+		epoch int64
+		ts    time.Time
+		grant bool
+		opID  string
+	}
+	var evs []ev
+	load := func(q string, grant bool) {
+		rows, err := b.pool.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e := ev{grant: grant}
+			if err := rows.Scan(&e.res, &e.epoch, &e.ts, &e.opID); err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, e)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load(`SELECT resource_id, epoch, pg_xact_commit_timestamp(xmin), '' FROM grant_log`, true)
+	load(`SELECT resource_id, epoch, pg_xact_commit_timestamp(xmin), operation_id FROM intents`, false)
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts.Before(evs[j].ts) })
+	current := map[string]int64{}
+	var violations []string
+	for i, e := range evs {
+		if e.grant {
+			current[e.res] = max(current[e.res], e.epoch)
+			continue
+		}
+		// A grant with the very same commit timestamp is unordered against
+		// this intent: skip the comparison rather than guess.
+		tie := (i > 0 && evs[i-1].ts.Equal(e.ts)) || (i+1 < len(evs) && evs[i+1].ts.Equal(e.ts))
+		if !tie && e.epoch != current[e.res] {
+			violations = append(violations, fmt.Sprintf("intent %s/%s committed with epoch %d while the current epoch was %d",
+				e.res, e.opID, e.epoch, current[e.res]))
 		}
 	}
 	return violations

@@ -158,6 +158,9 @@ func (c *Cluster) start(ctx context.Context) error {
 		"-c", "shared_buffers=128MB",
 		"-c", "log_min_messages=warning",
 		"-c", "log_min_error_statement=panic",
+		// Commit timestamps let history checkers order transactions by
+		// commit (see outbox's race test).
+		"-c", "track_commit_timestamp=on",
 	}
 	if !c.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=on")

@@ -43,11 +43,18 @@ var (
 // Main runs the tests of a package and stops the throwaway cluster, if one
 // was started. Use it from TestMain: `func TestMain(m *testing.M) { testdb.Main(m) }`.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run runs the tests of a package, stops the throwaway cluster if one was
+// started, and returns the exit code instead of exiting, so TestMain can
+// check more (leaked goroutines, say) before it calls os.Exit.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if cluster != nil {
 		_ = cluster.Stop()
 	}
-	os.Exit(code)
+	return code
 }
 
 func setup() error {
