@@ -17,11 +17,11 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	marker []byte // when non-nil: drop the answer to the next request containing it
+	mu      sync.Mutex
+	marker  []byte // when non-nil: drop the answer to the next request containing it
 	dropped chan struct{}
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
 // New starts a proxy to target.
