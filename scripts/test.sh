@@ -18,6 +18,24 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
+echo "== tools"
+# Mailpit, a real SMTP server with a search API, for the email tests. Built
+# from the Go module proxy when missing (about 40 s to 2 min, once).
+gobin="$(go env GOBIN)"; gobin="${gobin:-$(go env GOPATH)/bin}"
+if [ -z "${MAILPIT_BIN:-}" ]; then
+	if command -v mailpit >/dev/null 2>&1; then
+		MAILPIT_BIN="$(command -v mailpit)"
+	else
+		if [ ! -x "$gobin/mailpit" ]; then
+			echo "building mailpit (once)…"
+			(cd /tmp && GOFLAGS=-mod=mod go install github.com/axllent/mailpit@v1.33.1)
+		fi
+		MAILPIT_BIN="$gobin/mailpit"
+	fi
+fi
+export MAILPIT_BIN
+echo "mailpit: $MAILPIT_BIN"
+
 echo "== tests"
 go build -o bin/testenv ./internal/cmd/testenv
 pkgs=("./...")

@@ -1,0 +1,242 @@
+package email
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Kind is the intent kind this adapter serves.
+const Kind = "email"
+
+// Defaults of Config.
+const (
+	DefaultDomain    = "fencegate.local"
+	DefaultTimeout   = 30 * time.Second
+	DefaultLocalName = "localhost"
+)
+
+// STARTTLS modes of Config.StartTLS.
+const (
+	// StartTLSNone never upgrades the connection.
+	StartTLSNone = "none"
+	// StartTLSOpportunistic upgrades when the server offers STARTTLS.
+	StartTLSOpportunistic = "opportunistic"
+	// StartTLSRequired refuses to send unless the connection is upgraded.
+	StartTLSRequired = "required"
+)
+
+// ErrLookupUnavailable is returned by Adapter.Lookup when no Lookup is
+// configured: the destination cannot be asked whether a message arrived.
+var ErrLookupUnavailable = errors.New("email: result lookup is unavailable (no lookup configured)")
+
+// Lookup finds a sent message at the destination by its Message-ID.
+type Lookup interface {
+	// Find reports whether a message whose Message-ID is exactly messageID
+	// (given with angle brackets) is at the destination, with details to
+	// record. An error means the destination could not be asked.
+	Find(ctx context.Context, messageID string) (found bool, info map[string]any, err error)
+}
+
+// Config configures an Adapter.
+type Config struct {
+	// Addr is the SMTP server's host:port. Required.
+	Addr string
+	// Domain is the right-hand side of generated Message-IDs.
+	// Default DefaultDomain ("fencegate.local").
+	Domain string
+	// LocalName is the host name sent in EHLO. Default "localhost".
+	LocalName string
+	// StartTLS is "none", "opportunistic" or "required".
+	// Default "opportunistic".
+	StartTLS string
+	// Username and Password enable AUTH PLAIN when Username is set. The
+	// password is only sent over TLS or to a loopback address (net/smtp's
+	// rule); otherwise every send fails permanently. Default: no AUTH.
+	Username, Password string
+	// InsecureSkipVerify disables TLS certificate verification. For tests
+	// only. Default false.
+	InsecureSkipVerify bool
+	// Timeout bounds one whole attempt, from dial to the final reply.
+	// Default 30s.
+	Timeout time.Duration
+	// Lookup enables result lookup (Adapter.Lookup). Default nil: none.
+	Lookup Lookup
+	// DedupsOnKey says the destination drops a second message with the
+	// same Message-ID, so an attempt with an unknown outcome may simply be
+	// sent again. Default false (plain SMTP and Mailpit do not; Mailpit
+	// does with --ignore-duplicate-ids).
+	DedupsOnKey bool
+	// Logger receives debug logs. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock for Date headers and sent_at. Default time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.Domain = cmp.Or(c.Domain, DefaultDomain)
+	c.LocalName = cmp.Or(c.LocalName, DefaultLocalName)
+	c.StartTLS = cmp.Or(c.StartTLS, StartTLSOpportunistic)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	host, port, err := net.SplitHostPort(c.Addr)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("email: Addr must be host:port, got %q", c.Addr)
+	}
+	switch c.StartTLS {
+	case StartTLSNone, StartTLSOpportunistic, StartTLSRequired:
+	default:
+		return fmt.Errorf("email: StartTLS must be %q, %q or %q, got %q",
+			StartTLSNone, StartTLSOpportunistic, StartTLSRequired, c.StartTLS)
+	}
+	if c.Password != "" && c.Username == "" {
+		return errors.New("email: Password is set without Username")
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("email: Timeout must be positive, got %s", c.Timeout)
+	}
+	if strings.ContainsAny(c.Domain, "<>@ \t\r\n") {
+		return fmt.Errorf("email: Domain %q is not a valid Message-ID domain", c.Domain)
+	}
+	if strings.ContainsAny(c.LocalName, " \t\r\n") {
+		return fmt.Errorf("email: LocalName %q is not a valid host name", c.LocalName)
+	}
+	return nil
+}
+
+// Adapter sends email intents over SMTP.
+type Adapter struct {
+	cfg    Config
+	host   string
+	logger *slog.Logger
+}
+
+var (
+	_ adapters.Executor = (*Adapter)(nil)
+	_ adapters.Looker   = (*Adapter)(nil)
+)
+
+// New returns an Adapter for cfg (after WithDefaults).
+func New(cfg Config) (*Adapter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(cfg.Addr)
+	return &Adapter{cfg: cfg, host: host, logger: cfg.Logger.With("component", "email")}, nil
+}
+
+// Kind returns "email".
+func (a *Adapter) Kind() string { return Kind }
+
+// CanLookup reports whether Lookup can answer (a Lookup is configured).
+func (a *Adapter) CanLookup() bool { return a.cfg.Lookup != nil }
+
+// DedupsOnKey reports whether the destination dedups on the Message-ID,
+// making a resend after an unknown outcome safe.
+func (a *Adapter) DedupsOnKey() bool { return a.cfg.DedupsOnKey }
+
+// MessageID returns the Message-ID this adapter sends for an idempotency
+// key.
+func (a *Adapter) MessageID(key string) string { return MessageID(key, a.cfg.Domain) }
+
+// Result is the JSON object recorded for a sent message.
+type Result struct {
+	MessageID    string    `json:"message_id"`
+	SMTPResponse string    `json:"smtp_response"`
+	Recipients   []string  `json:"recipients"`
+	SentAt       time.Time `json:"sent_at"`
+}
+
+// Execute sends req's message once. See the package documentation for how
+// failures are classified.
+func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	if req.IdempotencyKey == "" {
+		return adapters.Outcome{}, adapters.PermanentError(errors.New("email: intent has no idempotency key"))
+	}
+	p, env, err := parsePayload(req.Payload)
+	if err != nil {
+		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("email: %w", err))
+	}
+	id := a.MessageID(req.IdempotencyKey)
+	data, err := compose(p, headerInfo{
+		MessageID: id,
+		Key:       req.IdempotencyKey,
+		IntentID:  req.IntentID,
+		Epoch:     req.Epoch,
+		Date:      a.cfg.Now(),
+	})
+	if err != nil {
+		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("email: %w", err))
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	reply, err := a.send(ctx, env, data)
+	if err != nil {
+		a.logger.DebugContext(ctx, "email send failed", "intent_id", req.IntentID,
+			"message_id", id, "attempt", req.Attempt, "error", err)
+		return adapters.Outcome{}, err
+	}
+	a.logger.DebugContext(ctx, "email sent", "intent_id", req.IntentID,
+		"message_id", id, "attempt", req.Attempt, "smtp_response", reply)
+	res, err := json.Marshal(Result{
+		MessageID:    id,
+		SMTPResponse: reply,
+		Recipients:   env.Recipients,
+		SentAt:       a.cfg.Now().UTC(), // when the server accepted it
+	})
+	if err != nil {
+		// The message is out; failing here would invite a second send.
+		return adapters.Outcome{}, adapters.UnknownError(fmt.Errorf("email: encode result after send: %w", err))
+	}
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, nil
+}
+
+// Lookup asks the configured Lookup whether the message for req's
+// idempotency key arrived. Without one it returns ErrLookupUnavailable
+// (check CanLookup first). A failure to ask is retryable.
+func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
+	if a.cfg.Lookup == nil {
+		return adapters.Outcome{}, false, ErrLookupUnavailable
+	}
+	id := a.MessageID(req.IdempotencyKey)
+	found, info, err := a.cfg.Lookup.Find(ctx, id)
+	if err != nil {
+		return adapters.Outcome{}, false, adapters.RetryableError(fmt.Errorf("email: look up %s: %w", id, err))
+	}
+	if !found {
+		return adapters.Outcome{}, false, nil
+	}
+	res := make(map[string]any, len(info)+2)
+	for k, v := range info {
+		res[k] = v
+	}
+	// Set last: the lookup's details never overwrite these.
+	res["message_id"] = id
+	res["found_by"] = "lookup"
+	b, err := json.Marshal(res)
+	if err != nil {
+		return adapters.Outcome{}, false, fmt.Errorf("email: encode lookup result: %w", err)
+	}
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, true, nil
+}

@@ -1,0 +1,487 @@
+package email_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"net/smtp"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var keySeq atomic.Int64
+
+// uniqueKey returns an idempotency key no other test uses, so tests can
+// share nothing and still run in parallel.
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("%s/%d/%d", t.Name(), time.Now().UnixNano(), keySeq.Add(1))
+}
+
+func request(key string, payload map[string]any) adapters.Request {
+	if payload == nil {
+		payload = map[string]any{
+			"to":      []string{"Alice <alice@example.com>", "bob@example.com"},
+			"cc":      "carol@example.com",
+			"bcc":     []string{"dave@example.com"},
+			"from":    "Fencegate <gate@example.com>",
+			"subject": "Nightly report ✓",
+			"text":    "hello\n.a line starting with a dot\n",
+			"html":    "<p>hello</p>",
+		}
+	}
+	b, err := json.Marshal(payload)
+	if err != nil {
+		panic(err)
+	}
+	return adapters.Request{
+		IntentID:       42,
+		Resource:       "report/nightly",
+		Epoch:          34,
+		Kind:           "email",
+		IdempotencyKey: key,
+		Fence:          outbox.FenceCommit,
+		Payload:        b,
+		Attempt:        1,
+	}
+}
+
+func newAdapter(t *testing.T, cfg email.Config) *email.Adapter {
+	t.Helper()
+	a, err := email.New(cfg)
+	if err != nil {
+		t.Fatalf("email.New: %v", err)
+	}
+	return a
+}
+
+// noKeepAlive keeps goleak quiet about idle HTTP connections.
+func noKeepAlive() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+func decodeResult(t *testing.T, out adapters.Outcome) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(out.Result, &m); err != nil {
+		t.Fatalf("result %s: %v", out.Result, err)
+	}
+	return m
+}
+
+func TestMessageID(t *testing.T) {
+	t.Parallel()
+	a := email.MessageID("report/2026-12-01/alice", "")
+	if b := email.MessageID("report/2026-12-01/alice", ""); a != b {
+		t.Errorf("same key gave %s and %s", a, b)
+	}
+	if b := email.MessageID("report/2026-12-01/bob", ""); a == b {
+		t.Errorf("different keys gave the same id %s", a)
+	}
+	if !regexp.MustCompile(`^<[A-Z2-7]{26}@fencegate\.local>$`).MatchString(a) {
+		t.Errorf("MessageID = %q, want <26 base32 chars@fencegate.local>", a)
+	}
+	if got := email.MessageID("k", "mail.example.com"); !strings.HasSuffix(got, "@mail.example.com>") {
+		t.Errorf("MessageID with domain = %q", got)
+	}
+	// Pinned: the id is stored in results and searched for later, so it
+	// must not change between versions.
+	if got, want := email.MessageID("k", ""), "<"+pinnedK+"@fencegate.local>"; got != want {
+		t.Errorf("MessageID(k) = %s, want %s", got, want)
+	}
+}
+
+// pinnedK is the base32 of SHA-256("k"), first 26 characters.
+const pinnedK = "QJKMGKNJFBIPNVJZ3U3W6SAW5Y"
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  email.Config
+		ok   bool
+	}{
+		{"defaults", email.Config{Addr: "127.0.0.1:25"}, true},
+		{"no addr", email.Config{}, false},
+		{"no port", email.Config{Addr: "mail.example.com"}, false},
+		{"bad starttls", email.Config{Addr: "h:25", StartTLS: "always"}, false},
+		{"password without user", email.Config{Addr: "h:25", Password: "p"}, false},
+		{"bad domain", email.Config{Addr: "h:25", Domain: "a@b"}, false},
+		{"negative timeout", email.Config{Addr: "h:25", Timeout: -time.Second}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := email.New(tc.cfg)
+			if (err == nil) != tc.ok {
+				t.Errorf("New(%+v) error = %v, want ok=%v", tc.cfg, err, tc.ok)
+			}
+		})
+	}
+	d := email.Config{}.WithDefaults()
+	if d.Domain != "fencegate.local" || d.Timeout != 30*time.Second || d.StartTLS != "opportunistic" {
+		t.Errorf("defaults = %+v", d)
+	}
+}
+
+// TestMailpitSendAndLookup sends through a real Mailpit and finds the
+// message again by its exact Message-ID, while a decoy whose Message-ID
+// contains the searched id is not taken for it.
+func TestMailpitSendAndLookup(t *testing.T) {
+	t.Parallel()
+	mp := smtptest.StartMailpit(t)
+	ctx := context.Background()
+	a := newAdapter(t, email.Config{
+		Addr:   mp.SMTPAddr,
+		Lookup: &email.MailpitLookup{BaseURL: mp.BaseURL, Client: noKeepAlive()},
+	})
+	if !a.CanLookup() || a.DedupsOnKey() {
+		t.Fatalf("CanLookup=%v DedupsOnKey=%v, want true, false", a.CanLookup(), a.DedupsOnKey())
+	}
+
+	key := uniqueKey(t)
+	req := request(key, nil)
+	out, err := a.Execute(ctx, req)
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	if out.Status != outbox.StatusSucceeded {
+		t.Errorf("status = %s", out.Status)
+	}
+	res := decodeResult(t, out)
+	id := email.MessageID(key, "")
+	if res["message_id"] != id {
+		t.Errorf("result message_id = %v, want %s", res["message_id"], id)
+	}
+	if resp, _ := res["smtp_response"].(string); !strings.HasPrefix(resp, "250 ") || !strings.Contains(resp, "queued") {
+		t.Errorf("smtp_response = %q, want Mailpit's 250 … queued as …", resp)
+	}
+	if rc, _ := res["recipients"].([]any); len(rc) != 4 {
+		t.Errorf("recipients = %v, want to+cc+bcc (4)", res["recipients"])
+	}
+	if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(res["sent_at"])); err != nil {
+		t.Errorf("sent_at = %v: %v", res["sent_at"], err)
+	}
+
+	got, found, err := a.Lookup(ctx, req)
+	if err != nil || !found {
+		t.Fatalf("Lookup = %v, %v; want found", found, err)
+	}
+	lres := decodeResult(t, got)
+	if lres["message_id"] != id || lres["found_by"] != "lookup" || lres["mailpit_id"] == "" {
+		t.Errorf("lookup result = %v", lres)
+	}
+
+	// The decoy's Message-ID contains the id of a key never sent, so
+	// Mailpit's substring search returns it; the lookup must not.
+	missing := request(uniqueKey(t), nil)
+	bare := strings.Trim(email.MessageID(missing.IdempotencyKey, ""), "<>")
+	decoy := "<x" + bare + ">"
+	msg := "From: gate@example.com\r\nTo: alice@example.com\r\nSubject: decoy\r\nMessage-ID: " + decoy + "\r\n\r\ndecoy\r\n"
+	if err := smtp.SendMail(mp.SMTPAddr, nil, "gate@example.com", []string{"alice@example.com"}, []byte(msg)); err != nil {
+		t.Fatalf("send decoy: %v", err)
+	}
+	hits, err := smtptest.SearchMessageID(ctx, mp.BaseURL, bare)
+	if err != nil || len(hits) != 1 {
+		t.Fatalf("Mailpit search for %s = %v, %v; want the decoy as a substring hit", bare, hits, err)
+	}
+	if _, found, err := a.Lookup(ctx, missing); err != nil || found {
+		t.Errorf("Lookup of a never-sent key = found %v, %v; want not found despite the decoy", found, err)
+	}
+}
+
+// TestMailpitSameKeyTwice shows that Mailpit does not dedup: the same key
+// sent twice is two messages with one Message-ID. That is why DedupsOnKey
+// defaults to false and an unknown outcome is looked up, not re-sent.
+func TestMailpitSameKeyTwice(t *testing.T) {
+	t.Parallel()
+	mp := smtptest.StartMailpit(t)
+	ctx := context.Background()
+	a := newAdapter(t, email.Config{Addr: mp.SMTPAddr})
+	key := uniqueKey(t)
+	var ids []any
+	for range 2 {
+		out, err := a.Execute(ctx, request(key, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, decodeResult(t, out)["message_id"])
+	}
+	if ids[0] != ids[1] {
+		t.Errorf("same key gave Message-IDs %v and %v", ids[0], ids[1])
+	}
+	n, err := mp.CountMessageID(ctx, email.MessageID(key, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("Mailpit holds %d messages with the id, want 2", n)
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	s := smtptest.NewServer(t)
+	a := newAdapter(t, email.Config{Addr: s.Addr, Domain: "mail.example.com"})
+	key := "resource/op-1\r\nBcc: evil@example.com" // must not inject a header
+	if _, err := a.Execute(context.Background(), request(key, nil)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := s.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("server has %d messages", len(msgs))
+	}
+	m := msgs[0]
+	h, err := m.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.Get("Message-ID"), email.MessageID(key, "mail.example.com"); got != want || m.MessageID != want {
+		t.Errorf("Message-ID = %q, want %q", got, want)
+	}
+	var dec mime.WordDecoder
+	if got, _ := dec.DecodeHeader(h.Get("Idempotency-Key")); got != key {
+		t.Errorf("Idempotency-Key = %q (raw %q), want %q", got, h.Get("Idempotency-Key"), key)
+	}
+	if h.Get("X-Fencegate-Intent-Id") != "42" || h.Get("X-Fencegate-Epoch") != "34" {
+		t.Errorf("X-Fencegate headers = %q, %q", h.Get("X-Fencegate-Intent-Id"), h.Get("X-Fencegate-Epoch"))
+	}
+	if h.Get("Bcc") != "" || strings.Contains(string(m.Data), "dave@example.com") {
+		t.Error("Bcc recipient leaked into the message")
+	}
+	want := []string{"alice@example.com", "bob@example.com", "carol@example.com", "dave@example.com"}
+	if strings.Join(m.To, ",") != strings.Join(want, ",") || m.From != "gate@example.com" {
+		t.Errorf("envelope from %s to %v, want gate@example.com to %v", m.From, m.To, want)
+	}
+}
+
+// phaseOf returns the SMTP phase and reply code err carries.
+func phaseOf(t *testing.T, err error) (email.Phase, int) {
+	t.Helper()
+	var pe *email.PhaseError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v carries no *email.PhaseError", err)
+	}
+	return pe.Phase, pe.Code
+}
+
+type class int
+
+const (
+	permanent class = iota
+	retryable
+	unknown
+)
+
+func (c class) String() string { return [...]string{"permanent", "retryable", "unknown"}[c] }
+
+func classOf(err error) class {
+	switch {
+	case adapters.IsUnknown(err):
+		return unknown
+	case adapters.IsRetryable(err):
+		return retryable
+	}
+	return permanent
+}
+
+func TestFaultClassification(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		fault     smtptest.Fault
+		want      class
+		phase     email.Phase
+		code      int
+		delivered bool // the server kept the message
+	}{
+		{smtptest.Fault{At: smtptest.PhaseRcpt, Code: 450}, retryable, email.PhaseRcpt, 450, false},
+		{smtptest.Fault{At: smtptest.PhaseRcpt, Code: 550}, permanent, email.PhaseRcpt, 550, false},
+		{smtptest.Fault{At: smtptest.PhaseRcpt, Drop: true}, retryable, email.PhaseRcpt, 0, false},
+		{smtptest.Fault{At: smtptest.PhaseData, Code: 451}, retryable, email.PhaseFinalReply, 451, false},
+		{smtptest.Fault{At: smtptest.PhaseData, Code: 554}, permanent, email.PhaseFinalReply, 554, false},
+		// The server accepted the message and the connection dropped
+		// before its 250: the sender cannot know.
+		{smtptest.Fault{At: smtptest.PhaseData, Drop: true}, unknown, email.PhaseFinalReply, 0, true},
+		// Same, but the reply never comes and the attempt times out.
+		{smtptest.Fault{At: smtptest.PhaseData, Hang: true}, unknown, email.PhaseFinalReply, 0, true},
+	} {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			t.Parallel()
+			s := smtptest.NewServer(t)
+			s.SetFault(tc.fault)
+			cfg := email.Config{Addr: s.Addr, Lookup: s}
+			if tc.fault.Hang {
+				cfg.Timeout = time.Second // the attempt's bound is what ends it
+			}
+			a := newAdapter(t, cfg)
+			req := request(uniqueKey(t), nil)
+			out, err := a.Execute(context.Background(), req)
+			if err == nil {
+				t.Fatalf("Execute succeeded (%s), want %s", out.Result, tc.want)
+			}
+			if got := classOf(err); got != tc.want {
+				t.Errorf("class = %s, want %s (err %v)", got, tc.want, err)
+			}
+			if phase, code := phaseOf(t, err); phase != tc.phase || code != tc.code {
+				t.Errorf("phase, code = %s, %d; want %s, %d (err %v)", phase, code, tc.phase, tc.code, err)
+			}
+			// Result lookup settles what the error could not.
+			lout, found, lerr := a.Lookup(context.Background(), req)
+			if lerr != nil || found != tc.delivered {
+				t.Fatalf("Lookup = found %v, %v; want found %v", found, lerr, tc.delivered)
+			}
+			if found {
+				res := decodeResult(t, lout)
+				if res["found_by"] != "lookup" || res["message_id"] != email.MessageID(req.IdempotencyKey, "") ||
+					lout.Status != outbox.StatusSucceeded {
+					t.Errorf("lookup outcome = %s %v", lout.Status, res)
+				}
+			}
+		})
+	}
+}
+
+func TestDialFailureIsRetryable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	a := newAdapter(t, email.Config{Addr: addr})
+	_, err = a.Execute(context.Background(), request(uniqueKey(t), nil))
+	if classOf(err) != retryable {
+		t.Fatalf("err = %v, want retryable", err)
+	}
+	if phase, _ := phaseOf(t, err); phase != email.PhaseDial {
+		t.Errorf("phase = %s, want dial", phase)
+	}
+}
+
+// TestCancelledContextIsRetryable: a context cancelled while the
+// transaction is still before DATA leaves nothing sent.
+func TestCancelledContextIsRetryable(t *testing.T) {
+	t.Parallel()
+	s := smtptest.NewServer(t)
+	s.SetFault(smtptest.Fault{At: smtptest.PhaseRcpt, Hang: true})
+	a := newAdapter(t, email.Config{Addr: s.Addr})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := a.Execute(ctx, request(uniqueKey(t), nil))
+	if classOf(err) != retryable {
+		t.Fatalf("err = %v, want retryable", err)
+	}
+	if phase, _ := phaseOf(t, err); phase != email.PhaseRcpt {
+		t.Errorf("phase = %s, want rcpt", phase)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want it to wrap context.DeadlineExceeded", err)
+	}
+}
+
+func TestStartTLSAndAuth(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tlsAuth := smtptest.NewServer(t, smtptest.WithTLS(), smtptest.WithAuth("user", "secret"))
+	plain := smtptest.NewServer(t)
+
+	t.Run("required over TLS with auth", func(t *testing.T) {
+		a := newAdapter(t, email.Config{Addr: tlsAuth.Addr, StartTLS: "required",
+			InsecureSkipVerify: true, Username: "user", Password: "secret"})
+		if _, err := a.Execute(ctx, request(uniqueKey(t), nil)); err != nil {
+			t.Fatal(err)
+		}
+		m := tlsAuth.Messages()
+		if len(m) == 0 || !m[len(m)-1].TLS || m[len(m)-1].Username != "user" {
+			t.Errorf("message not sent over TLS as user: %+v", m)
+		}
+	})
+	t.Run("wrong password is permanent", func(t *testing.T) {
+		a := newAdapter(t, email.Config{Addr: tlsAuth.Addr, StartTLS: "required",
+			InsecureSkipVerify: true, Username: "user", Password: "wrong"})
+		_, err := a.Execute(ctx, request(uniqueKey(t), nil))
+		if classOf(err) != permanent {
+			t.Fatalf("err = %v, want permanent", err)
+		}
+		if phase, code := phaseOf(t, err); phase != email.PhaseAuth || code != 535 {
+			t.Errorf("phase, code = %s, %d; want auth, 535", phase, code)
+		}
+	})
+	t.Run("untrusted certificate is retryable", func(t *testing.T) {
+		a := newAdapter(t, email.Config{Addr: tlsAuth.Addr, StartTLS: "opportunistic"})
+		_, err := a.Execute(ctx, request(uniqueKey(t), nil))
+		if classOf(err) != retryable {
+			t.Fatalf("err = %v, want retryable", err)
+		}
+		if phase, _ := phaseOf(t, err); phase != email.PhaseStartTLS {
+			t.Errorf("phase = %s, want starttls", phase)
+		}
+	})
+	t.Run("required but not offered is permanent", func(t *testing.T) {
+		a := newAdapter(t, email.Config{Addr: plain.Addr, StartTLS: "required"})
+		_, err := a.Execute(ctx, request(uniqueKey(t), nil))
+		if classOf(err) != permanent {
+			t.Fatalf("err = %v, want permanent", err)
+		}
+		if len(plain.Messages()) != 0 {
+			t.Error("message sent in clear text")
+		}
+	})
+	t.Run("opportunistic without offer sends in clear", func(t *testing.T) {
+		a := newAdapter(t, email.Config{Addr: plain.Addr})
+		if _, err := a.Execute(ctx, request(uniqueKey(t), nil)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestBadPayloadIsPermanent(t *testing.T) {
+	t.Parallel()
+	s := smtptest.NewServer(t)
+	a := newAdapter(t, email.Config{Addr: s.Addr})
+	for name, p := range map[string]map[string]any{
+		"no to":      {"from": "a@example.com", "subject": "s", "text": "t"},
+		"bad to":     {"to": "not an address", "from": "a@example.com", "subject": "s", "text": "t"},
+		"no from":    {"to": "b@example.com", "subject": "s", "text": "t"},
+		"no body":    {"to": "b@example.com", "from": "a@example.com", "subject": "s"},
+		"to type":    {"to": 7, "from": "a@example.com", "subject": "s", "text": "t"},
+		"subject nl": {"to": "b@example.com", "from": "a@example.com", "subject": "a\r\nBcc: x@y.z", "text": "t"},
+	} {
+		_, err := a.Execute(context.Background(), request(uniqueKey(t), p))
+		if err == nil || classOf(err) != permanent {
+			t.Errorf("%s: err = %v, want permanent", name, err)
+		}
+	}
+	if n := len(s.Messages()); n != 0 {
+		t.Errorf("server got %d messages from bad payloads", n)
+	}
+}
+
+func TestLookupUnavailable(t *testing.T) {
+	t.Parallel()
+	a := newAdapter(t, email.Config{Addr: "127.0.0.1:25"})
+	if a.CanLookup() {
+		t.Error("CanLookup = true without a Lookup")
+	}
+	_, _, err := a.Lookup(context.Background(), request("k", nil))
+	if !errors.Is(err, email.ErrLookupUnavailable) {
+		t.Errorf("Lookup err = %v, want ErrLookupUnavailable", err)
+	}
+	if a.Kind() != "email" {
+		t.Errorf("Kind = %q", a.Kind())
+	}
+}

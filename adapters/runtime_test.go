@@ -1,0 +1,461 @@
+package adapters_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// destination is a fake external system at the edge of the world: it
+// records every effect per idempotency key, and can be told to fail.
+type destination struct {
+	mu      sync.Mutex
+	effects map[string]int // key → times executed
+	calls   int
+	// behave decides an Execute's result from its payload's "mode".
+	lookup bool
+	dedups bool
+}
+
+type testExec struct{ d *destination }
+
+func (e testExec) Kind() string { return "test" }
+
+func (e testExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	var p struct {
+		Mode      string `json:"mode"`
+		FailTimes int    `json:"fail_times"`
+	}
+	if err := json.Unmarshal(req.Payload, &p); err != nil {
+		return adapters.Outcome{}, adapters.PermanentError(err)
+	}
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	e.d.calls++
+	switch p.Mode {
+	case "retry":
+		if req.Attempt <= p.FailTimes {
+			return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("try again (attempt %d)", req.Attempt))
+		}
+	case "permanent":
+		return adapters.Outcome{}, adapters.PermanentError(errors.New("mailbox does not exist"))
+	case "lost-response":
+		// The effect happens, the answer is lost.
+		if e.d.effects[req.IdempotencyKey] == 0 {
+			e.d.effects[req.IdempotencyKey]++
+			return adapters.Outcome{}, adapters.UnknownError(errors.New("connection dropped after the effect"))
+		}
+	}
+	e.d.effects[req.IdempotencyKey]++
+	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "n": e.d.effects[req.IdempotencyKey]})
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, nil
+}
+
+func (e testExec) CanLookup() bool   { return e.d.lookup }
+func (e testExec) DedupsOnKey() bool { return e.d.dedups }
+
+func (e testExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	if e.d.effects[req.IdempotencyKey] == 0 {
+		return adapters.Outcome{}, false, nil
+	}
+	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "found_by": "lookup"})
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, true, nil
+}
+
+func (d *destination) count(key string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.effects[key]
+}
+
+type env struct {
+	pool   *pgxpool.Pool
+	issuer *lease.Issuer
+	client *outbox.Client
+	store  *idempotency.Store
+	dest   *destination
+	rt     *adapters.Runtime
+	epoch  int64
+}
+
+type opts struct {
+	lookup, dedups bool
+	unknown        adapters.UnknownPolicy
+	lockTimeout    time.Duration
+}
+
+func setup(t *testing.T, o opts) *env {
+	t.Helper()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	ns := natstest.Start(t)
+	nc := natstest.Connect(t, ns.URL)
+	kinds := outbox.DefaultKinds()
+	kinds["test"] = outbox.KindSpec{DefaultFence: outbox.FenceCommit}
+	client, err := outbox.New(pool, outbox.Config{Kinds: kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.New(pool, idempotency.Config{LockTimeout: o.lockTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatcher.New(pool, nc, dispatcher.Config{PollInterval: 50 * time.Millisecond, RelayTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	dest := &destination{effects: map[string]int{}, lookup: o.lookup, dedups: o.dedups}
+	rt, err := adapters.NewRuntime(pool, nc, store, client, adapters.Config{
+		Executors: []adapters.Executor{testExec{dest}},
+		RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+		MaxAttempts: 3, Unknown: o.unknown,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	l, err := lease.NewIssuer(pool).Acquire(ctx, "job", "worker-A", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{pool: pool, issuer: lease.NewIssuer(pool), client: client, store: store, dest: dest, rt: rt, epoch: l.Epoch}
+}
+
+func (e *env) enqueue(t *testing.T, op, key, payload string) int64 {
+	t.Helper()
+	res, err := e.client.Enqueue(context.Background(), outbox.Intent{
+		Resource: "job", Epoch: e.epoch, OperationID: op, Kind: "test", IdempotencyKey: key, Payload: json.RawMessage(payload)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.IntentID
+}
+
+// waitTerminal polls (with a deadline) until the intent has a final status.
+func (e *env) waitTerminal(t *testing.T, id int64) *outbox.Record {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, err := e.client.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status.Terminal() {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("intent %d still %s after 20s (last error %v)", id, rec.Status, rec.LastError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestExecutesOnceAndRecords(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{lookup: true})
+	id := e.enqueue(t, "op-1", "k-1", `{"mode":"ok"}`)
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded || rec.Attempts != 1 || rec.CompletedAt == nil {
+		t.Fatalf("record = %+v", rec)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(rec.Result, &res); err != nil || res["key"] != "k-1" {
+		t.Fatalf("result = %s", rec.Result)
+	}
+	if n := e.dest.count("k-1"); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+// A second intent with the same business key (another epoch, another
+// worker) gets the stored result; no second effect.
+func TestSameBusinessKeyAcrossEpochsExecutesOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{lookup: true})
+	ctx := context.Background()
+	first := e.enqueue(t, "A-run", "report/2026-12-01/alice", `{"mode":"ok"}`)
+	r1 := e.waitTerminal(t, first)
+	// B takes over and re-runs the job.
+	if _, err := e.issuer.Advance(ctx, "job", e.epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	e.epoch++
+	second := e.enqueue(t, "B-run", "report/2026-12-01/alice", `{"mode":"ok"}`)
+	r2 := e.waitTerminal(t, second)
+	if r2.Status != outbox.StatusSucceeded || string(r2.Result) != string(r1.Result) {
+		t.Fatalf("second intent = %s %s; want succeeded with the stored result %s", r2.Status, r2.Result, r1.Result)
+	}
+	if n := e.dest.count("report/2026-12-01/alice"); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+	// Same key, different content: conflict, never executed.
+	third := e.enqueue(t, "C-run", "report/2026-12-01/alice", `{"mode":"ok","extra":1}`)
+	r3 := e.waitTerminal(t, third)
+	if r3.Status != outbox.StatusFailed || r3.LastError == nil {
+		t.Fatalf("conflicting intent = %+v; want failed with a reason", r3)
+	}
+	if n := e.dest.count("report/2026-12-01/alice"); n != 1 {
+		t.Fatalf("effects after conflict = %d, want 1", n)
+	}
+}
+
+func TestRetryableThenSucceeds(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	id := e.enqueue(t, "op", "k", `{"mode":"retry","fail_times":2}`)
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded || rec.Attempts != 3 {
+		t.Fatalf("record = %s after %d attempts; want succeeded after 3", rec.Status, rec.Attempts)
+	}
+	if n := e.dest.count("k"); n != 1 {
+		t.Fatalf("effects = %d", n)
+	}
+}
+
+func TestRetryableExhaustedFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	id := e.enqueue(t, "op", "k", `{"mode":"retry","fail_times":99}`)
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusFailed || rec.Attempts != 3 || rec.LastError == nil {
+		t.Fatalf("record = %+v; want failed after 3 attempts with the reason", rec)
+	}
+	// The key was released (the effect never happened), so an operator's
+	// retry would execute again.
+	if _, err := e.store.Get(context.Background(), "test", "k"); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("key after exhausted retries: %v; want released", err)
+	}
+}
+
+func TestPermanentFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	id := e.enqueue(t, "op", "k", `{"mode":"permanent"}`)
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusFailed || rec.Attempts != 1 || rec.LastError == nil {
+		t.Fatalf("record = %+v", rec)
+	}
+}
+
+// Lost response, destination with lookup: the effect is found and recorded,
+// not repeated.
+func TestUnknownOutcomeResolvedByLookup(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{lookup: true})
+	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded {
+		t.Fatalf("status = %s", rec.Status)
+	}
+	var res map[string]any
+	_ = json.Unmarshal(rec.Result, &res)
+	if res["found_by"] != "lookup" {
+		t.Fatalf("result = %s; want found by lookup", rec.Result)
+	}
+	if n := e.dest.count("k"); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+// Lost response, no lookup, policy hold: unknown, never re-executed.
+func TestUnknownOutcomeHeld(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{unknown: adapters.UnknownHold})
+	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusUnknown {
+		t.Fatalf("status = %s, want unknown", rec.Status)
+	}
+	k, err := e.store.Get(context.Background(), "test", "k")
+	if err != nil || k.State != idempotency.StateHeld {
+		t.Fatalf("key = %+v, %v; want held", k, err)
+	}
+	// Another intent with the same key is not executed either.
+	id2 := e.enqueue(t, "op2", "k", `{"mode":"lost-response"}`)
+	if rec := e.waitTerminal(t, id2); rec.Status != outbox.StatusUnknown {
+		t.Fatalf("second intent = %s, want unknown", rec.Status)
+	}
+	if n := e.dest.count("k"); n != 1 {
+		t.Fatalf("effects = %d, want 1 (no resend)", n)
+	}
+}
+
+// Policy resend, but the destination does not dedup on our key: held anyway.
+func TestResendOnlyWhereDestinationDedups(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{unknown: adapters.UnknownResend, dedups: false})
+	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
+	if rec := e.waitTerminal(t, id); rec.Status != outbox.StatusUnknown {
+		t.Fatalf("status = %s, want unknown", rec.Status)
+	}
+	e2 := setup(t, opts{unknown: adapters.UnknownResend, dedups: true})
+	id = e2.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
+	if rec := e2.waitTerminal(t, id); rec.Status != outbox.StatusSucceeded {
+		t.Fatalf("status with a deduping destination = %s, want succeeded after resend", rec.Status)
+	}
+}
+
+// A crash between the effect and its record: an earlier attempt owns the key
+// and never completes. After its lock expires the redelivery looks the
+// outcome up and records it; the effect is not repeated.
+func TestAbandonedAttemptRecoveredByLookup(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{lookup: true, lockTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	// The crashed attempt: it began on the key, performed the effect, and
+	// died before Complete.
+	id := e.enqueueHeldBack(t, "op", "k2", `{"mode":"ok"}`)
+	d, err := e.store.Begin(ctx, "test", "k2", idempotency.Fingerprint("test", []byte(`{"mode":"ok"}`)), id)
+	if err != nil || d.Outcome != idempotency.OutcomeExecute {
+		t.Fatalf("begin = %+v, %v", d, err)
+	}
+	e.dest.mu.Lock()
+	e.dest.effects["k2"]++
+	e.dest.mu.Unlock()
+	e.release(t, id)
+	got := e.waitTerminal(t, id)
+	if got.Status != outbox.StatusSucceeded {
+		t.Fatalf("status = %s", got.Status)
+	}
+	var res map[string]any
+	_ = json.Unmarshal(got.Result, &res)
+	if res["found_by"] != "lookup" {
+		t.Fatalf("result = %s; want found by lookup", got.Result)
+	}
+	if n := e.dest.count("k2"); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+// enqueueHeldBack enqueues an intent parked under a long claim of a
+// dispatcher that does not exist, so it is not relayed until release.
+func (e *env) enqueueHeldBack(t *testing.T, op, key, payload string) int64 {
+	t.Helper()
+	tx, err := e.pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	res, err := e.client.EnqueueTx(context.Background(), tx, outbox.Intent{
+		Resource: "job", Epoch: e.epoch, OperationID: op, Kind: "test", IdempotencyKey: key, Payload: json.RawMessage(payload)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Park it inside the same transaction: no dispatcher can claim it.
+	if _, err := tx.Exec(context.Background(), `UPDATE intents SET claimed_by = 'parked-by-test', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return res.IntentID
+}
+
+func (e *env) release(t *testing.T, id int64) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(context.Background(), `SELECT pg_notify('fencegate_intents', '')`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Fence policy execute: when the resource moved on before execution, the
+// intent is superseded and never executed.
+func TestExecuteFenceSupersedes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	ctx := context.Background()
+	id := e.enqueueHeldBackFence(t, "op", "k", `{"mode":"ok"}`, outbox.FenceExecute)
+	if _, err := e.issuer.Advance(ctx, "job", e.epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	e.epoch++
+	e.release(t, id)
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusSuperseded {
+		t.Fatalf("status = %s, want superseded", rec.Status)
+	}
+	if n := e.dest.count("k"); n != 0 {
+		t.Fatalf("effects = %d, want 0", n)
+	}
+	// Fence commit: executed although the resource moved on (it was
+	// decided while its epoch was current).
+	id2 := e.enqueueHeldBackFence(t, "op2", "k2", `{"mode":"ok"}`, outbox.FenceCommit)
+	if _, err := e.issuer.Advance(ctx, "job", e.epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	e.release(t, id2)
+	if rec := e.waitTerminal(t, id2); rec.Status != outbox.StatusSucceeded || e.dest.count("k2") != 1 {
+		t.Fatalf("commit-fenced intent = %s, effects %d; want succeeded once", rec.Status, e.dest.count("k2"))
+	}
+}
+
+func (e *env) enqueueHeldBackFence(t *testing.T, op, key, payload string, fence outbox.Fence) int64 {
+	t.Helper()
+	tx, err := e.pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	res, err := e.client.EnqueueTx(context.Background(), tx, outbox.Intent{
+		Resource: "job", Epoch: e.epoch, OperationID: op, Kind: "test", IdempotencyKey: key, Fence: fence, Payload: json.RawMessage(payload)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `UPDATE intents SET claimed_by = 'parked-by-test', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return res.IntentID
+}
+
+// Redelivery of a message whose intent is already terminal: acked, nothing
+// executed again.
+func TestRedeliveryOfTerminalIntentIsSkipped(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	ctx := context.Background()
+	id := e.enqueue(t, "op", "k", `{"mode":"ok"}`)
+	e.waitTerminal(t, id)
+	// Force a re-relay: back to relayed with an old relayed_at.
+	if _, err := e.pool.Exec(ctx, `UPDATE intents SET status = 'relayed', relayed_at = now() - interval '1 hour' WHERE intent_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	// The key is completed, so even the redelivered intent gets Done.
+	rec := e.waitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded {
+		t.Fatalf("status = %s", rec.Status)
+	}
+	if n := e.dest.count("k"); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}

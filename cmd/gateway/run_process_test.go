@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/wire"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// syncBuffer is a bytes.Buffer safe for a process writing while a test
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// gatewayProc is a `gateway run` process.
+type gatewayProc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// startRun starts `gateway run` against the database and NATS server; it is
+// killed at the test's end if still running.
+func startRun(t *testing.T, env []string, dbURL, natsURL string, args ...string) *gatewayProc {
+	t.Helper()
+	cmd := exec.Command(gatewayBin, append([]string{"run", "--nats-url", natsURL}, args...)...)
+	cmd.Env = append(append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL), env...)
+	p := &gatewayProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("gateway run stderr:\n%s", p.stderr.String())
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *gatewayProc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("gateway run did not exit within %s", timeout)
+	}
+	var exit *exec.ExitError
+	switch {
+	case p.err == nil:
+		return 0
+	case errors.As(p.err, &exit):
+		return exit.ExitCode()
+	default:
+		t.Fatal(p.err)
+		return -1
+	}
+}
+
+func runPool(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	u := testdb.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return u, pool
+}
+
+// insertBacklog inserts n pending intents directly, the fast way to a large
+// backlog.
+func insertBacklog(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `
+		INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+		SELECT 'backlog', 1, 'op-' || g, 'file', 'key-' || g, 'execute',
+		       jsonb_build_object('target', 'out/' || g, 'content', repeat('x', 200))
+		FROM generate_series(1, $1) g`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last: %s)", timeout, what, state)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func scalar(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// streamIntents counts the stream's messages per intent id.
+func streamIntents(t *testing.T, natsURL string) map[int64]int {
+	t.Helper()
+	nc := natstest.Connect(t, natsURL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, wire.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]int{}
+	read := 0
+	for read < int(info.State.Msgs) && ctx.Err() == nil {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			id, err := wire.ParseIntentID(m.Headers().Get(wire.HeaderIntentID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[id]++
+			read++
+		}
+	}
+	if read < int(info.State.Msgs) {
+		t.Fatalf("read %d of %d messages", read, info.State.Msgs)
+	}
+	return out
+}
+
+// A dispatcher process killed with SIGKILL in the middle of a batch leaves
+// claims behind; another dispatcher relays those intents once the claims
+// expire (not before), and every intent is in the stream exactly once: the
+// ones the dead process published but never marked relayed are published
+// again under the same message id, which the duplicate window absorbs.
+func TestRunKill9MidBatch(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := runPool(t)
+	srv := natstest.Start(t)
+	const n = 6000
+	insertBacklog(t, pool, n)
+
+	// The pause before marking makes "mid-batch" certain: at any moment the
+	// victim holds claims on intents it published but has not marked.
+	victim := startRun(t, []string{"GATEWAY_TEST_PAUSE_BEFORE_MARK=20ms"}, dbURL, srv.URL, "--dispatcher-id", "victim", "--batch-size", "10",
+		"--max-in-flight", "20", "--claim-ttl", "3s", "--publish-timeout", "1s")
+	pollUntil(t, 30*time.Second, "the victim to be mid-way with claims held", func() (bool, string) {
+		relayed := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'relayed'`)
+		claimed := scalar(t, pool, `SELECT count(*) FROM intents WHERE claimed_by = 'victim'`)
+		return relayed >= 200 && claimed > 0, fmt.Sprintf("relayed=%d claimed=%d", relayed, claimed)
+	})
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	victim.wait(t, 10*time.Second)
+
+	// What the dead process left behind.
+	rows, err := pool.Query(context.Background(), `SELECT intent_id, claim_expires_at FROM intents WHERE claimed_by = 'victim'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[int64]time.Time{}
+	for rows.Next() {
+		var id int64
+		var exp time.Time
+		if err := rows.Scan(&id, &exp); err != nil {
+			t.Fatal(err)
+		}
+		left[id] = exp
+	}
+	rows.Close()
+	if len(left) == 0 {
+		t.Fatal("the killed dispatcher left no claim behind: not killed mid-batch")
+	}
+	pending := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'pending'`)
+	t.Logf("killed with %d claims held, %d intents pending", len(left), pending)
+
+	var mu sync.Mutex
+	claimedAt := map[int64]time.Time{}
+	nc := natstest.Connect(t, srv.URL)
+	d, err := dispatcher.New(pool, nc, dispatcher.Config{ID: "rescuer", BatchSize: 200, Hooks: dispatcher.Hooks{
+		Claimed: func(_ string, cs []dispatcher.Claim) {
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range cs {
+				if _, ok := claimedAt[c.IntentID]; !ok {
+					claimedAt[c.IntentID] = now
+				}
+			}
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	pollUntil(t, 60*time.Second, "every intent relayed and unclaimed", func() (bool, string) {
+		p := scalar(t, pool, `SELECT count(*) FROM intents WHERE status <> 'relayed' OR claimed_by IS NOT NULL`)
+		return p == 0, fmt.Sprintf("%d left", p)
+	})
+	mu.Lock()
+	for id, exp := range left {
+		at, ok := claimedAt[id]
+		switch {
+		case !ok:
+			t.Errorf("intent %d, claimed by the killed dispatcher, was never claimed by the rescuer", id)
+		case at.Before(exp.Add(-100 * time.Millisecond)):
+			t.Errorf("intent %d claimed by the rescuer at %s, before the dead claim expired at %s", id, at, exp)
+		}
+	}
+	mu.Unlock()
+
+	got := streamIntents(t, srv.URL)
+	if len(got) != n {
+		t.Errorf("%d distinct intents in the stream, want %d", len(got), n)
+	}
+	for id, c := range got {
+		if c != 1 {
+			t.Errorf("intent %d is in the stream %d times", id, c)
+		}
+	}
+}
+
+// SIGTERM while intents keep committing: `gateway run` exits 0 in bounded
+// time, leaves no intent claimed, and every intent it marked relayed is in
+// the stream.
+func TestRunSIGTERMUnderLoad(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := runPool(t)
+	srv := natstest.Start(t)
+	insertBacklog(t, pool, 5000)
+
+	ob, err := outbox.New(pool, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lease.NewIssuer(pool).Acquire(context.Background(), "load", "test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for j := 0; !stop.Load(); j++ {
+				_, err := ob.Enqueue(context.Background(), outbox.Intent{
+					Resource: "load", Epoch: l.Epoch, OperationID: fmt.Sprintf("w%d-%d", w, j), Kind: "file",
+					Payload: []byte(`{"target":"out/x","content":"y"}`),
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+
+	p := startRun(t, nil, dbURL, srv.URL, "--batch-size", "50")
+	pollUntil(t, 30*time.Second, "relaying under way", func() (bool, string) {
+		n := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'relayed'`)
+		return n >= 500, strconv.Itoa(n)
+	})
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("gateway run exited %d after SIGTERM, want 0", code)
+	}
+	t.Logf("exited 0 %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+	stop.Store(true)
+	wg.Wait()
+
+	if c := scalar(t, pool, `SELECT count(*) FROM intents WHERE claimed_by IS NOT NULL OR claim_expires_at IS NOT NULL`); c != 0 {
+		t.Errorf("%d intents left claimed after SIGTERM", c)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT intent_id FROM intents WHERE status = 'relayed'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var relayed []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		relayed = append(relayed, id)
+	}
+	rows.Close()
+	got := streamIntents(t, srv.URL)
+	for _, id := range relayed {
+		if got[id] != 1 {
+			t.Errorf("intent %d marked relayed, in the stream %d times", id, got[id])
+		}
+	}
+	pending := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'pending'`)
+	t.Logf("%d relayed, %d still pending at exit", len(relayed), pending)
+	if !strings.Contains(p.stderr.String(), "dispatcher: stopped") {
+		t.Errorf("no 'dispatcher: stopped' in the log:\n%s", p.stderr.String())
+	}
+}

@@ -1,0 +1,188 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/wire"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// BenchmarkRelay compares the relay's throughput on N pre-committed intents
+// (512-byte payloads) with raw JetStream async publishing of N messages of
+// the same size, headers and message ids, on the same server in the same
+// run. Metrics: relay_msgs/s, raw_msgs/s and relay/raw (goal ≥ 0.7).
+func BenchmarkRelay(b *testing.B) {
+	const n = 20000
+	e := setup(b)
+	ctx := context.Background()
+	// The stream exists before either side is timed.
+	if _, err := e.js.CreateOrUpdateStream(ctx, dispatcher.Config{}.StreamConfig()); err != nil {
+		b.Fatal(err)
+	}
+	var relayTime, rawTime time.Duration
+	var raw int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e.backlog(n, 512)
+		nc, err := nats.Connect(e.url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, err := dispatcher.New(e.pool, nc, dispatcher.Config{BatchSize: 1000, MaxInFlight: 8192, DisableListen: true,
+			PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+
+		start := time.Now()
+		if err := d.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			var left bool
+			if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intents WHERE status = 'pending')`).Scan(&left); err != nil {
+				b.Fatal(err)
+			}
+			if !left {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		relayTime += time.Since(start)
+		d.Stop()
+		nc.Close()
+
+		start = time.Now()
+		publishRaw(b, e.url, n, raw)
+		raw += n
+		rawTime += time.Since(start)
+	}
+	b.StopTimer()
+	relayRate := float64(n*b.N) / relayTime.Seconds()
+	rawRate := float64(n*b.N) / rawTime.Seconds()
+	b.ReportMetric(relayRate, "relay_msgs/s")
+	b.ReportMetric(rawRate, "raw_msgs/s")
+	b.ReportMetric(relayRate/rawRate, "relay/raw")
+	b.ReportMetric(0, "ns/op")
+}
+
+// publishRaw publishes n 512-byte messages with async publish and the same
+// window as the relay, and waits for every PubAck.
+func publishRaw(b *testing.B, url string, n, offset int) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"target":"out/x","content":"` + strings.Repeat("x", 512-30) + `"}`)
+	for i := range n {
+		id := int64(1_000_000_000 + offset + i)
+		m := nats.NewMsg(wire.Subject("raw"))
+		m.Data = body
+		m.Header.Set(jetstream.MsgIDHeader, wire.MsgID(id, 1))
+		m.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
+		m.Header.Set(wire.HeaderResource, "backlog")
+		m.Header.Set(wire.HeaderEpoch, "1")
+		m.Header.Set(wire.HeaderKind, "raw")
+		m.Header.Set(wire.HeaderIdempotencyKey, "key")
+		m.Header.Set(wire.HeaderFence, "execute")
+		m.Header.Set(wire.HeaderRelay, "1")
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatal("raw publish: PubAcks did not complete")
+	}
+}
+
+// BenchmarkEnqueueNotify measures what the NOTIFY in every enqueue costs:
+// PostgreSQL takes a global lock at commit to queue the notification, which
+// can serialise commits. 16 goroutines, each on its own resource, run
+// fenced enqueues with outbox.Config{DisableNotify: false} and then true, on
+// one database with a dispatcher-like listener connected. Metrics:
+// notify_on_enq/s, notify_off_enq/s and on/off.
+func BenchmarkEnqueueNotify(b *testing.B) {
+	const workers, perWorker = 16, 250
+	e := setup(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// A listener, as a running dispatcher would have.
+	lconn, err := pgx.Connect(ctx, e.pool.Config().ConnString())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := lconn.Exec(ctx, "LISTEN "+dispatcher.NotifyChannel); err != nil {
+		b.Fatal(err)
+	}
+	var lwg sync.WaitGroup
+	lwg.Go(func() {
+		for {
+			if _, err := lconn.WaitForNotification(ctx); err != nil {
+				return
+			}
+		}
+	})
+	defer func() { cancel(); lwg.Wait(); _ = lconn.Close(context.Background()) }()
+
+	epochs := make([]int64, workers)
+	for w := range workers {
+		epochs[w] = e.acquire("notify-" + strconv.Itoa(w))
+	}
+	run := func(disable bool, round int) time.Duration {
+		ob, err := outbox.New(e.pool, outbox.Config{DisableNotify: disable})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		start := time.Now()
+		for w := range workers {
+			wg.Go(func() {
+				res := "notify-" + strconv.Itoa(w)
+				for j := range perWorker {
+					op := fmt.Sprintf("r%d-%t-%d", round, disable, j)
+					if _, err := ob.Enqueue(ctx, fileIntent(res, epochs[w], op, 200)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	var on, off time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// Alternate, so drift in the machine's load hits both alike.
+		off += run(true, 2*i)
+		on += run(false, 2*i+1)
+	}
+	b.StopTimer()
+	total := float64(workers * perWorker * b.N)
+	onRate, offRate := total/on.Seconds(), total/off.Seconds()
+	b.ReportMetric(onRate, "notify_on_enq/s")
+	b.ReportMetric(offRate, "notify_off_enq/s")
+	b.ReportMetric(onRate/offRate, "on/off")
+	b.ReportMetric(0, "ns/op")
+}

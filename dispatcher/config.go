@@ -1,0 +1,167 @@
+package dispatcher
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Config's fields.
+const (
+	DefaultBatchSize       = 256
+	DefaultMaxInFlight     = 4096
+	DefaultClaimTTL        = 30 * time.Second
+	DefaultRelayTimeout    = 30 * time.Second
+	DefaultPollInterval    = time.Second
+	DefaultPublishTimeout  = 10 * time.Second
+	DefaultStreamReplicas  = 1
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultBacklogInterval = 5 * time.Second
+	DefaultDBTimeout       = 10 * time.Second
+)
+
+// Config configures a Dispatcher. The zero value of every field means its
+// default.
+type Config struct {
+	// ID names this dispatcher in intents.claimed_by. It must be unique among
+	// running dispatchers: Stop releases every claim held under it.
+	// Default: "<hostname>-<pid>-<random>".
+	ID string
+	// BatchSize is the most intents one claim takes. Default: 256.
+	BatchSize int
+	// MaxInFlight bounds the published messages awaiting their PubAck, over
+	// all batches. At least BatchSize. Default: 4096.
+	MaxInFlight int
+	// ClaimTTL is how long a claim lasts. A dispatcher that dies holding
+	// claims delays those intents by up to ClaimTTL; a claim that expires
+	// while its holder is still publishing lets a second dispatcher publish
+	// the same message id, absorbed by the duplicate window. Longer than
+	// PublishTimeout. Default: 30s.
+	ClaimTTL time.Duration
+	// RelayTimeout is how long an intent may stay `relayed` without an
+	// outcome before it is published again. Default: 30s.
+	RelayTimeout time.Duration
+	// PollInterval is the fallback wake-up when no notification arrives.
+	// Default: 1s.
+	PollInterval time.Duration
+	// PublishTimeout is how long a message waits for its PubAck before it
+	// counts as a publish error. Default: 10s.
+	PublishTimeout time.Duration
+	// DisableListen turns off LISTEN fencegate_intents; the dispatcher then
+	// only polls.
+	DisableListen bool
+	// StreamReplicas is the stream's replica count. Default: 1 (production
+	// clusters use 3).
+	StreamReplicas int
+	// DuplicateWindow is the stream's duplicate-detection window. Keep it
+	// longer than ClaimTTL, so a message published again after an expired
+	// claim is still recognised. Default: 2m.
+	DuplicateWindow time.Duration
+	// BacklogInterval is how often the pending-backlog gauge is refreshed.
+	// Default: 5s.
+	BacklogInterval time.Duration
+	// DBTimeout bounds each database statement. Default: 10s.
+	DBTimeout time.Duration
+	// NewBackoff returns the backoff policy applied after publish or database
+	// errors. Default: exponential from 100ms to 30s, ±50% jitter, never
+	// giving up.
+	NewBackoff func() backoff.BackOff
+	// Registerer registers the dispatcher's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+	// Logger. Nil: discard.
+	Logger *slog.Logger
+	// Now is the clock used for latency metrics. Default: time.Now.
+	Now func() time.Time
+	// Hooks are called at points of the relay loop, for tests. Zero: none.
+	Hooks Hooks
+}
+
+// Hooks observe the relay loop. They run on the dispatcher's goroutines and
+// must not block for long.
+type Hooks struct {
+	// Claimed is called after a claim committed, with what it claimed.
+	Claimed func(dispatcherID string, claims []Claim)
+	// Acked is called with a batch's intents that got their PubAck, before
+	// they are marked relayed: a crash here leaves published intents
+	// claimed and `pending`.
+	Acked func(dispatcherID string, intentIDs []int64)
+}
+
+// Claim is one intent a dispatcher claimed.
+type Claim struct {
+	IntentID int64
+	// Relay is the relay number the claim publishes (relay_count+1).
+	Relay int
+	// Rerelay is true when the intent had been relayed before and timed out.
+	Rerelay bool
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.ID = cmp.Or(c.ID, defaultID())
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, max(DefaultMaxInFlight, c.BatchSize))
+	c.ClaimTTL = cmp.Or(c.ClaimTTL, DefaultClaimTTL)
+	c.RelayTimeout = cmp.Or(c.RelayTimeout, DefaultRelayTimeout)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.StreamReplicas = cmp.Or(c.StreamReplicas, DefaultStreamReplicas)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DefaultDuplicateWindow)
+	c.BacklogInterval = cmp.Or(c.BacklogInterval, DefaultBacklogInterval)
+	c.DBTimeout = cmp.Or(c.DBTimeout, DefaultDBTimeout)
+	if c.NewBackoff == nil {
+		c.NewBackoff = DefaultBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// DefaultBackoff is Config.NewBackoff's default: exponential from 100ms to
+// 30s with ±50% jitter, never giving up.
+func DefaultBackoff() backoff.BackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(30*time.Second),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.BatchSize < 1:
+		return fmt.Errorf("dispatcher: BatchSize must be at least 1, got %d", c.BatchSize)
+	case c.MaxInFlight < c.BatchSize:
+		return fmt.Errorf("dispatcher: MaxInFlight (%d) must be at least BatchSize (%d)", c.MaxInFlight, c.BatchSize)
+	case c.ClaimTTL <= c.PublishTimeout:
+		return fmt.Errorf("dispatcher: ClaimTTL (%s) must be longer than PublishTimeout (%s)", c.ClaimTTL, c.PublishTimeout)
+	case c.RelayTimeout <= 0, c.PollInterval <= 0, c.PublishTimeout <= 0, c.BacklogInterval <= 0, c.DBTimeout <= 0:
+		return fmt.Errorf("dispatcher: durations must be positive")
+	case c.StreamReplicas < 1 || c.StreamReplicas > 5:
+		return fmt.Errorf("dispatcher: StreamReplicas must be 1 to 5, got %d", c.StreamReplicas)
+	case c.DuplicateWindow < time.Second:
+		return fmt.Errorf("dispatcher: DuplicateWindow must be at least 1s, got %s", c.DuplicateWindow)
+	case len(c.ID) > 200:
+		return fmt.Errorf("dispatcher: ID is longer than 200 bytes")
+	}
+	return nil
+}
+
+func defaultID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "dispatcher"), os.Getpid(), hex.EncodeToString(b))
+}

@@ -1,0 +1,686 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencegate/fencegate/internal/wire"
+)
+
+// NotifyChannel is the PostgreSQL channel the fenced enqueue notifies at
+// commit.
+const NotifyChannel = "fencegate_intents"
+
+var (
+	errNotConnected = errors.New("dispatcher: not connected to NATS")
+	errPublish      = errors.New("dispatcher: publishes failed")
+)
+
+// Dispatcher relays committed intents from PostgreSQL to JetStream. Create it
+// with New, run it with Start, end it with Stop.
+type Dispatcher struct {
+	pool *pgxpool.Pool
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	stopped chan struct{}
+	stopOne sync.Once
+
+	// wake holds at most one pending wake-up for the claim loop.
+	wake chan struct{}
+	// slots is the in-flight window: one token per message awaiting its
+	// PubAck.
+	slots chan struct{}
+	// failed is set by the ack loop when a batch had publish errors; the
+	// claim loop backs off before claiming again.
+	failed      atomic.Bool
+	streamReady atomic.Bool
+}
+
+// New returns a Dispatcher relaying the intents of the database behind pool
+// (the primary) over nc. It creates its own JetStream context on nc; the
+// caller keeps ownership of pool and nc and closes them after Stop.
+func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
+	if pool == nil || nc == nil {
+		return nil, errors.New("dispatcher: a pool and a NATS connection are required")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: register metrics: %w", err)
+	}
+	// The async publish timeout resolves every PubAck future within
+	// PublishTimeout, so a lost PubAck becomes an error instead of a slot
+	// held forever.
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(cfg.MaxInFlight),
+		jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
+	}
+	return &Dispatcher{
+		pool:    pool,
+		nc:      nc,
+		js:      js,
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
+		m:       m,
+		stopped: make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		slots:   make(chan struct{}, cfg.MaxInFlight),
+	}, nil
+}
+
+// ID returns the dispatcher's id, the value of claimed_by on its claims.
+func (d *Dispatcher) ID() string { return d.cfg.ID }
+
+// StreamConfig returns the configuration of the stream GATEWAY_INTENTS the
+// dispatcher creates or updates at start.
+func (c Config) StreamConfig() jetstream.StreamConfig {
+	c = c.WithDefaults()
+	return jetstream.StreamConfig{
+		Name:       wire.Stream,
+		Subjects:   []string{wire.SubjectAll},
+		Storage:    jetstream.FileStorage,
+		Replicas:   c.StreamReplicas,
+		Duplicates: c.DuplicateWindow,
+	}
+}
+
+// Start creates or updates the stream and starts relaying; it returns once
+// the dispatcher runs. If the stream cannot be set up yet (NATS down), Start
+// logs it and the relay loop keeps trying. The dispatcher stops when ctx is
+// cancelled or Stop is called.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("dispatcher: already started")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.started = true
+	ctx, d.cancel = context.WithCancel(ctx)
+	if err := d.ensureStream(ctx); err != nil {
+		d.log.Warn("dispatcher: stream not ready; will retry", "stream", wire.Stream, "error", err)
+	}
+
+	// The batch queue holds what fits in the in-flight window; with the slots
+	// it bounds the memory and the claims held at once.
+	batches := make(chan *batch, d.cfg.MaxInFlight/d.cfg.BatchSize+1)
+	var wg sync.WaitGroup
+	wg.Go(func() { d.claimLoop(ctx, batches) })
+	wg.Go(func() { d.ackLoop(ctx, batches) })
+	if !d.cfg.DisableListen {
+		wg.Go(func() { d.listenLoop(ctx) })
+	}
+	go func() {
+		wg.Wait()
+		// Last, after both loops ended: no claim can be taken any more, so
+		// releasing everything held under our id leaves nothing claimed.
+		// This also catches a claim whose reply we never read.
+		d.releaseAll()
+		d.log.Info("dispatcher: stopped")
+		d.stopOne.Do(func() { close(d.stopped) })
+	}()
+	d.log.Info("dispatcher: started", "batch_size", d.cfg.BatchSize, "max_in_flight", d.cfg.MaxInFlight,
+		"claim_ttl", d.cfg.ClaimTTL, "relay_timeout", d.cfg.RelayTimeout, "poll_interval", d.cfg.PollInterval)
+	return nil
+}
+
+// Stop stops claiming, waits for the PubAcks of what was published (up to
+// PublishTimeout), marks those intents relayed, returns every other claim,
+// and returns when the dispatcher has stopped.
+func (d *Dispatcher) Stop() {
+	d.mu.Lock()
+	if !d.started {
+		d.started = true
+		d.stopOne.Do(func() { close(d.stopped) })
+	}
+	cancel := d.cancel
+	d.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	<-d.stopped
+}
+
+// Stopped is closed when the dispatcher has stopped.
+func (d *Dispatcher) Stopped() <-chan struct{} { return d.stopped }
+
+// poke wakes the claim loop, once however often it is called meanwhile.
+func (d *Dispatcher) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dbCtx returns a context for one statement. It is detached from ctx's
+// cancellation on purpose: a claim cancelled mid-flight may commit on the
+// server after we gave up on it, and would stay claimed until it expires.
+// Letting each statement finish (bounded by DBTimeout) means that when a
+// loop ends, everything it claimed is known, and released or marked.
+func (d *Dispatcher) dbCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.DBTimeout)
+}
+
+func (d *Dispatcher) ensureStream(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.DBTimeout)
+	defer cancel()
+	if _, err := d.js.CreateOrUpdateStream(ctx, d.cfg.StreamConfig()); err != nil {
+		return fmt.Errorf("create or update stream %s: %w", wire.Stream, err)
+	}
+	d.streamReady.Store(true)
+	return nil
+}
+
+// intent is a claimed intent, as much as the message needs.
+type intent struct {
+	id         int64
+	resource   string
+	epoch      int64
+	kind       string
+	key        string
+	fence      string
+	payload    []byte
+	relayCount int
+	rerelay    bool
+	createdAt  time.Time
+}
+
+// batch is one claim on its way through publish and PubAck.
+type batch struct {
+	intents []intent
+	// futures are the PubAck futures of intents[:len(futures)]; the rest
+	// were not published.
+	futures []jetstream.PubAckFuture
+	// claimedAt is when the claim committed, by the local monotonic clock.
+	claimedAt time.Time
+}
+
+// claimLoop claims and publishes batches until ctx ends, then closes
+// batches so the ack loop can finish.
+func (d *Dispatcher) claimLoop(ctx context.Context, batches chan<- *batch) {
+	defer close(batches)
+	bo := d.cfg.NewBackoff()
+	poll := time.NewTimer(0) // the first round runs at once
+	defer poll.Stop()
+	var lastBacklog time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-poll.C:
+		}
+		// Claim again at once while claims come back full; back off after
+		// any error so a broken NATS or PostgreSQL is not a busy loop.
+		for ctx.Err() == nil {
+			if time.Since(lastBacklog) >= d.cfg.BacklogInterval {
+				d.sampleBacklog(ctx)
+				lastBacklog = time.Now()
+			}
+			n, err := d.round(ctx, batches)
+			if err == nil && d.failed.Swap(false) {
+				err = errPublish
+			}
+			if err != nil {
+				wait := bo.NextBackOff()
+				if ctx.Err() == nil {
+					d.log.Warn("dispatcher: relay failed; backing off", "error", err, "backoff", wait)
+				}
+				if !sleep(ctx, wait) {
+					return
+				}
+				continue
+			}
+			bo.Reset()
+			if n < d.cfg.BatchSize {
+				break
+			}
+		}
+		poll.Reset(d.cfg.PollInterval)
+	}
+}
+
+// round claims one batch, publishes it and hands it to the ack loop. It
+// returns how many intents it claimed.
+func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch) (int, error) {
+	// Claim nothing we cannot publish: a claim held while NATS is away only
+	// delays the intents for another dispatcher that may be connected.
+	if !d.nc.IsConnected() {
+		return 0, errNotConnected
+	}
+	if !d.streamReady.Load() {
+		if err := d.ensureStream(ctx); err != nil {
+			return 0, err
+		}
+	}
+	intents, err := d.claim(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(intents) == 0 {
+		return 0, nil
+	}
+	b := &batch{intents: intents, claimedAt: time.Now()}
+	if h := d.cfg.Hooks.Claimed; h != nil {
+		claims := make([]Claim, len(intents))
+		for i, in := range intents {
+			claims[i] = Claim{IntentID: in.id, Relay: in.relayCount + 1, Rerelay: in.rerelay}
+		}
+		h(d.cfg.ID, claims)
+	}
+	err = d.publish(ctx, b)
+	// Always hand the batch on, even after an error: the ack loop marks what
+	// was acknowledged and returns the rest of the claim.
+	batches <- b
+	return len(intents), err
+}
+
+// claimSQL claims up to $2 intents for dispatcher $1 until now()+$4 µs:
+// first relayed intents whose relay timed out ($3 µs) with no outcome, then
+// pending intents in id order.
+//
+// FOR UPDATE SKIP LOCKED lets two dispatchers claim at once without waiting
+// on each other's rows, and never both the same row: a row another claim is
+// writing is skipped, and once that claim has committed the claim check
+// (claim_expires_at absent or past), re-evaluated on the newest row version,
+// rejects it. The claim is written into the row rather than held as a lock
+// because publishing outlives this statement's transaction; the expiry is
+// what hands a crashed dispatcher's claims back to the pool.
+//
+// There is no high-water mark: a pending intent is found by its status, so a
+// transaction that commits a lower id after a higher one was relayed is
+// still picked up by the next claim.
+const claimSQL = `
+WITH stale AS (
+	SELECT intent_id FROM intents
+	WHERE status = 'relayed'
+	  AND relayed_at < now() - $3 * interval '1 microsecond'
+	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
+	ORDER BY relayed_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), pending AS (
+	SELECT intent_id FROM intents
+	WHERE status = 'pending'
+	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
+	ORDER BY intent_id
+	LIMIT $2 - (SELECT count(*) FROM stale)
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE intents i
+SET claimed_by = $1, claim_expires_at = now() + $4 * interval '1 microsecond'
+FROM (SELECT intent_id FROM stale UNION ALL SELECT intent_id FROM pending) c
+WHERE i.intent_id = c.intent_id
+RETURNING i.intent_id, i.resource_id, i.epoch, i.kind, i.idempotency_key, i.fence,
+	i.payload::text, i.relay_count, i.status = 'relayed', i.created_at`
+
+func (d *Dispatcher) claim(ctx context.Context) ([]intent, error) {
+	dctx, cancel := d.dbCtx(ctx)
+	defer cancel()
+	rows, err := d.pool.Query(dctx, claimSQL, d.cfg.ID, d.cfg.BatchSize,
+		d.cfg.RelayTimeout.Microseconds(), d.cfg.ClaimTTL.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	intents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (intent, error) {
+		var in intent
+		var payload string
+		err := r.Scan(&in.id, &in.resource, &in.epoch, &in.kind, &in.key, &in.fence,
+			&payload, &in.relayCount, &in.rerelay, &in.createdAt)
+		in.payload = []byte(payload)
+		return in, err
+	})
+	if err != nil {
+		// The claim may have committed: its rows stay claimed until they
+		// expire, or until releaseAll at stop.
+		return nil, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	d.m.claimed.Add(float64(len(intents)))
+	// Re-relays first (they are the oldest work), then pending in id order.
+	slices.SortStableFunc(intents, func(a, b intent) int {
+		if a.rerelay != b.rerelay {
+			if a.rerelay {
+				return -1
+			}
+			return 1
+		}
+		return int(a.id - b.id)
+	})
+	return intents, nil
+}
+
+func (d *Dispatcher) message(in intent) *nats.Msg {
+	relay := in.relayCount + 1
+	msg := nats.NewMsg(wire.Subject(in.kind))
+	msg.Data = in.payload
+	// The message id is new for each relay attempt: a re-relay after the
+	// relay timeout must not be swallowed by the duplicate window, while a
+	// second publish within one attempt (a claim that expired mid-publish,
+	// a crash before marking relayed) must be.
+	msg.Header.Set(jetstream.MsgIDHeader, wire.MsgID(in.id, relay))
+	msg.Header.Set(wire.HeaderIntentID, strconv.FormatInt(in.id, 10))
+	msg.Header.Set(wire.HeaderResource, in.resource)
+	msg.Header.Set(wire.HeaderEpoch, strconv.FormatInt(in.epoch, 10))
+	msg.Header.Set(wire.HeaderKind, in.kind)
+	msg.Header.Set(wire.HeaderIdempotencyKey, in.key)
+	msg.Header.Set(wire.HeaderFence, in.fence)
+	msg.Header.Set(wire.HeaderRelay, strconv.Itoa(relay))
+	return msg
+}
+
+// publish publishes b's intents asynchronously, each taking a slot of the
+// in-flight window. It stops early on shutdown, on a publish error, or when
+// the claim is too close to its expiry for a PubAck to arrive in time.
+func (d *Dispatcher) publish(ctx context.Context, b *batch) error {
+	// Past this point a PubAck might come after the claim expired and
+	// another dispatcher took the intent: stop publishing and return the
+	// rest, so a claim's holder is the only publisher in the normal case.
+	latest := b.claimedAt.Add(d.cfg.ClaimTTL - d.cfg.PublishTimeout)
+	for _, in := range b.intents {
+		select {
+		case d.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil // shutting down: the ack loop returns the rest
+		}
+		if time.Now().After(latest) {
+			<-d.slots
+			return errors.New("dispatcher: claim too close to expiry to publish")
+		}
+		f, err := d.js.PublishMsgAsync(d.message(in))
+		if err != nil {
+			<-d.slots
+			d.m.publishErrors.Inc()
+			d.streamReady.Store(false)
+			return fmt.Errorf("publish intent %d: %w", in.id, err)
+		}
+		b.futures = append(b.futures, f)
+	}
+	return nil
+}
+
+// ackLoop settles batches in the order they were published until the
+// claim loop closes batches.
+func (d *Dispatcher) ackLoop(ctx context.Context, batches <-chan *batch) {
+	for b := range batches {
+		d.settle(ctx, b)
+	}
+}
+
+// settle waits for b's PubAcks, marks the acknowledged intents relayed and
+// returns the claims of the others.
+func (d *Dispatcher) settle(ctx context.Context, b *batch) {
+	var (
+		okIDs    []int64
+		failed   []int64
+		firstErr error
+	)
+	// Every future resolves within PublishTimeout (the async publish
+	// timeout); the extra second only guards against a future that never
+	// does.
+	timer := time.NewTimer(d.cfg.PublishTimeout + time.Second)
+	defer timer.Stop()
+	timedOut := false
+	for i, f := range b.futures {
+		in := b.intents[i]
+		if timedOut {
+			failed = append(failed, in.id)
+			<-d.slots
+			continue
+		}
+		select {
+		case <-f.Ok():
+			okIDs = append(okIDs, in.id)
+			d.m.published.Inc()
+			if in.rerelay {
+				d.m.rerelayed.Inc()
+			}
+			d.m.latency.Observe(d.cfg.Now().Sub(in.createdAt).Seconds())
+		case err := <-f.Err():
+			failed = append(failed, in.id)
+			firstErr = cmpErr(firstErr, err)
+			d.m.publishErrors.Inc()
+		case <-timer.C:
+			timedOut = true
+			failed = append(failed, in.id)
+			firstErr = cmpErr(firstErr, errors.New("no PubAck in time"))
+			d.m.publishErrors.Inc()
+		}
+		<-d.slots
+	}
+	for _, in := range b.intents[len(b.futures):] {
+		failed = append(failed, in.id)
+	}
+	if firstErr != nil {
+		d.failed.Store(true)
+		// The stream may be gone (deleted by an operator, a server that
+		// lost its store): set it up again before the next publish.
+		d.streamReady.Store(false)
+		if ctx.Err() == nil {
+			d.log.Warn("dispatcher: publish failed; returning claims", "failed", len(failed), "error", firstErr)
+		}
+	}
+	// Only now, after the PubAck: an intent marked relayed before the
+	// stream stored its message would be lost if the publish failed, until
+	// the relay timeout. The reverse order (acknowledged, then a crash
+	// before this update) publishes the same message id again, which the
+	// duplicate window absorbs.
+	if len(okIDs) > 0 {
+		if h := d.cfg.Hooks.Acked; h != nil {
+			h(d.cfg.ID, okIDs)
+		}
+		d.markRelayed(ctx, b, okIDs)
+	}
+	if len(failed) > 0 {
+		d.release(ctx, b, failed)
+	}
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// markRelayedSQL marks acknowledged intents relayed and clears the claim.
+// It touches only rows still claimed by us ($2): if our claim expired and
+// another dispatcher took the intent meanwhile, this update leaves it alone
+// (that dispatcher publishes the same message id, deduplicated by the
+// stream, and marks it itself). relay_count cannot have moved under our
+// claim: only the claim holder increments it, here. An adapter may have
+// recorded an outcome already (it does not look at claims); a terminal
+// status is kept.
+const markRelayedSQL = `
+UPDATE intents SET
+	status = CASE WHEN status IN ('pending', 'relayed') THEN 'relayed' ELSE status END,
+	relayed_at = CASE WHEN status IN ('pending', 'relayed') THEN now() ELSE relayed_at END,
+	relay_count = relay_count + 1,
+	claimed_by = NULL, claim_expires_at = NULL, updated_at = now()
+WHERE intent_id = ANY($1) AND claimed_by = $2`
+
+// releaseSQL returns claims without relaying.
+const releaseSQL = `
+UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL
+WHERE intent_id = ANY($1) AND claimed_by = $2`
+
+func (d *Dispatcher) markRelayed(ctx context.Context, b *batch, ids []int64) {
+	n, err := d.execUntil(ctx, b, "mark intents relayed", markRelayedSQL, ids, d.cfg.ID)
+	if err != nil {
+		// The claims expire and the intents are published again under the
+		// same message ids, which the duplicate window absorbs.
+		d.log.Error("dispatcher: could not mark published intents relayed; they will be published again after the claim expires",
+			"intents", len(ids), "error", err)
+		return
+	}
+	if lost := len(ids) - int(n); lost > 0 {
+		d.m.claimsLost.Add(float64(lost))
+		d.log.Warn("dispatcher: claims expired before the intents were marked relayed", "intents", lost)
+	}
+}
+
+func (d *Dispatcher) release(ctx context.Context, b *batch, ids []int64) {
+	if _, err := d.execUntil(ctx, b, "return claims", releaseSQL, ids, d.cfg.ID); err != nil {
+		d.log.Error("dispatcher: could not return claims; they return when they expire", "intents", len(ids), "error", err)
+	}
+}
+
+// execUntil runs a statement, retrying with backoff while the batch's claim
+// lasts (on shutdown, a few seconds at most): past the expiry the rows are
+// someone else's to handle.
+func (d *Dispatcher) execUntil(ctx context.Context, b *batch, what, sql string, args ...any) (int64, error) {
+	deadline := b.claimedAt.Add(d.cfg.ClaimTTL)
+	bo := d.cfg.NewBackoff()
+	for {
+		dctx, cancel := d.dbCtx(ctx)
+		tag, err := d.pool.Exec(dctx, sql, args...)
+		cancel()
+		if err == nil {
+			return tag.RowsAffected(), nil
+		}
+		err = fmt.Errorf("%s: %w", what, err)
+		wait := bo.NextBackOff()
+		if ctx.Err() != nil {
+			deadline = minTime(deadline, time.Now().Add(2*time.Second))
+		}
+		if wait == backoff.Stop || time.Now().Add(wait).After(deadline) {
+			return 0, err
+		}
+		d.log.Warn("dispatcher: database error; retrying", "error", err, "backoff", wait)
+		time.Sleep(wait)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// releaseAllSQL returns every claim of dispatcher $1. Only pending and
+// relayed intents are ever claimed, and the status predicates let PostgreSQL
+// find them through the small partial indexes instead of scanning the table.
+const releaseAllSQL = `
+UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL
+WHERE claimed_by = $1 AND (status = 'pending' OR status = 'relayed')`
+
+// releaseAll returns every claim held under our id. It runs once both loops
+// have ended, so nothing can claim after it.
+func (d *Dispatcher) releaseAll() {
+	bo := d.cfg.NewBackoff()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DBTimeout)
+		tag, err := d.pool.Exec(ctx, releaseAllSQL, d.cfg.ID)
+		cancel()
+		if err == nil {
+			if n := tag.RowsAffected(); n > 0 {
+				d.log.Info("dispatcher: returned claims at stop", "intents", n)
+			}
+			return
+		}
+		wait := bo.NextBackOff()
+		if time.Now().Add(wait).After(deadline) {
+			d.log.Error("dispatcher: could not return claims at stop; they return when they expire", "error", err)
+			return
+		}
+		time.Sleep(wait)
+	}
+}
+
+func (d *Dispatcher) sampleBacklog(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(ctx, d.cfg.DBTimeout)
+	defer cancel()
+	var n int64
+	if err := d.pool.QueryRow(dctx, `SELECT count(*) FROM intents WHERE status = 'pending'`).Scan(&n); err != nil {
+		if ctx.Err() == nil {
+			d.log.Debug("dispatcher: sample backlog", "error", err)
+		}
+		return
+	}
+	d.m.backlog.Set(float64(n))
+}
+
+// listenLoop keeps a connection LISTENing on NotifyChannel and pokes the
+// claim loop on every notification, reconnecting with backoff.
+func (d *Dispatcher) listenLoop(ctx context.Context) {
+	bo := d.cfg.NewBackoff()
+	for {
+		err := d.listen(ctx, bo)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := bo.NextBackOff()
+		d.log.Warn("dispatcher: listen failed; polling meanwhile", "error", err, "backoff", wait)
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+func (d *Dispatcher) listen(ctx context.Context, bo backoff.BackOff) error {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("listen: acquire connection: %w", err)
+	}
+	// The connection leaves the pool: it is LISTENing, and handing it to
+	// someone else would deliver them our notifications.
+	conn := c.Hijack()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	bo.Reset()
+	// Notifications sent while we were not listening are lost: look once.
+	d.poke()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("listen: wait for notification: %w", err)
+		}
+		d.poke()
+	}
+}
+
+// sleep waits for d or ctx's end; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

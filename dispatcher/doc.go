@@ -1,0 +1,46 @@
+// Package dispatcher is the relay daemon: it moves committed intents from
+// PostgreSQL's outbox (the intents table) to the NATS JetStream stream
+// GATEWAY_INTENTS, where adapters pick them up.
+//
+// # What it guarantees
+//
+//   - Every committed intent is published, whatever the order in which
+//     transactions committed: the dispatcher claims `pending` rows in id order
+//     by their status, never by a high-water mark, so an intent whose
+//     transaction committed after a higher id's is found on the next claim.
+//     Rolled-back intents are never seen.
+//   - Two dispatchers never hold the same intent at once. A claim is taken
+//     with FOR UPDATE SKIP LOCKED and recorded in the row (claimed_by,
+//     claim_expires_at); another dispatcher only takes a row whose claim is
+//     absent or expired. The expiry is what returns a crashed dispatcher's
+//     claims to the pool.
+//   - An intent becomes `relayed` only after JetStream acknowledged its
+//     message (PubAck). A crash between the two publishes it again, with the
+//     same Nats-Msg-Id, which the stream's duplicate window absorbs.
+//   - PostgreSQL is the truth, NATS is transport. An intent still `relayed`
+//     (no outcome recorded by an adapter) after Config.RelayTimeout is
+//     claimed and published again with a new message id (relay_count+1), so a
+//     message lost inside NATS never loses an intent. Adapters guarantee a
+//     single execution of an intent relayed more than once.
+//   - Publish errors and database errors back off exponentially with jitter;
+//     claims that could not be published are cleared at once so another
+//     dispatcher can take them.
+//   - Stop returns every claim it holds: after Stop, no row is claimed by
+//     this dispatcher.
+//
+// # Waking up
+//
+// The dispatcher LISTENs on the channel fencegate_intents, which the fenced
+// enqueue NOTIFYs at commit, and polls every Config.PollInterval as a
+// fallback (a lost notification, a listener reconnecting, re-relays, an
+// enqueue with NOTIFY disabled). While a claim comes back full it claims
+// again at once.
+//
+// # The message
+//
+// Subject gateway.intents.<kind>; Nats-Msg-Id wire.MsgID(intent id, relay);
+// headers from package wire (intent id, resource, epoch, kind, idempotency
+// key, fence, relay number starting at 1); body: the intent's payload, for
+// observability only. An adapter loads the intent from PostgreSQL before
+// acting: the message only points at it.
+package dispatcher

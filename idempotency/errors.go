@@ -1,0 +1,81 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// ErrLostOwnership is matched (errors.Is) by an *OwnershipError: the
+// attempt's token is no longer the key's current token (another attempt took
+// the key over, it was released, or it was swept), so the attempt may not
+// write the key's outcome. Nothing was written.
+var ErrLostOwnership = errors.New("attempt lost ownership of the idempotency key")
+
+// ErrNotFound is returned when no key matches.
+var ErrNotFound = errors.New("idempotency key not found")
+
+// ErrNotHeld is returned by Unhold when the key is not held.
+var ErrNotHeld = errors.New("idempotency key is not held")
+
+// ErrIntentNotFound is returned when the intent id names no intent. Nothing
+// was written.
+var ErrIntentNotFound = errors.New("intent not found")
+
+// ErrIntentTerminal is matched by an *IntentTerminalError: Begin refuses to
+// start an attempt for an intent that already has its final status (for
+// example cancelled by an operator). Nothing was written.
+var ErrIntentTerminal = errors.New("intent already has a final status")
+
+// ErrInvalid is matched by an *InvalidError.
+var ErrInvalid = errors.New("invalid input")
+
+// OwnershipError says which attempt lost the key and who holds it now.
+type OwnershipError struct {
+	Kind  string
+	Key   string
+	Token int64
+	// CurrentToken is the key's current token, 0 when the key is gone.
+	CurrentToken int64
+	// State is the key's current state, "" when the key is gone.
+	State State
+}
+
+func (e *OwnershipError) Error() string {
+	if e.State == "" {
+		return fmt.Sprintf("idempotency key %s/%q: attempt token %d lost ownership: the key no longer exists", e.Kind, e.Key, e.Token)
+	}
+	return fmt.Sprintf("idempotency key %s/%q: attempt token %d lost ownership: key is %s with token %d", e.Kind, e.Key, e.Token, e.State, e.CurrentToken)
+}
+
+// Is reports whether target is ErrLostOwnership.
+func (e *OwnershipError) Is(target error) bool { return target == ErrLostOwnership }
+
+// IntentTerminalError names the intent and its final status.
+type IntentTerminalError struct {
+	IntentID int64
+	Status   outbox.Status
+}
+
+func (e *IntentTerminalError) Error() string {
+	return fmt.Sprintf("intent %d is already %s", e.IntentID, e.Status)
+}
+
+// Is reports whether target is ErrIntentTerminal.
+func (e *IntentTerminalError) Is(target error) bool { return target == ErrIntentTerminal }
+
+// InvalidError names the argument that is wrong.
+type InvalidError struct {
+	Field   string
+	Message string
+}
+
+func (e *InvalidError) Error() string { return "idempotency: " + e.Field + ": " + e.Message }
+
+// Is reports whether target is ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
+}

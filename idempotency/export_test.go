@@ -1,0 +1,6 @@
+package idempotency
+
+import "context"
+
+// SweepOnce exposes one sweep batch to the tests.
+func (s *Store) SweepOnce(ctx context.Context) (int, error) { return s.sweepOnce(ctx) }

@@ -1,0 +1,775 @@
+package idempotency
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Defaults of Config's fields.
+const (
+	DefaultLockTimeout   = 5 * time.Minute
+	DefaultRetention     = 30 * 24 * time.Hour
+	DefaultSweepInterval = 10 * time.Minute
+	DefaultSweepBatch    = 1000
+)
+
+// Limits on arguments, in bytes. MaxKeyLen matches the intents table's
+// idempotency_key limit.
+const (
+	MaxKindLen        = 64
+	MaxKeyLen         = 255
+	MaxFingerprintLen = 128
+)
+
+// Config configures a Store.
+type Config struct {
+	// LockTimeout is how long an attempt owns a key after Begin (or Extend):
+	// a started attempt older than this without completion counts as
+	// abandoned and the next Begin answers Recover. It must exceed the
+	// longest execution of an effect. Default: 5 minutes.
+	LockTimeout time.Duration
+	// Retention is how long a completed key is kept, from its completion,
+	// before Sweep deletes it. Default: 30 days.
+	Retention time.Duration
+	// SweepInterval is how often a Sweeper sweeps. Default: 10 minutes.
+	SweepInterval time.Duration
+	// SweepBatch is how many keys one sweep statement deletes at most, so
+	// no sweep holds many row locks for long. Default: 1000.
+	SweepBatch int
+	// Logger receives the sweeper's reports and takeovers of abandoned
+	// attempts. Nil: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	c.SweepBatch = cmp.Or(c.SweepBatch, DefaultSweepBatch)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.LockTimeout < time.Millisecond || c.LockTimeout > 24*time.Hour:
+		return invalid("lock_timeout", "must be between 1ms and 24h, got %s", c.LockTimeout)
+	case c.Retention < time.Second:
+		return invalid("retention", "must be at least 1s, got %s", c.Retention)
+	case c.SweepInterval < time.Millisecond:
+		return invalid("sweep_interval", "must be at least 1ms, got %s", c.SweepInterval)
+	case c.SweepBatch < 1 || c.SweepBatch > 100_000:
+		return invalid("sweep_batch", "must be between 1 and 100000, got %d", c.SweepBatch)
+	}
+	return nil
+}
+
+// Store is the idempotency key store. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+}
+
+// New returns a Store over pool, which must point at the primary: ownership
+// of a key is never decided on a replica that may lag.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, invalid("pool", "must not be nil")
+	}
+	return &Store{pool: pool, cfg: cfg}, nil
+}
+
+// Config returns the store's configuration, defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+// Outcome is Begin's answer.
+type Outcome string
+
+// Begin's outcomes. Exactly one is returned.
+const (
+	// OutcomeExecute: the key was new; this attempt owns it and may perform
+	// the effect.
+	OutcomeExecute Outcome = "execute"
+	// OutcomeDone: the effect was completed before with the same
+	// fingerprint; the Decision carries its Status, Result and the intent
+	// that completed it. Do not execute.
+	OutcomeDone Outcome = "done"
+	// OutcomeBusy: another attempt owns the key and its lock is fresh, or
+	// the key is held with an unknown outcome. Do not execute.
+	OutcomeBusy Outcome = "busy"
+	// OutcomeRecover: an earlier attempt started and was abandoned (its lock
+	// expired). This attempt now owns the key with a new token and must
+	// look the outcome up at the destination before doing anything.
+	OutcomeRecover Outcome = "recover"
+	// OutcomeConflict: the key is used for a different fingerprint. Never
+	// execute.
+	OutcomeConflict Outcome = "conflict"
+)
+
+// State is a key's state.
+type State string
+
+// Key states.
+const (
+	// StateStarted: an attempt owns the key until LockedUntil.
+	StateStarted State = "started"
+	// StateCompleted: the outcome (succeeded or failed) is recorded.
+	StateCompleted State = "completed"
+	// StateHeld: the outcome is unknown; nothing is started automatically
+	// until an operator calls Unhold.
+	StateHeld State = "held"
+)
+
+// Decision is Begin's answer.
+type Decision struct {
+	// Outcome says what the caller may do.
+	Outcome Outcome
+	// Token is the attempt token (Execute, Recover) to pass to Complete,
+	// Release and Extend. It is unique across all keys and never reused.
+	Token int64
+	// Result is the recorded result (Done; Busy on a held key: what the
+	// attempt with the unknown outcome recorded, if anything).
+	Result json.RawMessage
+	// Status is the recorded final status (Done: succeeded or failed; Busy
+	// on a held key: unknown).
+	Status outbox.Status
+	// OwnerIntentID is the intent whose attempt owns the key (Execute,
+	// Recover: intentID; Busy: the other attempt's, or the one whose
+	// outcome is unknown), completed it (Done), or holds the existing
+	// fingerprint (Conflict).
+	OwnerIntentID int64
+	// LockedUntil is when the owning attempt's lock expires, by
+	// PostgreSQL's clock (Execute, Recover: this attempt's; Busy: the
+	// other's; zero on a held key). Don't compare it with a local clock;
+	// use RetryAfter.
+	LockedUntil time.Time
+	// RetryAfter is, for Busy, how long until the other attempt's lock
+	// expires, as measured by PostgreSQL; zero on a held key.
+	RetryAfter time.Duration
+	// Held is true for Busy on a key held with an unknown outcome: retrying
+	// does not help until an operator calls Unhold.
+	Held bool
+	// Attempts is the intent's attempt count after this Begin (Execute,
+	// Recover; from 1); zero for the other outcomes, which count no
+	// attempt.
+	Attempts int
+}
+
+// Key is a key's row, for tests and operators.
+type Key struct {
+	Kind          string          `json:"kind"`
+	Key           string          `json:"key"`
+	Fingerprint   string          `json:"fingerprint"`
+	State         State           `json:"state"`
+	Token         int64           `json:"token"`
+	OwnerIntentID int64           `json:"owner_intent_id"`
+	FirstIntentID int64           `json:"first_intent_id"`
+	LockedUntil   *time.Time      `json:"locked_until"`
+	Status        outbox.Status   `json:"status,omitempty"`
+	Result        json.RawMessage `json:"result"`
+	LastError     *string         `json:"last_error"`
+	// Attempts counts the ownerships of the key (Execute and Recover).
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	CompletedAt *time.Time `json:"completed_at"`
+}
+
+// terminalStatuses are the intent statuses after which nothing changes an
+// intent automatically; derived from outbox so the two never disagree.
+var terminalStatuses = func() []string {
+	var out []string
+	for _, s := range []outbox.Status{
+		outbox.StatusPending, outbox.StatusRelayed, outbox.StatusSucceeded, outbox.StatusFailed,
+		outbox.StatusSuperseded, outbox.StatusUnknown, outbox.StatusCancelled,
+	} {
+		if s.Terminal() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}()
+
+func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
+
+func nullJSON(r json.RawMessage) any {
+	if len(r) == 0 {
+		return nil
+	}
+	return string(r)
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func checkName(field, v string, max int) error {
+	switch {
+	case v == "":
+		return invalid(field, "must not be empty")
+	case len(v) > max:
+		return invalid(field, "must be at most %d bytes, got %d", max, len(v))
+	}
+	return nil
+}
+
+func checkKey(kind, key string) error {
+	if err := checkName("kind", kind, MaxKindLen); err != nil {
+		return err
+	}
+	return checkName("key", key, MaxKeyLen)
+}
+
+func checkResult(r json.RawMessage) error {
+	if len(r) > 0 && !json.Valid(r) {
+		return invalid("result", "must be valid JSON")
+	}
+	return nil
+}
+
+// inTx runs fn in a READ COMMITTED transaction and commits it. The rollback
+// is deferred with a context that is not cancelled, so a cancelled ctx never
+// leaves a transaction open on a pooled connection.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Begin decides, in one transaction, whether the attempt of intent intentID
+// to perform the effect with the given fingerprint under (kind, key) may go
+// ahead. See Outcome for the five answers. Execute and Recover also count an
+// attempt on the intent (intents.attempts) in the same transaction; for an
+// intent that already has a final status (e.g. cancelled) they are refused
+// with an *IntentTerminalError and nothing is written, so an operator's
+// cancel and an attempt's start are ordered by the intent's row lock.
+func (s *Store) Begin(ctx context.Context, kind, key, fingerprint string, intentID int64) (Decision, error) {
+	if err := checkKey(kind, key); err != nil {
+		return Decision{}, err
+	}
+	if err := checkName("fingerprint", fingerprint, MaxFingerprintLen); err != nil {
+		return Decision{}, err
+	}
+	if intentID < 1 {
+		return Decision{}, invalid("intent_id", "must be at least 1, got %d", intentID)
+	}
+	var d Decision
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		d, err = s.begin(ctx, tx, kind, key, fingerprint, intentID)
+		return err
+	})
+	if err != nil {
+		var ie *IntentTerminalError
+		if errors.As(err, &ie) || errors.Is(err, ErrIntentNotFound) {
+			return Decision{}, err
+		}
+		return Decision{}, fmt.Errorf("idempotency: begin %s/%q: %w", kind, key, err)
+	}
+	if d.Outcome == OutcomeRecover {
+		s.cfg.Logger.Warn("idempotency: taking over an abandoned attempt",
+			"kind", kind, "key", key, "intent_id", intentID, "token", d.Token)
+	}
+	return d, nil
+}
+
+func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint string, intentID int64) (Decision, error) {
+	lock := interval(s.cfg.LockTimeout)
+	// The loop runs more than once only when the key's row disappears
+	// between the two statements (Release or Sweep deleted it): then the
+	// INSERT is tried again. Under READ COMMITTED each statement sees what
+	// committed before it started, so the retry sees the deletion.
+	for range 10 {
+		// 1. Try to create the key. The primary key is the arbiter: of
+		//    concurrent Begins of a new key exactly one inserts; the others
+		//    wait for its transaction and, once it commits, do nothing.
+		//    Reading first ("SELECT … FOR UPDATE; if absent, INSERT") would
+		//    not work: a row that does not exist cannot be locked, so two
+		//    attempts could both see no row and both decide to execute.
+		//    clock_timestamp(), not now(): now() is the transaction's start
+		//    and would shorten the lock by however long we waited.
+		var d Decision
+		err := tx.QueryRow(ctx, `
+			INSERT INTO idempotency_keys
+				(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until)
+			VALUES ($1, $2, $3, 'started', $4, $4, clock_timestamp() + $5::interval)
+			ON CONFLICT (kind, idempotency_key) DO NOTHING
+			RETURNING token, locked_until`,
+			kind, key, fingerprint, intentID, lock).Scan(&d.Token, &d.LockedUntil)
+		if err == nil {
+			d.Outcome, d.OwnerIntentID = OutcomeExecute, intentID
+			// Counted in the same transaction as the key: if the intent
+			// cannot take an attempt, the key is not created either.
+			d.Attempts, err = countAttempt(ctx, tx, intentID)
+			return d, err
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return Decision{}, fmt.Errorf("insert key: %w", err)
+		}
+
+		// 2. The key exists (committed: ON CONFLICT waited for its
+		//    inserter). Lock its row: every decision below is taken on the
+		//    row as it is while we hold the lock, and any takeover we write
+		//    is the only one — a concurrent Begin waits here and then sees
+		//    our new token and fresh lock, so two attempts never both
+		//    Recover the same abandoned attempt.
+		//    "fresh" is computed by PostgreSQL's clock when the row is read.
+		//    If we waited for the lock and the row was updated meanwhile,
+		//    PostgreSQL re-reads it and recomputes; if it was only locked,
+		//    the clock value may be a little old, which can only make an
+		//    expired lock look fresh (Busy: retry later), never the reverse.
+		var (
+			fp, state           string
+			token, owner        int64
+			lockedUntil         *time.Time
+			status              *string
+			result              []byte
+			fresh               *bool
+			retryAfterMicrosecs *int64
+		)
+		err = tx.QueryRow(ctx, `
+			SELECT fingerprint, state, token, owner_intent_id, locked_until, status, result,
+			       locked_until > clock_timestamp(),
+			       (extract(epoch FROM greatest(locked_until - clock_timestamp(), interval '0')) * 1000000)::bigint
+			FROM idempotency_keys
+			WHERE kind = $1 AND idempotency_key = $2
+			FOR UPDATE`,
+			kind, key).Scan(&fp, &state, &token, &owner, &lockedUntil, &status, &result, &fresh, &retryAfterMicrosecs)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // deleted since step 1: try to create it again
+		}
+		if err != nil {
+			return Decision{}, fmt.Errorf("lock key: %w", err)
+		}
+
+		// 3. Decide. The fingerprint comes first: whatever the key's state,
+		//    different content under the same key is never executed, and
+		//    never takes over someone else's attempt.
+		if fp != fingerprint {
+			return Decision{Outcome: OutcomeConflict, OwnerIntentID: owner}, nil
+		}
+		switch State(state) {
+		case StateCompleted:
+			d = Decision{Outcome: OutcomeDone, OwnerIntentID: owner, Result: result}
+			if status != nil {
+				d.Status = outbox.Status(*status)
+			}
+			return d, nil
+		case StateHeld:
+			// The outcome of an attempt is unknown. Re-executing could
+			// perform the effect twice and taking over would only lead to
+			// the same unknown, so the key waits for an operator (Unhold).
+			return Decision{Outcome: OutcomeBusy, Held: true, Status: outbox.StatusUnknown, OwnerIntentID: owner, Result: result}, nil
+		case StateStarted:
+			if fresh != nil && *fresh {
+				d = Decision{Outcome: OutcomeBusy, OwnerIntentID: owner, LockedUntil: *lockedUntil}
+				if retryAfterMicrosecs != nil {
+					d.RetryAfter = time.Duration(*retryAfterMicrosecs) * time.Microsecond
+				}
+				return d, nil
+			}
+			// The owner's lock expired: the attempt is abandoned. Take
+			// over with a new token, so the abandoned attempt's Complete
+			// and Release no longer match and it cannot overwrite what
+			// this attempt finds out.
+			d = Decision{Outcome: OutcomeRecover, OwnerIntentID: intentID}
+			err = tx.QueryRow(ctx, `
+				UPDATE idempotency_keys
+				SET token = nextval('idempotency_token_seq'), owner_intent_id = $3,
+				    locked_until = clock_timestamp() + $4::interval,
+				    attempts = attempts + 1, updated_at = now()
+				WHERE kind = $1 AND idempotency_key = $2
+				RETURNING token, locked_until`,
+				kind, key, intentID, lock).Scan(&d.Token, &d.LockedUntil)
+			if err != nil {
+				return Decision{}, fmt.Errorf("take over key: %w", err)
+			}
+			d.Attempts, err = countAttempt(ctx, tx, intentID)
+			return d, err
+		}
+		return Decision{}, fmt.Errorf("key in unexpected state %q", state)
+	}
+	return Decision{}, errors.New("key keeps disappearing; giving up")
+}
+
+// countAttempt increments the intent's attempts, only while the intent has
+// no final status. The UPDATE locks the intent's row, so it is ordered with
+// an operator's cancel: either the cancel committed first and we refuse, or
+// it waits for our transaction and then sees the attempt.
+func countAttempt(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
+	var attempts int
+	err := tx.QueryRow(ctx, `
+		UPDATE intents SET attempts = attempts + 1, updated_at = now()
+		WHERE intent_id = $1 AND status <> ALL($2::text[])
+		RETURNING attempts`, intentID, terminalStatuses).Scan(&attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		status, err := intentStatus(ctx, tx, intentID)
+		if err != nil {
+			return 0, err
+		}
+		return 0, &IntentTerminalError{IntentID: intentID, Status: status}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count attempt of intent %d: %w", intentID, err)
+	}
+	return attempts, nil
+}
+
+func intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status, error) {
+	var status string
+	err := tx.QueryRow(ctx, `SELECT status FROM intents WHERE intent_id = $1`, intentID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read intent %d: %w", intentID, err)
+	}
+	return outbox.Status(status), nil
+}
+
+// completeIntent sets the intent's outcome only while it has no final
+// status, and reports whether it did. A final status is never overwritten:
+// an operator's cancel, or the outcome another path recorded first, stays.
+func completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
+	tag, err := tx.Exec(ctx, `
+		UPDATE intents
+		SET status = $2, result = $3::jsonb, last_error = $4, completed_at = now(), updated_at = now()
+		WHERE intent_id = $1 AND status <> ALL($5::text[])`,
+		intentID, string(status), nullJSON(result), nullString(errMsg), terminalStatuses)
+	if err != nil {
+		return false, fmt.Errorf("record outcome of intent %d: %w", intentID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	if _, err := intentStatus(ctx, tx, intentID); err != nil {
+		return false, err // ErrIntentNotFound: the caller rolls back
+	}
+	return false, nil
+}
+
+func checkOutcomeStatus(status outbox.Status) error {
+	switch status {
+	case outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusUnknown, outbox.StatusSuperseded:
+		return nil
+	}
+	return invalid("status", "must be succeeded, failed, unknown or superseded, got %q", status)
+}
+
+// Completion is the outcome of an attempt that owns a key.
+type Completion struct {
+	Kind string
+	Key  string
+	// Token is the attempt token Begin returned (Execute or Recover).
+	Token int64
+	// IntentID is the intent whose attempt it is (the one passed to Begin).
+	IntentID int64
+	// Status is the outcome:
+	//   - succeeded: the effect happened. The key is completed; later
+	//     Begins with the same fingerprint answer Done.
+	//   - failed: the effect did not happen and never will with this
+	//     content (a permanent error). The key is completed; later Begins
+	//     answer Done with status failed.
+	//   - unknown: the effect may or may not have happened and the
+	//     destination cannot tell. The key is held: Begin answers Busy with
+	//     Held set, and nothing is started automatically again until an
+	//     operator calls Unhold.
+	//   - superseded: the destination fenced the intent out (its epoch is
+	//     older than one already applied); the effect did not happen. The
+	//     key is released (deleted), so an intent with a current epoch and
+	//     the same key is judged on its own.
+	Status outbox.Status
+	// Result is a JSON value describing the effect (message id, path, …);
+	// optional.
+	Result json.RawMessage
+	// Error is the error message recorded as the intent's last_error (and
+	// the key's); optional.
+	Error string
+}
+
+// Complete records an attempt's outcome under its key and on its intent, in
+// one transaction, only while the attempt still owns the key (c.Token is the
+// key's current token and the key is started). An attempt that lost
+// ownership (taken over after its lock expired, released, swept) gets an
+// *OwnershipError (errors.Is ErrLostOwnership) and nothing is written.
+//
+// The intent's status, result, last_error and completed_at are set only
+// while the intent has no final status; intentUpdated reports whether they
+// were. When it is false (an operator cancelled the intent meanwhile, or a
+// retry of this Complete found its first call committed) the key's outcome
+// is still recorded: the key records what happened at the destination, so
+// the effect is not repeated whatever became of the intent.
+//
+// Retrying a Complete whose response was lost is safe: with the same token
+// and status it finds the key finished by this very attempt and returns
+// (false, nil). A superseded completion deletes the key, so its retry gets
+// ErrLostOwnership.
+func (s *Store) Complete(ctx context.Context, c Completion) (intentUpdated bool, err error) {
+	if err := checkKey(c.Kind, c.Key); err != nil {
+		return false, err
+	}
+	if c.Token < 1 {
+		return false, invalid("token", "must be at least 1, got %d", c.Token)
+	}
+	if c.IntentID < 1 {
+		return false, invalid("intent_id", "must be at least 1, got %d", c.IntentID)
+	}
+	if err := checkOutcomeStatus(c.Status); err != nil {
+		return false, err
+	}
+	if err := checkResult(c.Result); err != nil {
+		return false, err
+	}
+	// Key and intent are written in one transaction so that they never
+	// disagree: nobody can see the intent succeeded while its key still
+	// looks started (and would be recovered, looked up, perhaps re-sent),
+	// or the key completed while a crash left the intent without outcome.
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var (
+			state  string
+			token  int64
+			owner  int64
+			status *string
+		)
+		// Lock the key's row: the token check and the write below must be
+		// one atomic step. Without the lock a Begin could take the key over
+		// (new token) between our check and our write, and this stale
+		// attempt would overwrite the outcome the new owner is finding out.
+		// Key before intent, in the same order as Begin, so the two never
+		// deadlock.
+		err := tx.QueryRow(ctx, `
+			SELECT state, token, owner_intent_id, status FROM idempotency_keys
+			WHERE kind = $1 AND idempotency_key = $2
+			FOR UPDATE`, c.Kind, c.Key).Scan(&state, &token, &owner, &status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &OwnershipError{Kind: c.Kind, Key: c.Key, Token: c.Token}
+		}
+		if err != nil {
+			return fmt.Errorf("lock key: %w", err)
+		}
+		if token != c.Token {
+			return &OwnershipError{Kind: c.Kind, Key: c.Key, Token: c.Token, CurrentToken: token, State: State(state)}
+		}
+		if owner != c.IntentID {
+			return invalid("intent_id", "token %d belongs to intent %d, not %d", c.Token, owner, c.IntentID)
+		}
+		if State(state) != StateStarted {
+			// Finished by this very attempt: a retry of Complete after a
+			// lost response. Same outcome: nothing to write. A different
+			// one: the first call's outcome stands.
+			if status != nil && outbox.Status(*status) == c.Status {
+				intentUpdated = false
+				return nil
+			}
+			return &OwnershipError{Kind: c.Kind, Key: c.Key, Token: c.Token, CurrentToken: token, State: State(state)}
+		}
+
+		switch c.Status {
+		case outbox.StatusSuperseded:
+			_, err = tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, c.Kind, c.Key)
+		case outbox.StatusUnknown:
+			_, err = tx.Exec(ctx, `
+				UPDATE idempotency_keys
+				SET state = 'held', status = 'unknown', locked_until = NULL,
+				    result = $3::jsonb, last_error = $4, updated_at = now()
+				WHERE kind = $1 AND idempotency_key = $2`,
+				c.Kind, c.Key, nullJSON(c.Result), nullString(c.Error))
+		default: // succeeded, failed
+			_, err = tx.Exec(ctx, `
+				UPDATE idempotency_keys
+				SET state = 'completed', status = $3, locked_until = NULL,
+				    result = $4::jsonb, last_error = $5, completed_at = now(), updated_at = now()
+				WHERE kind = $1 AND idempotency_key = $2`,
+				c.Kind, c.Key, string(c.Status), nullJSON(c.Result), nullString(c.Error))
+		}
+		if err != nil {
+			return fmt.Errorf("record key outcome: %w", err)
+		}
+		intentUpdated, err = completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error)
+		return err
+	})
+	if err != nil {
+		var oe *OwnershipError
+		var ie *InvalidError
+		if errors.As(err, &oe) || errors.As(err, &ie) || errors.Is(err, ErrIntentNotFound) {
+			return false, err
+		}
+		return false, fmt.Errorf("idempotency: complete %s/%q: %w", c.Kind, c.Key, err)
+	}
+	return intentUpdated, nil
+}
+
+// CompleteIntent records the outcome of an intent that did not own a key —
+// superseded before execution, Done because another intent completed the
+// same key (pass the Decision's Status and Result), Conflict, or a permanent
+// validation error — only while the intent has no final status. It reports
+// whether the intent was updated; false means it already had a final status
+// (which stays). status must be succeeded, failed, unknown or superseded.
+func (s *Store) CompleteIntent(ctx context.Context, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
+	if intentID < 1 {
+		return false, invalid("intent_id", "must be at least 1, got %d", intentID)
+	}
+	if err := checkOutcomeStatus(status); err != nil {
+		return false, err
+	}
+	if err := checkResult(result); err != nil {
+		return false, err
+	}
+	var updated bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		updated, err = completeIntent(ctx, tx, intentID, status, result, errMsg)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrIntentNotFound) {
+		err = fmt.Errorf("idempotency: complete intent %d: %w", intentID, err)
+	}
+	return updated, err
+}
+
+// ownershipError explains why token does not own (kind, key), for the
+// single-statement operations whose condition matched no row.
+func (s *Store) ownershipError(ctx context.Context, kind, key string, token int64) error {
+	var state string
+	var current int64
+	err := s.pool.QueryRow(ctx, `SELECT state, token FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`,
+		kind, key).Scan(&state, &current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &OwnershipError{Kind: kind, Key: key, Token: token}
+	}
+	if err != nil {
+		return fmt.Errorf("idempotency: read key %s/%q: %w", kind, key, err)
+	}
+	return &OwnershipError{Kind: kind, Key: key, Token: token, CurrentToken: current, State: State(state)}
+}
+
+// Release drops the key owned by token after an attempt that definitely did
+// NOT perform the effect and may be retried (a refusal such as an SMTP 4xx),
+// so the next Begin answers Execute. The key is deleted, with its
+// fingerprint: nothing happened under it. The intent is not touched. If
+// token no longer owns the key, it returns an *OwnershipError and changes
+// nothing.
+func (s *Store) Release(ctx context.Context, kind, key string, token int64) error {
+	if err := checkKey(kind, key); err != nil {
+		return err
+	}
+	// One statement: the token condition is evaluated on the row as it is
+	// when the DELETE holds its lock (PostgreSQL re-checks it after waiting
+	// for a concurrent writer), so a takeover that committed first makes
+	// this match nothing rather than delete the new owner's key.
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`, kind, key, token)
+	if err != nil {
+		return fmt.Errorf("idempotency: release %s/%q: %w", kind, key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.ownershipError(ctx, kind, key, token)
+	}
+	return nil
+}
+
+// Extend renews the lock of the attempt that owns the key with token, to
+// LockTimeout from now, for an effect that runs long, and returns the new
+// expiry (PostgreSQL's clock). If token no longer owns the key, it returns
+// an *OwnershipError. Extending a lock that expired but was not taken over
+// is allowed: nobody else owns the key.
+func (s *Store) Extend(ctx context.Context, kind, key string, token int64) (time.Time, error) {
+	if err := checkKey(kind, key); err != nil {
+		return time.Time{}, err
+	}
+	var until time.Time
+	// One statement, conditional on the token: see Release.
+	err := s.pool.QueryRow(ctx, `
+		UPDATE idempotency_keys SET locked_until = clock_timestamp() + $4::interval, updated_at = now()
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'
+		RETURNING locked_until`, kind, key, token, interval(s.cfg.LockTimeout)).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, s.ownershipError(ctx, kind, key, token)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("idempotency: extend %s/%q: %w", kind, key, err)
+	}
+	return until, nil
+}
+
+// Unhold is the operator's release of a key held with an unknown outcome:
+// the key becomes started with an already expired lock and a new token, so
+// the next Begin with the same fingerprint answers Recover — look the
+// outcome up at the destination first — and no earlier attempt's token
+// matches any more. It returns ErrNotFound or ErrNotHeld when the key is
+// missing or not held.
+func (s *Store) Unhold(ctx context.Context, kind, key string) error {
+	if err := checkKey(kind, key); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE idempotency_keys
+		SET state = 'started', status = NULL, locked_until = clock_timestamp(),
+		    token = nextval('idempotency_token_seq'), updated_at = now()
+		WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, kind, key)
+	if err != nil {
+		return fmt.Errorf("idempotency: unhold %s/%q: %w", kind, key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	if _, err := s.Get(ctx, kind, key); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s/%q", ErrNotHeld, kind, key)
+}
+
+// Get returns the key's row, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, kind, key string) (*Key, error) {
+	var k Key
+	var state string
+	var status *string
+	var result []byte
+	err := s.pool.QueryRow(ctx, `
+		SELECT kind, idempotency_key, fingerprint, state, token, owner_intent_id, first_intent_id,
+		       locked_until, status, result, last_error, attempts, created_at, updated_at, completed_at
+		FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, kind, key).Scan(
+		&k.Kind, &k.Key, &k.Fingerprint, &state, &k.Token, &k.OwnerIntentID, &k.FirstIntentID,
+		&k.LockedUntil, &status, &result, &k.LastError, &k.Attempts, &k.CreatedAt, &k.UpdatedAt, &k.CompletedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s/%q", ErrNotFound, kind, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: get %s/%q: %w", kind, key, err)
+	}
+	k.State = State(state)
+	if status != nil {
+		k.Status = outbox.Status(*status)
+	}
+	if result != nil {
+		k.Result = result
+	}
+	return &k, nil
+}

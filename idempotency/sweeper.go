@@ -1,0 +1,132 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// sweepTimeout bounds one Sweep run of a Sweeper.
+const sweepTimeout = time.Minute
+
+// sweepOnce deletes at most SweepBatch completed keys older than Retention
+// and returns how many it deleted. It is one statement, so it commits on its
+// own and holds its row locks only for the batch.
+//
+// FOR UPDATE SKIP LOCKED: the rows are locked in the same statement that
+// deletes them, so none can change between being chosen and being deleted,
+// and a key a Begin holds locked right now is skipped (left for the next
+// sweep) instead of making the sweep wait. Started and held keys are never
+// chosen: only completed ones are safe to forget.
+func (s *Store) sweepOnce(ctx context.Context) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		WITH old AS (
+			SELECT kind, idempotency_key FROM idempotency_keys
+			WHERE state = 'completed' AND completed_at < now() - $1::interval
+			ORDER BY completed_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		DELETE FROM idempotency_keys k
+		USING old
+		WHERE k.kind = old.kind AND k.idempotency_key = old.idempotency_key`,
+		interval(s.cfg.Retention), s.cfg.SweepBatch)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Sweep deletes completed keys whose completion is older than Retention, in
+// batches of SweepBatch, each its own short transaction, until none is left
+// or ctx ends, and returns how many it deleted. Started and held keys are
+// never deleted.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.sweepOnce(ctx)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("idempotency: sweep: %w", err)
+		}
+		if n < s.cfg.SweepBatch {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("idempotency: sweep: %w", err)
+		}
+	}
+}
+
+// Sweeper runs Sweep every Config.SweepInterval, first right after Start.
+type Sweeper struct {
+	store *Store
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewSweeper returns a Sweeper of store's keys, not started.
+func NewSweeper(store *Store) *Sweeper {
+	return &Sweeper{store: store, done: make(chan struct{})}
+}
+
+// Start starts sweeping in the background and returns once it runs. The
+// sweeper stops when ctx ends or Stop is called. A Sweeper starts once.
+func (w *Sweeper) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("idempotency: sweeper already started")
+	}
+	w.started = true
+	ctx, w.cancel = context.WithCancel(ctx)
+	go w.loop(ctx)
+	return nil
+}
+
+// Stop stops the sweeper and waits for its current sweep to end.
+func (w *Sweeper) Stop() {
+	w.mu.Lock()
+	if !w.started {
+		// Never started: nothing runs, and it never will.
+		w.started = true
+		w.cancel = func() {}
+		close(w.done)
+	}
+	cancel := w.cancel
+	w.mu.Unlock()
+	cancel()
+	<-w.done
+}
+
+// Stopped is closed once the sweeper has stopped.
+func (w *Sweeper) Stopped() <-chan struct{} { return w.done }
+
+func (w *Sweeper) loop(ctx context.Context) {
+	defer close(w.done)
+	cfg := w.store.cfg
+	ticker := time.NewTicker(cfg.SweepInterval)
+	defer ticker.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+		n, err := w.store.Sweep(sctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// Shutting down: not an error.
+		case err != nil:
+			cfg.Logger.Warn("idempotency: sweep failed", "deleted", n, "error", err)
+		case n > 0:
+			cfg.Logger.Info("idempotency: swept completed keys", "deleted", n, "retention", cfg.Retention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,235 @@
+// Package natstest gives tests a real NATS JetStream server: an embedded one
+// (Start), cheap enough for one per test, and a real nats-server process
+// (StartProcess) for tests that kill it and start it again on the same port
+// and store directory.
+//
+// The process is built once per test binary from the nats-server module in
+// go.mod (`go build github.com/nats-io/nats-server/v2`), so it works offline;
+// $NATS_SERVER_BIN names a prebuilt binary instead. Call Cleanup from
+// TestMain to remove the built binary.
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// EnvBin names an environment variable with a prebuilt nats-server binary.
+const EnvBin = "NATS_SERVER_BIN"
+
+// Server is an embedded JetStream server, shut down at the test's end.
+type Server struct {
+	// URL is the client URL, nats://127.0.0.1:PORT.
+	URL string
+	srv *server.Server
+}
+
+// Start starts an embedded JetStream server on a random 127.0.0.1 port with
+// its store in t.TempDir(), shut down when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	opts := &server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("natstest: new server: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		t.Fatalf("natstest: embedded server not ready in 10s")
+	}
+	s := &Server{URL: srv.ClientURL(), srv: srv}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// Shutdown stops the server and waits until it has stopped. Idempotent.
+func (s *Server) Shutdown() {
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+}
+
+// Connect returns a connection to url closed at the test's end.
+func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("natstest: connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+)
+
+// Binary returns the path of a nats-server binary: $NATS_SERVER_BIN, or one
+// built once per test binary from the module in go.mod.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if bin := os.Getenv(EnvBin); bin != "" {
+		return bin
+	}
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "natstest-bin-")
+		if buildErr != nil {
+			return
+		}
+		buildBin = filepath.Join(buildDir, "nats-server")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", buildBin, "github.com/nats-io/nats-server/v2")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("natstest: %v (set %s to use a prebuilt binary)", buildErr, EnvBin)
+	}
+	return buildBin
+}
+
+// Cleanup removes the binary Binary built, if any. Call it from TestMain
+// after m.Run.
+func Cleanup() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Process is a nats-server process with JetStream, on a fixed port and store
+// directory that survive Kill and Restart.
+type Process struct {
+	// URL is the client URL, nats://127.0.0.1:PORT.
+	URL      string
+	Port     int
+	StoreDir string
+
+	t   testing.TB
+	bin string
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	// exited is closed when the current process has been waited for.
+	exited chan struct{}
+}
+
+// StartProcess starts a nats-server process with JetStream on a free port,
+// its store in t.TempDir(); it is killed when the test ends.
+func StartProcess(t testing.TB) *Process {
+	t.Helper()
+	p := &Process{t: t, bin: Binary(t), Port: FreePort(t), StoreDir: t.TempDir()}
+	p.URL = "nats://127.0.0.1:" + strconv.Itoa(p.Port)
+	t.Cleanup(func() { p.Kill() })
+	p.Restart()
+	return p
+}
+
+// Restart starts the process again, on the same port and store directory,
+// and waits until it serves JetStream. The process must not be running.
+func (p *Process) Restart() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		p.t.Fatalf("natstest: nats-server pid %d is still running", p.cmd.Process.Pid)
+	}
+	cmd := exec.Command(p.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-js", "-sd", p.StoreDir)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("natstest: start nats-server: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	p.cmd, p.exited = cmd, exited
+	if err := waitJetStream(p.URL, exited, 30*time.Second); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		p.cmd = nil
+		p.t.Fatalf("natstest: nats-server on port %d: %v", p.Port, err)
+	}
+}
+
+// Kill stops the process with SIGKILL, by pid, and waits for it to exit.
+// It does nothing when the process is not running.
+func (p *Process) Kill() { p.signal(syscall.SIGKILL) }
+
+// Stop stops the process with SIGTERM (a clean shutdown) and waits.
+func (p *Process) Stop() { p.signal(syscall.SIGTERM) }
+
+func (p *Process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.cmd = nil
+}
+
+// waitJetStream polls until a client can reach JetStream at url.
+func waitJetStream(url string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("exited during start-up")
+		default:
+		}
+		nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
+		if err == nil {
+			js, jerr := nc.JetStream()
+			if jerr == nil {
+				_, jerr = js.AccountInfo(nats.MaxWait(2 * time.Second))
+			}
+			nc.Close()
+			if jerr == nil {
+				return nil
+			}
+			err = jerr
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready in %s: %v", timeout, last)
+}

@@ -1,0 +1,338 @@
+package smtptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// MailpitModule is the Mailpit version built when no binary is found.
+const MailpitModule = "github.com/axllent/mailpit@v1.33.1"
+
+var (
+	mailpitOnce sync.Once
+	mailpitPath string
+	mailpitErr  error
+)
+
+// MailpitBinary returns the path of a mailpit binary: $MAILPIT_BIN, else
+// mailpit on $PATH, else $(go env GOBIN) or $(go env GOPATH)/bin; when none
+// exists it builds one with
+//
+//	GOFLAGS=-mod=mod go install github.com/axllent/mailpit@v1.33.1
+//
+// (a couple of minutes on a cold module cache). The answer is cached for the
+// life of the process.
+func MailpitBinary() (string, error) {
+	mailpitOnce.Do(func() { mailpitPath, mailpitErr = findOrBuildMailpit() })
+	return mailpitPath, mailpitErr
+}
+
+func findOrBuildMailpit() (string, error) {
+	if p := os.Getenv("MAILPIT_BIN"); p != "" {
+		if isExecutable(p) {
+			return p, nil
+		}
+		return "", fmt.Errorf("MAILPIT_BIN=%q is not an executable file", p)
+	}
+	if p, err := exec.LookPath("mailpit"); err == nil {
+		return p, nil
+	}
+	binDir, err := goBinDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(binDir, "mailpit")
+	if isExecutable(p) {
+		return p, nil
+	}
+	// Build outside any module so the install cannot touch a go.mod.
+	cmd := exec.Command("go", "install", MailpitModule)
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build mailpit (go install %s): %w\n%s", MailpitModule, err, out)
+	}
+	if !isExecutable(p) {
+		return "", fmt.Errorf("go install %s succeeded but %s is missing", MailpitModule, p)
+	}
+	return p, nil
+}
+
+func goBinDir() (string, error) {
+	out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOBIN GOPATH: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > 0 && strings.TrimSpace(lines[0]) != "" {
+		return strings.TrimSpace(lines[0]), nil
+	}
+	if len(lines) < 2 || strings.TrimSpace(lines[1]) == "" {
+		return "", errors.New("go env: neither GOBIN nor GOPATH is set")
+	}
+	// GOPATH may be a list; go install uses the first entry.
+	gopath := filepath.SplitList(strings.TrimSpace(lines[1]))[0]
+	return filepath.Join(gopath, "bin"), nil
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// Mailpit is a running Mailpit process with its own database.
+type Mailpit struct {
+	// SMTPAddr is Mailpit's SMTP host:port.
+	SMTPAddr string
+	// BaseURL is the HTTP API's base URL, e.g. "http://127.0.0.1:41234".
+	BaseURL string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	logs   *bytes.Buffer
+}
+
+// StartMailpit starts Mailpit on free 127.0.0.1 ports with a database in a
+// temporary directory, waits until its API and SMTP port answer, and stops
+// it when the test ends. The test fails (it does not skip) when Mailpit
+// cannot be found, built or started.
+func StartMailpit(t testing.TB) *Mailpit {
+	t.Helper()
+	bin, err := MailpitBinary()
+	if err != nil {
+		t.Fatalf("smtptest: mailpit is required: %v", err)
+	}
+	dir := t.TempDir()
+	// The free ports are picked by binding and releasing them, so another
+	// process may take one before Mailpit binds it: retry a few times.
+	var lastErr error
+	for attempt := range 3 {
+		m, err := startMailpit(bin, filepath.Join(dir, fmt.Sprintf("mailpit-%d.db", attempt)))
+		if err == nil {
+			t.Cleanup(m.Stop)
+			return m
+		}
+		lastErr = err
+	}
+	t.Fatalf("smtptest: start mailpit: %v", lastErr)
+	return nil
+}
+
+func startMailpit(bin, db string) (*Mailpit, error) {
+	smtpPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	httpPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	m := &Mailpit{
+		SMTPAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(smtpPort)),
+		BaseURL:  "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
+		exited:   make(chan struct{}),
+		logs:     &bytes.Buffer{},
+	}
+	m.cmd = exec.Command(bin,
+		"--disable-version-check",
+		"--smtp", m.SMTPAddr,
+		"--listen", strings.TrimPrefix(m.BaseURL, "http://"),
+		"--database", db,
+		"--smtp-disable-rdns",
+		"--quiet",
+	)
+	m.cmd.Stdout = &syncWriter{w: m.logs}
+	m.cmd.Stderr = m.cmd.Stdout
+	setPdeathsig(m.cmd)
+	if err := m.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	go func() {
+		_ = m.cmd.Wait()
+		close(m.exited)
+	}()
+	if err := m.waitReady(15 * time.Second); err != nil {
+		m.Stop()
+		return nil, fmt.Errorf("%w; mailpit output:\n%s", err, m.output())
+	}
+	return m, nil
+}
+
+func (m *Mailpit) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for {
+		select {
+		case <-m.exited:
+			return errors.New("mailpit exited before it was ready")
+		default:
+		}
+		if m.ready(client) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mailpit not ready after %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (m *Mailpit) ready(client *http.Client) bool {
+	resp, err := client.Get(m.BaseURL + "/api/v1/info")
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	c, err := net.DialTimeout("tcp", m.SMTPAddr, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// Stop terminates the process (SIGTERM, then SIGKILL after 5 s) and waits
+// for it.
+func (m *Mailpit) Stop() {
+	select {
+	case <-m.exited:
+		return
+	default:
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(5 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+	}
+}
+
+func (m *Mailpit) output() string {
+	w := m.cmd.Stdout.(*syncWriter)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return m.logs.String()
+}
+
+// CountMessageID counts the messages at this Mailpit whose Message-ID is
+// exactly messageID (angle brackets optional).
+func (m *Mailpit) CountMessageID(ctx context.Context, messageID string) (int, error) {
+	return CountMessageID(ctx, m.BaseURL, messageID)
+}
+
+// MailpitSummary is a message as Mailpit's search lists it (the fields
+// tests use).
+type MailpitSummary struct {
+	ID        string    `json:"ID"`
+	MessageID string    `json:"MessageID"`
+	Subject   string    `json:"Subject"`
+	Created   time.Time `json:"Created"`
+}
+
+// SearchMessageID returns every message Mailpit's search
+// `message-id:"<id>"` lists. Mailpit matches substrings, so the list may
+// hold messages whose Message-ID merely contains messageID.
+func SearchMessageID(ctx context.Context, baseURL, messageID string) ([]MailpitSummary, error) {
+	bare := trimID(messageID)
+	var all []MailpitSummary
+	const limit = 200
+	for start := 0; ; start += limit {
+		q := url.Values{
+			"query": {`message-id:"` + bare + `"`},
+			"start": {strconv.Itoa(start)},
+			"limit": {strconv.Itoa(limit)},
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/api/v1/search?"+q.Encode(), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := searchClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("mailpit search: %w", err)
+		}
+		var page struct {
+			MessagesCount int              `json:"messages_count"`
+			Messages      []MailpitSummary `json:"messages"`
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("mailpit search: %w", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("mailpit search: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return nil, fmt.Errorf("mailpit search: decode: %w", err)
+		}
+		all = append(all, page.Messages...)
+		if len(page.Messages) == 0 || start+limit >= page.MessagesCount {
+			return all, nil
+		}
+	}
+}
+
+// CountMessageID counts the messages at the Mailpit at baseURL whose
+// Message-ID is exactly messageID (angle brackets optional; Mailpit stores
+// the id without them). For end-to-end tests that assert "sent once".
+func CountMessageID(ctx context.Context, baseURL, messageID string) (int, error) {
+	list, err := SearchMessageID(ctx, baseURL, messageID)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range list {
+		if trimID(m.MessageID) == trimID(messageID) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// searchClient keeps no idle connections, so that tests checking for
+// leaked goroutines stay clean.
+var searchClient = &http.Client{
+	Timeout:   10 * time.Second,
+	Transport: &http.Transport{DisableKeepAlives: true},
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
