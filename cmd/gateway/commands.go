@@ -54,6 +54,9 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release [flags]"))
 	}
 	sub := args[0]
+	if sub == "history" {
+		return cmdLeaseHistory(ctx, a, args[1:])
+	}
 	fs, dbURL := a.newFlags("lease " + sub)
 	resource := fs.String("resource", "", "resource id")
 	holder := fs.String("holder", "", "lease holder id")

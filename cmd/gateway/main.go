@@ -55,6 +55,9 @@ func commands() map[string]command {
 		"enqueue": cmdEnqueue,
 		"status":  cmdStatus,
 		"run":     cmdRun,
+		"dev":     cmdDev,
+		"bench":   cmdBench,
+		"ls":      cmdLs,
 	}
 }
 
