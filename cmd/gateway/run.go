@@ -4,18 +4,28 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // defaultNATSURL is used when neither --nats-url nor $GATEWAY_NATS_URL is set.
@@ -25,20 +35,45 @@ const defaultNATSURL = "nats://127.0.0.1:4222"
 // after SIGTERM/SIGINT before it gives up and exits 1.
 const stopTimeout = 30 * time.Second
 
-// cmdRun runs the relay (and later the adapters) until SIGTERM or SIGINT.
+// Defaults of the adapter flags of `gateway run`.
+const (
+	defaultAdapters = "email,file"
+	defaultFileRoot = "./var/files"
+	defaultSMTPAddr = "127.0.0.1:1025"
+)
+
+// Mail lookup modes (--mail-lookup).
+const (
+	mailLookupNone    = "none"
+	mailLookupMailpit = "mailpit"
+)
+
+// builtinAdapters are the adapter kinds --adapters accepts.
+var builtinAdapters = []string{email.Kind, file.Kind}
+
+// cmdRun runs the relay and the adapters until SIGTERM or SIGINT.
 //
-// Flags: --dispatcher (default true) runs the relay; --nats-url (default
-// $GATEWAY_NATS_URL, else nats://127.0.0.1:4222); --batch-size,
+// Relay flags: --dispatcher (default true) runs the relay; --nats-url
+// (default $GATEWAY_NATS_URL, else nats://127.0.0.1:4222); --batch-size,
 // --max-in-flight, --claim-ttl, --relay-timeout, --poll-interval,
 // --publish-timeout, --stream-replicas, --duplicate-window (dispatcher
-// defaults when zero); --dispatcher-id (default host-pid-random);
+// defaults); --dispatcher-id (default host-pid-random).
+//
+// Adapter flags: --adapters (default email,file; "" runs none);
+// --file-root; --smtp-addr, --smtp-starttls, --smtp-user, --smtp-password
+// (default $GATEWAY_SMTP_PASSWORD), --smtp-insecure-skip-verify,
+// --smtp-dedups-on-message-id, --mail-domain; --mail-lookup none|mailpit
+// with --mailpit-url; --unknown-outcome hold|resend;
+// --adapter-concurrency, --max-attempts.
+//
 // --metrics-addr serves Prometheus /metrics there (default empty: no
 // metrics server; e.g. 127.0.0.1:9090); --log-level debug|info|warn|error.
 // Logs go to stderr as slog text.
 //
-// On SIGTERM/SIGINT it stops claiming, waits for the PubAcks of what it
-// published, marks those intents relayed, returns every other claim and
-// exits 0.
+// On SIGTERM/SIGINT the adapters stop taking messages and finish what they
+// execute; the dispatcher stops claiming, waits for the PubAcks of what it
+// published, marks those intents relayed and returns every other claim; the
+// process exits 0.
 func cmdRun(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("run")
 	var (
@@ -53,8 +88,24 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		pubTimeout    = fs.Duration("publish-timeout", dispatcher.DefaultPublishTimeout, "wait this long for a PubAck")
 		replicas      = fs.Int("stream-replicas", dispatcher.DefaultStreamReplicas, "replicas of the stream "+"GATEWAY_INTENTS")
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
-		metricsAddr   = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
-		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn, error")
+
+		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file ("" runs none)`)
+		fileRoot    = fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)")
+		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
+		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
+		smtpUser    = fs.String("smtp-user", "", "SMTP AUTH PLAIN user (default: no AUTH)")
+		smtpPass    = fs.String("smtp-password", a.getenv("GATEWAY_SMTP_PASSWORD"), "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD)")
+		smtpInsec   = fs.Bool("smtp-insecure-skip-verify", false, "do not verify the SMTP server's TLS certificate (tests only)")
+		smtpDedups  = fs.Bool("smtp-dedups-on-message-id", false, "the SMTP destination drops a second message with the same Message-ID (lets --unknown-outcome resend resend email)")
+		mailDomain  = fs.String("mail-domain", email.DefaultDomain, "right-hand side of generated Message-IDs")
+		mailLookup  = fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit")
+		mailpitURL  = fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025")
+		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
+		concurrency = fs.Int("adapter-concurrency", 8, "intents executed at once, per adapter")
+		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
+
+		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
+		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 	)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -67,49 +118,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(badInput("log_level", "--log-level must be debug, info, warn or error"))
 	}
 	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
-
-	pool, err := a.connect(ctx, *dbURL)
+	kinds, err := parseAdapters(*adapterList)
 	if err != nil {
 		return a.fail(err)
-	}
-	defer pool.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	var nc *nats.Conn
-	if *runDispatcher {
-		nc, err = nats.Connect(*natsURL,
-			nats.Name("fencegate-gateway"),
-			// A NATS server that is down at start is waited for like one that
-			// goes away later: the dispatcher backs off until it is back.
-			nats.RetryOnFailedConnect(true),
-			nats.MaxReconnects(-1),
-			nats.ReconnectWait(time.Second),
-			// No client-side buffering while disconnected: a publish fails at
-			// once, its claim is returned, and the dispatcher backs off,
-			// instead of a buffered message going out long after its claim
-			// expired.
-			nats.ReconnectBufSize(-1),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-				logger.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
-			}),
-			nats.ReconnectHandler(func(c *nats.Conn) {
-				logger.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
-			}),
-		)
-		if err != nil {
-			return a.fail(badInput("nats_url", "cannot use the NATS URL: "+oneLine(err.Error())))
-		}
-		defer nc.Close()
-	}
-
-	// Components start in dependency order and stop in reverse.
-	var stops []func()
-	stopAll := func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
 	}
 
 	// testPause is a test hook (GATEWAY_TEST_PAUSE_BEFORE_MARK, a
@@ -125,9 +136,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		hooks.Acked = func(string, []int64) { time.Sleep(pause) }
 	}
 
-	var stopped <-chan struct{}
-	if *runDispatcher {
-		d, err := dispatcher.New(pool, nc, dispatcher.Config{
+	cfg := stackConfig{
+		NATSURL:       *natsURL,
+		RunDispatcher: *runDispatcher,
+		Dispatcher: dispatcher.Config{
 			ID:              *dispatcherID,
 			BatchSize:       *batchSize,
 			MaxInFlight:     *maxInFlight,
@@ -137,60 +149,72 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			PublishTimeout:  *pubTimeout,
 			StreamReplicas:  *replicas,
 			DuplicateWindow: *dupWindow,
-			Registerer:      reg,
-			Logger:          logger,
 			Hooks:           hooks,
-		})
-		if err != nil {
-			return a.fail(badInput("flags", err.Error()))
-		}
-		if err := d.Start(ctx); err != nil {
-			return a.fail(err)
-		}
-		stops = append(stops, d.Stop)
-		stopped = d.Stopped()
+		},
+		Adapters: kinds,
+		File:     file.Config{Root: *fileRoot},
+		Email: email.Config{
+			Addr:               *smtpAddr,
+			StartTLS:           *smtpTLS,
+			Username:           *smtpUser,
+			Password:           *smtpPass,
+			InsecureSkipVerify: *smtpInsec,
+			DedupsOnKey:        *smtpDedups,
+			Domain:             *mailDomain,
+		},
+		MailLookup: *mailLookup,
+		MailpitURL: *mailpitURL,
+		Runtime: adapters.Config{
+			Concurrency: *concurrency,
+			MaxAttempts: *maxAttempts,
+			Unknown:     adapters.UnknownPolicy(*unknown),
+		},
+		MetricsAddr: *metricsAddr,
+		Logger:      logger,
+	}
+	// Flags are checked before anything is connected: a bad value is exit 2
+	// whether or not the database is reachable.
+	if err := cfg.validate(); err != nil {
+		return a.fail(err)
+	}
+	if *concurrency < 1 {
+		return a.fail(badInput("adapter_concurrency", "--adapter-concurrency must be at least 1"))
+	}
+	if *maxAttempts < 1 {
+		return a.fail(badInput("max_attempts", "--max-attempts must be at least 1"))
 	}
 
-	// ── Adapters start here. ──────────────────────────────────────────────
-	// (--adapters, added with the adapter runtime: start them after the
-	// dispatcher and append their Stop to stops, so they stop first.)
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer pool.Close()
+	cfg.Pool = pool
 
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			stopAll()
-			return a.fail(badInput("metrics_addr", "cannot listen on --metrics-addr: "+oneLine(err.Error())))
+	s, err := startStack(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM while starting (adapters wait for the stream until
+			// then): nothing was left running, and stopping is what was asked.
+			logger.Info("gateway: stopped before running", "component", "gateway", "error", err)
+			return exitOK
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error("gateway: metrics server", "component", "gateway", "error", err)
-			}
-		}()
-		stops = append(stops, func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		})
-		logger.Info("gateway: serving metrics", "component", "gateway", "addr", ln.Addr().String())
+		return a.fail(err)
 	}
 
-	logger.Info("gateway: running", "component", "gateway", "dispatcher", *runDispatcher,
-		"nats_url", redactNATS(*natsURL))
+	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.RunDispatcher,
+		"adapters", strings.Join(cfg.Adapters, ","), "nats_url", redactNATS(cfg.NATSURL))
 	select {
 	case <-ctx.Done():
 		logger.Info("gateway: stopping", "component", "gateway")
-	case <-stopped:
-		// Only a dispatcher's own failure ends it before ctx does.
-		logger.Error("gateway: dispatcher stopped unexpectedly", "component", "gateway")
-		stopAll()
+	case <-s.Stopped():
+		logger.Error("gateway: a component stopped unexpectedly; stopping the rest", "component", "gateway", "which", s.cause())
+		s.Stop()
 		return exitInternal
 	}
 
 	done := make(chan struct{})
-	go func() { stopAll(); close(done) }()
+	go func() { s.Stop(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(stopTimeout):
@@ -199,6 +223,436 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	logger.Info("gateway: stopped", "component", "gateway")
 	return exitOK
+}
+
+// parseAdapters parses --adapters: a comma-separated list of built-in kinds;
+// empty means none.
+func parseAdapters(list string) ([]string, error) {
+	var kinds []string
+	for k := range strings.SplitSeq(list, ",") {
+		k = strings.TrimSpace(k)
+		switch {
+		case k == "":
+			continue
+		case !slices.Contains(builtinAdapters, k):
+			return nil, badInput("adapters", fmt.Sprintf("--adapters: unknown adapter %q (known: %s)", k, strings.Join(builtinAdapters, ", ")))
+		case slices.Contains(kinds, k):
+			return nil, badInput("adapters", fmt.Sprintf("--adapters: %q given twice", k))
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds, nil
+}
+
+// stackConfig is everything `gateway run` (and `gateway dev`) wires: the
+// relay, the adapter runtime with its adapters and the idempotency sweeper,
+// and the metrics server. Zero fields take the components' defaults.
+type stackConfig struct {
+	// Pool is the PostgreSQL pool (the primary). Required by startStack;
+	// not closed by Stop.
+	Pool *pgxpool.Pool
+	// NC is the NATS connection to use. Nil: startStack dials NATSURL
+	// (reconnecting forever) and Stop closes it. A given NC is not closed.
+	NC *nats.Conn
+	// NATSURL is dialled when NC is nil. Default defaultNATSURL.
+	NATSURL string
+
+	// RunDispatcher runs the relay (outbox → JetStream).
+	RunDispatcher bool
+	// Dispatcher configures the relay. Registerer and Logger default to the
+	// stack's.
+	Dispatcher dispatcher.Config
+
+	// Adapters lists the built-in adapters to run ("email", "file"). Empty
+	// with no ExtraExecutors: no adapter runtime.
+	Adapters []string
+	// File configures the file adapter (Root required when it runs; Logger
+	// defaults to the stack's).
+	File file.Config
+	// Email configures the email adapter (Addr required when it runs).
+	// Lookup defaults to the one MailLookup names; Logger to the stack's.
+	Email email.Config
+	// MailLookup is "none" (default) or "mailpit" (then MailpitURL is
+	// required). Ignored when Email.Lookup is set.
+	MailLookup string
+	// MailpitURL is Mailpit's web root for MailLookup "mailpit".
+	MailpitURL string
+	// Runtime configures the adapter runtime (Concurrency, MaxAttempts,
+	// Unknown, …). Its Executors are the built-in adapters followed by
+	// ExtraExecutors; Registerer and Logger default to the stack's.
+	Runtime adapters.Config
+	// ExtraExecutors run beside the built-in adapters (tests, bench).
+	ExtraExecutors []adapters.Executor
+	// Idempotency configures the idempotency store (and its sweeper, which
+	// runs whenever the adapter runtime does). Logger defaults to the
+	// stack's.
+	Idempotency idempotency.Config
+
+	// MetricsAddr serves Prometheus /metrics there. Empty: no server.
+	MetricsAddr string
+	// Registry receives every component's metrics. Nil: a new registry
+	// with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Logger. Nil: discard.
+	Logger *slog.Logger
+}
+
+// runsAdapters reports whether the stack runs the adapter runtime.
+func (c *stackConfig) runsAdapters() bool {
+	return len(c.Adapters) > 0 || len(c.ExtraExecutors) > 0
+}
+
+// validate checks the configuration without connecting to anything; its
+// errors are bad input naming the flag's field.
+func (c *stackConfig) validate() error {
+	if !c.RunDispatcher && !c.runsAdapters() {
+		return badInput("adapters", "nothing to run: --dispatcher=false and --adapters is empty")
+	}
+	for _, k := range c.Adapters {
+		if !slices.Contains(builtinAdapters, k) {
+			return badInput("adapters", fmt.Sprintf("unknown adapter %q (known: %s)", k, strings.Join(builtinAdapters, ", ")))
+		}
+	}
+	if slices.Contains(c.Adapters, file.Kind) && c.File.Root == "" {
+		return badInput("file_root", "--file-root must not be empty when the file adapter runs")
+	}
+	switch c.MailLookup {
+	case "", mailLookupNone:
+	case mailLookupMailpit:
+		if c.MailpitURL == "" {
+			return badInput("mailpit_url", "--mail-lookup mailpit needs --mailpit-url, e.g. http://127.0.0.1:8025")
+		}
+	default:
+		return badInput("mail_lookup", fmt.Sprintf("--mail-lookup must be none or mailpit, got %q", c.MailLookup))
+	}
+	if c.MailpitURL != "" {
+		u, err := url.Parse(c.MailpitURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return badInput("mailpit_url", "--mailpit-url must be an http:// or https:// URL, e.g. http://127.0.0.1:8025")
+		}
+	}
+	if host, port, err := net.SplitHostPort(c.Email.Addr); slices.Contains(c.Adapters, email.Kind) && (err != nil || host == "" || port == "") {
+		return badInput("smtp_addr", fmt.Sprintf("--smtp-addr must be host:port, got %q", c.Email.Addr))
+	}
+	switch c.Email.StartTLS {
+	case "", email.StartTLSNone, email.StartTLSOpportunistic, email.StartTLSRequired:
+	default:
+		return badInput("smtp_starttls", fmt.Sprintf("--smtp-starttls must be none, opportunistic or required, got %q", c.Email.StartTLS))
+	}
+	if c.Email.Password != "" && c.Email.Username == "" {
+		return badInput("smtp_user", "an SMTP password is set (--smtp-password or $GATEWAY_SMTP_PASSWORD) without --smtp-user")
+	}
+	if strings.ContainsAny(c.Email.Domain, "<>@ \t\r\n") {
+		return badInput("mail_domain", fmt.Sprintf("--mail-domain %q is not a valid Message-ID domain", c.Email.Domain))
+	}
+	switch c.Runtime.Unknown {
+	case "", adapters.UnknownHold, adapters.UnknownResend:
+	default:
+		return badInput("unknown_outcome", fmt.Sprintf("--unknown-outcome must be hold or resend, got %q", c.Runtime.Unknown))
+	}
+	if c.Runtime.Concurrency < 0 {
+		return badInput("adapter_concurrency", "--adapter-concurrency must be at least 1")
+	}
+	if c.Runtime.MaxAttempts < 0 {
+		return badInput("max_attempts", "--max-attempts must be at least 1")
+	}
+	return nil
+}
+
+// stack is a running set of components started by startStack.
+type stack struct {
+	log      *slog.Logger
+	registry *prometheus.Registry
+
+	nc         *nats.Conn
+	dispatcher *dispatcher.Dispatcher // nil unless RunDispatcher
+	outbox     *outbox.Client
+	store      *idempotency.Store
+	sweeper    *idempotency.Sweeper
+	runtime    *adapters.Runtime // nil unless adapters run
+	email      *email.Adapter    // nil unless the email adapter runs
+	file       *file.Adapter     // nil unless the file adapter runs
+	// metricsAddr is the address the metrics server listens on (the actual
+	// one, for ":0"); empty without a server.
+	metricsAddr string
+
+	// parts are the started components in start order; Stop stops them in
+	// reverse.
+	parts    []part
+	stopping chan struct{}
+	stopOnce sync.Once
+	died     chan struct{}
+	dieOnce  sync.Once
+	mu       sync.Mutex
+	diedPart string
+}
+
+// part is one started component.
+type part struct {
+	name    string
+	stop    func()
+	stopped <-chan struct{} // nil: not watched
+}
+
+// startStack starts the configured components in dependency order — NATS
+// connection, metrics server, dispatcher, idempotency sweeper, adapter
+// runtime — and returns once they run. The adapter runtime waits for the
+// stream (which a dispatcher creates) until ctx ends. On error, whatever was
+// started is stopped again. Config errors are bad input (*cliError).
+//
+// ctx only bounds starting: the components run until Stop, so that
+// Stopped means a component died, never that ctx ended.
+func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Pool == nil {
+		return nil, errors.New("startStack: no pool")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s := &stack{log: log, registry: reg, stopping: make(chan struct{}), died: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	runCtx := context.WithoutCancel(ctx)
+
+	// NATS first: both the dispatcher and the adapters use it.
+	s.nc = cfg.NC
+	if s.nc == nil {
+		natsURL := cmp.Or(cfg.NATSURL, defaultNATSURL)
+		nc, err := dialNATS(natsURL, log)
+		if err != nil {
+			return nil, badInput("nats_url", "cannot use the NATS URL: "+oneLine(err.Error()))
+		}
+		s.nc = nc
+		s.add(part{name: "nats", stop: nc.Close})
+	}
+
+	// The metrics server before the components that may wait (the adapter
+	// runtime waits for the stream): it answers meanwhile.
+	if cfg.MetricsAddr != "" {
+		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+	}
+
+	if cfg.RunDispatcher {
+		dcfg := cfg.Dispatcher
+		if dcfg.Registerer == nil {
+			dcfg.Registerer = reg
+		}
+		dcfg.Logger = cmp.Or(dcfg.Logger, log)
+		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
+		if err != nil {
+			return nil, badInput("flags", err.Error())
+		}
+		// Started before the adapters: it creates the stream they wait for.
+		if err := d.Start(runCtx); err != nil {
+			return nil, err
+		}
+		s.dispatcher = d
+		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
+	}
+
+	if cfg.runsAdapters() {
+		if err := s.startAdapters(ctx, cfg, log, reg); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// startAdapters builds the adapters and starts the idempotency sweeper and
+// the adapter runtime.
+func (s *stack) startAdapters(ctx context.Context, cfg stackConfig, log *slog.Logger, reg *prometheus.Registry) error {
+	var execs []adapters.Executor
+	for _, k := range cfg.Adapters {
+		switch k {
+		case email.Kind:
+			ecfg := cfg.Email
+			ecfg.Logger = cmp.Or(ecfg.Logger, log)
+			if ecfg.Lookup == nil && cfg.MailLookup == mailLookupMailpit {
+				ecfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(cfg.MailpitURL, "/")}
+			}
+			e, err := email.New(ecfg)
+			if err != nil {
+				return badInput("smtp_addr", oneLine(err.Error()))
+			}
+			if ecfg.Lookup == nil && !(ecfg.DedupsOnKey && cfg.Runtime.Unknown == adapters.UnknownResend) {
+				log.Warn("gateway: email has no result lookup: an attempt whose outcome is lost is held as unknown for an operator (see --mail-lookup)",
+					"component", "gateway")
+			}
+			s.email = e
+			execs = append(execs, e)
+		case file.Kind:
+			fcfg := cfg.File
+			fcfg.Logger = cmp.Or(fcfg.Logger, log)
+			f, err := file.New(fcfg)
+			if err != nil {
+				return badInput("file_root", oneLine(err.Error()))
+			}
+			s.file = f
+			execs = append(execs, f)
+		}
+	}
+	execs = append(execs, cfg.ExtraExecutors...)
+
+	icfg := cfg.Idempotency
+	icfg.Logger = cmp.Or(icfg.Logger, log)
+	store, err := idempotency.New(cfg.Pool, icfg)
+	if err != nil {
+		return badInput("flags", err.Error())
+	}
+	s.store = store
+	ob, err := outbox.New(cfg.Pool, outbox.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	s.outbox = ob
+
+	rcfg := cfg.Runtime
+	rcfg.Executors = execs
+	if rcfg.Registerer == nil {
+		rcfg.Registerer = reg
+	}
+	rcfg.Logger = cmp.Or(rcfg.Logger, log)
+	rt, err := adapters.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
+	if err != nil {
+		return badInput("adapters", err.Error())
+	}
+
+	// The sweeper forgets completed keys past their retention; it only
+	// matters where keys are made, so it runs with the adapters.
+	sw := idempotency.NewSweeper(store)
+	if err := sw.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	s.sweeper = sw
+	s.add(part{name: "idempotency_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
+
+	// Start waits for the stream until ctx ends: adapters started before
+	// any dispatcher (or while NATS is down) wait here.
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	s.runtime = rt
+	// Stopped last: in-flight executions finish before the sweeper, the
+	// dispatcher and the NATS connection go.
+	s.add(part{name: "adapters", stop: rt.Stop, stopped: rt.Stopped()})
+	return nil
+}
+
+// dialNATS connects to NATS, waiting for a server that is down at start
+// like one that goes away later.
+func dialNATS(natsURL string, log *slog.Logger) (*nats.Conn, error) {
+	return nats.Connect(natsURL,
+		nats.Name("fencegate-gateway"),
+		// A NATS server that is down at start is waited for like one that
+		// goes away later: the dispatcher backs off until it is back.
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		// No client-side buffering while disconnected: a publish fails at
+		// once, its claim is returned, and the dispatcher backs off,
+		// instead of a buffered message going out long after its claim
+		// expired.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
+		}),
+	)
+}
+
+// serveMetrics starts the Prometheus /metrics server.
+func (s *stack) serveMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return badInput("metrics_addr", "cannot listen on --metrics-addr: "+oneLine(err.Error()))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("gateway: metrics server", "component", "gateway", "error", err)
+		}
+	}()
+	s.metricsAddr = ln.Addr().String()
+	s.add(part{name: "metrics", stopped: done, stop: func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}})
+	s.log.Info("gateway: serving metrics", "component", "gateway", "addr", s.metricsAddr)
+	return nil
+}
+
+// add records a started component and watches it: if it stops before Stop
+// was called, Stopped is closed.
+func (s *stack) add(p part) {
+	s.parts = append(s.parts, p)
+	if p.stopped == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-p.stopped:
+		case <-s.stopping:
+			return
+		}
+		select {
+		case <-s.stopping:
+			// Stopped by Stop, racing this watcher: expected.
+		default:
+			s.log.Error("gateway: component stopped unexpectedly", "component", "gateway", "part", p.name)
+			s.dieOnce.Do(func() {
+				s.mu.Lock()
+				s.diedPart = p.name
+				s.mu.Unlock()
+				close(s.died)
+			})
+		}
+	}()
+}
+
+// Stop stops every component in the reverse of their start order and
+// returns when they have stopped: the adapters finish their in-flight
+// executions, the dispatcher returns its claims, then the NATS connection
+// (if the stack dialled it) closes. Safe to call more than once.
+func (s *stack) Stop() {
+	s.stopOnce.Do(func() {
+		close(s.stopping)
+		for i := len(s.parts) - 1; i >= 0; i-- {
+			s.parts[i].stop()
+		}
+	})
+}
+
+// Stopped is closed when a component stopped without Stop being called
+// (a dispatcher's own failure, the metrics server failing). The caller
+// should then Stop the rest and exit non-zero.
+func (s *stack) Stopped() <-chan struct{} { return s.died }
+
+// cause names the component whose stop closed Stopped, or "".
+func (s *stack) cause() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.diedPart
 }
 
 // redactNATS hides credentials in a NATS URL list for logging.

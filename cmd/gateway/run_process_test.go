@@ -59,6 +59,8 @@ func startRun(t *testing.T, env []string, dbURL, natsURL string, args ...string)
 	t.Helper()
 	cmd := exec.Command(gatewayBin, append([]string{"run", "--nats-url", natsURL}, args...)...)
 	cmd.Env = append(append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL), env...)
+	// The file adapter's default root is ./var/files: keep it in a temp dir.
+	cmd.Dir = t.TempDir()
 	p := &gatewayProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {

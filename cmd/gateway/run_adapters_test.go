@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/internal/natstest"
+)
+
+// Bad values of `gateway run`'s flags are exit 2 with a JSON error naming
+// the field, before anything is connected (no database is given).
+func TestRunBadFlags(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		env   []string
+		args  []string
+		field string
+	}{
+		{"unknown adapter", nil, []string{"--adapters", "email,sms"}, "adapters"},
+		{"adapter twice", nil, []string{"--adapters", "file,file"}, "adapters"},
+		{"nothing to run", nil, []string{"--dispatcher=false", "--adapters", ""}, "adapters"},
+		{"starttls", nil, []string{"--smtp-starttls", "sometimes"}, "smtp_starttls"},
+		{"smtp addr", nil, []string{"--smtp-addr", "mail.example.com"}, "smtp_addr"},
+		{"mail lookup", nil, []string{"--mail-lookup", "imap"}, "mail_lookup"},
+		{"mailpit without url", nil, []string{"--mail-lookup", "mailpit"}, "mailpit_url"},
+		{"mailpit url scheme", nil, []string{"--mail-lookup", "mailpit", "--mailpit-url", "ftp://x"}, "mailpit_url"},
+		{"mail domain", nil, []string{"--mail-domain", "a b"}, "mail_domain"},
+		{"unknown outcome", nil, []string{"--unknown-outcome", "retry"}, "unknown_outcome"},
+		{"concurrency", nil, []string{"--adapter-concurrency", "0"}, "adapter_concurrency"},
+		{"max attempts", nil, []string{"--max-attempts", "0"}, "max_attempts"},
+		{"password without user", []string{"GATEWAY_SMTP_PASSWORD=secret"}, nil, "smtp_user"},
+		{"empty file root", nil, []string{"--adapters", "file", "--file-root", ""}, "file_root"},
+		{"log level", nil, []string{"--log-level", "loud"}, "log_level"},
+		{"not a number", nil, []string{"--max-attempts", "many"}, "flags"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(gatewayBin, append([]string{"run"}, c.args...)...)
+			cmd.Env = append(append(os.Environ(), "GATEWAY_DATABASE_URL=", "GATEWAY_SMTP_PASSWORD="), c.env...)
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != exitBadInput {
+				t.Fatalf("gateway run %v: %v, want exit 2; stdout %s stderr %s", c.args, err, out.String(), errb.String())
+			}
+			var body struct {
+				Error struct {
+					Code, Message, Field string
+				}
+			}
+			if err := json.Unmarshal(out.Bytes(), &body); err != nil {
+				t.Fatalf("stdout %q is not one JSON object: %v", out.String(), err)
+			}
+			if body.Error.Code != "invalid_input" || body.Error.Field != c.field || body.Error.Message == "" {
+				t.Fatalf("error = %s; want invalid_input naming field %q", out.String(), c.field)
+			}
+			if strings.Contains(body.Error.Message, "secret") || strings.Contains(errb.String(), "secret") {
+				t.Fatalf("the SMTP password leaked: %s %s", out.String(), errb.String())
+			}
+		})
+	}
+}
+
+// Each part runs alone: a relay-only process (--adapters "") and an
+// adapters-only process (--dispatcher=false --adapters file), started
+// adapters first so they wait for the stream the relay creates, carry a
+// file intent to succeeded together; both exit 0 on SIGTERM.
+func TestRunPartsAlone(t *testing.T) {
+	t.Parallel()
+	db, _ := runPool(t)
+	srv := natstest.Start(t)
+	root := t.TempDir()
+
+	adaptersOnly := startRun(t, nil, db, srv.URL, "--dispatcher=false", "--adapters", "file", "--file-root", root)
+	pollUntil(t, 30*time.Second, "the adapters to wait for the stream", func() (bool, string) {
+		return strings.Contains(adaptersOnly.stderr.String(), "waiting for stream"), adaptersOnly.stderr.String()
+	})
+	// SIGTERM while waiting for the stream is a clean stop too; this one is
+	// left running, and a second one is started to show it.
+	waiting := startRun(t, nil, db, srv.URL, "--dispatcher=false", "--adapters", "file", "--file-root", root)
+	pollUntil(t, 30*time.Second, "the second adapters process to wait for the stream", func() (bool, string) {
+		return strings.Contains(waiting.stderr.String(), "waiting for stream"), waiting.stderr.String()
+	})
+	if err := waiting.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waiting.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("adapters process stopped while waiting for the stream exited %d, want 0", code)
+	}
+
+	relayOnly := startRun(t, nil, db, srv.URL, "--adapters", "")
+
+	r := gw(t, db, "lease", "acquire", "--resource", "alone", "--holder", "A", "--ttl", "60s")
+	expectCode(t, r, 0, "")
+	id := enqueue(t, db, "--resource", "alone", "--epoch", jsonNum(r.obj["epoch"]), "--op", "f1", "--kind", "file",
+		"--payload", `{"target":"a/b.txt","content":"alone"}`)
+	res := resultOf(t, waitStatus(t, db, id, "succeeded"))
+	if res["path"] != "a/b.txt" || res["sha256"] != sha256Of("alone") {
+		t.Fatalf("result = %v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "a/b.txt")); err != nil || string(b) != "alone" {
+		t.Fatalf("file = %q, %v", b, err)
+	}
+	if strings.Contains(relayOnly.stderr.String(), "adapters: consuming") {
+		t.Errorf("the relay-only process started adapters:\n%s", relayOnly.stderr.String())
+	}
+
+	for _, p := range []*gatewayProc{adaptersOnly, relayOnly} {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
+		}
+	}
+}
+
+// startStack, in process as `gateway dev` uses it: every part starts, the
+// metrics server serves the dispatcher's and the adapters' metrics, and Stop
+// stops everything without Stopped reporting a death.
+func TestStartStack(t *testing.T) {
+	t.Parallel()
+	_, pool := runPool(t)
+	srv := natstest.Start(t)
+	s, err := startStack(context.Background(), stackConfig{
+		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+		Adapters:    []string{file.Kind},
+		File:        file.Config{Root: t.TempDir()},
+		MetricsAddr: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.dispatcher == nil || s.runtime == nil || s.file == nil || s.email != nil || s.sweeper == nil {
+		t.Fatalf("parts: dispatcher %v runtime %v file %v email %v sweeper %v", s.dispatcher, s.runtime, s.file, s.email, s.sweeper)
+	}
+	resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// (The adapters' metrics are vectors: they show once something ran.)
+	for _, m := range []string{"claimed_total", "go_goroutines"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	s.Stop()
+	s.Stop() // idempotent
+	select {
+	case <-s.Stopped():
+		t.Fatalf("Stopped closed by Stop (cause %q)", s.cause())
+	default:
+	}
+
+	if _, err := startStack(context.Background(), stackConfig{Pool: pool, NATSURL: srv.URL}); err == nil {
+		t.Fatal("a stack with nothing to run started")
+	}
+}
