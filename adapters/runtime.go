@@ -330,7 +330,9 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 		return ack, 0, nil
 	}
 	if rec.Kind != ex.Kind() {
-		return term, 0, fmt.Errorf("intent of kind %q on the %q consumer", rec.Kind, ex.Kind())
+		// Not an error result: handle would nak it and have it redelivered.
+		log.Error("adapters: intent of another kind on this consumer; terminating the message", "intent_kind", rec.Kind)
+		return term, 0, nil
 	}
 	req := Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
@@ -339,19 +341,27 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	// Fence policy execute: re-check authority now. An intent whose
 	// resource moved on is superseded, never executed. (A destination that
 	// can check, like the file adapter, checks again at the write.)
+	var fencedBy int64
 	if rec.Fence == outbox.FenceExecute {
 		var current int64
 		if err := r.pool.QueryRow(ctx, `SELECT epoch FROM resources WHERE resource_id = $1`, rec.Resource).Scan(&current); err != nil {
 			return 0, 0, fmt.Errorf("read resource epoch: %w", err)
 		}
-		if current > rec.Epoch {
-			res, _ := json.Marshal(map[string]any{"superseded_by_epoch": current, "fenced_at": "execute"})
-			if _, err := r.store.CompleteIntent(ctx, id, outbox.StatusSuperseded, res, ""); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
+		if current > rec.Epoch && rec.Attempts == 0 {
+			if _, err := r.store.CompleteIntent(ctx, id, outbox.StatusSuperseded, supersededResult(current), ""); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
 				return 0, 0, err
 			}
 			log.Info("adapters: superseded before execution", "current_epoch", current)
 			r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
 			return ack, 0, nil
+		}
+		if current > rec.Epoch {
+			// An earlier attempt of this intent may have performed the
+			// effect before the resource moved on, and crashed before
+			// recording it: calling it superseded would record an effect
+			// that happened as one that never did, and leave its key
+			// started. Go through the key: never execute, but find out.
+			fencedBy = current
 		}
 	}
 
@@ -398,8 +408,17 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	case idempotency.OutcomeRecover:
 		// An earlier attempt started and was abandoned: it may have
 		// performed the effect. Look it up before anything else.
+		if fencedBy > 0 {
+			return r.recoverFenced(ctx, ex, req, d, fencedBy, log)
+		}
 		return r.recoverAttempt(ctx, ex, req, d, log)
 	case idempotency.OutcomeExecute:
+		if fencedBy > 0 {
+			// The key was free: no earlier attempt performed the effect.
+			log.Info("adapters: superseded before execution", "current_epoch", fencedBy)
+			r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
+			return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(fencedBy)}, "")
+		}
 		return r.execute(ctx, ex, req, d, log)
 	}
 	return 0, 0, fmt.Errorf("begin: unexpected outcome %q", d.Outcome)
@@ -446,6 +465,37 @@ func (r *Runtime) recoverAttempt(ctx context.Context, ex Executor, req Request, 
 		return r.execute(ctx, ex, req, d, log)
 	}
 	return r.hold(ctx, req, d, "an earlier attempt was abandoned and the destination offers no lookup", log)
+}
+
+func supersededResult(current int64) json.RawMessage {
+	res, _ := json.Marshal(map[string]any{"superseded_by_epoch": current, "fenced_at": "execute"})
+	return res
+}
+
+// recoverFenced handles an abandoned attempt of an intent whose resource
+// has moved on (fence policy execute): it is never executed again, but the
+// abandoned attempt may have performed the effect. Found by lookup: that
+// is recorded; not found: superseded; no lookup: held as unknown.
+func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d idempotency.Decision, current int64, log *slog.Logger) (verdict, time.Duration, error) {
+	l, ok := r.canLookup(ex)
+	if !ok {
+		return r.hold(ctx, req, d, fmt.Sprintf("an earlier attempt was abandoned, the resource moved on to epoch %d, and the destination offers no lookup", current), log)
+	}
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
+	out, found, err := l.Lookup(lctx, req)
+	cancel()
+	if err != nil {
+		log.Warn("adapters: lookup failed; will look up again", "error", err)
+		return retry, 0, nil
+	}
+	if found {
+		log.Info("adapters: recovered: the effect had happened before the resource moved on; recording it", "current_epoch", current)
+		r.m.outcomes.WithLabelValues(ex.Kind(), "recovered_by_lookup").Inc()
+		return r.complete(ctx, req, d, out, "")
+	}
+	log.Info("adapters: superseded before execution", "current_epoch", current)
+	r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
+	return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)}, "")
 }
 
 func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {

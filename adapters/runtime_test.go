@@ -9,14 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -38,6 +34,9 @@ type testExec struct{ d *destination }
 func (e testExec) Kind() string { return "test" }
 
 func (e testExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return adapters.Outcome{}, adapters.RetryableError(err)
+	}
 	var p struct {
 		Mode      string `json:"mode"`
 		FailTimes int    `json:"fail_times"`
@@ -87,13 +86,8 @@ func (d *destination) count(key string) int {
 }
 
 type env struct {
-	pool   *pgxpool.Pool
-	issuer *lease.Issuer
-	client *outbox.Client
-	store  *idempotency.Store
-	dest   *destination
-	rt     *adapters.Runtime
-	epoch  int64
+	*adaptertest.Env
+	dest *destination
 }
 
 type opts struct {
@@ -102,77 +96,54 @@ type opts struct {
 	lockTimeout    time.Duration
 }
 
+var testKinds = map[string]outbox.KindSpec{"test": {DefaultFence: outbox.FenceCommit}}
+
 func setup(t *testing.T, o opts) *env {
 	t.Helper()
-	ctx := context.Background()
-	pool := testdb.New(t)
-	ns := natstest.Start(t)
-	nc := natstest.Connect(t, ns.URL)
-	kinds := outbox.DefaultKinds()
-	kinds["test"] = outbox.KindSpec{DefaultFence: outbox.FenceCommit}
-	client, err := outbox.New(pool, outbox.Config{Kinds: kinds})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pool, idempotency.Config{LockTimeout: o.lockTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatcher.New(pool, nc, dispatcher.Config{PollInterval: 50 * time.Millisecond, RelayTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
 	dest := &destination{effects: map[string]int{}, lookup: o.lookup, dedups: o.dedups}
-	rt, err := adapters.NewRuntime(pool, nc, store, client, adapters.Config{
-		Executors: []adapters.Executor{testExec{dest}},
-		RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond,
-		MaxAttempts: 3, Unknown: o.unknown,
+	e := adaptertest.NewEnv(t, adaptertest.Options{
+		Executors:   []adapters.Executor{testExec{dest}},
+		Kinds:       testKinds,
+		Runtime:     adapters.Config{MaxAttempts: 3, Unknown: o.unknown},
+		LockTimeout: o.lockTimeout,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Stop)
-	l, err := lease.NewIssuer(pool).Acquire(ctx, "job", "worker-A", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{pool: pool, issuer: lease.NewIssuer(pool), client: client, store: store, dest: dest, rt: rt, epoch: l.Epoch}
+	return &env{Env: e, dest: dest}
 }
 
 func (e *env) enqueue(t *testing.T, op, key, payload string) int64 {
 	t.Helper()
-	res, err := e.client.Enqueue(context.Background(), outbox.Intent{
-		Resource: "job", Epoch: e.epoch, OperationID: op, Kind: "test", IdempotencyKey: key, Payload: json.RawMessage(payload)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.IntentID
+	return e.Enqueue(t, e.Intent("test", op, key, json.RawMessage(payload)))
 }
 
-// waitTerminal polls (with a deadline) until the intent has a final status.
 func (e *env) waitTerminal(t *testing.T, id int64) *outbox.Record {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		rec, err := e.client.Get(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Status.Terminal() {
-			return rec
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("intent %d still %s after 20s (last error %v)", id, rec.Status, rec.LastError)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return e.WaitTerminal(t, id)
+}
+
+// TestConformance runs the adapter conformance suite against the test
+// executor, which checks the suite as much as the runtime.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	dests := map[*testing.T]*destination{}
+	adaptertest.Run(t, adaptertest.Harness{
+		New: func(t *testing.T) adapters.Executor {
+			d := &destination{effects: map[string]int{}, lookup: true}
+			mu.Lock()
+			dests[t] = d
+			mu.Unlock()
+			return testExec{d}
+		},
+		Payload: func(i int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"mode":"ok","i":%d}`, i)) },
+		Effects: func(t *testing.T, req adapters.Request) int {
+			mu.Lock()
+			d := dests[t]
+			mu.Unlock()
+			return d.count(req.IdempotencyKey)
+		},
+		HasLookup: true,
+		Kinds:     testKinds,
+	})
 }
 
 func TestExecutesOnceAndRecords(t *testing.T) {
@@ -197,14 +168,10 @@ func TestExecutesOnceAndRecords(t *testing.T) {
 func TestSameBusinessKeyAcrossEpochsExecutesOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{lookup: true})
-	ctx := context.Background()
 	first := e.enqueue(t, "A-run", "report/2026-12-01/alice", `{"mode":"ok"}`)
 	r1 := e.waitTerminal(t, first)
 	// B takes over and re-runs the job.
-	if _, err := e.issuer.Advance(ctx, "job", e.epoch+1); err != nil {
-		t.Fatal(err)
-	}
-	e.epoch++
+	e.Advance(t, e.Epoch()+1)
 	second := e.enqueue(t, "B-run", "report/2026-12-01/alice", `{"mode":"ok"}`)
 	r2 := e.waitTerminal(t, second)
 	if r2.Status != outbox.StatusSucceeded || string(r2.Result) != string(r1.Result) {
@@ -247,7 +214,7 @@ func TestRetryableExhaustedFails(t *testing.T) {
 	}
 	// The key was released (the effect never happened), so an operator's
 	// retry would execute again.
-	if _, err := e.store.Get(context.Background(), "test", "k"); !errors.Is(err, idempotency.ErrNotFound) {
+	if _, err := e.Store.Get(context.Background(), "test", "k"); !errors.Is(err, idempotency.ErrNotFound) {
 		t.Fatalf("key after exhausted retries: %v; want released", err)
 	}
 }
@@ -291,7 +258,7 @@ func TestUnknownOutcomeHeld(t *testing.T) {
 	if rec.Status != outbox.StatusUnknown {
 		t.Fatalf("status = %s, want unknown", rec.Status)
 	}
-	k, err := e.store.Get(context.Background(), "test", "k")
+	k, err := e.Store.Get(context.Background(), "test", "k")
 	if err != nil || k.State != idempotency.StateHeld {
 		t.Fatalf("key = %+v, %v; want held", k, err)
 	}
@@ -329,15 +296,15 @@ func TestAbandonedAttemptRecoveredByLookup(t *testing.T) {
 	ctx := context.Background()
 	// The crashed attempt: it began on the key, performed the effect, and
 	// died before Complete.
-	id := e.enqueueHeldBack(t, "op", "k2", `{"mode":"ok"}`)
-	d, err := e.store.Begin(ctx, "test", "k2", idempotency.Fingerprint("test", []byte(`{"mode":"ok"}`)), id)
+	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k2", json.RawMessage(`{"mode":"ok"}`)))
+	d, err := e.Store.Begin(ctx, "test", "k2", idempotency.Fingerprint("test", []byte(`{"mode":"ok"}`)), id)
 	if err != nil || d.Outcome != idempotency.OutcomeExecute {
 		t.Fatalf("begin = %+v, %v", d, err)
 	}
 	e.dest.mu.Lock()
 	e.dest.effects["k2"]++
 	e.dest.mu.Unlock()
-	e.release(t, id)
+	e.Release(t, id)
 	got := e.waitTerminal(t, id)
 	if got.Status != outbox.StatusSucceeded {
 		t.Fatalf("status = %s", got.Status)
@@ -352,52 +319,14 @@ func TestAbandonedAttemptRecoveredByLookup(t *testing.T) {
 	}
 }
 
-// enqueueHeldBack enqueues an intent parked under a long claim of a
-// dispatcher that does not exist, so it is not relayed until release.
-func (e *env) enqueueHeldBack(t *testing.T, op, key, payload string) int64 {
-	t.Helper()
-	tx, err := e.pool.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	res, err := e.client.EnqueueTx(context.Background(), tx, outbox.Intent{
-		Resource: "job", Epoch: e.epoch, OperationID: op, Kind: "test", IdempotencyKey: key, Payload: json.RawMessage(payload)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Park it inside the same transaction: no dispatcher can claim it.
-	if _, err := tx.Exec(context.Background(), `UPDATE intents SET claimed_by = 'parked-by-test', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return res.IntentID
-}
-
-func (e *env) release(t *testing.T, id int64) {
-	t.Helper()
-	if _, err := e.pool.Exec(context.Background(), `UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(context.Background(), `SELECT pg_notify('fencegate_intents', '')`); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Fence policy execute: when the resource moved on before execution, the
 // intent is superseded and never executed.
 func TestExecuteFenceSupersedes(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{})
-	ctx := context.Background()
-	id := e.enqueueHeldBackFence(t, "op", "k", `{"mode":"ok"}`, outbox.FenceExecute)
-	if _, err := e.issuer.Advance(ctx, "job", e.epoch+1); err != nil {
-		t.Fatal(err)
-	}
-	e.epoch++
-	e.release(t, id)
+	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
+	e.Advance(t, e.Epoch()+1)
+	e.Release(t, id)
 	rec := e.waitTerminal(t, id)
 	if rec.Status != outbox.StatusSuperseded {
 		t.Fatalf("status = %s, want superseded", rec.Status)
@@ -407,35 +336,12 @@ func TestExecuteFenceSupersedes(t *testing.T) {
 	}
 	// Fence commit: executed although the resource moved on (it was
 	// decided while its epoch was current).
-	id2 := e.enqueueHeldBackFence(t, "op2", "k2", `{"mode":"ok"}`, outbox.FenceCommit)
-	if _, err := e.issuer.Advance(ctx, "job", e.epoch+1); err != nil {
-		t.Fatal(err)
-	}
-	e.release(t, id2)
+	id2 := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op2", "k2", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceCommit))
+	e.Advance(t, e.Epoch()+1)
+	e.Release(t, id2)
 	if rec := e.waitTerminal(t, id2); rec.Status != outbox.StatusSucceeded || e.dest.count("k2") != 1 {
 		t.Fatalf("commit-fenced intent = %s, effects %d; want succeeded once", rec.Status, e.dest.count("k2"))
 	}
-}
-
-func (e *env) enqueueHeldBackFence(t *testing.T, op, key, payload string, fence outbox.Fence) int64 {
-	t.Helper()
-	tx, err := e.pool.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	res, err := e.client.EnqueueTx(context.Background(), tx, outbox.Intent{
-		Resource: "job", Epoch: e.epoch, OperationID: op, Kind: "test", IdempotencyKey: key, Fence: fence, Payload: json.RawMessage(payload)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(context.Background(), `UPDATE intents SET claimed_by = 'parked-by-test', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return res.IntentID
 }
 
 // Redelivery of a message whose intent is already terminal: acked, nothing
@@ -443,13 +349,10 @@ func (e *env) enqueueHeldBackFence(t *testing.T, op, key, payload string, fence 
 func TestRedeliveryOfTerminalIntentIsSkipped(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{})
-	ctx := context.Background()
 	id := e.enqueue(t, "op", "k", `{"mode":"ok"}`)
 	e.waitTerminal(t, id)
 	// Force a re-relay: back to relayed with an old relayed_at.
-	if _, err := e.pool.Exec(ctx, `UPDATE intents SET status = 'relayed', relayed_at = now() - interval '1 hour' WHERE intent_id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
+	e.Rerelay(t, id)
 	// The key is completed, so even the redelivered intent gets Done.
 	rec := e.waitTerminal(t, id)
 	if rec.Status != outbox.StatusSucceeded {
@@ -457,5 +360,57 @@ func TestRedeliveryOfTerminalIntentIsSkipped(t *testing.T) {
 	}
 	if n := e.dest.count("k"); n != 1 {
 		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+func withFence(in outbox.Intent, f outbox.Fence) outbox.Intent {
+	in.Fence = f
+	return in
+}
+
+// Fence policy execute, and an earlier attempt of the intent was abandoned
+// before the resource moved on: the runtime never executes it again, but
+// asks before calling it superseded — the abandoned attempt may have
+// performed the effect (see adapters/file's TestRuntimeCrashThenResourceMovesOn
+// for the found case).
+func TestExecuteFenceAfterAbandonedAttempt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		lookup bool
+		want   outbox.Status
+	}{
+		{"lookup finds nothing: superseded", true, outbox.StatusSuperseded},
+		{"no lookup: unknown", false, outbox.StatusUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, opts{lookup: tc.lookup, lockTimeout: 300 * time.Millisecond})
+			ctx := context.Background()
+			id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
+			if d, err := e.Store.Begin(ctx, "test", "k", idempotency.Fingerprint("test", []byte(`{"mode":"ok"}`)), id); err != nil || d.Outcome != idempotency.OutcomeExecute {
+				t.Fatalf("begin = %+v, %v", d, err)
+			}
+			e.Advance(t, e.Epoch()+1)
+			e.Release(t, id)
+			rec := e.WaitStatus(t, id, tc.want)
+			e.dest.mu.Lock()
+			calls := e.dest.calls
+			e.dest.mu.Unlock()
+			if n := e.dest.count("k"); n != 0 || calls != 0 {
+				t.Fatalf("effects %d, calls %d; want none (%s)", n, calls, adaptertest.Describe(rec))
+			}
+			k := e.Key(t, "test", "k")
+			switch tc.want {
+			case outbox.StatusSuperseded:
+				if k != nil {
+					t.Fatalf("key = %+v; want deleted", k)
+				}
+			case outbox.StatusUnknown:
+				if k == nil || k.State != idempotency.StateHeld {
+					t.Fatalf("key = %+v; want held", k)
+				}
+			}
+		})
 	}
 }

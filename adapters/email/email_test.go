@@ -15,15 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/internal/smtptest"
 	"github.com/fencegate/fencegate/outbox"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var keySeq atomic.Int64
 
