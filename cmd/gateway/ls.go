@@ -1,8 +1,50 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
 
-// cmdLs lists intents (gateway ls).
+	"github.com/fencegate/fencegate/admin"
+)
+
+// cmdLs lists intents, newest first, with the same query and the same
+// pagination as GET /api/v1/intents (gateway ls).
 func cmdLs(ctx context.Context, a *app, args []string) int {
-	return a.fail(badInput("command", "gateway ls is not built yet"))
+	fs, dbURL := a.newFlags("ls")
+	status := fs.String("status", "", "only intents with this status (pending, relayed, succeeded, failed, superseded, unknown, cancelled)")
+	resource := fs.String("resource", "", "only intents of this resource")
+	kind := fs.String("kind", "", "only intents of this kind")
+	limit := fs.String("limit", "", "page size, 1 to 500 (default 50)")
+	cursor := fs.String("cursor", "", "next_cursor of the previous page")
+	if code, ok := a.parse(fs, args); !ok {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return a.fail(err)
+	}
+	// Bad filters are refused before connecting: exit 2 either way.
+	f, err := admin.ParseListFilter(*resource, *status, *kind, *limit, *cursor)
+	if err != nil {
+		return a.fail(lsError(err))
+	}
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer pool.Close()
+	page, err := admin.ListIntents(ctx, pool, f)
+	if err != nil {
+		return a.fail(lsError(err))
+	}
+	a.writeJSON(page)
+	return exitOK
+}
+
+// lsError turns the admin package's input errors into the CLI's bad input.
+func lsError(err error) error {
+	var ie *admin.InputError
+	if errors.As(err, &ie) {
+		return badInput(ie.Field, err.Error())
+	}
+	return err
 }

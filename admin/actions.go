@@ -1,0 +1,315 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Action is an operator's action on an intent.
+type Action string
+
+// Actions.
+const (
+	// ActionRetry: failed or unknown → pending, to be relayed again.
+	ActionRetry Action = "retry"
+	// ActionCancel: pending, failed or unknown → cancelled.
+	ActionCancel Action = "cancel"
+	// ActionResolve: unknown → succeeded or failed, as the operator found
+	// out at the destination.
+	ActionResolve Action = "resolve"
+)
+
+// allowedFrom lists the statuses each action applies to.
+var allowedFrom = map[Action][]outbox.Status{
+	ActionRetry:   {outbox.StatusFailed, outbox.StatusUnknown},
+	ActionCancel:  {outbox.StatusPending, outbox.StatusFailed, outbox.StatusUnknown},
+	ActionResolve: {outbox.StatusUnknown},
+}
+
+// MaxNoteLen is the longest note on an action, in bytes.
+const MaxNoteLen = 4096
+
+// ActionRequest asks for one action on one intent.
+type ActionRequest struct {
+	IntentID int64
+	Action   Action
+	// Actor is who asks: a token's name, or "anonymous".
+	Actor string
+	// Outcome is resolve's outcome: succeeded or failed.
+	Outcome outbox.Status
+	// Note is the operator's reason; optional.
+	Note string
+}
+
+func (r ActionRequest) validate() error {
+	if r.IntentID < 1 {
+		return inputErr("intent_id", "must be a positive integer")
+	}
+	if _, ok := allowedFrom[r.Action]; !ok {
+		return inputErr("action", "must be retry, cancel or resolve, got %q", r.Action)
+	}
+	if r.Actor == "" {
+		return inputErr("actor", "must not be empty")
+	}
+	if r.Action == ActionResolve && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed {
+		return inputErr("outcome", "must be \"succeeded\" or \"failed\", got %q", r.Outcome)
+	}
+	if r.Action != ActionResolve && r.Outcome != "" {
+		return inputErr("outcome", "only resolve takes an outcome")
+	}
+	if len(r.Note) > MaxNoteLen || !utf8.ValidString(r.Note) || containsNUL(r.Note) {
+		return inputErr("note", "must be valid UTF-8 without NUL, at most %d bytes", MaxNoteLen)
+	}
+	return nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// InvalidStateError says the intent's status does not allow the action.
+// Nothing was changed.
+type InvalidStateError struct {
+	IntentID int64
+	Action   Action
+	Status   outbox.Status
+	Allowed  []outbox.Status
+}
+
+func (e *InvalidStateError) Error() string {
+	return fmt.Sprintf("intent %d is %s; %s applies only to %v", e.IntentID, e.Status, e.Action, e.Allowed)
+}
+
+// KeyChange says what an action did to the intent's idempotency key.
+type KeyChange string
+
+// Key changes.
+const (
+	KeyUntouched KeyChange = ""
+	// KeyUnheld: a held key was released so the next attempt looks the
+	// outcome up first (Recover).
+	KeyUnheld KeyChange = "unheld"
+	// KeyDeleted: a key completed as failed was deleted so the effect can
+	// be attempted again.
+	KeyDeleted KeyChange = "deleted"
+	// KeyCompleted: a held key was completed with the resolved outcome.
+	KeyCompleted KeyChange = "completed"
+)
+
+// ActionResult is what an action did.
+type ActionResult struct {
+	IntentID   int64         `json:"intent_id"`
+	Action     Action        `json:"action"`
+	FromStatus outbox.Status `json:"from_status"`
+	Status     outbox.Status `json:"status"`
+	EventID    int64         `json:"event_id"`
+	Key        KeyChange     `json:"key,omitempty"`
+}
+
+// Apply performs an operator action in one transaction: it locks the
+// intent's idempotency key row (if any) and the intent's row, checks the
+// status allows the action, changes status and key, and records the event.
+// It returns outbox.ErrNotFound for an unknown intent, an
+// *InvalidStateError when the status does not allow the action, and an
+// *InputError for bad requests.
+func Apply(ctx context.Context, pool *pgxpool.Pool, req ActionRequest) (ActionResult, error) {
+	if err := req.validate(); err != nil {
+		return ActionResult{}, err
+	}
+	res := ActionResult{IntentID: req.IntentID, Action: req.Action}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return res, fmt.Errorf("admin: %s intent %d: %w", req.Action, req.IntentID, err)
+	}
+	// A cancelled ctx does not roll a pgx transaction back by itself.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := apply(ctx, tx, req, &res); err != nil {
+		var ise *InvalidStateError
+		if errors.As(err, &ise) || errors.Is(err, outbox.ErrNotFound) {
+			return res, err
+		}
+		return res, fmt.Errorf("admin: %s intent %d: %w", req.Action, req.IntentID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("admin: %s intent %d: commit: %w", req.Action, req.IntentID, err)
+	}
+	return res, nil
+}
+
+type keyRow struct {
+	state       idempotency.State
+	fingerprint string
+	status      *string
+}
+
+func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult) error {
+	// kind, key and payload never change after insert, so reading them
+	// without a lock is safe; they say which key row to lock.
+	var kind, key string
+	var payload []byte
+	err := tx.QueryRow(ctx, `SELECT kind, idempotency_key, payload FROM intents WHERE intent_id = $1`, req.IntentID).
+		Scan(&kind, &key, &payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return outbox.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("read intent: %w", err)
+	}
+
+	// Lock the key row before the intent row: idempotency.Store's Begin and
+	// Complete lock key then intent, and taking them in the same order
+	// means an action and an adapter's attempt never deadlock. Holding the
+	// key lock also means no attempt can start, take over or complete the
+	// key between our look at it and our change to it.
+	var k *keyRow
+	if req.Action != ActionCancel {
+		var row keyRow
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state, fingerprint, status FROM idempotency_keys
+			WHERE kind = $1 AND idempotency_key = $2 FOR UPDATE`, kind, key).Scan(&state, &row.fingerprint, &row.status)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("lock idempotency key: %w", err)
+		default:
+			row.state = idempotency.State(state)
+			// A key with another fingerprint belongs to other content under
+			// the same business key: this intent's attempts are conflicts
+			// and the key is not ours to change.
+			if row.fingerprint == idempotency.Fingerprint(kind, payload) {
+				k = &row
+			}
+		}
+	}
+
+	// Lock the intent's row: the status check below and the update are one
+	// atomic step, ordered with the dispatcher's and adapters' writes to
+	// the row (which all lock it too).
+	var status string
+	var lastError *string
+	err = tx.QueryRow(ctx, `SELECT status, last_error FROM intents WHERE intent_id = $1 FOR UPDATE`, req.IntentID).
+		Scan(&status, &lastError)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return outbox.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("lock intent: %w", err)
+	}
+	from := outbox.Status(status)
+	res.FromStatus, res.Status = from, from
+	if !slices.Contains(allowedFrom[req.Action], from) {
+		return &InvalidStateError{IntentID: req.IntentID, Action: req.Action, Status: from, Allowed: allowedFrom[req.Action]}
+	}
+
+	var to outbox.Status
+	switch req.Action {
+	case ActionRetry:
+		to = outbox.StatusPending
+		// Back to the dispatcher's queue as if new: no claim, no relay, no
+		// outcome. last_error is cleared here and kept in the event.
+		if _, err := tx.Exec(ctx, `UPDATE intents
+			SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, relayed_at = NULL,
+			    completed_at = NULL, result = NULL, last_error = NULL, updated_at = now()
+			WHERE intent_id = $1`, req.IntentID); err != nil {
+			return fmt.Errorf("retry: %w", err)
+		}
+		if k != nil {
+			switch {
+			case k.state == idempotency.StateHeld:
+				// The outcome of the last attempt is unknown: the effect
+				// may have happened. Unholding (what idempotency.Store.Unhold
+				// does, here inside our transaction) makes the key started
+				// with an expired lock and a fresh token, so the next
+				// attempt is told to Recover — look the outcome up at the
+				// destination before sending — and no earlier attempt's
+				// token matches any more.
+				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys
+					SET state = 'started', status = NULL, locked_until = clock_timestamp(),
+					    token = nextval('idempotency_token_seq'), updated_at = now()
+					WHERE kind = $1 AND idempotency_key = $2`, kind, key); err != nil {
+					return fmt.Errorf("unhold idempotency key: %w", err)
+				}
+				res.Key = KeyUnheld
+			case k.state == idempotency.StateCompleted && k.status != nil && *k.status == string(outbox.StatusFailed):
+				// A key completed as failed answers Done(failed) to every
+				// later attempt, so the retry would fail again without
+				// trying. Failed means the effect did not happen (a
+				// permanent refusal), so deleting the key cannot cause a
+				// second effect: the retry starts a fresh attempt. A key
+				// completed as succeeded stays: the effect happened, and the
+				// retry must get Done(succeeded), not a second send. A
+				// started key stays too: an attempt owns it.
+				if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, kind, key); err != nil {
+					return fmt.Errorf("delete failed idempotency key: %w", err)
+				}
+				res.Key = KeyDeleted
+			}
+		}
+		// Wake the dispatchers at commit, as an enqueue does.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify('fencegate_intents', '')`); err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
+	case ActionCancel:
+		to = outbox.StatusCancelled
+		// A held key stays held: the effect of an unknown intent may have
+		// happened, and cancelling the intent does not tell us whether. An
+		// adapter's Begin refuses to start an attempt for a cancelled
+		// intent, so a pending intent a dispatcher relays anyway is not
+		// executed.
+		if _, err := tx.Exec(ctx, `UPDATE intents
+			SET status = 'cancelled', claimed_by = NULL, claim_expires_at = NULL,
+			    completed_at = now(), updated_at = now()
+			WHERE intent_id = $1`, req.IntentID); err != nil {
+			return fmt.Errorf("cancel: %w", err)
+		}
+	case ActionResolve:
+		to = req.Outcome
+		errMsg := lastError
+		if to == outbox.StatusSucceeded {
+			errMsg = nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE intents
+			SET status = $2, last_error = $3, completed_at = now(), updated_at = now()
+			WHERE intent_id = $1`, req.IntentID, string(to), errMsg); err != nil {
+			return fmt.Errorf("resolve: %w", err)
+		}
+		if k != nil && k.state == idempotency.StateHeld {
+			// Record the outcome the operator found under the key too, so
+			// later intents with this key get Done with it instead of
+			// waiting on a held key forever (or, once unheld, looking up
+			// again what the operator already established).
+			if _, err := tx.Exec(ctx, `UPDATE idempotency_keys
+				SET state = 'completed', status = $3, locked_until = NULL,
+				    last_error = $4, completed_at = now(), updated_at = now()
+				WHERE kind = $1 AND idempotency_key = $2`, kind, key, string(to), errMsg); err != nil {
+				return fmt.Errorf("complete idempotency key: %w", err)
+			}
+			res.Key = KeyCompleted
+		}
+	}
+	var note any
+	if req.Note != "" {
+		note = req.Note
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO intent_events (intent_id, actor, action, from_status, to_status, note, last_error)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING event_id`,
+		req.IntentID, req.Actor, string(req.Action), string(from), string(to), note, lastError).Scan(&res.EventID); err != nil {
+		return fmt.Errorf("record event: %w", err)
+	}
+	res.Status = to
+	return nil
+}

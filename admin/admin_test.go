@@ -1,0 +1,941 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+const (
+	workerSecret   = "worker-secret-0123456789"
+	operatorSecret = "operator-secret-0123456789"
+)
+
+var testTokens = []Token{
+	{Name: "w1", Role: RoleWorker, Secret: workerSecret},
+	{Name: "op1", Role: RoleOperator, Secret: operatorSecret},
+}
+
+type env struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	srv    *Server
+	ts     *httptest.Server
+	issuer *lease.Issuer
+	ob     *outbox.Client
+}
+
+func newServer(t testing.TB, pool *pgxpool.Pool, tokens []Token, mod func(*Config)) *Server {
+	t.Helper()
+	ob, err := outbox.New(pool, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.New(pool, idempotency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool), Store: store, Tokens: tokens,
+		Registry: prometheus.NewRegistry()}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	t.Parallel()
+	pool := testdb.New(t)
+	s := newServer(t, pool, testTokens, nil)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	return &env{t: t, pool: pool, srv: s, ts: ts, issuer: s.cfg.Issuer, ob: s.cfg.Outbox}
+}
+
+type resp struct {
+	code int
+	obj  map[string]any
+	raw  string
+	hdr  http.Header
+}
+
+func (r resp) errField(key string) any {
+	e, _ := r.obj["error"].(map[string]any)
+	return e[key]
+}
+
+// do sends a request with a JSON body (none when body is "").
+func (e *env) do(method, path, token, body string) resp {
+	e.t.Helper()
+	return doReq(e.t, e.ts.URL, method, path, token, body, "application/json")
+}
+
+func doReq(t testing.TB, base, method, path, token, body, ctype string) resp {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" && ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	r := resp{code: res.StatusCode, raw: string(b), hdr: res.Header}
+	if strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(b, &r.obj); err != nil {
+			t.Fatalf("%s %s: body is not a JSON object: %q", method, path, b)
+		}
+	}
+	return r
+}
+
+func expect(t *testing.T, r resp, code int, errCode string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("status %d, want %d: %s", r.code, code, r.raw)
+	}
+	if errCode == "" {
+		if _, ok := r.obj["error"]; ok {
+			t.Fatalf("unexpected error: %s", r.raw)
+		}
+		return
+	}
+	if r.errField("code") != errCode || r.errField("message") == "" {
+		t.Fatalf("error = %s, want code %q with a message", r.raw, errCode)
+	}
+}
+
+func expectField(t *testing.T, r resp, field string) {
+	t.Helper()
+	expect(t, r, http.StatusBadRequest, r.errField("code").(string))
+	if r.errField("field") != field {
+		t.Fatalf("error field = %v, want %q: %s", r.errField("field"), field, r.raw)
+	}
+}
+
+func (e *env) count(sql string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func emailIntent(resource string, epoch int64, op string) string {
+	return fmt.Sprintf(`{"resource":%q,"epoch":%d,"operation_id":%q,"kind":"email",
+		"payload":{"to":"alice@example.com","from":"reports@example.com","subject":"hi","text":"body"}}`, resource, epoch, op)
+}
+
+func num(v any) int64 {
+	f, _ := v.(float64)
+	return int64(f)
+}
+
+func TestIntakeStatusCodes(t *testing.T) {
+	e := setup(t)
+	// acquire: 201 new grant, 200 same holder again, 409 another holder.
+	r := e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"report","holder":"a","ttl_ms":60000}`)
+	expect(t, r, http.StatusCreated, "")
+	if num(r.obj["epoch"]) != 1 || r.obj["holder"] != "a" || r.obj["expires_at"] == nil {
+		t.Fatalf("acquire = %s", r.raw)
+	}
+	expect(t, e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"report","holder":"a","ttl_ms":60000}`), http.StatusOK, "")
+	r = e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"report","holder":"b","ttl_ms":60000}`)
+	expect(t, r, http.StatusConflict, "lease_held")
+	if num(r.errField("current_epoch")) != 1 || r.errField("holder") != "a" || r.errField("expires_at") == nil {
+		t.Fatalf("lease held body = %s", r.raw)
+	}
+	expectField(t, e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"report","holder":"a"}`), "ttl_ms")
+	expectField(t, e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"","holder":"a","ttl_ms":1000}`), "resource")
+
+	// renew and enqueue with the current epoch.
+	r = e.do("POST", "/api/v1/leases/renew", workerSecret, `{"resource":"report","holder":"a","epoch":1,"ttl_ms":60000}`)
+	expect(t, r, http.StatusOK, "")
+	r = e.do("POST", "/api/v1/intents", workerSecret, emailIntent("report", 1, "op-1"))
+	expect(t, r, http.StatusCreated, "")
+	id := num(r.obj["intent_id"])
+	if id < 1 || r.obj["status"] != "pending" || r.obj["duplicate"] != false || r.obj["fence"] != "commit" {
+		t.Fatalf("enqueue = %s", r.raw)
+	}
+	// duplicate: 200 with the existing intent.
+	r = e.do("POST", "/api/v1/intents", workerSecret, emailIntent("report", 1, "op-1"))
+	expect(t, r, http.StatusOK, "")
+	if num(r.obj["intent_id"]) != id || r.obj["duplicate"] != true {
+		t.Fatalf("duplicate = %s", r.raw)
+	}
+	// same operation id, different content: 422.
+	r = e.do("POST", "/api/v1/intents", workerSecret, strings.Replace(emailIntent("report", 1, "op-1"), `"hi"`, `"other"`, 1))
+	expect(t, r, http.StatusUnprocessableEntity, "conflict")
+	if num(r.errField("intent_id")) != id {
+		t.Fatalf("conflict = %s", r.raw)
+	}
+
+	// release, then b takes over: a's epoch 1 is stale everywhere.
+	expect(t, e.do("POST", "/api/v1/leases/release", workerSecret, `{"resource":"report","holder":"a","epoch":1}`), http.StatusOK, "")
+	expect(t, e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"report","holder":"b","ttl_ms":60000}`), http.StatusCreated, "")
+	r = e.do("POST", "/api/v1/intents", workerSecret, emailIntent("report", 1, "op-2"))
+	expect(t, r, http.StatusConflict, "stale_epoch")
+	if num(r.errField("current_epoch")) != 2 || num(r.errField("supplied_epoch")) != 1 {
+		t.Fatalf("stale = %s", r.raw)
+	}
+	r = e.do("POST", "/api/v1/leases/renew", workerSecret, `{"resource":"report","holder":"a","epoch":1,"ttl_ms":60000}`)
+	expect(t, r, http.StatusConflict, "stale_epoch")
+	if num(r.errField("current_epoch")) != 2 {
+		t.Fatalf("stale renew = %s", r.raw)
+	}
+	if n := e.count(`SELECT count(*) FROM intents WHERE operation_id = 'op-2'`); n != 0 {
+		t.Fatalf("stale enqueue stored %d rows", n)
+	}
+
+	// epochs: 201 advanced, 200 equal, 409 lower.
+	r = e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"ext","epoch":7}`)
+	expect(t, r, http.StatusCreated, "")
+	if num(r.obj["epoch"]) != 7 || r.obj["advanced"] != true {
+		t.Fatalf("advance = %s", r.raw)
+	}
+	expect(t, e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"ext","epoch":7}`), http.StatusOK, "")
+	r = e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"ext","epoch":3}`)
+	expect(t, r, http.StatusConflict, "stale_epoch")
+	if num(r.errField("current_epoch")) != 7 {
+		t.Fatalf("lower advance = %s", r.raw)
+	}
+	expectField(t, e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"ext","epoch":0}`), "epoch")
+
+	// bad payload: 400 naming the nested field, nothing stored.
+	r = e.do("POST", "/api/v1/intents", workerSecret, `{"resource":"ext","epoch":7,"operation_id":"x","kind":"email",
+		"payload":{"to":["not an address"],"from":"a@example.com","subject":"s","text":"t"}}`)
+	expectField(t, r, "payload.to[0]")
+	if r.errField("code") != "invalid_input" {
+		t.Fatalf("code = %s", r.raw)
+	}
+	if n := e.count(`SELECT count(*) FROM intents`); n != 1 {
+		t.Fatalf("intents = %d, want 1", n)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	e := setup(t)
+	r := e.do("GET", "/api/v1/intents", "", "")
+	expect(t, r, http.StatusUnauthorized, "unauthorized")
+	if !strings.HasPrefix(r.hdr.Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("WWW-Authenticate = %q", r.hdr.Get("WWW-Authenticate"))
+	}
+	expect(t, e.do("GET", "/api/v1/intents", "wrong-token-0123456789", ""), http.StatusUnauthorized, "unauthorized")
+	expect(t, e.do("GET", "/api/v1/intents", workerSecret+"x", ""), http.StatusUnauthorized, "unauthorized")
+	// roles: worker can't read or act, operator can't use the intake.
+	expect(t, e.do("GET", "/api/v1/intents", workerSecret, ""), http.StatusForbidden, "forbidden")
+	expect(t, e.do("POST", "/api/v1/intents/1/cancel", workerSecret, ""), http.StatusForbidden, "forbidden")
+	expect(t, e.do("GET", "/metrics", workerSecret, ""), http.StatusForbidden, "forbidden")
+	expect(t, e.do("POST", "/api/v1/leases", operatorSecret, `{"resource":"r","holder":"h","ttl_ms":1000}`), http.StatusForbidden, "forbidden")
+	expect(t, e.do("POST", "/api/v1/intents", operatorSecret, emailIntent("r", 1, "o")), http.StatusForbidden, "forbidden")
+	expect(t, e.do("GET", "/api/v1/intents", operatorSecret, ""), http.StatusOK, "")
+	// no token for health and readiness.
+	expect(t, e.do("GET", "/healthz", "", ""), http.StatusOK, "")
+	r = e.do("GET", "/readyz", "", "")
+	expect(t, r, http.StatusOK, "")
+	// the scheme is case-insensitive; other schemes are not bearer tokens.
+	req, _ := http.NewRequest("GET", e.ts.URL+"/api/v1/intents", nil)
+	req.Header.Set("Authorization", "bearer "+operatorSecret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("lower-case bearer: %d", res.StatusCode)
+	}
+	req.Header.Set("Authorization", "Basic "+operatorSecret)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 401 {
+		t.Fatalf("basic: %d", res.StatusCode)
+	}
+	// metrics: operator only, with the API's own counters.
+	r = e.do("GET", "/metrics", operatorSecret, "")
+	if r.code != 200 || !strings.Contains(r.raw, "fencegate_admin_requests_total") {
+		t.Fatalf("metrics: %d %.300s", r.code, r.raw)
+	}
+}
+
+// TestAuthComparesEveryToken checks the constant-time path: every
+// configured token is compared, whether the first, the last or none
+// matches, and only through the injected constant-time compare.
+func TestAuthComparesEveryToken(t *testing.T) {
+	tokens := []Token{
+		{Name: "a", Role: RoleWorker, Secret: "aaaaaaaaaaaaaaaaaaaa"},
+		{Name: "b", Role: RoleOperator, Secret: "bbbbbbbbbbbbbbbbbbbb"},
+		{Name: "c", Role: RoleWorker, Secret: "cccccccccccccccccccc"},
+	}
+	a := newAuthenticator(tokens)
+	calls := 0
+	a.compare = func(x, y []byte) int {
+		calls++
+		if len(x) != len(y) {
+			t.Fatalf("compared %d with %d bytes: lengths must not depend on the secret", len(x), len(y))
+		}
+		return subtleCompare(x, y)
+	}
+	for _, tc := range []struct {
+		presented string
+		name      string
+		ok        bool
+	}{
+		{"aaaaaaaaaaaaaaaaaaaa", "a", true},
+		{"cccccccccccccccccccc", "c", true},
+		{"bbbbbbbbbbbbbbbbbbbb", "b", true},
+		{"nope", "", false},
+		{"", "", false},
+		{"aaaaaaaaaaaaaaaaaaaaa", "", false},
+	} {
+		calls = 0
+		p, ok := a.lookup(tc.presented)
+		if ok != tc.ok || p.name != tc.name {
+			t.Errorf("lookup(%q) = %v, %v; want %q, %v", tc.presented, p.name, ok, tc.name, tc.ok)
+		}
+		if calls != len(tokens) {
+			t.Errorf("lookup(%q) compared %d tokens, want all %d", tc.presented, calls, len(tokens))
+		}
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	lines := "# ops\nalice:operator:" + operatorSecret + "\n\nci:worker:" + workerSecret + ":with:colons\n"
+	got, err := ParseTokens(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != (Token{"alice", RoleOperator, operatorSecret}) || got[1].Secret != workerSecret+":with:colons" {
+		t.Fatalf("lines: %+v", got)
+	}
+	got, err = ParseTokens(`[{"name":"alice","role":"operator","token":"` + operatorSecret + `"}]`)
+	if err != nil || len(got) != 1 || got[0].Name != "alice" {
+		t.Fatalf("json: %+v %v", got, err)
+	}
+	env := map[string]string{EnvTokens: "a:worker:" + workerSecret + ",b:operator:" + operatorSecret}
+	got, err = TokensFromEnv(func(k string) string { return env[k] })
+	if err != nil || len(got) != 2 || got[1].Role != RoleOperator {
+		t.Fatalf("env: %+v %v", got, err)
+	}
+	for _, bad := range []string{
+		"a:admin:" + workerSecret, // unknown role
+		"a:worker:short",          // too short
+		"nocolons",
+		"a:worker:" + workerSecret + "\nb:worker:" + workerSecret, // same secret twice
+		`[{"name":"a","role":"worker","token":"` + workerSecret + `","x":1}]`,
+	} {
+		if _, err := ParseTokens(bad); err == nil {
+			t.Errorf("ParseTokens(%q) accepted", bad)
+		} else if strings.Contains(err.Error(), "short") && strings.Contains(bad, "short") && strings.Contains(err.Error(), ":short") {
+			t.Errorf("error echoes the secret: %v", err)
+		}
+	}
+}
+
+func TestBadInputStoresNothing(t *testing.T) {
+	e := setup(t)
+	expect(t, e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"r","epoch":1}`), http.StatusCreated, "")
+	valid := emailIntent("r", 1, "op")
+	big := `{"resource":"r","epoch":1,"operation_id":"op","kind":"email","payload":{"to":"a@example.com","from":"b@example.com","subject":"s","text":"` +
+		strings.Repeat("x", DefaultMaxBodyBytes) + `"}}`
+	for _, tc := range []struct {
+		name, body, ctype, field string
+		code                     string
+	}{
+		{"malformed", `{"resource":`, "application/json", "body", "invalid_input"},
+		{"not an object", `[1,2]`, "application/json", "body", "invalid_input"},
+		{"empty", ``, "application/json", "body", "invalid_input"},
+		{"unknown field", strings.Replace(valid, `"kind"`, `"sneaky":1,"kind"`, 1), "application/json", "sneaky", "invalid_input"},
+		{"field name case", strings.Replace(valid, `"epoch"`, `"Epoch"`, 1), "application/json", "Epoch", "invalid_input"},
+		{"invalid UTF-8 in payload", strings.Replace(valid, `"body"`, "\"\x92\"", 1), "application/json", "payload", "invalid_input"},
+		{"trailing data", valid + `{}`, "application/json", "body", "invalid_input"},
+		{"trailing garbage", valid + ` x`, "application/json", "body", "invalid_input"},
+		{"wrong content type", valid, "text/plain", "content_type", "invalid_input"},
+		{"no content type", valid, "", "content_type", "invalid_input"},
+		{"epoch as string", strings.Replace(valid, `"epoch":1`, `"epoch":"1"`, 1), "application/json", "epoch", "invalid_input"},
+		{"epoch fractional", strings.Replace(valid, `"epoch":1`, `"epoch":1.5`, 1), "application/json", "epoch", "invalid_input"},
+		{"epoch huge", strings.Replace(valid, `"epoch":1`, `"epoch":1e40`, 1), "application/json", "epoch", "invalid_input"},
+		{"epoch missing", strings.Replace(valid, `"epoch":1,`, ``, 1), "application/json", "epoch", "invalid_input"},
+		{"no resource", strings.Replace(valid, `"resource":"r",`, ``, 1), "application/json", "resource", "invalid_input"},
+		{"unknown kind", strings.Replace(valid, `"email"`, `"fax"`, 1), "application/json", "kind", "invalid_input"},
+		{"bad fence", strings.Replace(valid, `"kind"`, `"fence":"later","kind"`, 1), "application/json", "fence", "invalid_input"},
+		{"payload not object", strings.Replace(valid, `"payload":{`, `"payload":["x",{`, 1) + `]`, "application/json", "body", "invalid_input"},
+		{"payload null", `{"resource":"r","epoch":1,"operation_id":"op","kind":"email","payload":null}`, "application/json", "payload", "invalid_input"},
+		{"no subject", strings.Replace(valid, `"subject":"hi",`, ``, 1), "application/json", "payload.subject", "invalid_input"},
+		{"file target escapes", `{"resource":"r","epoch":1,"operation_id":"op","kind":"file","payload":{"target":"../etc/passwd","content":"x"}}`, "application/json", "payload.target", "invalid_input"},
+		{"NUL in payload", strings.Replace(valid, `"body"`, `"a\u0000b"`, 1), "application/json", "payload", "invalid_input"},
+		{"too large", big, "application/json", "body", "body_too_large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := doReq(t, e.ts.URL, "POST", "/api/v1/intents", workerSecret, tc.body, tc.ctype)
+			if tc.body == "" {
+				// doReq sends no content type without a body; send one.
+				req, _ := http.NewRequest("POST", e.ts.URL+"/api/v1/intents", bytes.NewReader(nil))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+workerSecret)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				r = resp{code: res.StatusCode, raw: string(b)}
+				_ = json.Unmarshal(b, &r.obj)
+			}
+			expect(t, r, http.StatusBadRequest, tc.code)
+			if r.errField("field") != tc.field {
+				t.Fatalf("field = %v, want %q: %s", r.errField("field"), tc.field, r.raw)
+			}
+		})
+	}
+	if n := e.count(`SELECT count(*) FROM intents`); n != 0 {
+		t.Fatalf("bad input stored %d intents", n)
+	}
+	// The valid body is accepted, so the cases above failed for their flaw.
+	expect(t, e.do("POST", "/api/v1/intents", workerSecret, valid), http.StatusCreated, "")
+}
+
+func TestReads(t *testing.T) {
+	e := setup(t)
+	expect(t, e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"r","epoch":1}`), http.StatusCreated, "")
+	r := e.do("POST", "/api/v1/intents", workerSecret, emailIntent("r", 1, "op"))
+	expect(t, r, http.StatusCreated, "")
+	id := num(r.obj["intent_id"])
+
+	r = e.do("GET", fmt.Sprintf("/api/v1/intents/%d", id), operatorSecret, "")
+	expect(t, r, http.StatusOK, "")
+	if num(r.obj["intent_id"]) != id || r.obj["payload"] == nil || r.obj["status"] != "pending" {
+		t.Fatalf("get = %s", r.raw)
+	}
+	if h, ok := r.obj["history"].([]any); !ok || len(h) != 0 {
+		t.Fatalf("history = %v", r.obj["history"])
+	}
+	if tl, ok := r.obj["timeline"].([]any); !ok || len(tl) != 1 || tl[0].(map[string]any)["what"] != "created" {
+		t.Fatalf("timeline = %v", r.obj["timeline"])
+	}
+	expect(t, e.do("GET", "/api/v1/intents/999999", operatorSecret, ""), http.StatusNotFound, "not_found")
+	expectField(t, e.do("GET", "/api/v1/intents/abc", operatorSecret, ""), "intent_id")
+	expectField(t, e.do("GET", "/api/v1/intents/-1", operatorSecret, ""), "intent_id")
+	expectField(t, e.do("POST", "/api/v1/intents/abc/cancel", operatorSecret, ""), "intent_id")
+
+	r = e.do("GET", "/api/v1/resources/r", operatorSecret, "")
+	expect(t, r, http.StatusOK, "")
+	counts := r.obj["counts"].(map[string]any)
+	if num(r.obj["epoch"]) != 1 || num(counts["pending"]) != 1 || num(counts["failed"]) != 0 || num(r.obj["total"]) != 1 {
+		t.Fatalf("resource = %s", r.raw)
+	}
+	expect(t, e.do("GET", "/api/v1/resources/nobody", operatorSecret, ""), http.StatusNotFound, "not_found")
+	expect(t, e.do("GET", "/api/v1/nothing", operatorSecret, ""), http.StatusNotFound, "not_found")
+	r = e.do("DELETE", "/api/v1/intents/1", operatorSecret, "")
+	expect(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+}
+
+func TestPagination(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for _, res := range []string{"a", "b"} {
+		if _, err := e.issuer.Advance(ctx, res, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue := func(res, op string) int64 {
+		r, err := e.ob.Enqueue(ctx, outbox.Intent{Resource: res, Epoch: 1, OperationID: op, Kind: "file",
+			Payload: json.RawMessage(`{"target":"x.txt","content":"x"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.IntentID
+	}
+	var all, allA []int64
+	for i := range 23 {
+		res := "a"
+		if i%3 == 0 {
+			res = "b"
+		}
+		id := enqueue(res, fmt.Sprint("op-", i))
+		all = append([]int64{id}, all...)
+		if res == "a" {
+			allA = append([]int64{id}, allA...)
+		}
+	}
+	page := func(query string) ([]int64, string) {
+		r := e.do("GET", "/api/v1/intents?"+query, operatorSecret, "")
+		expect(t, r, http.StatusOK, "")
+		var ids []int64
+		for _, it := range r.obj["intents"].([]any) {
+			m := it.(map[string]any)
+			if _, ok := m["payload"]; ok {
+				t.Fatalf("list includes payloads: %v", m)
+			}
+			ids = append(ids, num(m["intent_id"]))
+		}
+		next, _ := r.obj["next_cursor"].(string)
+		if _, ok := r.obj["next_cursor"]; !ok {
+			t.Fatalf("no next_cursor key: %s", r.raw)
+		}
+		return ids, next
+	}
+	walk := func(filter string, limit int, during func(int)) []int64 {
+		var got []int64
+		cursor := ""
+		for n := 0; ; n++ {
+			ids, next := page(fmt.Sprintf("%slimit=%d&cursor=%s", filter, limit, cursor))
+			if len(ids) > limit {
+				t.Fatalf("page of %d > limit %d", len(ids), limit)
+			}
+			got = append(got, ids...)
+			if next == "" {
+				return got
+			}
+			if during != nil {
+				during(n)
+			}
+			cursor = next
+		}
+	}
+	// New intents committed while paging don't shift pages: no duplicates,
+	// no gaps among the intents that existed when paging began.
+	late := 0
+	got := walk("", 5, func(n int) { enqueue("a", fmt.Sprint("late-", n)); late++ })
+	if fmt.Sprint(got) != fmt.Sprint(all) {
+		t.Fatalf("pages = %v\nwant    %v", got, all)
+	}
+	got = walk("resource=a&status=pending&kind=file&", 4, nil)
+	if late == 0 || len(got) != len(allA)+late || fmt.Sprint(got[late:]) != fmt.Sprint(allA) {
+		t.Fatalf("resource a pages = %v, want %d late + %v", got, late, allA)
+	}
+	if ids, next := page("kind=email"); len(ids) != 0 || next != "" {
+		t.Fatalf("kind=email: %v %q", ids, next)
+	}
+	// default limit 50
+	if ids, _ := page(""); len(ids) != 23+late {
+		t.Fatalf("default page = %d", len(ids))
+	}
+	for _, tc := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=501", "limit"}, {"limit=x", "limit"}, {"limit=-3", "limit"},
+		{"status=done", "status"}, {"cursor=abc", "cursor"}, {"cursor=0", "cursor"}, {"sort=asc", "sort"},
+	} {
+		expectField(t, e.do("GET", "/api/v1/intents?"+tc.query, operatorSecret, ""), tc.field)
+	}
+	expect(t, e.do("GET", "/api/v1/intents?limit=500", operatorSecret, ""), http.StatusOK, "")
+}
+
+// setStatus forces an intent's status, as the adapter runtime would.
+func (e *env) setStatus(id int64, status outbox.Status, lastError string) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `UPDATE intents SET status = $2, last_error = nullif($3, ''),
+		completed_at = CASE WHEN $2 IN ('failed', 'unknown', 'succeeded') THEN now() END WHERE intent_id = $1`,
+		id, string(status), lastError); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// putKey writes the intent's idempotency key in the given state.
+func (e *env) putKey(id int64, state idempotency.State, status outbox.Status) {
+	e.t.Helper()
+	_, err := e.pool.Exec(context.Background(), `
+		INSERT INTO idempotency_keys (kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id,
+		                              locked_until, status, completed_at)
+		SELECT kind, idempotency_key, $2, $3, intent_id, intent_id,
+		       CASE WHEN $3 = 'started' THEN now() + interval '1 hour' END, nullif($4, ''),
+		       CASE WHEN $3 = 'completed' THEN now() END
+		FROM intents WHERE intent_id = $1`, id, e.fingerprint(id), string(state), string(status))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) fingerprint(id int64) string {
+	e.t.Helper()
+	rec, err := e.ob.Get(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return idempotency.Fingerprint(rec.Kind, rec.Payload)
+}
+
+func (e *env) key(id int64) *idempotency.Key {
+	e.t.Helper()
+	rec, err := e.ob.Get(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	k, err := e.srv.cfg.Store.Get(context.Background(), rec.Kind, rec.IdempotencyKey)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return k
+}
+
+func TestActions(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
+		t.Fatal(err)
+	}
+	newIntent := func(op string) int64 {
+		r := e.do("POST", "/api/v1/intents", workerSecret, emailIntent("r", 1, op))
+		expect(t, r, http.StatusCreated, "")
+		return num(r.obj["intent_id"])
+	}
+	act := func(id int64, action, body string) resp {
+		return e.do("POST", fmt.Sprintf("/api/v1/intents/%d/%s", id, action), operatorSecret, body)
+	}
+
+	// retry of an unknown intent whose key is held: pending, key unheld
+	// (started, expired lock, new token → the next attempt recovers).
+	unknown := newIntent("unknown")
+	e.setStatus(unknown, outbox.StatusUnknown, "smtp: connection reset after DATA")
+	e.putKey(unknown, idempotency.StateHeld, outbox.StatusUnknown)
+	heldToken := e.key(unknown).Token
+	r := act(unknown, "retry", `{"note":"looked at the mailbox, nothing there"}`)
+	expect(t, r, http.StatusOK, "")
+	if r.obj["status"] != "pending" || r.obj["from_status"] != "unknown" || r.obj["key"] != "unheld" {
+		t.Fatalf("retry = %s", r.raw)
+	}
+	if k := e.key(unknown); k.State != idempotency.StateStarted || k.Token == heldToken || k.LockedUntil.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("key after retry = %+v", k)
+	}
+	if d := e.do("GET", fmt.Sprintf("/api/v1/intents/%d", unknown), operatorSecret, ""); d.obj["last_error"] != nil || d.obj["completed_at"] != nil {
+		t.Fatalf("intent after retry = %s", d.raw)
+	}
+	// the key's Begin now answers Recover.
+	rec, _ := e.ob.Get(ctx, unknown)
+	dec, err := e.srv.cfg.Store.Begin(ctx, rec.Kind, rec.IdempotencyKey, e.fingerprint(unknown), unknown)
+	if err != nil || dec.Outcome != idempotency.OutcomeRecover {
+		t.Fatalf("Begin after retry = %+v, %v", dec, err)
+	}
+
+	// retry of a failed intent whose key completed as failed: key deleted.
+	failed := newIntent("failed")
+	e.setStatus(failed, outbox.StatusFailed, "550 mailbox unavailable")
+	e.putKey(failed, idempotency.StateCompleted, outbox.StatusFailed)
+	r = act(failed, "retry", "")
+	expect(t, r, http.StatusOK, "")
+	if r.obj["key"] != "deleted" || e.key(failed) != nil {
+		t.Fatalf("retry failed = %s, key %+v", r.raw, e.key(failed))
+	}
+	// a succeeded key is kept: the effect happened.
+	done := newIntent("done")
+	e.setStatus(done, outbox.StatusFailed, "x")
+	e.putKey(done, idempotency.StateCompleted, outbox.StatusSucceeded)
+	r = act(done, "retry", "")
+	expect(t, r, http.StatusOK, "")
+	if _, ok := r.obj["key"]; ok || e.key(done) == nil {
+		t.Fatalf("retry with succeeded key = %s", r.raw)
+	}
+
+	// actions the status does not allow: 409 invalid_state with the status.
+	r = act(unknown, "retry", "") // pending now
+	expect(t, r, http.StatusConflict, "invalid_state")
+	if r.errField("status") != "pending" {
+		t.Fatalf("invalid_state body = %s", r.raw)
+	}
+	r = act(unknown, "resolve", `{"outcome":"succeeded"}`)
+	expect(t, r, http.StatusConflict, "invalid_state")
+
+	// cancel pending → cancelled; again → 409.
+	expect(t, act(unknown, "cancel", `{"note":"customer asked"}`), http.StatusOK, "")
+	r = act(unknown, "cancel", "")
+	expect(t, r, http.StatusConflict, "invalid_state")
+	if r.errField("status") != "cancelled" {
+		t.Fatalf("cancel twice = %s", r.raw)
+	}
+
+	// resolve unknown → succeeded completes the held key: later intents
+	// with the same key get Done.
+	res := newIntent("resolve")
+	e.setStatus(res, outbox.StatusUnknown, "timeout")
+	e.putKey(res, idempotency.StateHeld, outbox.StatusUnknown)
+	expectField(t, act(res, "resolve", `{}`), "outcome")
+	expectField(t, act(res, "resolve", `{"outcome":"pending"}`), "outcome")
+	expectField(t, act(res, "resolve", ""), "body")
+	expectField(t, act(res, "resolve", `{"outcome":"succeeded","extra":1}`), "extra")
+	expectField(t, act(res, "cancel", `{"outcome":"succeeded"}`), "outcome")
+	expectField(t, act(res, "resolve", `{"outcome":"succeeded","note":"`+strings.Repeat("n", MaxNoteLen+1)+`"}`), "note")
+	r = act(res, "resolve", `{"outcome":"succeeded","note":"found it in the sent folder"}`)
+	expect(t, r, http.StatusOK, "")
+	if r.obj["status"] != "succeeded" || r.obj["key"] != "completed" {
+		t.Fatalf("resolve = %s", r.raw)
+	}
+	if k := e.key(res); k.State != idempotency.StateCompleted || k.Status != outbox.StatusSucceeded {
+		t.Fatalf("key after resolve = %+v", k)
+	}
+	rec, _ = e.ob.Get(ctx, res)
+	dec, err = e.srv.cfg.Store.Begin(ctx, rec.Kind, rec.IdempotencyKey, e.fingerprint(res), unknown+1000)
+	if err != nil || dec.Outcome != idempotency.OutcomeDone || dec.Status != outbox.StatusSucceeded {
+		t.Fatalf("Begin after resolve = %+v, %v", dec, err)
+	}
+	expect(t, act(999999, "cancel", ""), http.StatusNotFound, "not_found")
+
+	// history: every action with actor, statuses, note, last_error kept.
+	d := e.do("GET", fmt.Sprintf("/api/v1/intents/%d", unknown), operatorSecret, "")
+	expect(t, d, http.StatusOK, "")
+	hist := d.obj["history"].([]any)
+	if len(hist) != 2 {
+		t.Fatalf("history = %v", hist)
+	}
+	h0, h1 := hist[0].(map[string]any), hist[1].(map[string]any)
+	if h0["action"] != "retry" || h0["actor"] != "op1" || h0["from_status"] != "unknown" || h0["to_status"] != "pending" ||
+		h0["note"] != "looked at the mailbox, nothing there" || h0["last_error"] != "smtp: connection reset after DATA" {
+		t.Fatalf("history[0] = %v", h0)
+	}
+	if h1["action"] != "cancel" || h1["to_status"] != "cancelled" || h1["note"] != "customer asked" {
+		t.Fatalf("history[1] = %v", h1)
+	}
+	if tl := d.obj["timeline"].([]any); len(tl) < 3 {
+		t.Fatalf("timeline = %v", tl)
+	}
+	// failed attempts of actions wrote no events.
+	if n := e.count(`SELECT count(*) FROM intent_events`); n != 5 {
+		t.Fatalf("events = %d, want 5", n)
+	}
+}
+
+// TestActionsAreAtomic races many cancels and retries on one intent: the
+// status check and change are one step, so each committed action's
+// from_status is the previous one's to_status.
+func TestActionsAreAtomic(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("POST", "/api/v1/intents", workerSecret, emailIntent("r", 1, "op"))
+	id := num(r.obj["intent_id"])
+	e.setStatus(id, outbox.StatusFailed, "boom")
+	errs := make(chan error, 20)
+	for i := range 20 {
+		go func() {
+			a := ActionRetry
+			if i%2 == 1 {
+				a = ActionCancel
+			}
+			_, err := Apply(ctx, e.pool, ActionRequest{IntentID: id, Action: a, Actor: "t"})
+			var ise *InvalidStateError
+			if errors.As(err, &ise) {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	for range 20 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	hist, err := History(ctx, e.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := outbox.StatusFailed
+	for _, ev := range hist {
+		if ev.FromStatus != prev {
+			t.Fatalf("event %+v does not follow %s: %+v", ev, prev, hist)
+		}
+		prev = ev.ToStatus
+	}
+	var status string
+	_ = e.pool.QueryRow(ctx, `SELECT status FROM intents WHERE intent_id = $1`, id).Scan(&status)
+	if outbox.Status(status) != prev {
+		t.Fatalf("status %s, history ends at %s", status, prev)
+	}
+}
+
+func closedPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig("postgres://nobody@" + closedPort(t) + "/none?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := newServer(t, pool, testTokens, func(c *Config) {
+		c.NATSReady = func() error { return errors.New("nats: no servers available") }
+	})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	e := &env{t: t, ts: ts}
+	for _, tc := range []struct{ method, path, token, body string }{
+		{"POST", "/api/v1/intents", workerSecret, emailIntent("r", 1, "op")},
+		{"POST", "/api/v1/leases", workerSecret, `{"resource":"r","holder":"h","ttl_ms":1000}`},
+		{"POST", "/api/v1/epochs", workerSecret, `{"resource":"r","epoch":2}`},
+		{"GET", "/api/v1/intents", operatorSecret, ""},
+		{"GET", "/api/v1/intents/1", operatorSecret, ""},
+		{"GET", "/api/v1/resources/r", operatorSecret, ""},
+		{"POST", "/api/v1/intents/1/cancel", operatorSecret, ""},
+	} {
+		expect(t, e.do(tc.method, tc.path, tc.token, tc.body), http.StatusServiceUnavailable, "unavailable")
+	}
+	// bad input is still 400: it is checked before the database.
+	expectField(t, e.do("POST", "/api/v1/intents", workerSecret, `{}`), "resource")
+	r := e.do("GET", "/readyz", "", "")
+	if r.code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz = %d %s", r.code, r.raw)
+	}
+	checks := r.obj["checks"].(map[string]any)
+	if !strings.HasPrefix(checks["postgres"].(string), "unavailable") || !strings.HasPrefix(checks["nats"].(string), "unavailable") {
+		t.Fatalf("readyz = %s", r.raw)
+	}
+	expect(t, e.do("GET", "/healthz", "", ""), http.StatusOK, "")
+}
+
+func TestReadyzNames(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	natsErr := errors.New("disconnected")
+	s := newServer(t, pool, testTokens, func(c *Config) { c.NATSReady = func() error { return natsErr } })
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	r := doReq(t, ts.URL, "GET", "/readyz", "", "", "")
+	checks := r.obj["checks"].(map[string]any)
+	if r.code != 503 || checks["postgres"] != "ok" || checks["nats"] != "unavailable: disconnected" {
+		t.Fatalf("readyz = %d %s", r.code, r.raw)
+	}
+	natsErr = nil
+	if r := doReq(t, ts.URL, "GET", "/readyz", "", "", ""); r.code != 200 {
+		t.Fatalf("readyz = %d %s", r.code, r.raw)
+	}
+}
+
+func TestLoopbackRule(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	open := newServer(t, pool, nil, nil)
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0", "example.com:0"} {
+		if ln, err := open.Listen(addr); !errors.Is(err, ErrNoTokensNonLoopback) {
+			if ln != nil {
+				ln.Close()
+			}
+			t.Errorf("Listen(%q) without tokens = %v, want ErrNoTokensNonLoopback", addr, err)
+		}
+	}
+	if err := open.Serve(context.Background(), "0.0.0.0:0"); !errors.Is(err, ErrNoTokensNonLoopback) {
+		t.Errorf("Serve(0.0.0.0) without tokens = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := open.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- open.ServeListener(ctx, ln) }()
+	base := "http://" + ln.Addr().String()
+	// Without tokens everything is allowed, as "anonymous".
+	r := doReq(t, base, "POST", "/api/v1/epochs", "", `{"resource":"r","epoch":1}`, "application/json")
+	if r.code != 201 {
+		t.Fatalf("anonymous advance = %d %s", r.code, r.raw)
+	}
+	r = doReq(t, base, "POST", "/api/v1/intents", "", emailIntent("r", 1, "op"), "application/json")
+	id := num(r.obj["intent_id"])
+	r = doReq(t, base, "POST", fmt.Sprintf("/api/v1/intents/%d/cancel", id), "", "", "")
+	if r.code != 200 {
+		t.Fatalf("anonymous cancel = %d %s", r.code, r.raw)
+	}
+	hist, err := History(context.Background(), pool, id)
+	if err != nil || len(hist) != 1 || hist[0].Actor != "anonymous" {
+		t.Fatalf("history = %+v %v", hist, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+
+	// With tokens any address may be bound.
+	secured := newServer(t, pool, testTokens, nil)
+	ln, err = secured.Listen("0.0.0.0:0")
+	if err != nil {
+		t.Fatalf("Listen(0.0.0.0) with tokens: %v", err)
+	}
+	ln.Close()
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("New without a pool accepted")
+	}
+	pool := testdb.New(t)
+	ob, _ := outbox.New(pool, outbox.Config{})
+	base := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool)}
+	bad := base
+	bad.Tokens = []Token{{Name: "x", Role: "root", Secret: workerSecret}}
+	if _, err := New(bad); err == nil {
+		t.Fatal("New with a bad token role accepted")
+	}
+	bad = base
+	bad.MaxBodyBytes = 10
+	if _, err := New(bad); err == nil {
+		t.Fatal("New with MaxBodyBytes 10 accepted")
+	}
+	// a smaller body limit applies.
+	small := newServer(t, pool, testTokens, func(c *Config) { c.MaxBodyBytes = 100 })
+	ts := httptest.NewServer(small.Handler())
+	t.Cleanup(ts.Close)
+	r := doReq(t, ts.URL, "POST", "/api/v1/intents", workerSecret, emailIntent("r", 1, "op"), "application/json")
+	if r.code != 400 || r.errField("code") != "body_too_large" || r.errField("field") != "body" {
+		t.Fatalf("over limit = %d %s", r.code, r.raw)
+	}
+}
+
+func subtleCompare(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,314 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// apiError is an error answer: status, and the body
+// {"error":{"code","message","field"?, extra…}}.
+type apiError struct {
+	status  int
+	code    string
+	message string
+	field   string
+	extra   map[string]any
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func badRequest(field, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: "invalid_input", field: field, message: fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	body := map[string]any{"code": e.code, "message": e.message}
+	if e.field != "" {
+		body["field"] = e.field
+	}
+	for k, v := range e.extra {
+		body[k] = v
+	}
+	if e.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
+	}
+	writeJSON(w, e.status, map[string]any{"error": body})
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// toAPIError maps an error of the libraries to its HTTP answer, with the
+// same codes as the CLI.
+func toAPIError(err error) *apiError {
+	var (
+		ae     *apiError
+		ostale *outbox.StaleEpochError
+		lstale *lease.StaleEpochError
+		held   *lease.HeldError
+		conf   *outbox.ConflictError
+		oinv   *outbox.ValidationError
+		linv   *lease.InvalidError
+		inv    *InputError
+		ise    *InvalidStateError
+	)
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ostale):
+		return &apiError{status: http.StatusConflict, code: "stale_epoch", message: err.Error(), extra: map[string]any{
+			"resource": ostale.Resource, "supplied_epoch": ostale.Supplied, "current_epoch": ostale.Current}}
+	case errors.As(err, &lstale):
+		return &apiError{status: http.StatusConflict, code: "stale_epoch", message: err.Error(), extra: map[string]any{
+			"resource": lstale.Resource, "supplied_epoch": lstale.Supplied, "current_epoch": lstale.Current}}
+	case errors.As(err, &held):
+		return &apiError{status: http.StatusConflict, code: "lease_held", message: err.Error(), extra: map[string]any{
+			"resource": held.Resource, "holder": held.Holder, "current_epoch": held.Epoch, "expires_at": held.ExpiresAt}}
+	case errors.As(err, &conf):
+		return &apiError{status: http.StatusUnprocessableEntity, code: "conflict", message: err.Error(), extra: map[string]any{
+			"resource": conf.Resource, "operation_id": conf.OperationID, "intent_id": conf.IntentID}}
+	case errors.As(err, &oinv):
+		return badRequest(oinv.Field, "%s", err.Error())
+	case errors.As(err, &linv):
+		field := linv.Field
+		if field == "ttl" {
+			field = "ttl_ms" // the API's name for it
+		}
+		return badRequest(field, "%s: %s", field, linv.Message)
+	case errors.As(err, &inv):
+		return badRequest(inv.Field, "%s", err.Error())
+	case errors.As(err, &ise):
+		return &apiError{status: http.StatusConflict, code: "invalid_state", message: err.Error(), extra: map[string]any{
+			"intent_id": ise.IntentID, "action": ise.Action, "status": ise.Status, "allowed": ise.Allowed}}
+	case errors.Is(err, outbox.ErrNotFound):
+		return &apiError{status: http.StatusNotFound, code: "not_found", message: err.Error()}
+	case errors.Is(err, ErrResourceNotFound):
+		return &apiError{status: http.StatusNotFound, code: "not_found", message: err.Error()}
+	case unavailable(err):
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", message: "database unavailable: " + oneLine(err.Error())}
+	}
+	return &apiError{status: http.StatusInternalServerError, code: "internal", message: oneLine(err.Error())}
+}
+
+// handlerFunc is an API endpoint: it returns the status and body of a
+// success, or an error.
+type handlerFunc func(r *http.Request, p principal) (int, any, error)
+
+// authorize returns who makes the request, or the 401/403 answer.
+func (s *Server) authorize(r *http.Request, role Role) (principal, *apiError) {
+	if len(s.cfg.Tokens) == 0 {
+		// Unauthenticated mode; Listen only binds loopback.
+		return principal{name: anonymous, role: role}, nil
+	}
+	tok, ok := bearer(r)
+	if !ok {
+		return principal{}, &apiError{status: http.StatusUnauthorized, code: "unauthorized", message: "missing bearer token (Authorization: Bearer …)"}
+	}
+	p, ok := s.auth.lookup(tok)
+	if !ok {
+		return principal{}, &apiError{status: http.StatusUnauthorized, code: "unauthorized", message: "unknown token"}
+	}
+	if p.role != role {
+		return principal{}, &apiError{status: http.StatusForbidden, code: "forbidden",
+			message: fmt.Sprintf("token %q has role %s; this endpoint needs %s", p.name, p.role, role)}
+	}
+	return p, nil
+}
+
+// require wraps a plain handler with the role check.
+func (s *Server) require(role Role, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, e := s.authorize(r, role); e != nil {
+			writeError(w, e)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// api wraps an endpoint with the role check, the body limit and error
+// mapping.
+func (s *Server) api(role Role, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, e := s.authorize(r, role)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		status, body, err := h(r, p)
+		if err != nil {
+			ae := toAPIError(err)
+			if ae.status >= 500 {
+				s.cfg.Logger.Error("admin: request failed", "method", r.Method, "path", r.URL.Path, "status", ae.status, "err", err)
+			}
+			writeError(w, ae)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+// decodeBody decodes the JSON request body into dst strictly: the content
+// type must be JSON, unknown fields, trailing data and bodies over the limit
+// are errors naming the field ("body" when no field applies). With
+// optional, an empty body leaves dst as is.
+func decodeBody(r *http.Request, dst any, optional bool) error {
+	if r.ContentLength == 0 {
+		if optional {
+			return nil
+		}
+		return badRequest("body", "request body is empty; a JSON object is required")
+	}
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return badRequest("content_type", "Content-Type must be application/json, got %q", ct)
+	}
+	dec := json.NewDecoder(r.Body)
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return decodeError(err, optional)
+	}
+	// Exactly one JSON value: anything after it but whitespace is refused,
+	// so a body is never half-understood.
+	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return decodeError(err, optional)
+		}
+		return badRequest("body", "unexpected data after the JSON object")
+	}
+	// encoding/json matches keys case-insensitively ("Epoch" fills epoch);
+	// a strict API takes only the exact names, so check them first.
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &keys); err == nil {
+		allowed := jsonFields(dst)
+		for k := range keys {
+			if !allowed[k] {
+				field := k
+				if field == "" {
+					field = "body" // an empty key: no name to point at
+				}
+				return badRequest(field, "unknown field %q", k)
+			}
+		}
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(dst); err != nil {
+		return decodeError(err, optional)
+	}
+	return nil
+}
+
+// jsonFields returns the JSON names of the fields of the struct dst points
+// to, embedded structs included.
+func jsonFields(dst any) map[string]bool {
+	out := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return
+		}
+		for f := range t.Fields() {
+			if !f.IsExported() {
+				continue
+			}
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			name, _, _ := strings.Cut(tag, ",")
+			if f.Anonymous && name == "" {
+				walk(f.Type)
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			out[name] = true
+		}
+	}
+	walk(reflect.TypeOf(dst))
+	return out
+}
+
+func decodeError(err error, optional bool) error {
+	var (
+		mbe   *http.MaxBytesError
+		syn   *json.SyntaxError
+		typ   *json.UnmarshalTypeError
+		inval *json.InvalidUnmarshalError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &apiError{status: http.StatusBadRequest, code: "body_too_large", field: "body",
+			message: fmt.Sprintf("request body is over the limit of %d bytes", mbe.Limit)}
+	case errors.Is(err, io.EOF):
+		if optional {
+			return nil
+		}
+		return badRequest("body", "request body is empty; a JSON object is required")
+	case errors.As(err, &syn):
+		return badRequest("body", "malformed JSON at byte %d: %s", syn.Offset, syn.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("body", "malformed JSON: unexpected end of body")
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+			return badRequest(field, "the body must be a JSON object, got %s", typ.Value)
+		}
+		return badRequest(field, "%s must be %s, got %s", field, jsonTypeName(typ.Type.Kind().String()), typ.Value)
+	case errors.As(err, &inval):
+		return err
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		field := strings.Trim(name, `"`)
+		msg := fmt.Sprintf("unknown field %q", field)
+		if field == "" {
+			field = "body" // an empty key: no name to point at
+		}
+		return badRequest(field, "%s", msg)
+	}
+	return badRequest("body", "malformed JSON: %s", err.Error())
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "slice":
+		return "an array"
+	}
+	return "an object"
+}

@@ -1,0 +1,175 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// leaseRequest is the body of the lease endpoints. TTLMs is in
+// milliseconds; Epoch is required by renew and release.
+type leaseRequest struct {
+	Resource string `json:"resource"`
+	Holder   string `json:"holder"`
+	Epoch    int64  `json:"epoch"`
+	TTLMs    int64  `json:"ttl_ms"`
+}
+
+func ttl(ms int64) (time.Duration, error) {
+	if ms < lease.MinTTL.Milliseconds() || ms > lease.MaxTTL.Milliseconds() {
+		return 0, badRequest("ttl_ms", "ttl_ms must be between %d and %d, got %d",
+			lease.MinTTL.Milliseconds(), lease.MaxTTL.Milliseconds(), ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// acquireLease: POST /api/v1/leases {"resource","holder","ttl_ms"}.
+// 201 with a new epoch; 200 when the same holder extended its live lease
+// (same epoch); 409 lease_held.
+func (s *Server) acquireLease(r *http.Request, _ principal) (int, any, error) {
+	var req struct {
+		Resource string `json:"resource"`
+		Holder   string `json:"holder"`
+		TTLMs    int64  `json:"ttl_ms"`
+	}
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	d, err := ttl(req.TTLMs)
+	if err != nil {
+		return 0, nil, err
+	}
+	before, err := s.cfg.Issuer.Get(r.Context(), req.Resource)
+	if err != nil {
+		return 0, nil, err
+	}
+	l, err := s.cfg.Issuer.Acquire(r.Context(), req.Resource, req.Holder, d)
+	if err != nil {
+		return 0, nil, err
+	}
+	// Acquire keeps the epoch only when the holder already held a live
+	// lease: an unchanged epoch means an extension, not a new grant.
+	status := http.StatusCreated
+	if l.Epoch == before.Epoch {
+		status = http.StatusOK
+	}
+	return status, l, nil
+}
+
+// renewLease: POST /api/v1/leases/renew {"resource","holder","epoch","ttl_ms"}.
+func (s *Server) renewLease(r *http.Request, _ principal) (int, any, error) {
+	var req leaseRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	d, err := ttl(req.TTLMs)
+	if err != nil {
+		return 0, nil, err
+	}
+	l, err := s.cfg.Issuer.Renew(r.Context(), req.Resource, req.Holder, req.Epoch, d)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, l, nil
+}
+
+// releaseLease: POST /api/v1/leases/release {"resource","holder","epoch"}.
+func (s *Server) releaseLease(r *http.Request, _ principal) (int, any, error) {
+	var req struct {
+		Resource string `json:"resource"`
+		Holder   string `json:"holder"`
+		Epoch    int64  `json:"epoch"`
+	}
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := s.cfg.Issuer.Release(r.Context(), req.Resource, req.Holder, req.Epoch); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"resource": req.Resource, "holder": req.Holder, "epoch": req.Epoch, "released": true}, nil
+}
+
+// advanceEpoch: POST /api/v1/epochs {"resource","epoch"}. 201 when the
+// epoch advanced, 200 when it was already that epoch, 409 when lower.
+func (s *Server) advanceEpoch(r *http.Request, _ principal) (int, any, error) {
+	var req struct {
+		Resource string `json:"resource"`
+		Epoch    int64  `json:"epoch"`
+	}
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	before, err := s.cfg.Issuer.Get(r.Context(), req.Resource)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := s.cfg.Issuer.Advance(r.Context(), req.Resource, req.Epoch)
+	if err != nil {
+		return 0, nil, err
+	}
+	advanced := before.Epoch < req.Epoch
+	status := http.StatusOK
+	if advanced {
+		status = http.StatusCreated
+	}
+	return status, map[string]any{"resource": res.Resource, "epoch": res.Epoch, "advanced": advanced}, nil
+}
+
+// enqueueResponse is the answer to an enqueue: the intent as stored and
+// whether it existed already.
+type enqueueResponse struct {
+	outbox.Record
+	Duplicate bool `json:"duplicate"`
+}
+
+// decodeIntent decodes and validates an enqueue request body as
+// POST /api/v1/intents does, without touching the database: strict JSON
+// (see decodeBody), then the outbox's validation with defaults filled in.
+// An error names the field.
+func decodeIntent(r *http.Request, c *outbox.Client) (outbox.Intent, error) {
+	var in outbox.Intent
+	if err := decodeBody(r, &in, false); err != nil {
+		return outbox.Intent{}, err
+	}
+	// The payload is kept as raw bytes, which encoding/json does not check
+	// for UTF-8 (it only repairs strings it decodes), and PostgreSQL's
+	// jsonb refuses invalid UTF-8 with an error that would be a 500.
+	if !utf8.Valid(in.Payload) {
+		return outbox.Intent{}, badRequest("payload", "payload must be valid UTF-8")
+	}
+	return c.Validate(in)
+}
+
+// enqueue: POST /api/v1/intents. 201 new, 200 duplicate (the existing
+// intent), 409 stale epoch, 422 operation id reused with other content.
+func (s *Server) enqueue(r *http.Request, _ principal) (int, any, error) {
+	in, err := decodeIntent(r, s.cfg.Outbox)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := s.cfg.Outbox.Enqueue(r.Context(), in)
+	if err != nil {
+		return 0, nil, err
+	}
+	status := http.StatusCreated
+	if res.Duplicate {
+		status = http.StatusOK
+	}
+	rec, err := s.cfg.Outbox.Get(r.Context(), res.IntentID)
+	if err != nil || rec == nil {
+		if errors.Is(err, outbox.ErrNotFound) {
+			err = nil
+		}
+		// The enqueue committed; answering with less beats an error that
+		// would make the worker think it did not.
+		s.cfg.Logger.Warn("admin: read back enqueued intent", "intent_id", res.IntentID, "err", err)
+		return status, map[string]any{"intent_id": res.IntentID, "status": res.Status, "duplicate": res.Duplicate,
+			"resource": in.Resource, "operation_id": in.OperationID, "epoch": in.Epoch}, nil
+	}
+	rec.Payload = nil // the worker sent it; don't echo up to 256 KiB back
+	return status, enqueueResponse{Record: *rec, Duplicate: res.Duplicate}, nil
+}

@@ -1,0 +1,177 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// Role is what a token may do.
+type Role string
+
+// Roles.
+const (
+	// RoleWorker reaches the worker intake: leases, epochs, enqueue.
+	RoleWorker Role = "worker"
+	// RoleOperator reaches the reads, the actions on intents and /metrics.
+	// It does not reach the intake: an operator who must act as a worker
+	// configures a worker token too, so every enqueue is attributable to a
+	// worker credential.
+	RoleOperator Role = "operator"
+)
+
+// EnvTokens is the environment variable TokensFromEnv reads:
+// "name:role:token,name:role:token".
+const EnvTokens = "GATEWAY_TOKENS"
+
+// MinTokenLen is the shortest secret accepted, in bytes.
+const MinTokenLen = 16
+
+// Token is one bearer token. Name identifies it in logs and in intents'
+// history (the actor); Secret is what clients send.
+type Token struct {
+	Name   string `json:"name"`
+	Role   Role   `json:"role"`
+	Secret string `json:"token"`
+}
+
+func (t Token) validate() error {
+	switch {
+	case t.Name == "" || len(t.Name) > 200 || strings.ContainsAny(t.Name, ":,\r\n"):
+		return fmt.Errorf("admin: token name %q must be 1 to 200 bytes without ':', ',' or newlines", t.Name)
+	case t.Role != RoleWorker && t.Role != RoleOperator:
+		return fmt.Errorf("admin: token %q: role must be %q or %q, got %q", t.Name, RoleWorker, RoleOperator, t.Role)
+	case len(t.Secret) < MinTokenLen:
+		return fmt.Errorf("admin: token %q: secret must be at least %d bytes", t.Name, MinTokenLen)
+	case strings.ContainsAny(t.Secret, " \t\r\n,"):
+		return fmt.Errorf("admin: token %q: secret must not contain whitespace or ','", t.Name)
+	}
+	return nil
+}
+
+// ParseTokens parses tokens in either format: a JSON array of
+// {"name","role","token"} objects, or "name:role:token" entries separated by
+// newlines or commas (blank lines and lines starting with '#' are ignored).
+// The secret is everything after the second ':'.
+func ParseTokens(s string) ([]Token, error) {
+	trimmed := strings.TrimSpace(s)
+	var out []Token
+	if strings.HasPrefix(trimmed, "[") {
+		dec := json.NewDecoder(strings.NewReader(trimmed))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&out); err != nil {
+			return nil, fmt.Errorf("admin: tokens: bad JSON: %w", err)
+		}
+	} else {
+		for _, line := range strings.FieldsFunc(trimmed, func(r rune) bool { return r == '\n' || r == ',' }) {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				// Don't echo the line: it may hold a secret.
+				return nil, fmt.Errorf("admin: tokens: entry %d is not name:role:token", len(out)+1)
+			}
+			out = append(out, Token{Name: parts[0], Role: Role(parts[1]), Secret: parts[2]})
+		}
+	}
+	seen := map[string]bool{}
+	for _, t := range out {
+		if err := t.validate(); err != nil {
+			return nil, err
+		}
+		if seen[t.Secret] {
+			return nil, fmt.Errorf("admin: token %q: the same secret is configured twice", t.Name)
+		}
+		seen[t.Secret] = true
+	}
+	return out, nil
+}
+
+// LoadTokensFile reads tokens from a file in either ParseTokens format.
+func LoadTokensFile(path string) ([]Token, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("admin: read tokens: %w", err)
+	}
+	return ParseTokens(string(b))
+}
+
+// TokensFromEnv parses $GATEWAY_TOKENS with getenv (os.Getenv when nil);
+// none when it is unset.
+func TokensFromEnv(getenv func(string) string) ([]Token, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	v := getenv(EnvTokens)
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	return ParseTokens(v)
+}
+
+// principal is who made a request.
+type principal struct {
+	name string
+	role Role
+}
+
+// anonymous is the principal of every request to a server without tokens
+// (which only binds loopback). It may do everything.
+const anonymous = "anonymous"
+
+// authenticator finds the token a request presents.
+type authenticator struct {
+	tokens []hashedToken
+	// compare is subtle.ConstantTimeCompare; tests count its calls.
+	compare func(a, b []byte) int
+}
+
+type hashedToken struct {
+	name   string
+	role   Role
+	digest [sha256.Size]byte
+}
+
+func newAuthenticator(tokens []Token) *authenticator {
+	a := &authenticator{compare: subtle.ConstantTimeCompare}
+	for _, t := range tokens {
+		a.tokens = append(a.tokens, hashedToken{name: t.Name, role: t.Role, digest: sha256.Sum256([]byte(t.Secret))})
+	}
+	return a
+}
+
+// lookup returns the token whose secret is presented, comparing against
+// every configured token in constant time. Both sides are hashed first so
+// every comparison runs over 32 bytes whatever the lengths (a plain
+// ConstantTimeCompare returns early on a length mismatch, leaking the
+// secret's length), and the loop never stops at a match, so the time taken
+// does not say which token matched or how many were tried.
+func (a *authenticator) lookup(presented string) (principal, bool) {
+	d := sha256.Sum256([]byte(presented))
+	found := -1
+	for i := range a.tokens {
+		if a.compare(d[:], a.tokens[i].digest[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return principal{}, false
+	}
+	return principal{name: a.tokens[found].name, role: a.tokens[found].role}, true
+}
+
+// bearer returns the token of an "Authorization: Bearer …" header.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(prefix):]), true
+}

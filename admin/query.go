@@ -1,0 +1,365 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Querier is what the queries need from a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Limits of a list page.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 500
+)
+
+// ErrInvalid is matched (errors.Is) by an *InputError.
+var ErrInvalid = errors.New("invalid input")
+
+// InputError names the request field that is wrong. Nothing was stored.
+type InputError struct {
+	Field   string
+	Message string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Message }
+
+// Is reports whether target is ErrInvalid.
+func (e *InputError) Is(target error) bool { return target == ErrInvalid }
+
+func inputErr(field, format string, args ...any) error {
+	return &InputError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Statuses lists every intent status, in lifecycle order.
+var Statuses = []outbox.Status{
+	outbox.StatusPending, outbox.StatusRelayed, outbox.StatusSucceeded, outbox.StatusFailed,
+	outbox.StatusSuperseded, outbox.StatusUnknown, outbox.StatusCancelled,
+}
+
+// ListFilter selects a page of intents, newest first. Zero fields don't
+// filter.
+type ListFilter struct {
+	Resource string
+	Status   outbox.Status
+	Kind     string
+	// Limit is the page size, 1 to MaxListLimit. Zero: DefaultListLimit.
+	Limit int
+	// Cursor is the next_cursor of the previous page; empty for the first.
+	Cursor string
+}
+
+// ParseListFilter builds a ListFilter from text (query parameters, flags)
+// and checks it; an *InputError names the bad field.
+func ParseListFilter(resource, status, kind, limit, cursor string) (ListFilter, error) {
+	f := ListFilter{Resource: resource, Status: outbox.Status(status), Kind: kind, Cursor: cursor}
+	if limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil {
+			return ListFilter{}, inputErr("limit", "must be an integer from 1 to %d, got %q", MaxListLimit, limit)
+		}
+		if n == 0 {
+			n = -1 // an explicit 0 is an error, not the default
+		}
+		f.Limit = n
+	}
+	return f, f.Validate()
+}
+
+// Validate checks f; an *InputError names the bad field.
+func (f ListFilter) Validate() error {
+	if f.Status != "" && !slices.Contains(Statuses, f.Status) {
+		return inputErr("status", "must be one of pending, relayed, succeeded, failed, superseded, unknown, cancelled; got %q", f.Status)
+	}
+	if f.Limit < 0 || f.Limit > MaxListLimit {
+		return inputErr("limit", "must be from 1 to %d, got %d", MaxListLimit, f.Limit)
+	}
+	if len(f.Resource) > outbox.MaxResourceLen {
+		return inputErr("resource", "must be at most %d bytes", outbox.MaxResourceLen)
+	}
+	if len(f.Kind) > outbox.MaxKindLen {
+		return inputErr("kind", "must be at most %d bytes", outbox.MaxKindLen)
+	}
+	if _, err := f.cursorID(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// cursorID decodes the cursor: the id of the last intent of the previous
+// page (the keyset). Clients treat it as opaque.
+func (f ListFilter) cursorID() (int64, error) {
+	if f.Cursor == "" {
+		return 0, nil
+	}
+	id, err := strconv.ParseInt(f.Cursor, 10, 64)
+	if err != nil || id < 1 {
+		return 0, inputErr("cursor", "is not a cursor this server returned: %q", f.Cursor)
+	}
+	return id, nil
+}
+
+// Page is a page of intents, newest first.
+type Page struct {
+	// Intents are without their payloads (GetIntent has them).
+	Intents []outbox.Record `json:"intents"`
+	// NextCursor continues the listing; nil on the last page.
+	NextCursor *string `json:"next_cursor"`
+}
+
+const listColumns = `intent_id, resource_id, epoch, operation_id, kind, idempotency_key, fence,
+	status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at`
+
+// ListIntents returns a page of intents matching f, newest (highest id)
+// first. Pagination is by keyset on intent_id, not by offset: a page starts
+// strictly below the previous page's last id, so intents committed while a
+// client pages through neither shift pages (no duplicates) nor hide older
+// ones (no gaps); new intents appear on a fresh first page.
+func ListIntents(ctx context.Context, q Querier, f ListFilter) (Page, error) {
+	if err := f.Validate(); err != nil {
+		return Page{}, err
+	}
+	if f.Limit == 0 {
+		f.Limit = DefaultListLimit
+	}
+	after, _ := f.cursorID()
+	// One row more than the page tells whether a next page exists. The
+	// filters are written as "$n = '' OR col = $n" so one statement serves
+	// every combination; the indexes (resource_id, intent_id DESC) and
+	// (status, intent_id DESC) serve the common ones.
+	rows, err := q.Query(ctx, `SELECT `+listColumns+` FROM intents
+		WHERE ($1 = '' OR resource_id = $1)
+		  AND ($2 = '' OR status = $2)
+		  AND ($3 = '' OR kind = $3)
+		  AND ($4 = 0 OR intent_id < $4)
+		ORDER BY intent_id DESC
+		LIMIT $5`, f.Resource, string(f.Status), f.Kind, after, f.Limit+1)
+	if err != nil {
+		return Page{}, fmt.Errorf("admin: list intents: %w", err)
+	}
+	defer rows.Close()
+	p := Page{Intents: []outbox.Record{}}
+	for rows.Next() {
+		var r outbox.Record
+		var fence, status string
+		var result []byte
+		if err := rows.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
+			&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt); err != nil {
+			return Page{}, fmt.Errorf("admin: list intents: %w", err)
+		}
+		r.Fence, r.Status = outbox.Fence(fence), outbox.Status(status)
+		if result != nil {
+			r.Result = result
+		}
+		p.Intents = append(p.Intents, r)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("admin: list intents: %w", err)
+	}
+	if len(p.Intents) > f.Limit {
+		p.Intents = p.Intents[:f.Limit]
+		next := strconv.FormatInt(p.Intents[f.Limit-1].IntentID, 10)
+		p.NextCursor = &next
+	}
+	return p, nil
+}
+
+// Event is one entry of an intent's history: an action and the status
+// change it made.
+type Event struct {
+	EventID    int64         `json:"event_id"`
+	IntentID   int64         `json:"intent_id"`
+	At         time.Time     `json:"at"`
+	Actor      string        `json:"actor"`
+	Action     string        `json:"action"`
+	FromStatus outbox.Status `json:"from_status"`
+	ToStatus   outbox.Status `json:"to_status"`
+	Note       *string       `json:"note"`
+	// LastError is the intent's last_error when the action was taken (a
+	// retry clears it on the intent; it is kept here).
+	LastError *string `json:"last_error,omitempty"`
+}
+
+// TimelineEntry is one point of an intent's life: created, relayed and
+// completed from its timestamps, and each Event. Pages draw it as is.
+type TimelineEntry struct {
+	At    time.Time `json:"at"`
+	What  string    `json:"what"`
+	Actor string    `json:"actor,omitempty"`
+	// Status is the status the intent had after this point, when known.
+	Status outbox.Status `json:"status,omitempty"`
+	Note   *string       `json:"note,omitempty"`
+}
+
+// IntentDetail is an intent with its payload, history and timeline.
+type IntentDetail struct {
+	outbox.Record
+	History  []Event         `json:"history"`
+	Timeline []TimelineEntry `json:"timeline"`
+}
+
+// GetIntent returns the intent with its history, or outbox.ErrNotFound.
+func GetIntent(ctx context.Context, q Querier, id int64) (*IntentDetail, error) {
+	var d IntentDetail
+	r := &d.Record
+	var fence, status string
+	var payload, result []byte
+	err := q.QueryRow(ctx, `SELECT `+listColumns+`, payload FROM intents WHERE intent_id = $1`, id).Scan(
+		&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
+		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, outbox.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admin: get intent %d: %w", id, err)
+	}
+	r.Fence, r.Status, r.Payload = outbox.Fence(fence), outbox.Status(status), payload
+	if result != nil {
+		r.Result = result
+	}
+	if d.History, err = History(ctx, q, id); err != nil {
+		return nil, err
+	}
+	d.Timeline = timeline(r, d.History)
+	return &d, nil
+}
+
+// History returns the intent's events in the order they happened.
+func History(ctx context.Context, q Querier, id int64) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT event_id, intent_id, at, actor, action, from_status, to_status, note, last_error
+		FROM intent_events WHERE intent_id = $1 ORDER BY event_id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("admin: history of intent %d: %w", id, err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
+		var e Event
+		var from, to string
+		err := row.Scan(&e.EventID, &e.IntentID, &e.At, &e.Actor, &e.Action, &from, &to, &e.Note, &e.LastError)
+		e.FromStatus, e.ToStatus = outbox.Status(from), outbox.Status(to)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admin: history of intent %d: %w", id, err)
+	}
+	if events == nil {
+		events = []Event{}
+	}
+	return events, nil
+}
+
+// timeline merges the timestamps of r with its events. relayed_at and
+// completed_at hold only the latest relay and completion (a retry clears
+// them), so earlier ones show through the events alone.
+func timeline(r *outbox.Record, events []Event) []TimelineEntry {
+	t := []TimelineEntry{{At: r.CreatedAt, What: "created", Status: outbox.StatusPending}}
+	if r.RelayedAt != nil {
+		t = append(t, TimelineEntry{At: *r.RelayedAt, What: "relayed", Status: outbox.StatusRelayed})
+	}
+	if r.CompletedAt != nil {
+		t = append(t, TimelineEntry{At: *r.CompletedAt, What: "completed", Status: r.Status})
+	}
+	for _, e := range events {
+		t = append(t, TimelineEntry{At: e.At, What: e.Action, Actor: e.Actor, Status: e.ToStatus, Note: e.Note})
+	}
+	slices.SortStableFunc(t, func(a, b TimelineEntry) int { return a.At.Compare(b.At) })
+	return t
+}
+
+// ResourceView is a resource's control row and its intents counted by
+// status.
+type ResourceView struct {
+	Resource       string     `json:"resource"`
+	Epoch          int64      `json:"epoch"`
+	Holder         *string    `json:"holder"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	// LeaseLive is judged by PostgreSQL's clock.
+	LeaseLive bool `json:"lease_live"`
+	// Counts has every status, zero included.
+	Counts map[outbox.Status]int64 `json:"counts"`
+	Total  int64                   `json:"total"`
+}
+
+// ErrResourceNotFound is returned by GetResource for a resource with
+// neither a control row nor intents.
+var ErrResourceNotFound = errors.New("resource not found")
+
+// GetResource returns the resource's control row and counts, or
+// ErrResourceNotFound.
+func GetResource(ctx context.Context, q Querier, resource string) (*ResourceView, error) {
+	if err := lease.ValidateResource(resource); err != nil {
+		var le *lease.InvalidError
+		if errors.As(err, &le) {
+			return nil, inputErr("resource", "%s", le.Message)
+		}
+		return nil, err
+	}
+	v := &ResourceView{Resource: resource, Counts: map[outbox.Status]int64{}}
+	for _, s := range Statuses {
+		v.Counts[s] = 0
+	}
+	found := true
+	err := q.QueryRow(ctx, `SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)
+		FROM resources WHERE resource_id = $1`, resource).Scan(&v.Epoch, &v.Holder, &v.LeaseExpiresAt, &v.LeaseLive)
+	if errors.Is(err, pgx.ErrNoRows) {
+		found = false
+	} else if err != nil {
+		return nil, fmt.Errorf("admin: get resource %q: %w", resource, err)
+	}
+	rows, err := q.Query(ctx, `SELECT status, count(*) FROM intents WHERE resource_id = $1 GROUP BY status`, resource)
+	if err != nil {
+		return nil, fmt.Errorf("admin: count intents of %q: %w", resource, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, fmt.Errorf("admin: count intents of %q: %w", resource, err)
+		}
+		v.Counts[outbox.Status(s)] = n
+		v.Total += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("admin: count intents of %q: %w", resource, err)
+	}
+	if !found && v.Total == 0 {
+		return nil, ErrResourceNotFound
+	}
+	return v, nil
+}
+
+// unavailable reports whether err means PostgreSQL could not be reached
+// (refused, timed out, shutting down) rather than a query failing.
+func unavailable(err error) bool {
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08: connection exception; 57P01-57P03: admin shutdown,
+		// crash shutdown, cannot connect now.
+		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03")
+	}
+	var netErr interface{ Timeout() bool }
+	return errors.As(err, &netErr) || isConnClosed(err)
+}
+
+func isConnClosed(err error) bool {
+	var pgconnErr interface{ SafeToRetry() bool }
+	return errors.As(err, &pgconnErr) && pgconn.SafeToRetry(err)
+}

@@ -1,0 +1,366 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// DefaultMaxBodyBytes is Config.MaxBodyBytes's default (1 MiB).
+const DefaultMaxBodyBytes = 1 << 20
+
+// ErrNoTokensNonLoopback is returned when a server without tokens is asked
+// to bind an address that is not loopback.
+var ErrNoTokensNonLoopback = errors.New("admin: no API tokens configured: refusing to bind a non-loopback address")
+
+// Config configures a Server.
+type Config struct {
+	// Pool is the PostgreSQL pool (the primary). Required.
+	Pool *pgxpool.Pool
+	// Outbox enqueues intents for the intake. Required.
+	Outbox *outbox.Client
+	// Issuer grants leases and advances epochs for the intake. Required.
+	Issuer *lease.Issuer
+	// Store is the idempotency key store. Optional: the actions change keys
+	// in their own transaction; the Store is kept for pages that show keys.
+	Store *idempotency.Store
+	// Tokens are the accepted bearer tokens. None: every request is
+	// anonymous and allowed, and the server binds loopback addresses only.
+	Tokens []Token
+	// MaxBodyBytes limits a request body. Default: DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Registry serves /metrics and receives the API's own metrics.
+	// Default: a new registry.
+	Registry *prometheus.Registry
+	// NATSReady reports whether NATS is reachable, for /readyz. Nil: NATS
+	// is not checked (reported as "not_configured").
+	NATSReady func() error
+	// ReadyTimeout bounds each /readyz check. Default: 2 seconds.
+	ReadyTimeout time.Duration
+	// Logger. Nil: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, 2*time.Second)
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("admin: Config.Pool is required")
+	case c.Outbox == nil:
+		return errors.New("admin: Config.Outbox is required")
+	case c.Issuer == nil:
+		return errors.New("admin: Config.Issuer is required")
+	case c.MaxBodyBytes < 64:
+		return fmt.Errorf("admin: MaxBodyBytes must be at least 64, got %d", c.MaxBodyBytes)
+	}
+	for _, t := range c.Tokens {
+		if err := t.validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Server is the admin HTTP API. It is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	auth    *authenticator
+	mux     *http.ServeMux
+	metrics *apiMetrics
+}
+
+// New returns a Server. With no tokens it logs that the API is
+// unauthenticated and may only bind loopback addresses.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newAPIMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m}
+	if len(cfg.Tokens) == 0 {
+		cfg.Logger.Warn("admin: no API tokens configured: requests are not authenticated; binding loopback addresses only")
+	}
+	s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP handler of every route.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// Listen opens a TCP listener on addr, refusing (ErrNoTokensNonLoopback) a
+// non-loopback address when no tokens are configured. Host names are
+// checked after binding, on the address actually bound.
+func (s *Server) Listen(addr string) (net.Listener, error) {
+	if len(s.cfg.Tokens) == 0 {
+		if err := checkLoopback(addr); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin: listen on %s: %w", addr, err)
+	}
+	if len(s.cfg.Tokens) == 0 {
+		if err := checkLoopback(ln.Addr().String()); err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+		s.cfg.Logger.Warn("admin: serving without authentication on loopback", "addr", ln.Addr().String())
+	}
+	return ln, nil
+}
+
+// checkLoopback accepts "localhost" and loopback IPs; an empty host (all
+// interfaces) is not loopback.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("admin: bad listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.Unmap().IsLoopback() {
+		return fmt.Errorf("%w (%q); configure tokens or bind 127.0.0.1", ErrNoTokensNonLoopback, addr)
+	}
+	return nil
+}
+
+// Serve listens on addr (see Listen) and serves until ctx is done, then
+// shuts down gracefully, waiting up to 10 s for requests in flight.
+func (s *Server) Serve(ctx context.Context, addr string) error {
+	ln, err := s.Listen(addr)
+	if err != nil {
+		return err
+	}
+	return s.ServeListener(ctx, ln)
+}
+
+// ListenAndServe is Serve with a background context: it serves until the
+// listener fails.
+func (s *Server) ListenAndServe(addr string) error {
+	return s.Serve(context.Background(), addr)
+}
+
+// ServeListener serves on ln until ctx is done. ln is not checked: use
+// Listen to get the loopback rule.
+func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	<-done
+	return err
+}
+
+// apiMetrics are the API's own metrics.
+type apiMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newAPIMetrics(reg *prometheus.Registry) (*apiMetrics, error) {
+	m := &apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_admin_requests_total",
+			Help: "Admin API requests by route and HTTP status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fencegate_admin_request_duration_seconds",
+			Help:    "Admin API request duration by route.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("admin: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// serveHTTP routes through the mux, turning its plain-text 404 and 405 into
+// JSON errors, and counts every request.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	_, pattern := s.mux.Handler(r)
+	route := pattern
+	if pattern == "" {
+		route = "unmatched"
+		s.serveUnmatched(sw, r)
+	} else {
+		s.mux.ServeHTTP(sw, r)
+	}
+	s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+	s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+}
+
+// serveUnmatched answers a request no route matched: 405 (with Allow) when
+// the path exists for other methods, 404 otherwise.
+func (s *Server) serveUnmatched(w http.ResponseWriter, r *http.Request) {
+	rec := &headerRecorder{header: http.Header{}}
+	h, _ := s.mux.Handler(r)
+	h.ServeHTTP(rec, r)
+	if rec.code == http.StatusMethodNotAllowed {
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+			message: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)})
+		return
+	}
+	writeError(w, &apiError{status: http.StatusNotFound, code: "not_found", message: "no such endpoint: " + r.URL.Path})
+}
+
+// headerRecorder captures the mux's own 404/405 answer.
+type headerRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (h *headerRecorder) Header() http.Header         { return h.header }
+func (h *headerRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerRecorder) WriteHeader(code int)        { h.code = code }
+
+func (s *Server) routes() {
+	// Health and readiness are for load balancers and orchestrators:
+	// no token.
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", s.require(RoleOperator,
+		promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)})))
+
+	// Operator: reads and actions.
+	s.mux.Handle("GET /api/v1/intents", s.api(RoleOperator, s.listIntents))
+	s.mux.Handle("GET /api/v1/intents/{id}", s.api(RoleOperator, s.getIntent))
+	s.mux.Handle("GET /api/v1/resources/{id}", s.api(RoleOperator, s.getResource))
+	s.mux.Handle("POST /api/v1/intents/{id}/retry", s.api(RoleOperator, s.action(ActionRetry)))
+	s.mux.Handle("POST /api/v1/intents/{id}/cancel", s.api(RoleOperator, s.action(ActionCancel)))
+	s.mux.Handle("POST /api/v1/intents/{id}/resolve", s.api(RoleOperator, s.action(ActionResolve)))
+
+	// Worker intake.
+	s.mux.Handle("POST /api/v1/leases", s.api(RoleWorker, s.acquireLease))
+	s.mux.Handle("POST /api/v1/leases/renew", s.api(RoleWorker, s.renewLease))
+	s.mux.Handle("POST /api/v1/leases/release", s.api(RoleWorker, s.releaseLease))
+	s.mux.Handle("POST /api/v1/epochs", s.api(RoleWorker, s.advanceEpoch))
+	s.mux.Handle("POST /api/v1/intents", s.api(RoleWorker, s.enqueue))
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz checks PostgreSQL and NATS, each with its own timeout, and names
+// the one that failed.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	checks := map[string]string{}
+	ok := true
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadyTimeout)
+	err := s.cfg.Pool.Ping(ctx)
+	cancel()
+	if err != nil {
+		ok = false
+		checks["postgres"] = "unavailable: " + oneLine(err.Error())
+	} else {
+		checks["postgres"] = "ok"
+	}
+	switch {
+	case s.cfg.NATSReady == nil:
+		checks["nats"] = "not_configured"
+	default:
+		if err := s.natsReady(r.Context()); err != nil {
+			ok = false
+			checks["nats"] = "unavailable: " + oneLine(err.Error())
+		} else {
+			checks["nats"] = "ok"
+		}
+	}
+	code, status := http.StatusOK, "ready"
+	if !ok {
+		code, status = http.StatusServiceUnavailable, "unavailable"
+	}
+	writeJSON(w, code, map[string]any{"status": status, "checks": checks})
+}
+
+// natsReady runs NATSReady bounded by ReadyTimeout; a check that hangs
+// counts as failed.
+func (s *Server) natsReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.cfg.NATSReady() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer within %s", s.cfg.ReadyTimeout)
+	}
+}

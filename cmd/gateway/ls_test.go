@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func TestLs(t *testing.T) {
+	t.Parallel()
+	dbURL := testdb.NewURL(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := lease.NewIssuer(pool).Advance(ctx, "r", 1); err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(pool, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []float64
+	for i := range 5 {
+		res, err := ob.Enqueue(ctx, outbox.Intent{Resource: "r", Epoch: 1, OperationID: fmt.Sprint("op-", i), Kind: "file",
+			Payload: json.RawMessage(`{"target":"a.txt","content":"x"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append([]float64{float64(res.IntentID)}, ids...)
+	}
+	var got []float64
+	cursor := ""
+	for {
+		args := []string{"ls", "--resource", "r", "--status", "pending", "--kind", "file", "--limit", "2"}
+		if cursor != "" {
+			args = append(args, "--cursor", cursor)
+		}
+		r := gw(t, dbURL, args...)
+		expectCode(t, r, 0, "")
+		for _, it := range r.obj["intents"].([]any) {
+			got = append(got, it.(map[string]any)["intent_id"].(float64))
+		}
+		next, ok := r.obj["next_cursor"].(string)
+		if !ok {
+			break
+		}
+		cursor = next
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("ls pages = %v, want %v", got, ids)
+	}
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"--status", "done"}, "status"},
+		{[]string{"--limit", "0"}, "limit"},
+		{[]string{"--limit", "501"}, "limit"},
+		{[]string{"--cursor", "x"}, "cursor"},
+		{[]string{"extra"}, "args"},
+	} {
+		r := gw(t, dbURL, append([]string{"ls"}, tc.args...)...)
+		expectCode(t, r, 2, "invalid_input")
+		if f := r.obj["error"].(map[string]any)["field"]; f != tc.field {
+			t.Errorf("ls %v: field %v, want %q", tc.args, f, tc.field)
+		}
+	}
+}
