@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// devOutput is a buffer safe for a process writing while a test reads.
+type devOutput struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *devOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *devOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// devProc is a running `gateway dev`.
+type devProc struct {
+	cmd     *exec.Cmd
+	stderr  *devOutput
+	extra   *devOutput // stdout after the ready object: must stay empty
+	ready   devReady
+	readyIn time.Duration
+	done    chan struct{}
+	err     error
+}
+
+func devFreeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startDev runs `gateway dev args...` with no services configured in the
+// environment and waits for its ready object on stdout. The process is
+// killed at the test's end if still running.
+func startDev(t *testing.T, args ...string) *devProc {
+	t.Helper()
+	cmd := exec.Command(gatewayBin, append([]string{"dev"}, args...)...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GATEWAY_DATABASE_URL=") && !strings.HasPrefix(kv, "GATEWAY_NATS_URL=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	p := &devProc{cmd: cmd, stderr: &devOutput{}, extra: &devOutput{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		n := 0
+		for sc.Scan() {
+			if n++; n == 1 {
+				first <- sc.Text()
+			} else {
+				// Only one object may ever be written; see interrupt.
+				fmt.Fprintln(p.extra, sc.Text())
+			}
+		}
+		close(first)
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("gateway dev stderr:\n%s", p.stderr.String())
+		}
+	})
+	select {
+	case line, ok := <-first:
+		if !ok {
+			<-p.done
+			t.Fatalf("gateway dev exited before it was ready: %v", p.err)
+		}
+		if err := json.Unmarshal([]byte(line), &p.ready); err != nil {
+			t.Fatalf("ready line %q: %v", line, err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("gateway dev not ready in 90s")
+	}
+	p.readyIn = time.Since(began)
+	t.Logf("gateway dev ready in %s", p.readyIn.Round(time.Millisecond))
+	return p
+}
+
+// interrupt sends SIGINT and waits (bounded) for a clean exit.
+func (p *devProc) interrupt(t *testing.T) time.Duration {
+	t.Helper()
+	began := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(45 * time.Second):
+		t.Fatal("gateway dev did not exit within 45s of SIGINT")
+	}
+	if p.err != nil {
+		t.Fatalf("gateway dev exited with %v after SIGINT", p.err)
+	}
+	if extra := p.extra.String(); extra != "" {
+		t.Errorf("gateway dev wrote more than one object on stdout: %s", extra)
+	}
+	took := time.Since(began)
+	t.Logf("gateway dev stopped %s after SIGINT", took.Round(time.Millisecond))
+	return took
+}
+
+// devProcessGone reports whether pid no longer exists, waiting a little: the
+// postmaster is reaped by gateway dev before it exits, so no zombie stays.
+func devProcessGone(pid int) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := syscall.Kill(pid, 0)
+		if errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func devPortClosed(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return true
+	}
+	c.Close()
+	return false
+}
+
+func devNATSAddr(t *testing.T, natsURL string) string {
+	t.Helper()
+	if !strings.HasPrefix(natsURL, "nats://") {
+		t.Fatalf("nats_url %q", natsURL)
+	}
+	return strings.TrimPrefix(natsURL, "nats://")
+}
+
+// demoIntent is one row of the demo resource's intents.
+type demoIntent struct {
+	op     string
+	epoch  int64
+	kind   string
+	status string
+}
+
+// waitDemo polls the database until the demo's intents are all succeeded
+// and the demo said it is done.
+func waitDemo(t *testing.T, p *devProc, conn *pgx.Conn) []demoIntent {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		rows, err := conn.Query(ctx, `SELECT operation_id, epoch, kind, status FROM intents WHERE resource_id = 'nightly-report' ORDER BY intent_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []demoIntent
+		for rows.Next() {
+			var r demoIntent
+			if err := rows.Scan(&r.op, &r.epoch, &r.kind, &r.status); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, r)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		done := strings.Contains(p.stderr.String(), "demo: done")
+		ok := len(got) > 0
+		for _, r := range got {
+			ok = ok && r.status == "succeeded"
+			switch r.status {
+			case "failed", "superseded", "unknown", "cancelled":
+				t.Fatalf("demo intent %+v ended %s, want succeeded; all: %+v", r, r.status, got)
+			}
+		}
+		if done && ok {
+			return got
+		}
+		if strings.Contains(p.stderr.String(), "demo: failed") {
+			t.Fatalf("demo failed; intents %+v", got)
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("gateway dev exited during the demo: %v; intents %+v", p.err, got)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo not done in 90s; intents %+v", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkDemo checks one finished demo run: A's stale write left nothing, B's
+// intents succeeded, and the file holds B's report. It returns B's epoch.
+func checkDemo(t *testing.T, p *devProc, intents []demoIntent, fileRoot string) int64 {
+	t.Helper()
+	var bEpoch int64
+	for _, r := range intents {
+		if strings.HasPrefix(r.op, "A-") {
+			t.Errorf("A's stale write was stored: %+v", r)
+		}
+		if strings.HasPrefix(r.op, "B-report-") {
+			bEpoch = r.epoch
+		}
+	}
+	if bEpoch == 0 {
+		t.Fatalf("no file intent of B among %+v", intents)
+	}
+	var kinds []string
+	for _, r := range intents {
+		if r.epoch == bEpoch {
+			kinds = append(kinds, r.kind)
+		}
+	}
+	if strings.Join(kinds, ",") != "file,email" {
+		t.Errorf("B's intents (epoch %d) are %v, want a file and an email", bEpoch, kinds)
+	}
+	b, err := os.ReadFile(filepath.Join(fileRoot, "reports", "nightly.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("report by B, epoch %d", bEpoch); string(b) != want {
+		t.Errorf("published file = %q, want %q", b, want)
+	}
+	logs := p.stderr.String()
+	for _, want := range []string{
+		fmt.Sprintf("A's write with epoch %d was rejected: current epoch is %d", bEpoch-1, bEpoch),
+		fmt.Sprintf("it would be refused there too: superseded, reports/nightly.txt holds epoch %d", bEpoch),
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	return bEpoch
+}
+
+func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
+	t.Parallel()
+	fileRoot := t.TempDir()
+	p := startDev(t, "--demo", "--addr", devFreeAddr(t), "--file-root", fileRoot)
+	r := p.ready
+	if r.AdminURL == "" || r.NATSURL == "" || r.DatabaseURL == "" || r.SMTPAddr == "" || r.FileRoot != fileRoot ||
+		r.PostgresPID <= 0 || r.DataDir == "" || r.DataDirKept || !r.Demo {
+		t.Fatalf("ready object %+v", r)
+	}
+	if p.readyIn > 30*time.Second {
+		t.Errorf("ready after %s, want a few seconds", p.readyIn)
+	}
+	if _, err := os.Stat(r.DataDir); err != nil {
+		t.Fatalf("data dir: %v", err)
+	}
+	// stderr is copied by another goroutine than stdout: the human lines,
+	// written just before the JSON object, may arrive a moment later.
+	for _, want := range []string{"admin", "NATS", "PostgreSQL", "SMTP", "file root", r.AdminURL, r.NATSURL, r.SMTPAddr, r.FileRoot} {
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(p.stderr.String(), want) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, r.DatabaseURL)
+	if err != nil {
+		t.Fatalf("connect to the printed database_url: %v", err)
+	}
+	intents := waitDemo(t, p, conn)
+	checkDemo(t, p, intents, fileRoot)
+	_ = conn.Close(ctx)
+
+	// The admin API shows the same intents.
+	resp, err := http.Get(r.AdminURL + "/api/v1/intents?resource=nightly-report")
+	if err != nil {
+		t.Fatalf("admin server: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "B-report-epoch-") || strings.Contains(string(body), "A-report-epoch-") {
+		t.Errorf("admin API: %s %s", resp.Status, body)
+	}
+
+	took := p.interrupt(t)
+	if took > 30*time.Second {
+		t.Errorf("stopping took %s", took)
+	}
+	if !devProcessGone(r.PostgresPID) {
+		t.Errorf("PostgreSQL pid %d still exists after gateway dev exited", r.PostgresPID)
+	}
+	if _, err := os.Stat(r.DataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary data dir %s not removed: %v", r.DataDir, err)
+	}
+	for name, addr := range map[string]string{
+		"NATS": devNATSAddr(t, r.NATSURL), "SMTP": r.SMTPAddr, "admin": strings.TrimPrefix(r.AdminURL, "http://"),
+	} {
+		if !devPortClosed(addr) {
+			t.Errorf("%s port %s still open", name, addr)
+		}
+	}
+}
+
+// TestDevDataDirIsKeptAndReused runs the demo twice on one --data-dir: the
+// second run reuses the cluster, so epochs continue where they were.
+func TestDevDataDirIsKeptAndReused(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	// As root, PostgreSQL runs as the postgres user, which must be able to
+	// pass through the test's temporary directories.
+	for d := dataDir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fileRoot := t.TempDir()
+	var epochs []int64
+	for run := 1; run <= 2; run++ {
+		p := startDev(t, "--demo", "--addr", devFreeAddr(t), "--file-root", fileRoot, "--data-dir", dataDir)
+		if !p.ready.DataDirKept || p.ready.DataDir != dataDir {
+			t.Fatalf("run %d: ready object %+v", run, p.ready)
+		}
+		conn, err := pgx.Connect(context.Background(), p.ready.DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		intents := waitDemo(t, p, conn)
+		_ = conn.Close(context.Background())
+		epochs = append(epochs, checkDemo(t, p, intents, fileRoot))
+		p.interrupt(t)
+		if !devProcessGone(p.ready.PostgresPID) {
+			t.Errorf("run %d: PostgreSQL pid %d still exists", run, p.ready.PostgresPID)
+		}
+		if _, err := os.Stat(filepath.Join(dataDir, "postgres", "data", "PG_VERSION")); err != nil {
+			t.Fatalf("run %d: the kept cluster is gone: %v", run, err)
+		}
+	}
+	if epochs[0] != 2 || epochs[1] != 4 {
+		t.Errorf("B's epochs over two runs = %v, want [2 4] (the kept cluster's epochs continue)", epochs)
+	}
+}
+
+func TestDevRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--nats-port", "70000"},
+		{"--addr", "nonsense"},
+		{"--addr", "0.0.0.0:8080"},
+		{"--mailpit-url", "ftp://x"},
+		{"--nats-port", "4222", "--nats-url", "nats://127.0.0.1:4222"},
+		{"--log-level", "loud"},
+		{"stray"},
+	} {
+		var stdout, stderr bytes.Buffer
+		a := &app{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+		if code := a.main(context.Background(), append([]string{"dev"}, args...)); code != exitBadInput {
+			t.Errorf("dev %v: exit %d, want %d; stderr %s", args, code, exitBadInput, stderr.String())
+		}
+		var body struct {
+			Error struct{ Code, Field string }
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &body); err != nil || body.Error.Code != "invalid_input" || body.Error.Field == "" {
+			t.Errorf("dev %v: stdout %q", args, stdout.String())
+		}
+	}
+}
