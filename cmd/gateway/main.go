@@ -29,7 +29,11 @@ Usage:
                   [--fence commit|execute] --payload JSON|@path
   gateway status INTENT_ID
   gateway status --resource R --op OP
-  gateway run [flags]          relay (and adapters) until SIGTERM/SIGINT
+  gateway ls [--status S] [--resource R] [--kind K] [--limit N] [--cursor C]
+  gateway lease history --resource R [--limit N]
+  gateway run [flags]          relay and adapters until SIGTERM/SIGINT
+  gateway dev [--demo]         the whole system in one process, for a laptop
+  gateway bench [--case NAME] [--duration D] [--json]
 
 Every command takes --database-url (default $GATEWAY_DATABASE_URL).
 Run "gateway COMMAND --help" for a command's flags.
