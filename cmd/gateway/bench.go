@@ -1,8 +1,985 @@
 package main
 
-import "context"
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/wire"
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Shape of the workload, fixed so runs compare.
+const (
+	benchWorkers       = 16
+	benchResources     = 1000
+	benchPayloadBytes  = 512
+	benchBatchSize     = 100
+	benchBatchWorkers  = 4
+	benchE2ERate       = 500
+	benchGrowthRows    = 1_000_000
+	benchRelayPerSec   = 10_000 // relay backlog per second of --duration
+	benchGroupFlushers = 8
+)
+
+// benchCases are the cases in the order they run.
+var benchCases = []string{"enqueue", "enqueue-batch", "enqueue-group", "relay", "e2e", "growth"}
+
+// benchResult is one measured line: a value next to its physical baseline
+// measured in the same run on the same servers.
+type benchResult struct {
+	Name     string  `json:"name"`
+	Unit     string  `json:"unit"`
+	Value    float64 `json:"value"`
+	Baseline float64 `json:"baseline"`
+	// Ratio is Value/Baseline (0 when there is no baseline).
+	Ratio float64 `json:"ratio"`
+	// Goal says what the case aims at, e.g. "ratio >= 0.7".
+	Goal string `json:"goal"`
+	Met  bool   `json:"met"`
+	Note string `json:"note,omitempty"`
+}
+
+// benchEnv is what the cases share: the servers and the values one case
+// hands to a later one.
+type benchEnv struct {
+	pool    *pgxpool.Pool
+	natsURL string
+	d       time.Duration
+	payload []byte
+	seq     atomic.Int64
+	log     io.Writer
+
+	rawInsertRate float64 // case enqueue's baseline
+	enqueueRate   float64 // case enqueue's value
+	e2eP50        float64
+	e2eMaxRate    float64
+}
 
 // cmdBench runs the benchmarks next to their raw baselines (gateway bench).
+//
+// Flags: --case NAME (one of the cases, or all: the default); --duration D
+// per measurement (default 5s); --json prints one JSON object instead of a
+// table; --database-url and --nats-url use running servers instead of the
+// throwaway ones it starts (a durable PostgreSQL cluster, fsync on, and an
+// embedded JetStream server). On a given server it works in a database of
+// its own, created and dropped by it. --cpuprofile FILE writes a Go CPU
+// profile of the cases. Progress goes to stderr.
 func cmdBench(ctx context.Context, a *app, args []string) int {
-	return a.fail(badInput("command", "gateway bench is not built yet"))
+	fs, _ := a.newFlags("bench")
+	var (
+		caseName = fs.String("case", "all", "case to run: "+strings.Join(benchCases, ", ")+", or all")
+		duration = fs.Duration("duration", 5*time.Second, "length of each measurement")
+		asJSON   = fs.Bool("json", false, "print one JSON object instead of a table")
+		natsURL  = fs.String("nats-url", "", "NATS URL (default: an embedded JetStream server)")
+		cpuProf  = fs.String("cpuprofile", "", "write a Go CPU profile of the cases to this file")
+	)
+	// Unlike other commands, the database is never taken from the
+	// environment: a benchmark writes a million rows, so it runs on a
+	// throwaway cluster unless told otherwise.
+	dbFlag := fs.Lookup("database-url")
+	dbFlag.DefValue, _ = "", dbFlag.Value.Set("")
+	if code, ok := a.parse(fs, args); !ok {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return a.fail(err)
+	}
+	cases := benchCases
+	if *caseName != "all" {
+		if !slices.Contains(benchCases, *caseName) {
+			return a.fail(badInput("case", fmt.Sprintf("unknown case %q; one of %s, or all", *caseName, strings.Join(benchCases, ", "))))
+		}
+		cases = []string{*caseName}
+	}
+	if *duration < 100*time.Millisecond || *duration > 10*time.Minute {
+		return a.fail(badInput("duration", "--duration must be between 100ms and 10m"))
+	}
+
+	env, machine, cleanup, err := startBench(ctx, a, dbFlag.Value.String(), *natsURL)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer cleanup()
+	env.d = *duration
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return a.fail(badInput("cpuprofile", err.Error()))
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return a.fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	var results []benchResult
+	for _, c := range cases {
+		fmt.Fprintf(a.stderr, "gateway bench: %s…\n", c)
+		start := time.Now()
+		rs, err := env.run(ctx, c)
+		if err != nil {
+			return a.fail(fmt.Errorf("bench %s: %w", c, err))
+		}
+		fmt.Fprintf(a.stderr, "gateway bench: %s done in %s\n", c, time.Since(start).Round(time.Millisecond))
+		results = append(results, rs...)
+		if c == "e2e" {
+			machine["peak_rss_mb_e2e"] = peakRSSMB()
+		}
+	}
+	machine["peak_rss_mb"] = peakRSSMB()
+
+	if *asJSON {
+		a.writeJSON(map[string]any{"cases": results, "machine": machine, "duration": env.d.String()})
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\tunit\tvalue\tbaseline\tratio\tgoal\tmet\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%s\t%v\t\n", r.Name, r.Unit, fmtNum(r.Value), fmtNum(r.Baseline), r.Ratio, r.Goal, r.Met)
+	}
+	_ = tw.Flush()
+	keys := make([]string, 0, len(machine))
+	for k := range machine {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(a.stdout, "%s: %v\n", k, machine[k])
+	}
+	return exitOK
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case v == 0:
+		return "-"
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+// startBench connects to (or starts) PostgreSQL and NATS, creates and
+// migrates a database of its own, and returns the environment, a
+// description of the machine and a cleanup function.
+func startBench(ctx context.Context, a *app, dbURL, natsURL string) (*benchEnv, map[string]any, func(), error) {
+	var cleanups []func()
+	cleanup := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	fail := func(err error) (*benchEnv, map[string]any, func(), error) {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	machine := map[string]any{
+		"cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH,
+		"cpu_model": cpuModel(), "memory_mb": memTotalMB(),
+	}
+	if dbURL == "" {
+		fmt.Fprintln(a.stderr, "gateway bench: starting a throwaway PostgreSQL cluster (fsync on)…")
+		c, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
+		if err != nil {
+			return fail(&cliError{exit: exitInternal, code: "unavailable", message: "start PostgreSQL: " + oneLine(err.Error())})
+		}
+		cleanups = append(cleanups, func() { _ = c.Stop() })
+		dbURL = c.URL("postgres")
+		machine["postgres"] = "throwaway, fsync on"
+	} else {
+		machine["postgres"] = "given by --database-url"
+	}
+	admin, err := a.connect(ctx, dbURL)
+	if err != nil {
+		return fail(err)
+	}
+	name := "fencegate_bench_" + randHex(6)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		return fail(fmt.Errorf("create the benchmark database: %w", err))
+	}
+	cleanups = append(cleanups, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = admin.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		admin.Close()
+	})
+	var version, fsync string
+	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync')").Scan(&version, &fsync)
+	machine["postgres_version"], machine["postgres_fsync"] = version, fsync
+
+	cfg, err := pgxpool.ParseConfig(withDB(dbURL, name))
+	if err != nil {
+		return fail(err)
+	}
+	cfg.MaxConns = 64
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	cleanups = append(cleanups, pool.Close)
+	if _, err := migrations.Up(ctx, pool, nil); err != nil {
+		return fail(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO resources (resource_id, epoch) SELECT 'bench-' || g, 1 FROM generate_series(0, $1 - 1) g`, benchResources); err != nil {
+		return fail(fmt.Errorf("create resources: %w", err))
+	}
+
+	if natsURL == "" {
+		dir, err := os.MkdirTemp("", "fencegate-bench-nats-")
+		if err != nil {
+			return fail(err)
+		}
+		cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
+		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+		if err != nil {
+			return fail(fmt.Errorf("embedded NATS: %w", err))
+		}
+		srv.Start()
+		cleanups = append(cleanups, func() { srv.Shutdown(); srv.WaitForShutdown() })
+		if !srv.ReadyForConnections(10 * time.Second) {
+			return fail(errors.New("embedded NATS not ready in 10s"))
+		}
+		natsURL = srv.ClientURL()
+		machine["nats"] = "embedded nats-server, in this process"
+	} else {
+		machine["nats"] = "given by --nats-url"
+	}
+	env := &benchEnv{pool: pool, natsURL: natsURL, log: a.stderr, payload: benchPayload()}
+	return env, machine, cleanup, nil
+}
+
+// benchPayload is a valid "file" payload of exactly benchPayloadBytes.
+func benchPayload() []byte {
+	head, tail := `{"target":"out/bench.txt","content":"`, `"}`
+	return []byte(head + strings.Repeat("x", benchPayloadBytes-len(head)-len(tail)) + tail)
+}
+
+func withDB(raw, db string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (e *benchEnv) run(ctx context.Context, name string) ([]benchResult, error) {
+	switch name {
+	case "enqueue":
+		return e.caseEnqueue(ctx)
+	case "enqueue-batch":
+		return e.caseBatch(ctx)
+	case "enqueue-group":
+		return e.caseGroup(ctx)
+	case "relay":
+		return e.caseRelay(ctx)
+	case "e2e":
+		return e.caseE2E(ctx, "e2e")
+	case "growth":
+		return e.caseGrowth(ctx)
+	}
+	return nil, fmt.Errorf("unknown case %q", name)
+}
+
+// reset empties the outbox, so a case does not inherit another's rows (or
+// a dispatcher another case's pending intents).
+func (e *benchEnv) reset(ctx context.Context) error {
+	if _, err := e.pool.Exec(ctx, `TRUNCATE intents, idempotency_keys CASCADE`); err != nil {
+		return err
+	}
+	_, err := e.pool.Exec(ctx, `VACUUM ANALYZE intents`)
+	return err
+}
+
+// intent returns a new intent on a random resource.
+func (e *benchEnv) intent(rnd uint64) outbox.Intent {
+	n := e.seq.Add(1)
+	return outbox.Intent{
+		Resource: "bench-" + strconv.FormatUint(rnd%benchResources, 10), Epoch: 1,
+		OperationID: "op-" + strconv.FormatInt(n, 10), Kind: "file", Payload: e.payload,
+	}
+}
+
+// measure runs fn on workers goroutines for d and returns the operations
+// per second they counted.
+func measure(ctx context.Context, d time.Duration, workers int, fn func(ctx context.Context, w int, rnd *uint64) (int, error)) (float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var total atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range workers {
+		wg.Go(func() {
+			rnd := uint64(w)*0x9E3779B97F4A7C15 + uint64(start.UnixNano())
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				rnd = rnd*6364136223846793005 + 1442695040888963407
+				r := rnd >> 16
+				n, err := fn(ctx, w, &r)
+				if err != nil {
+					once.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				total.Add(int64(n))
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(total.Load()) / time.Since(start).Seconds(), nil
+}
+
+// alternate measures a and b twice each, interleaved (a, b, a, b), each for
+// half the duration, so drift in the machine's load (other processes on
+// shared cores) hits both alike. It returns the mean rates.
+func alternate(d time.Duration, a, b func(time.Duration) (float64, error)) (float64, float64, error) {
+	var ra, rb float64
+	for range 2 {
+		x, err := a(d / 2)
+		if err != nil {
+			return 0, 0, err
+		}
+		y, err := b(d / 2)
+		if err != nil {
+			return 0, 0, err
+		}
+		ra, rb = ra+x/2, rb+y/2
+	}
+	return ra, rb, nil
+}
+
+// listen keeps a connection LISTENing as a running dispatcher would, so
+// NOTIFY costs what it costs in production. It returns a stop function.
+func (e *benchEnv) listen(ctx context.Context) (func(), error) {
+	conn, err := pgx.Connect(ctx, e.pool.Config().ConnString())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+dispatcher.NotifyChannel); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := conn.WaitForNotification(lctx); err != nil {
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done; _ = conn.Close(context.Background()) }, nil
+}
+
+const rawInsertSQL = `INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+// rawInsert is the physical baseline of one enqueue: BEGIN; INSERT the same
+// row; COMMIT, with no lock, no epoch check, no dedup.
+func (e *benchEnv) rawInsert(ctx context.Context, rnd uint64) error {
+	in := e.intent(rnd)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, rawInsertSQL, in.Resource, in.Epoch, in.OperationID, in.Kind,
+		in.Resource+"/"+in.OperationID, "execute", string(in.Payload)); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (e *benchEnv) rawInsertRateFor(ctx context.Context, d time.Duration) (float64, error) {
+	return measure(ctx, d, benchWorkers, func(ctx context.Context, _ int, rnd *uint64) (int, error) {
+		return 1, e.rawInsert(ctx, *rnd)
+	})
+}
+
+func (e *benchEnv) enqueueRateFor(ctx context.Context, ob *outbox.Client, d time.Duration) (float64, error) {
+	return measure(ctx, d, benchWorkers, func(ctx context.Context, _ int, rnd *uint64) (int, error) {
+		_, err := ob.Enqueue(ctx, e.intent(*rnd))
+		return 1, err
+	})
+}
+
+func ratioResult(name, unit string, value, baseline, goal float64, note string) benchResult {
+	r := benchResult{Name: name, Unit: unit, Value: value, Baseline: baseline, Goal: fmt.Sprintf("ratio >= %.1f", goal), Note: note}
+	if baseline > 0 {
+		r.Ratio = value / baseline
+	}
+	r.Met = r.Ratio >= goal
+	return r
+}
+
+// caseEnqueue: fenced Enqueue, one intent per transaction, 16 workers over
+// 1,000 resources, against BEGIN; INSERT; COMMIT of the same row.
+func (e *benchEnv) caseEnqueue(ctx context.Context) ([]benchResult, error) {
+	if err := e.reset(ctx); err != nil {
+		return nil, err
+	}
+	stop, err := e.listen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ob, err := outbox.New(e.pool, outbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	raw, fenced, err := alternate(e.d,
+		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
+		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+	if err != nil {
+		return nil, err
+	}
+	e.rawInsertRate, e.enqueueRate = raw, fenced
+	return []benchResult{ratioResult("enqueue", "intents/s", fenced, raw, 0.7,
+		"baseline: BEGIN; INSERT; COMMIT of the same row")}, nil
+}
+
+// caseBatch: EnqueueBatch of 100 intents against CopyFrom of the same 100
+// rows, 4 workers.
+func (e *benchEnv) caseBatch(ctx context.Context) ([]benchResult, error) {
+	if err := e.reset(ctx); err != nil {
+		return nil, err
+	}
+	stop, err := e.listen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ob, err := outbox.New(e.pool, outbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	cols := []string{"resource_id", "epoch", "operation_id", "kind", "idempotency_key", "fence", "payload"}
+	raw, batch, err := alternate(e.d,
+		func(d time.Duration) (float64, error) {
+			return measure(ctx, d, benchBatchWorkers, func(ctx context.Context, _ int, rnd *uint64) (int, error) {
+				rows := make([][]any, benchBatchSize)
+				for i := range rows {
+					*rnd = *rnd*6364136223846793005 + 1442695040888963407
+					in := e.intent(*rnd >> 16)
+					rows[i] = []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.Resource + "/" + in.OperationID, "execute", string(in.Payload)}
+				}
+				_, err := e.pool.CopyFrom(ctx, pgx.Identifier{"intents"}, cols, pgx.CopyFromRows(rows))
+				return benchBatchSize, err
+			})
+		},
+		func(d time.Duration) (float64, error) {
+			return measure(ctx, d, benchBatchWorkers, func(ctx context.Context, _ int, rnd *uint64) (int, error) {
+				batch := make([]outbox.Intent, benchBatchSize)
+				for i := range batch {
+					*rnd = *rnd*6364136223846793005 + 1442695040888963407
+					batch[i] = e.intent(*rnd >> 16)
+				}
+				res, err := ob.EnqueueBatch(ctx, batch)
+				if err != nil {
+					return 0, err
+				}
+				for _, r := range res {
+					if r.Err != nil {
+						return 0, r.Err
+					}
+				}
+				return benchBatchSize, nil
+			})
+		})
+	if err != nil {
+		return nil, err
+	}
+	return []benchResult{ratioResult("enqueue-batch", "intents/s", batch, raw, 0.5,
+		fmt.Sprintf("batches of %d, %d workers; baseline: CopyFrom of the same rows", benchBatchSize, benchBatchWorkers))}, nil
+}
+
+// caseGroup: Enqueue with group commit, 16 workers, against case enqueue's
+// raw rate (one row per transaction).
+func (e *benchEnv) caseGroup(ctx context.Context) ([]benchResult, error) {
+	if err := e.reset(ctx); err != nil {
+		return nil, err
+	}
+	stop, err := e.listen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ob, err := outbox.New(e.pool, outbox.Config{GroupCommit: true, GroupFlushers: benchGroupFlushers})
+	if err != nil {
+		return nil, err
+	}
+	raw, group, err := alternate(e.d,
+		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
+		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+	if err != nil {
+		return nil, err
+	}
+	return []benchResult{ratioResult("enqueue-group", "intents/s", group, raw, 2.0,
+		"group commit; baseline: BEGIN; INSERT; COMMIT of one row, as case enqueue")}, nil
+}
+
+// backlog loads n pending intents with COPY.
+func (e *benchEnv) backlog(ctx context.Context, n int, status string) error {
+	const chunk = 50_000
+	cols := []string{"resource_id", "epoch", "operation_id", "kind", "idempotency_key", "fence", "payload", "status", "completed_at"}
+	var completed any
+	if status != "pending" {
+		completed = time.Now()
+	}
+	for done := 0; done < n; {
+		m := min(chunk, n-done)
+		rows := make([][]any, m)
+		for i := range rows {
+			in := e.intent(uint64(done + i))
+			rows[i] = []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.Resource + "/" + in.OperationID, "execute", string(in.Payload), status, completed}
+		}
+		if _, err := e.pool.CopyFrom(ctx, pgx.Identifier{"intents"}, cols, pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("load intents: %w", err)
+		}
+		done += m
+	}
+	_, err := e.pool.Exec(ctx, `VACUUM ANALYZE intents`)
+	return err
+}
+
+func (e *benchEnv) connectNATS() (*nats.Conn, error) {
+	return nats.Connect(e.natsURL, nats.Name("fencegate-bench"))
+}
+
+// caseRelay: the dispatcher draining a backlog of pending intents, against
+// raw JetStream async publishing of the same number of messages (same
+// size, headers and message ids), same window.
+func (e *benchEnv) caseRelay(ctx context.Context) ([]benchResult, error) {
+	n := max(1000, int(e.d.Seconds()*benchRelayPerSec))
+	nc, err := e.connectNATS()
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(dispatcher.DefaultMaxInFlight))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, dispatcher.Config{}.StreamConfig()); err != nil {
+		return nil, err
+	}
+	var relayRate, rawRate float64
+	for round := range 2 {
+		if err := e.reset(ctx); err != nil {
+			return nil, err
+		}
+		if err := e.backlog(ctx, n, "pending"); err != nil {
+			return nil, err
+		}
+		d, err := dispatcher.New(e.pool, nc, dispatcher.Config{DisableListen: true, PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := d.Start(ctx); err != nil {
+			return nil, err
+		}
+		for {
+			var left bool
+			if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intents WHERE status = 'pending' OR claimed_by IS NOT NULL)`).Scan(&left); err != nil {
+				d.Stop()
+				return nil, err
+			}
+			if !left {
+				break
+			}
+			if time.Since(start) > 10*time.Minute {
+				d.Stop()
+				return nil, errors.New("relay did not drain the backlog in 10 minutes")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		relayRate += float64(n) / time.Since(start).Seconds() / 2
+		d.Stop()
+
+		start = time.Now()
+		body := e.payload
+		for i := range n {
+			id := int64(1_000_000_000) + int64(round*n+i)
+			m := nats.NewMsg(wire.Subject("raw"))
+			m.Data = body
+			m.Header.Set(jetstream.MsgIDHeader, wire.MsgID(id, 1))
+			m.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
+			m.Header.Set(wire.HeaderResource, "bench-1")
+			m.Header.Set(wire.HeaderEpoch, "1")
+			m.Header.Set(wire.HeaderKind, "file")
+			m.Header.Set(wire.HeaderIdempotencyKey, "bench-1/op-"+strconv.FormatInt(id, 10))
+			m.Header.Set(wire.HeaderFence, "execute")
+			m.Header.Set(wire.HeaderRelay, "1")
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				return nil, err
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			return nil, errors.New("raw publish: PubAcks did not complete")
+		}
+		rawRate += float64(n) / time.Since(start).Seconds() / 2
+	}
+	return []benchResult{ratioResult("relay", "intents/s", relayRate, rawRate, 0.7,
+		fmt.Sprintf("backlog of %d; baseline: JetStream async publish of the same messages", n))}, nil
+}
+
+// noopExecutor is the benchmark's adapter: it succeeds at once, so e2e
+// measures fencegate, not a destination.
+type noopExecutor struct{}
+
+func (noopExecutor) Kind() string { return "noop" }
+
+func (noopExecutor) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: json.RawMessage(`{}`)}, nil
+}
+
+var _ adapters.Executor = noopExecutor{}
+
+// pipeline is a running dispatcher and adapter runtime with the noop kind.
+type pipeline struct {
+	ob   *outbox.Client
+	stop func()
+}
+
+func (e *benchEnv) startPipeline(ctx context.Context) (*pipeline, error) {
+	kinds := outbox.DefaultKinds()
+	kinds["noop"] = outbox.KindSpec{DefaultFence: outbox.FenceCommit}
+	ob, err := outbox.New(e.pool, outbox.Config{Kinds: kinds})
+	if err != nil {
+		return nil, err
+	}
+	dnc, err := e.connectNATS()
+	if err != nil {
+		return nil, err
+	}
+	d, err := dispatcher.New(e.pool, dnc, dispatcher.Config{})
+	if err != nil {
+		dnc.Close()
+		return nil, err
+	}
+	if err := d.Start(ctx); err != nil {
+		dnc.Close()
+		return nil, err
+	}
+	anc, err := e.connectNATS()
+	if err != nil {
+		d.Stop()
+		dnc.Close()
+		return nil, err
+	}
+	store, err := idempotency.New(e.pool, idempotency.Config{})
+	if err != nil {
+		return nil, err
+	}
+	rt, err := adapters.NewRuntime(e.pool, anc, store, ob, adapters.Config{
+		Executors: []adapters.Executor{noopExecutor{}}, Concurrency: 32, DurablePrefix: "bench-" + randHex(3) + "-"})
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rt.Start(sctx); err != nil {
+		d.Stop()
+		dnc.Close()
+		anc.Close()
+		return nil, err
+	}
+	return &pipeline{ob: ob, stop: func() { rt.Stop(); d.Stop(); anc.Close(); dnc.Close() }}, nil
+}
+
+func (e *benchEnv) noopIntent(rnd uint64) outbox.Intent {
+	in := e.intent(rnd)
+	in.Kind = "noop"
+	in.Payload = json.RawMessage(`{"bench":"` + strings.Repeat("x", benchPayloadBytes-12) + `"}`)
+	return in
+}
+
+// caseE2E: commit → recorded outcome through the dispatcher, NATS and the
+// no-op adapter. Latency at an offered 500 intents/s (from the moment
+// Enqueue returned, i.e. committed, to the outcome's completed_at), then
+// the highest rate sustained end to end with 16 workers enqueueing flat
+// out (outcomes recorded per second during the run).
+func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]benchResult, error) {
+	if prefix == "e2e" {
+		if err := e.reset(ctx); err != nil {
+			return nil, err
+		}
+	}
+	p, err := e.startPipeline(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+
+	// Offered load: intent i leaves at start + i/rate, from 16 senders so a
+	// slow commit does not hold the schedule back.
+	total := int(e.d.Seconds() * benchE2ERate)
+	type sent struct {
+		id int64
+		at time.Time
+	}
+	sentc := make(chan sent, total)
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var sendErr atomic.Value
+	for w := range benchWorkers {
+		wg.Go(func() {
+			for i := range jobs {
+				res, err := p.ob.Enqueue(ctx, e.noopIntent(uint64(i*benchWorkers+w)))
+				if err != nil {
+					sendErr.Store(err)
+					continue
+				}
+				sentc <- sent{res.IntentID, time.Now()}
+			}
+		})
+	}
+	start := time.Now()
+	for i := range total {
+		if wait := time.Until(start.Add(time.Duration(i) * time.Second / benchE2ERate)); wait > 0 {
+			time.Sleep(wait)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(sentc)
+	if err, _ := sendErr.Load().(error); err != nil {
+		return nil, err
+	}
+	committed := map[int64]time.Time{}
+	ids := make([]int64, 0, total)
+	for s := range sentc {
+		committed[s.id] = s.at
+		ids = append(ids, s.id)
+	}
+	var lat []float64
+	deadline := time.Now().Add(time.Minute)
+	for len(lat) < len(ids) {
+		lat = lat[:0]
+		rows, err := e.pool.Query(ctx, `SELECT intent_id, completed_at FROM intents WHERE intent_id = ANY($1) AND completed_at IS NOT NULL`, ids)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id int64
+			var at time.Time
+			if err := rows.Scan(&id, &at); err != nil {
+				return nil, err
+			}
+			lat = append(lat, float64(at.Sub(committed[id]))/float64(time.Millisecond))
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if len(lat) < len(ids) {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("only %d of %d intents completed within a minute", len(lat), len(ids))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	slices.Sort(lat)
+	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+
+	// Max sustained: enqueue flat out, count outcomes recorded meanwhile.
+	// Reported is the lower of the two rates: what enters and what comes
+	// out, so a growing backlog does not count as sustained.
+	var doneBefore int64
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE completed_at IS NOT NULL`).Scan(&doneBefore); err != nil {
+		return nil, err
+	}
+	mstart := time.Now()
+	in, err := measure(ctx, e.d, benchWorkers, func(ctx context.Context, _ int, rnd *uint64) (int, error) {
+		_, err := p.ob.Enqueue(ctx, e.noopIntent(*rnd))
+		return 1, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var doneAfter int64
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE completed_at IS NOT NULL`).Scan(&doneAfter); err != nil {
+		return nil, err
+	}
+	out := float64(doneAfter-doneBefore) / time.Since(mstart).Seconds()
+	maxRate := math.Min(in, out)
+	// Let the backlog drain before the next case, bounded.
+	drain := time.Now().Add(time.Minute)
+	for time.Now().Before(drain) {
+		var left bool
+		if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intents WHERE status IN ('pending', 'relayed'))`).Scan(&left); err != nil || !left {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if prefix == "e2e" {
+		e.e2eP50, e.e2eMaxRate = p50, maxRate
+		note := fmt.Sprintf("offered %d/s for %s; commit → outcome recorded", benchE2ERate, e.d)
+		return []benchResult{
+			{Name: "e2e-p50", Unit: "ms", Value: p50, Goal: "< 10", Met: p50 < 10, Note: note},
+			{Name: "e2e-p99", Unit: "ms", Value: p99, Goal: "< 50", Met: p99 < 50, Note: note},
+			{Name: "e2e-max-rate", Unit: "intents/s", Value: maxRate, Baseline: e.rawInsertRate,
+				Ratio: ratioOf(maxRate, e.rawInsertRate), Goal: "report", Met: true,
+				Note: fmt.Sprintf("enqueued %.0f/s, completed %.0f/s; baseline: case enqueue's raw insert rate", in, out)},
+		}, nil
+	}
+	return []benchResult{
+		{Name: prefix + "-p50", Unit: "ms", Value: p50, Baseline: e.e2eP50, Ratio: ratioOf(p50, e.e2eP50),
+			Goal: "ratio <= 1.1", Met: e.e2eP50 > 0 && p50 <= 1.1*e.e2eP50, Note: "baseline: e2e-p50 on an empty outbox"},
+		{Name: prefix + "-p99", Unit: "ms", Value: p99, Goal: "< 50", Met: p99 < 50},
+		{Name: prefix + "-max-rate", Unit: "intents/s", Value: maxRate, Baseline: e.e2eMaxRate, Ratio: ratioOf(maxRate, e.e2eMaxRate),
+			Goal: "ratio >= 0.9", Met: ratioOf(maxRate, e.e2eMaxRate) >= 0.9, Note: "baseline: e2e-max-rate on an empty outbox"},
+	}, nil
+}
+
+func ratioOf(v, base float64) float64 {
+	if base == 0 {
+		return 0
+	}
+	return v / base
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// caseGrowth: cases enqueue and e2e again with 1,000,000 completed intents
+// in the outbox, against their values on an empty one (measured first when
+// not in this run).
+func (e *benchEnv) caseGrowth(ctx context.Context) ([]benchResult, error) {
+	if e.enqueueRate == 0 {
+		if _, err := e.caseEnqueue(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if e.e2eP50 == 0 {
+		if _, err := e.caseE2E(ctx, "e2e"); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.reset(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(e.log, "gateway bench: loading %d completed intents…\n", benchGrowthRows)
+	lstart := time.Now()
+	if err := e.backlog(ctx, benchGrowthRows, "succeeded"); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(e.log, "gateway bench: loaded in %s\n", time.Since(lstart).Round(time.Second))
+	stop, err := e.listen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ob, err := outbox.New(e.pool, outbox.Config{})
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	rate, err := e.enqueueRateFor(ctx, ob, e.d)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	out := []benchResult{ratioResult("growth-enqueue", "intents/s", rate, e.enqueueRate, 0.9,
+		"1M completed intents preloaded; baseline: case enqueue on an empty outbox")}
+	rs, err := e.caseE2E(ctx, "growth-e2e")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rs...), nil
+}
+
+// peakRSSMB is the process's peak resident set (VmHWM), in MiB; it
+// includes the embedded NATS server when one runs.
+func peakRSSMB() float64 {
+	kb := procField("/proc/self/status", "VmHWM:")
+	return float64(kb) / 1024
+}
+
+func memTotalMB() int64 { return procField("/proc/meminfo", "MemTotal:") / 1024 }
+
+// procField reads a "Name:   123 kB" line of a /proc file.
+func procField(path, name string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name); ok {
+			fields := strings.Fields(rest)
+			if len(fields) > 0 {
+				n, _ := strconv.ParseInt(fields[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
 }

@@ -1,0 +1,417 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+const otherEmailPayload = `{"to":["bob@example.com"],"from":"reports@example.com","subject":"Other","text":"x"}`
+
+// A mixed batch: each intent gets the answer Enqueue would give it alone,
+// and exactly the new, current ones are stored.
+func TestEnqueueBatchMixed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	l, err := b.issuer.Acquire(ctx, "r", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := b.issuer.Acquire(ctx, "r2", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := b.client.Enqueue(ctx, emailIntent("r", l.Epoch, "existing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := b.client.Enqueue(ctx, emailIntent("r", l.Epoch, "existing-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retry of an intent committed under an older epoch: still a duplicate.
+	if _, err := b.issuer.Advance(ctx, "r", l.Epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	cur := l.Epoch + 1
+
+	other := emailIntent("r", cur, "in-batch")
+	other.Payload = json.RawMessage(otherEmailPayload)
+	conflicting := emailIntent("r", l.Epoch, "existing-2")
+	conflicting.Payload = json.RawMessage(otherEmailPayload)
+	batch := []outbox.Intent{
+		0:  emailIntent("r", l.Epoch, "stale-new"),                                                            // stale: epoch moved on
+		1:  conflicting,                                                                                       // conflict with an existing intent
+		2:  emailIntent("r", l.Epoch, "existing"),                                                             // duplicate (old epoch, retry)
+		3:  emailIntent("r", cur, "in-batch"),                                                                 // new
+		4:  {Resource: "", Epoch: 1, OperationID: "x", Kind: "email", Payload: json.RawMessage(emailPayload)}, // invalid
+		5:  emailIntent("r2", l2.Epoch, "in-batch"),                                                           // new, other resource
+		6:  emailIntent("r", cur, "in-batch"),                                                                 // duplicate of 3
+		7:  other,                                                                                             // conflict with 3
+		8:  emailIntent("never-leased", 1, "n"),                                                               // stale: no epoch issued
+		9:  emailIntent("r", cur+1, "future"),                                                                 // stale: never issued
+		10: emailIntent("r", cur-1, "late-repeat"),                                                            // stale…
+		11: emailIntent("r", cur, "late-repeat"),                                                              // …then current: inserted
+		12: emailIntent("r", cur-1, "late-repeat"),                                                            // duplicate of 11 (a retry)
+	}
+	res, err := b.client.EnqueueBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(batch) {
+		t.Fatalf("%d results for %d intents", len(res), len(batch))
+	}
+	var stale *outbox.StaleEpochError
+	var cerr *outbox.ConflictError
+	var verr *outbox.ValidationError
+	expectStale := func(i int, current int64) {
+		t.Helper()
+		if !errors.As(res[i].Err, &stale) || stale.Current != current || stale.Supplied != batch[i].Epoch {
+			t.Fatalf("item %d: %+v; want stale, current %d", i, res[i], current)
+		}
+	}
+	expectStale(0, cur)
+	if !errors.As(res[1].Err, &cerr) || cerr.IntentID != conf.IntentID {
+		t.Fatalf("item 1: %+v; want conflict with intent %d", res[1], conf.IntentID)
+	}
+	if res[2].Err != nil || !res[2].Duplicate || res[2].IntentID != dup.IntentID {
+		t.Fatalf("item 2: %+v; want duplicate of %d", res[2], dup.IntentID)
+	}
+	if res[3].Err != nil || res[3].Duplicate || res[3].IntentID == 0 || res[3].Status != outbox.StatusPending {
+		t.Fatalf("item 3: %+v; want inserted", res[3])
+	}
+	if !errors.As(res[4].Err, &verr) || verr.Field != "resource" {
+		t.Fatalf("item 4: %+v; want invalid resource", res[4])
+	}
+	if res[5].Err != nil || res[5].Duplicate || res[5].IntentID == 0 || res[5].IntentID == res[3].IntentID {
+		t.Fatalf("item 5: %+v; want a new intent", res[5])
+	}
+	if res[6].Err != nil || !res[6].Duplicate || res[6].IntentID != res[3].IntentID {
+		t.Fatalf("item 6: %+v; want duplicate of item 3 (%d)", res[6], res[3].IntentID)
+	}
+	if !errors.As(res[7].Err, &cerr) || cerr.IntentID != res[3].IntentID {
+		t.Fatalf("item 7: %+v; want conflict with item 3", res[7])
+	}
+	expectStale(8, 0)
+	expectStale(9, cur)
+	expectStale(10, cur)
+	if res[11].Err != nil || res[11].Duplicate || res[11].IntentID == 0 {
+		t.Fatalf("item 11: %+v; want inserted", res[11])
+	}
+	if res[12].Err != nil || !res[12].Duplicate || res[12].IntentID != res[11].IntentID {
+		t.Fatalf("item 12: %+v; want duplicate of item 11", res[12])
+	}
+
+	// Stored: the two existing intents and the three new ones, each with
+	// the epoch and content of the item that inserted it.
+	if n := countIntents(t, b.pool, ""); n != 5 {
+		t.Fatalf("intents = %d; want 5", n)
+	}
+	for _, i := range []int{3, 5, 11} {
+		rec, err := b.client.Get(ctx, res[i].IntentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Resource != batch[i].Resource || rec.OperationID != batch[i].OperationID || rec.Epoch != batch[i].Epoch {
+			t.Fatalf("item %d stored as %+v", i, rec)
+		}
+	}
+	// A batch of nothing valid touches nothing and is no error.
+	res, err = b.client.EnqueueBatch(ctx, []outbox.Intent{{}})
+	if err != nil || len(res) != 1 || !errors.Is(res[0].Err, outbox.ErrInvalid) {
+		t.Fatalf("all-invalid batch = %+v, %v", res, err)
+	}
+	if res, err := b.client.EnqueueBatch(ctx, nil); err != nil || len(res) != 0 {
+		t.Fatalf("empty batch = %+v, %v", res, err)
+	}
+}
+
+// Concurrent batches over overlapping resources, in random orders, never
+// deadlock: the batch function locks resources in sorted order.
+func TestEnqueueBatchConcurrentNoDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const nres, workers, rounds, size = 6, 8, 30, 12
+	epochs := map[string]int64{}
+	for i := range nres {
+		res := fmt.Sprintf("res-%d", i)
+		l, err := b.issuer.Acquire(ctx, res, "A", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[res] = l.Epoch
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for r := range rounds {
+				batch := make([]outbox.Intent, size)
+				for i := range batch {
+					res := fmt.Sprintf("res-%d", rng.IntN(nres))
+					batch[i] = emailIntent(res, epochs[res], fmt.Sprintf("w%d-r%d-i%d", w, r, i))
+				}
+				results, err := b.client.EnqueueBatch(ctx, batch)
+				if err != nil {
+					errc <- err
+					return
+				}
+				for i, res := range results {
+					if res.Err != nil || res.Duplicate {
+						errc <- fmt.Errorf("worker %d round %d item %d: %+v", w, r, i, res)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if n := countIntents(t, b.pool, ""); n != workers*rounds*size {
+		t.Fatalf("intents = %d; want %d", n, workers*rounds*size)
+	}
+}
+
+// enqueueFunc enqueues one intent the way a test variant does it.
+type enqueueFunc func(ctx context.Context, in outbox.Intent) (outbox.Result, error)
+
+// The race test's checkers, run against group commit and EnqueueBatch: no
+// accepted intent carries an epoch older than one granted before it
+// started, or than the current one when it committed.
+func TestNoStaleUnderTakeoversGroupAndBatch(t *testing.T) {
+	t.Parallel()
+	t.Run("group", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		gc, err := outbox.New(b.pool, outbox.Config{GroupCommit: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raceWith(t, b, gc.Enqueue)
+	})
+	t.Run("batch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Each caller's intent goes into a batch of its own plus a filler on
+		// another resource, so batches hold several resources.
+		raceWith(t, b, func(ctx context.Context, in outbox.Intent) (outbox.Result, error) {
+			filler := emailIntent("filler-"+in.Resource, 1, "f-"+in.OperationID)
+			res, err := b.client.EnqueueBatch(ctx, []outbox.Intent{filler, in})
+			if err != nil {
+				return outbox.Result{}, err
+			}
+			return res[1].Result, res[1].Err
+		})
+	})
+}
+
+func raceWith(t *testing.T, b bundle, enqueue enqueueFunc) {
+	ctx := context.Background()
+	resources := []string{"res-0", "res-1", "res-2"}
+	installGrantLog(t, b)
+	stop := time.Now().Add(2 * time.Second)
+	var mu sync.Mutex
+	var grants, enqueues []op
+	record := func(list *[]op, o op) {
+		mu.Lock()
+		*list = append(*list, o)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 64)
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; time.Now().Before(stop); i++ {
+				res := resources[rng.IntN(len(resources))]
+				start := time.Now()
+				l, err := b.issuer.Acquire(ctx, res, fmt.Sprintf("holder-%d-%d", w, i), 10*time.Millisecond)
+				end := time.Now()
+				if err == nil {
+					record(&grants, op{resource: res, epoch: l.Epoch, start: start, end: end, accepted: true})
+				}
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		})
+	}
+	for w := range 12 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 2))
+			for i := 0; time.Now().Before(stop); i++ {
+				res := resources[rng.IntN(len(resources))]
+				cur, err := b.issuer.Get(ctx, res)
+				if err != nil {
+					errc <- err
+					return
+				}
+				if cur.Epoch == 0 {
+					continue
+				}
+				if rng.IntN(2) == 0 {
+					time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+				}
+				opID := fmt.Sprintf("w%d-%d", w, i)
+				start := time.Now()
+				_, err = enqueue(ctx, emailIntent(res, cur.Epoch, opID))
+				end := time.Now()
+				switch {
+				case err == nil:
+					record(&enqueues, op{resource: res, epoch: cur.Epoch, start: start, end: end, accepted: true, worker: w, opID: opID})
+				case errors.Is(err, outbox.ErrStaleEpoch):
+					record(&enqueues, op{resource: res, epoch: cur.Epoch, start: start, end: end, worker: w, opID: opID})
+				default:
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	accepted := 0
+	for _, e := range enqueues {
+		if e.accepted {
+			accepted++
+		}
+	}
+	if len(grants) < 20 || accepted < 20 || len(enqueues)-accepted < 5 {
+		t.Fatalf("too little contention: grants %d, accepted %d, rejected %d", len(grants), accepted, len(enqueues)-accepted)
+	}
+	if v := checkNoStaleAccepted(grants, enqueues); len(v) > 0 {
+		t.Fatalf("%d stale accepted, e.g. %s", len(v), v[0])
+	}
+	if v := checkCommitOrder(t, b); len(v) > 0 {
+		t.Fatalf("%d intents committed with a non-current epoch, e.g. %s", len(v), v[0])
+	}
+	var stored []string
+	rows, err := b.pool.Query(ctx, `SELECT resource_id || '/' || operation_id FROM intents WHERE resource_id NOT LIKE 'filler-%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, s)
+	}
+	var want []string
+	for _, e := range enqueues {
+		if e.accepted {
+			want = append(want, e.resource+"/"+e.opID)
+		}
+	}
+	sort.Strings(stored)
+	sort.Strings(want)
+	if fmt.Sprint(stored) != fmt.Sprint(want) {
+		t.Fatalf("stored %d intents, accepted %d; they differ", len(stored), len(want))
+	}
+}
+
+// Group commit: many concurrent callers share transactions, and each gets
+// its own answer: inserted, duplicate, stale or conflict.
+func TestGroupCommitPerCallerAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	gc, err := outbox.New(b.pool, outbox.Config{GroupCommit: true, GroupFlushers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.issuer.Acquire(ctx, "r", "A", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	existing, err := gc.Enqueue(ctx, emailIntent("r", l.Epoch, "existing"))
+	if err != nil || existing.Duplicate {
+		t.Fatalf("first enqueue = %+v, %v", existing, err)
+	}
+	const n = 200
+	type answer struct {
+		res outbox.Result
+		err error
+	}
+	answers := make([]answer, n)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-gate
+			var in outbox.Intent
+			switch i % 4 {
+			case 0, 1:
+				in = emailIntent("r", l.Epoch, fmt.Sprintf("new-%d", i))
+			case 2:
+				in = emailIntent("r", l.Epoch+1+int64(i%8/6), fmt.Sprintf("stale-%d", i)) // never issued: stale
+			case 3:
+				if i%8 == 3 {
+					in = emailIntent("r", l.Epoch, "existing")
+				} else {
+					in = emailIntent("r", l.Epoch, "existing")
+					in.Payload = json.RawMessage(otherEmailPayload)
+				}
+			}
+			res, err := gc.Enqueue(ctx, in)
+			answers[i] = answer{res, err}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	inserted := 0
+	for i, a := range answers {
+		switch {
+		case i%4 <= 1:
+			if a.err != nil || a.res.Duplicate || a.res.IntentID == 0 {
+				t.Fatalf("caller %d: %+v %v; want inserted", i, a.res, a.err)
+			}
+			inserted++
+		case i%4 == 2:
+			if !errors.Is(a.err, outbox.ErrStaleEpoch) {
+				t.Fatalf("caller %d: %+v %v; want stale", i, a.res, a.err)
+			}
+		case i%8 == 3:
+			if a.err != nil || !a.res.Duplicate || a.res.IntentID != existing.IntentID {
+				t.Fatalf("caller %d: %+v %v; want duplicate", i, a.res, a.err)
+			}
+		default:
+			if !errors.Is(a.err, outbox.ErrOperationConflict) {
+				t.Fatalf("caller %d: %+v %v; want conflict", i, a.res, a.err)
+			}
+		}
+	}
+	if got := countIntents(t, b.pool, ""); got != inserted+1 {
+		t.Fatalf("intents = %d; want %d", got, inserted+1)
+	}
+	// The calls did share transactions.
+	var txs int
+	if err := b.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM intents`).Scan(&txs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d intents in %d transactions", inserted+1, txs)
+	if txs >= inserted+1 {
+		t.Fatalf("group commit used %d transactions for %d intents", txs, inserted+1)
+	}
+	// A caller whose context is already done gets its error.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := gc.Enqueue(cctx, emailIntent("r", l.Epoch, "cancelled")); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v", err)
+	}
+}

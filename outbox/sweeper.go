@@ -1,0 +1,192 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults of SweeperConfig's fields.
+const (
+	DefaultSweepMaxAge   = 7 * 24 * time.Hour
+	DefaultSweepBatch    = 1000
+	DefaultSweepInterval = time.Minute
+)
+
+// SweeperConfig configures a Sweeper.
+type SweeperConfig struct {
+	// MaxAge is how long a completed intent is kept, from its completion.
+	// Default: 7 days.
+	MaxAge time.Duration
+	// Batch is how many intents one delete statement removes at most, so
+	// no statement holds many row locks or runs for long. Default: 1000.
+	Batch int
+	// Interval is how often the sweeper runs. Default: 1 minute.
+	Interval time.Duration
+	// Logger. Nil: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c SweeperConfig) WithDefaults() SweeperConfig {
+	c.MaxAge = cmp.Or(c.MaxAge, DefaultSweepMaxAge)
+	c.Batch = cmp.Or(c.Batch, DefaultSweepBatch)
+	c.Interval = cmp.Or(c.Interval, DefaultSweepInterval)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c SweeperConfig) validate() error {
+	switch {
+	case c.MaxAge < time.Second:
+		return fmt.Errorf("outbox: sweeper MaxAge must be at least 1s, got %s", c.MaxAge)
+	case c.Batch < 1 || c.Batch > 100_000:
+		return fmt.Errorf("outbox: sweeper Batch must be between 1 and 100000, got %d", c.Batch)
+	case c.Interval < time.Millisecond:
+		return fmt.Errorf("outbox: sweeper Interval must be at least 1ms, got %s", c.Interval)
+	}
+	return nil
+}
+
+// sweepTimeout bounds one sweep run.
+const sweepTimeout = time.Minute
+
+// Sweeper deletes completed intents older than MaxAge, in the background:
+// every Interval (first right after Start) it deletes batches of at most
+// Batch intents, each its own short transaction, until none is left.
+//
+// Only succeeded, failed, superseded and cancelled intents are deleted, by
+// their completed_at. Pending and relayed intents are work in progress;
+// unknown ones wait for an operator to resolve them and are never deleted
+// automatically (like the idempotency store's held keys). The business
+// idempotency keys are kept by their own store and retention: deleting an
+// intent does not make its effect repeatable.
+type Sweeper struct {
+	pool *pgxpool.Pool
+	cfg  SweeperConfig
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewSweeper returns a Sweeper of the outbox behind pool, not started.
+func NewSweeper(pool *pgxpool.Pool, cfg SweeperConfig) (*Sweeper, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: sweeper needs a pool")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Sweeper{pool: pool, cfg: cfg, done: make(chan struct{})}, nil
+}
+
+// sweepSQL deletes at most $2 intents completed before now() - $1 µs.
+//
+// FOR UPDATE SKIP LOCKED: rows are locked by the statement that deletes
+// them, so none changes between being chosen and being deleted, and a row
+// someone else holds right now (an operator's update, an adapter recording
+// an outcome again) is skipped for the next sweep instead of making the
+// sweep wait — and it waits for nobody. The batch bounds how many row locks
+// one statement holds and for how long.
+const sweepSQL = `
+DELETE FROM intents WHERE intent_id IN (
+	SELECT intent_id FROM intents
+	WHERE status IN ('succeeded', 'failed', 'superseded', 'cancelled')
+	  AND completed_at < now() - $1 * interval '1 microsecond'
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)`
+
+// SweepOnce deletes one batch and returns how many intents it deleted.
+func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
+	tag, err := s.pool.Exec(ctx, sweepSQL, s.cfg.MaxAge.Microseconds(), s.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: sweep: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Sweep deletes batches until a batch comes back short or ctx ends, and
+// returns how many intents it deleted.
+func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.SweepOnce(ctx)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < s.cfg.Batch {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("outbox: sweep: %w", err)
+		}
+	}
+}
+
+// Start starts sweeping in the background and returns once it runs. The
+// sweeper stops when ctx ends or Stop is called. A Sweeper starts once.
+func (s *Sweeper) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("outbox: sweeper already started")
+	}
+	s.started = true
+	ctx, s.cancel = context.WithCancel(ctx)
+	go s.loop(ctx)
+	return nil
+}
+
+// Stop stops the sweeper and waits for its current batch to end.
+func (s *Sweeper) Stop() {
+	s.mu.Lock()
+	if !s.started {
+		s.started = true
+		s.cancel = func() {}
+		close(s.done)
+	}
+	cancel := s.cancel
+	s.mu.Unlock()
+	cancel()
+	<-s.done
+}
+
+// Stopped is closed once the sweeper has stopped.
+func (s *Sweeper) Stopped() <-chan struct{} { return s.done }
+
+func (s *Sweeper) loop(ctx context.Context) {
+	defer close(s.done)
+	log := s.cfg.Logger.With("component", "outbox_sweeper")
+	ticker := time.NewTicker(s.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+		n, err := s.Sweep(sctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// Shutting down: not an error.
+		case err != nil:
+			log.Warn("outbox: sweep failed", "deleted", n, "error", err)
+		case n > 0:
+			log.Info("outbox: swept completed intents", "deleted", n, "max_age", s.cfg.MaxAge)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// The sweeper deletes intents completed longer ago than MaxAge with a swept
+// status, in batches, and nothing else.
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	l, err := b.issuer.Acquire(ctx, "r", "A", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const day = 24 * time.Hour
+	type row struct {
+		status string
+		age    time.Duration // of completed_at; 0: not completed
+		swept  bool
+	}
+	rows := []row{
+		{"succeeded", 8 * day, true},
+		{"failed", 9 * day, true},
+		{"superseded", 30 * day, true},
+		{"cancelled", 7*day + time.Hour, true},
+		{"succeeded", 8 * day, true},
+		{"succeeded", 6 * day, false},   // young
+		{"unknown", 100 * day, false},   // waits for an operator
+		{"relayed", 0, false},           // in progress
+		{"pending", 0, false},           // in progress
+		{"succeeded", time.Hour, false}, // young
+		{"failed", 7*day - time.Hour, false},
+	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		res, err := b.client.Enqueue(ctx, emailIntent("r", l.Epoch, fmt.Sprintf("op-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = res.IntentID
+		var completed any
+		if r.age > 0 {
+			completed = time.Now().Add(-r.age)
+		}
+		if _, err := b.pool.Exec(ctx, `UPDATE intents SET status = $2, completed_at = $3 WHERE intent_id = $1`,
+			res.IntentID, r.status, completed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Batch: 2, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A row someone holds locked is skipped, not waited for.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM intents WHERE intent_id = $1 FOR UPDATE`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.SweepOnce(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("one batch deleted %d (%v); want 2", n, err)
+	}
+	n, err = s.Sweep(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("sweep deleted %d (%v); want the 2 unlocked ones left", n, err)
+	}
+	_ = tx.Rollback(ctx)
+
+	// Started in the background: it deletes the row that was locked.
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for exists(t, b, ids[0]) {
+		if time.Now().After(deadline) {
+			t.Fatal("the background sweep did not delete the unlocked row")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	select {
+	case <-s.Stopped():
+	default:
+		t.Fatal("Stopped not closed after Stop")
+	}
+	for i, r := range rows {
+		if got := exists(t, b, ids[i]); got == r.swept {
+			t.Fatalf("row %d (%s, age %s): exists=%v; want swept=%v", i, r.status, r.age, got, r.swept)
+		}
+	}
+	if _, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Batch: -1}); err == nil {
+		t.Fatal("a negative batch was accepted")
+	}
+	// Stop without Start returns.
+	s2, _ := outbox.NewSweeper(b.pool, outbox.SweeperConfig{})
+	s2.Stop()
+}
+
+func exists(t *testing.T, b bundle, id int64) bool {
+	t.Helper()
+	var one int
+	err := b.pool.QueryRow(context.Background(), `SELECT 1 FROM intents WHERE intent_id = $1`, id).Scan(&one)
+	if err == pgx.ErrNoRows {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// Coalesced NOTIFY: a burst of enqueues sends far fewer notifications than
+// intents, and a notification always follows the last commit.
+func TestNotifyCoalescing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	l, err := b.issuer.Acquire(ctx, "r", "A", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN fencegate_intents"); err != nil {
+		t.Fatal(err)
+	}
+	const window = 300 * time.Millisecond
+	c, err := outbox.New(b.pool, outbox.Config{NotifyWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	start := time.Now()
+	for i := range n {
+		if _, err := c.Enqueue(ctx, emailIntent("r", l.Epoch, fmt.Sprintf("op-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lastCommit := time.Now()
+	if lastCommit.Sub(start) > window {
+		t.Skipf("the burst took %s, longer than the window; too slow a machine for this check", lastCommit.Sub(start))
+	}
+	// Expect the in-transaction one and the trailing one, and no more.
+	got := 0
+	var lastAt time.Time
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 3*window)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		got++
+		lastAt = time.Now()
+	}
+	if got < 2 || got > 3 {
+		t.Fatalf("%d notifications for %d enqueues in one window; want 2 (one in a transaction, one trailing)", got, n)
+	}
+	if !lastAt.After(lastCommit) {
+		t.Fatal("no notification after the last commit")
+	}
+	if d := lastAt.Sub(lastCommit); d > 2*window {
+		t.Fatalf("the trailing notification came %s after the last commit; window %s", d, window)
+	}
+}
