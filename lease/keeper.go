@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrLeaseLost is the cause of a Keeper's context when the lease can no
@@ -24,14 +26,31 @@ type KeeperConfig struct {
 	// trusting it, to absorb clock rate differences and scheduling delay.
 	// Default: TTL/10.
 	Margin time.Duration
-	// Logger receives renew failures. Nil: discard.
+	// Logger receives renew failures, lost leases and long pauses. Nil:
+	// discard.
 	Logger *slog.Logger
+
+	// PauseTick is the pause detector's interval: a goroutine asks to wake
+	// up every PauseTick and measures, on the monotonic clock, how much
+	// later it actually woke (jHiccup's method). The excess is a pause the
+	// whole process suffered: GC, CPU starvation, swapping, SIGSTOP, a VM
+	// freeze. Default: 10ms. Negative: no pause detection.
+	PauseTick time.Duration
+	// PauseLogFraction: a pause longer than this fraction of the TTL is
+	// logged (warn) with its length. Default: 0.25.
+	PauseLogFraction float64
+	// Registerer receives fencegate_worker_pause_seconds, the histogram of
+	// the pause detector's samples. Several Keepers may share it (each
+	// records its own samples). Nil: not exported.
+	Registerer prometheus.Registerer
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c KeeperConfig) WithDefaults() KeeperConfig {
 	c.RenewEvery = cmp.Or(c.RenewEvery, c.TTL/3)
 	c.Margin = cmp.Or(c.Margin, c.TTL/10)
+	c.PauseTick = cmp.Or(c.PauseTick, 10*time.Millisecond)
+	c.PauseLogFraction = cmp.Or(c.PauseLogFraction, 0.25)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -47,6 +66,9 @@ func (c KeeperConfig) validate() error {
 	}
 	if c.Margin < 0 || c.Margin >= c.TTL {
 		return &InvalidError{Field: "margin", Message: "must be at least 0 and below the ttl"}
+	}
+	if c.PauseLogFraction < 0 {
+		return &InvalidError{Field: "pause_log_fraction", Message: fmt.Sprintf("must be positive, got %g", c.PauseLogFraction)}
 	}
 	return nil
 }
@@ -65,6 +87,10 @@ func (c KeeperConfig) validate() error {
 // context and before writing will still write late. Only the destination's
 // epoch check (outbox.Enqueue, the file adapter's fence) rejects that write:
 // always pass the lease's epoch along with every side effect.
+//
+// A Keeper also watches for process pauses (see KeeperConfig.PauseTick):
+// they are what turns a healthy worker into a fenced-out one, and their
+// histogram is what to size a lease's TTL by.
 type Keeper struct {
 	issuer *Issuer
 	cfg    KeeperConfig
@@ -76,7 +102,11 @@ type Keeper struct {
 	mu       sync.Mutex
 	lease    Lease
 	lastOK   time.Time // monotonic reading at the start of the last successful grant/renewal
+	pauses   PauseStats
 	stopOnce sync.Once
+	lostOnce sync.Once
+
+	pauseHist prometheus.Histogram
 }
 
 // Hold acquires a lease and starts a Keeper for it. The returned Keeper's
@@ -86,12 +116,16 @@ func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperCo
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	hist, err := newPauseHistogram(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	l, err := i.Acquire(ctx, resource, holder, cfg.TTL)
 	if err != nil {
 		return nil, err
 	}
-	return i.keep(ctx, l, start, cfg), nil
+	return i.keep(ctx, l, start, cfg, hist), nil
 }
 
 // Keep starts a Keeper for a lease acquired at grantedAt, a time.Now()
@@ -102,13 +136,25 @@ func (i *Issuer) Keep(ctx context.Context, l Lease, grantedAt time.Time, cfg Kee
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return i.keep(ctx, l, grantedAt, cfg), nil
+	hist, err := newPauseHistogram(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return i.keep(ctx, l, grantedAt, cfg, hist), nil
 }
 
-func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg KeeperConfig) *Keeper {
+func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg KeeperConfig, hist prometheus.Histogram) *Keeper {
 	ctx, cancel := context.WithCancelCause(parent)
-	k := &Keeper{issuer: i, cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{}), lease: l, lastOK: start}
-	go k.loop()
+	k := &Keeper{issuer: i, cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{}), lease: l, lastOK: start, pauseHist: hist}
+	var wg sync.WaitGroup
+	wg.Go(k.loop)
+	if cfg.PauseTick > 0 {
+		// The first tick counts from now, not from whenever the goroutine
+		// first runs: a process stopped before then still shows its pause.
+		now := time.Now()
+		wg.Go(func() { k.watchPauses(now) })
+	}
+	go func() { wg.Wait(); close(k.done) }()
 	return k
 }
 
@@ -136,7 +182,7 @@ func (k *Keeper) Stop() {
 	<-k.done
 }
 
-// Stopped is closed when the Keeper's goroutine has exited.
+// Stopped is closed when the Keeper's goroutines have exited.
 func (k *Keeper) Stopped() <-chan struct{} { return k.done }
 
 func (k *Keeper) trustedUntil() time.Time {
@@ -145,14 +191,20 @@ func (k *Keeper) trustedUntil() time.Time {
 	return k.lastOK.Add(k.cfg.TTL - k.cfg.Margin)
 }
 
+// lose cancels the context with ErrLeaseLost. Both the renew loop and the
+// pause detector may call it; the first cause wins and is logged once.
 func (k *Keeper) lose(err error) {
-	l := k.Lease()
-	k.cfg.Logger.Warn("lease: keeper: lease lost", "resource", l.Resource, "holder", l.Holder, "epoch", l.Epoch, "error", err)
-	k.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+	k.lostOnce.Do(func() {
+		if k.ctx.Err() != nil {
+			return // stopped meanwhile: not a loss
+		}
+		l := k.Lease()
+		k.cfg.Logger.Warn("lease: keeper: lease lost", "resource", l.Resource, "holder", l.Holder, "epoch", l.Epoch, "error", err)
+		k.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+	})
 }
 
 func (k *Keeper) loop() {
-	defer close(k.done)
 	renew := time.NewTimer(k.cfg.RenewEvery)
 	defer renew.Stop()
 	// The trust deadline has its own timer, so the context is cancelled on

@@ -22,7 +22,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/fencemetrics"
 )
 
 // ErrHeld is returned (wrapped in *HeldError) when another holder's lease on
@@ -115,10 +118,18 @@ const (
 // Issuer grants leases and epochs. It is safe for concurrent use.
 type Issuer struct {
 	pool *pgxpool.Pool
+	m    *metrics
 }
 
-// NewIssuer returns an issuer over pool, which must point at the primary.
-func NewIssuer(pool *pgxpool.Pool) *Issuer { return &Issuer{pool: pool} }
+// NewIssuer returns an issuer over pool, which must point at the primary
+// (see RequirePrimary).
+func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Issuer{pool: pool, m: newMetrics(o.reg)}
+}
 
 // ValidateResource checks a resource id.
 func ValidateResource(resource string) error {
@@ -171,20 +182,33 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error 
 	return tx.Commit(ctx)
 }
 
+// control is a resource's control row as lockResource found it.
+type control struct {
+	epoch   int64
+	holder  *string
+	expires *time.Time
+	live    bool
+	// sinceRenewal is now() minus renewed_at, in microseconds, by
+	// PostgreSQL's clock; nil when the resource was never granted here.
+	sinceRenewal *int64
+}
+
 // lockResource creates the control row on first use and locks it. The lock
 // (FOR UPDATE) orders this transaction against every other grant, advance
 // and enqueue of the resource: each one sees the outcome of all before it.
-func lockResource(ctx context.Context, tx pgx.Tx, resource string) (epoch int64, holder *string, expires *time.Time, live bool, err error) {
-	if _, err = tx.Exec(ctx, `INSERT INTO resources (resource_id) VALUES ($1) ON CONFLICT (resource_id) DO NOTHING`, resource); err != nil {
-		return 0, nil, nil, false, fmt.Errorf("create resource: %w", err)
+func lockResource(ctx context.Context, tx pgx.Tx, resource string) (control, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO resources (resource_id) VALUES ($1) ON CONFLICT (resource_id) DO NOTHING`, resource); err != nil {
+		return control{}, fmt.Errorf("create resource: %w", err)
 	}
-	err = tx.QueryRow(ctx, `
-		SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)
-		FROM resources WHERE resource_id = $1 FOR UPDATE`, resource).Scan(&epoch, &holder, &expires, &live)
+	var c control
+	err := tx.QueryRow(ctx, `
+		SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false),
+		       (extract(epoch FROM now() - renewed_at) * 1000000)::bigint
+		FROM resources WHERE resource_id = $1 FOR UPDATE`, resource).Scan(&c.epoch, &c.holder, &c.expires, &c.live, &c.sinceRenewal)
 	if err != nil {
-		return 0, nil, nil, false, fmt.Errorf("lock resource: %w", err)
+		return control{}, fmt.Errorf("lock resource: %w", err)
 	}
-	return epoch, holder, expires, live, nil
+	return c, nil
 }
 
 // Acquire grants holder a lease of ttl on resource when the resource is free
@@ -202,31 +226,45 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 		return Lease{}, err
 	}
 	var l Lease
+	var g *Grant
 	err := inTx(ctx, i.pool, func(tx pgx.Tx) error {
-		epoch, cur, expires, live, err := lockResource(ctx, tx, resource)
+		c, err := lockResource(ctx, tx, resource)
 		if err != nil {
 			return err
 		}
-		if live && cur != nil && *cur != holder {
-			return &HeldError{Resource: resource, Holder: *cur, Epoch: epoch, ExpiresAt: *expires}
+		if c.live && c.holder != nil && *c.holder != holder {
+			return &HeldError{Resource: resource, Holder: *c.holder, Epoch: c.epoch, ExpiresAt: *c.expires}
 		}
 		// Same holder, live lease: keep the epoch (its writes stay valid).
 		// Otherwise authority changes hands, so the epoch must grow, in this
 		// same transaction, before anyone can see the new holder.
-		next := epoch + 1
-		if live && cur != nil && *cur == holder {
-			next = epoch
+		next := c.epoch + 1
+		if c.live && c.holder != nil && *c.holder == holder {
+			next = c.epoch
 		}
 		l = Lease{Resource: resource, Holder: holder, Epoch: next}
-		return tx.QueryRow(ctx, `
+		if err := tx.QueryRow(ctx, `
 			UPDATE resources
 			SET epoch = $2, holder = $3, lease_expires_at = now() + $4::interval,
 			    renewed_at = now(), updated_at = now()
 			WHERE resource_id = $1
-			RETURNING lease_expires_at`, resource, next, holder, interval(ttl)).Scan(&l.ExpiresAt)
+			RETURNING lease_expires_at`, resource, next, holder, interval(ttl)).Scan(&l.ExpiresAt); err != nil {
+			return err
+		}
+		if next == c.epoch {
+			return nil // not a change of authority: nothing to record
+		}
+		g, err = acquireGrant(ctx, tx, resource, holder, next, c)
+		if err != nil {
+			return err
+		}
+		return recordGrant(ctx, tx, g)
 	})
 	if err != nil {
-		return Lease{}, wrap("acquire", err)
+		return Lease{}, i.wrap(ctx, "acquire", err)
+	}
+	if g != nil {
+		i.m.takeovers.WithLabelValues(string(g.How)).Inc()
 	}
 	return l, nil
 }
@@ -251,16 +289,31 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 	l := Lease{Resource: resource, Holder: holder, Epoch: epoch}
 	// One conditional UPDATE: the check and the extension are a single atomic
 	// step, so no takeover can slip between them.
+	//
+	// The sub-select locks the row and reads the expiry as it was before this
+	// update, so the renew margin (time left on the lease when the renewal
+	// arrived, by PostgreSQL's clock) costs no extra round trip. RETURNING
+	// alone would only see the new expiry.
+	var margin *float64
 	err := i.pool.QueryRow(ctx, `
-		UPDATE resources
+		UPDATE resources r
 		SET lease_expires_at = now() + $4::interval, renewed_at = now(), updated_at = now()
-		WHERE resource_id = $1 AND epoch = $2 AND holder = $3
-		RETURNING lease_expires_at`, resource, epoch, holder, interval(ttl)).Scan(&l.ExpiresAt)
+		FROM (SELECT resource_id, lease_expires_at FROM resources WHERE resource_id = $1 FOR UPDATE) old
+		WHERE r.resource_id = old.resource_id AND r.epoch = $2 AND r.holder = $3
+		RETURNING r.lease_expires_at, extract(epoch FROM old.lease_expires_at - now())::float8`,
+		resource, epoch, holder, interval(ttl)).Scan(&l.ExpiresAt, &margin)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, i.staleError(ctx, resource, holder, epoch)
+		err = i.staleError(ctx, resource, holder, epoch)
+		if errors.Is(err, ErrStaleEpoch) {
+			i.m.stale.WithLabelValues(fencemetrics.WhereRenew).Inc()
+		}
+		return Lease{}, err
 	}
 	if err != nil {
-		return Lease{}, wrap("renew", err)
+		return Lease{}, i.wrap(ctx, "renew", err)
+	}
+	if margin != nil {
+		i.m.renewMargin.Observe(*margin)
 	}
 	return l, nil
 }
@@ -274,7 +327,7 @@ func (i *Issuer) staleError(ctx context.Context, resource, holder string, epoch 
 		return &StaleEpochError{Resource: resource, Supplied: epoch, Current: 0, Reason: "no epoch was ever issued for this resource"}
 	}
 	if err != nil {
-		return wrap("read resource", err)
+		return i.wrap(ctx, "read resource", err)
 	}
 	e := &StaleEpochError{Resource: resource, Supplied: epoch, Current: cur}
 	if cur == epoch {
@@ -306,7 +359,7 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 		SET holder = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE resource_id = $1 AND epoch = $2 AND (holder = $3 OR holder IS NULL)`, resource, epoch, holder)
 	if err != nil {
-		return wrap("release", err)
+		return i.wrap(ctx, "release", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return i.staleError(ctx, resource, holder, epoch)
@@ -328,16 +381,17 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 		return Resource{}, err
 	}
 	var r Resource
+	var g *Grant
 	err := inTx(ctx, i.pool, func(tx pgx.Tx) error {
-		cur, _, _, _, err := lockResource(ctx, tx, resource)
+		c, err := lockResource(ctx, tx, resource)
 		if err != nil {
 			return err
 		}
 		switch {
-		case epoch < cur:
-			return &StaleEpochError{Resource: resource, Supplied: epoch, Current: cur}
-		case epoch == cur:
-			r = Resource{Resource: resource, Epoch: cur}
+		case epoch < c.epoch:
+			return &StaleEpochError{Resource: resource, Supplied: epoch, Current: c.epoch}
+		case epoch == c.epoch:
+			r = Resource{Resource: resource, Epoch: c.epoch}
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `
@@ -346,10 +400,18 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 			return err
 		}
 		r = Resource{Resource: resource, Epoch: epoch}
-		return nil
+		g = &Grant{Resource: resource, Epoch: epoch, How: HowExternalAdvance, PreviousEpoch: c.epoch}
+		if c.holder != nil {
+			g.PreviousHolder = *c.holder
+			g.SincePreviousRenewal = micros(c.sinceRenewal)
+		}
+		return recordGrant(ctx, tx, g)
 	})
 	if err != nil {
-		return Resource{}, wrap("advance", err)
+		return Resource{}, i.wrap(ctx, "advance", err)
+	}
+	if g != nil {
+		i.m.takeovers.WithLabelValues(string(g.How)).Inc()
 	}
 	return r, nil
 }
@@ -368,7 +430,7 @@ func (i *Issuer) Get(ctx context.Context, resource string) (Resource, error) {
 		return r, nil
 	}
 	if err != nil {
-		return Resource{}, wrap("get resource", err)
+		return Resource{}, i.wrap(ctx, "get resource", err)
 	}
 	if holder != nil {
 		r.Holder = *holder
@@ -376,12 +438,25 @@ func (i *Issuer) Get(ctx context.Context, resource string) (Resource, error) {
 	return r, nil
 }
 
-func wrap(op string, err error) error {
+// wrap passes the package's typed errors through and wraps any other with
+// the operation. A write refused because the transaction is read-only
+// (SQLSTATE 25006) is checked against pg_is_in_recovery(), so a pool that
+// points at a standby gets ErrStandby, not a puzzling read-only error,
+// even without RequirePrimary.
+func (i *Issuer) wrap(ctx context.Context, op string, err error) error {
 	var held *HeldError
 	var stale *StaleEpochError
 	var inv *InvalidError
-	if errors.As(err, &held) || errors.As(err, &stale) || errors.As(err, &inv) {
+	if errors.As(err, &held) || errors.As(err, &stale) || errors.As(err, &inv) || errors.Is(err, ErrStandby) {
 		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25006" {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if cerr := CheckPrimary(cctx, i.pool); errors.Is(cerr, ErrStandby) {
+			return fmt.Errorf("lease: %s: %w", op, cerr)
+		}
 	}
 	return fmt.Errorf("lease: %s: %w", op, err)
 }

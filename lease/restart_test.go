@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,8 +86,19 @@ func TestEpochsSurvivePostgresRestart(t *testing.T) {
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.StartAgain(ctx); err != nil {
-		t.Fatal(err)
+	// pgtest.Kill SIGKILLs the server's process group, but kill returns
+	// before every backend is gone; one still attached to the old shared
+	// memory makes PostgreSQL refuse to start ("pre-existing shared memory
+	// block is still in use"). Retry until the stragglers have exited.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := c.StartAgain(ctx)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "pre-existing shared memory block") || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	check("after crash")
 	grant("after-crash")

@@ -1,8 +1,54 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
 
-// cmdLeaseHistory prints a resource's epoch history (gateway lease history).
+	"github.com/fencegate/fencegate/lease"
+)
+
+// cmdLeaseHistory prints a resource's epoch history (gateway lease history):
+// {"resource": R, "grants": [...]}, newest grant first.
 func cmdLeaseHistory(ctx context.Context, a *app, args []string) int {
-	return a.fail(badInput("command", "gateway lease history is not built yet"))
+	fs, dbURL := a.newFlags("lease history")
+	resource := fs.String("resource", "", "resource id")
+	limit := fs.Int("limit", lease.DefaultHistoryLimit, fmt.Sprintf("most grants to print, newest first (1 to %d)", lease.MaxHistoryLimit))
+	if code, ok := a.parse(fs, args); !ok {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return a.fail(err)
+	}
+	if err := requireFlag("resource", *resource); err != nil {
+		return a.fail(err)
+	}
+	// Check arguments before connecting, so bad input is exit 2 even when
+	// the database is down.
+	if err := lease.ValidateResource(*resource); err != nil {
+		return a.fail(err)
+	}
+	if *limit < 1 || *limit > lease.MaxHistoryLimit {
+		return a.fail(badInput("limit", fmt.Sprintf("--limit must be between 1 and %d, got %d", lease.MaxHistoryLimit, *limit)))
+	}
+	pool, err := a.connect(ctx, *dbURL)
+	if err != nil {
+		return a.fail(standby(err))
+	}
+	defer pool.Close()
+	grants, err := lease.NewIssuer(pool).History(ctx, *resource, *limit)
+	if err != nil {
+		return a.fail(standby(err))
+	}
+	a.writeJSON(map[string]any{"resource": *resource, "grants": grants})
+	return exitOK
+}
+
+// standby maps lease.ErrStandby to "unavailable", exit 1: the command may
+// work against the primary.
+func standby(err error) error {
+	if errors.Is(err, lease.ErrStandby) {
+		return &cliError{exit: exitInternal, code: "unavailable", message: oneLine(err.Error())}
+	}
+	return err
 }

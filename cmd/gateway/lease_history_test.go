@@ -1,0 +1,62 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/fencegate/fencegate/internal/testdb"
+)
+
+func TestLeaseHistoryCLI(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewURL(t)
+	for _, args := range [][]string{
+		{"lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "30s"},
+		{"lease", "release", "--resource", "report", "--holder", "A", "--epoch", "1"},
+		{"lease", "acquire", "--resource", "report", "--holder", "B", "--ttl", "30s"},
+		{"epoch", "advance", "--resource", "report", "--epoch", "10"},
+	} {
+		expectCode(t, gw(t, db, args...), 0, "")
+	}
+
+	r := gw(t, db, "lease", "history", "--resource", "report")
+	expectCode(t, r, 0, "")
+	grants, _ := r.obj["grants"].([]any)
+	if r.obj["resource"] != "report" || len(grants) != 3 {
+		t.Fatalf("history = %s; want 3 grants of report", r.stdout)
+	}
+	want := []struct {
+		epoch     float64
+		how, prev string
+	}{{10, "external_advance", "B"}, {2, "released", "A"}, {1, "free", ""}}
+	for i, w := range want {
+		g := grants[i].(map[string]any)
+		prev, _ := g["previous_holder"].(string)
+		if g["epoch"] != w.epoch || g["how"] != w.how || prev != w.prev || g["granted_at"] == nil {
+			t.Fatalf("grant %d = %v; want epoch %v how %s previous %q", i, g, w.epoch, w.how, w.prev)
+		}
+	}
+
+	r = gw(t, db, "lease", "history", "--resource", "report", "--limit", "1")
+	expectCode(t, r, 0, "")
+	if grants, _ := r.obj["grants"].([]any); len(grants) != 1 {
+		t.Fatalf("history --limit 1 = %s", r.stdout)
+	}
+	// Never granted: an empty list, not an error.
+	r = gw(t, db, "lease", "history", "--resource", "nothing-here")
+	expectCode(t, r, 0, "")
+	if grants, ok := r.obj["grants"].([]any); !ok || len(grants) != 0 {
+		t.Fatalf("history of an unknown resource = %s; want grants []", r.stdout)
+	}
+
+	// Bad input: exit 2, also with the database unreachable.
+	for _, args := range [][]string{
+		{"lease", "history"},
+		{"lease", "history", "--resource", ""},
+		{"lease", "history", "--resource", "report", "--limit", "0"},
+		{"lease", "history", "--resource", "report", "--limit", "1001"},
+		{"lease", "history", "--resource", "report", "--limit", "many"},
+		{"lease", "history", "--resource", "report", "extra"},
+	} {
+		expectCode(t, gw(t, "postgres://nobody@127.0.0.1:1/none", args...), 2, "invalid_input")
+	}
+}

@@ -1,0 +1,220 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// How says how authority over a resource passed to a new epoch.
+type How string
+
+// The ways authority passes; the values are stored in epoch_grants.how and
+// used as the "how" label of fencegate_lease_takeovers_total.
+const (
+	// HowFree: nobody held the resource here: it was never granted, or its
+	// epoch last came from an external advance.
+	HowFree How = "free"
+	// HowAfterExpiry: the previous holder's lease had expired by
+	// PostgreSQL's clock (also when the same holder comes back after its
+	// own lease expired: its old writes are fenced out too).
+	HowAfterExpiry How = "after_expiry"
+	// HowReleased: the previous holder released its lease.
+	HowReleased How = "released"
+	// HowExternalAdvance: an outside lock service's larger epoch was
+	// registered with Advance; any lease held here was cleared.
+	HowExternalAdvance How = "external_advance"
+)
+
+// Limits of History.
+const (
+	DefaultHistoryLimit = 100
+	MaxHistoryLimit     = 1000
+)
+
+// Grant is one change of authority over a resource: a new epoch granted by
+// Acquire or registered by Advance. A same-holder re-acquire of a live lease
+// keeps the epoch and is not a Grant.
+type Grant struct {
+	Resource string
+	Epoch    int64
+	// Holder is empty for an external advance (authority is outside).
+	Holder string
+	// GrantedAt is PostgreSQL's clock at the grant.
+	GrantedAt time.Time
+	How       How
+	// PreviousEpoch is the epoch before this grant (0 for the first).
+	PreviousEpoch int64
+	// PreviousHolder is who held the resource here before, when known.
+	PreviousHolder string
+	// SincePreviousRenewal is how long after the previous holder's last
+	// grant or renewal (PostgreSQL's clock) authority passed; nil without a
+	// previous holder. For a takeover after expiry it is at least the TTL:
+	// how much more is how long the resource sat unowned.
+	SincePreviousRenewal *time.Duration
+}
+
+// grantJSON is Grant's JSON form: durations in seconds, empty names left out.
+type grantJSON struct {
+	Resource                    string    `json:"resource"`
+	Epoch                       int64     `json:"epoch"`
+	Holder                      string    `json:"holder,omitempty"`
+	GrantedAt                   time.Time `json:"granted_at"`
+	How                         How       `json:"how"`
+	PreviousEpoch               int64     `json:"previous_epoch"`
+	PreviousHolder              string    `json:"previous_holder,omitempty"`
+	SincePreviousRenewalSeconds *float64  `json:"since_previous_renewal_seconds,omitempty"`
+}
+
+// MarshalJSON writes the grant with snake_case names and
+// SincePreviousRenewal as since_previous_renewal_seconds.
+func (g Grant) MarshalJSON() ([]byte, error) {
+	j := grantJSON{Resource: g.Resource, Epoch: g.Epoch, Holder: g.Holder, GrantedAt: g.GrantedAt,
+		How: g.How, PreviousEpoch: g.PreviousEpoch, PreviousHolder: g.PreviousHolder}
+	if g.SincePreviousRenewal != nil {
+		s := g.SincePreviousRenewal.Seconds()
+		j.SincePreviousRenewalSeconds = &s
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes.
+func (g *Grant) UnmarshalJSON(b []byte) error {
+	var j grantJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*g = Grant{Resource: j.Resource, Epoch: j.Epoch, Holder: j.Holder, GrantedAt: j.GrantedAt,
+		How: j.How, PreviousEpoch: j.PreviousEpoch, PreviousHolder: j.PreviousHolder}
+	if j.SincePreviousRenewalSeconds != nil {
+		d := time.Duration(*j.SincePreviousRenewalSeconds * float64(time.Second))
+		g.SincePreviousRenewal = &d
+	}
+	return nil
+}
+
+func micros(us *int64) *time.Duration {
+	if us == nil {
+		return nil
+	}
+	d := time.Duration(*us) * time.Microsecond
+	return &d
+}
+
+// acquireGrant describes the grant of epoch next to holder by Acquire, from
+// the control row c as it was locked before the update.
+func acquireGrant(ctx context.Context, tx pgx.Tx, resource, holder string, next int64, c control) (*Grant, error) {
+	g := &Grant{Resource: resource, Epoch: next, Holder: holder, PreviousEpoch: c.epoch}
+	switch {
+	case c.holder != nil:
+		// A holder is still named, so its lease is not live (Acquire
+		// returned HeldError otherwise) or it is our own expired lease.
+		g.How, g.PreviousHolder = HowAfterExpiry, *c.holder
+		g.SincePreviousRenewal = micros(c.sinceRenewal)
+	case c.epoch == 0:
+		g.How = HowFree
+	default:
+		// Nobody holds it: released, or cleared by an external advance.
+		// The grant of the current epoch tells which (and who released).
+		var how How
+		var prev *string
+		err := tx.QueryRow(ctx, `SELECT how, holder FROM epoch_grants WHERE resource_id = $1 AND epoch = $2`,
+			resource, c.epoch).Scan(&how, &prev)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Granted before the history existed: a renewal means a lease
+			// was held and released.
+			g.How = HowFree
+			if c.sinceRenewal != nil {
+				g.How = HowReleased
+				g.SincePreviousRenewal = micros(c.sinceRenewal)
+			}
+		case err != nil:
+			return nil, fmt.Errorf("read previous grant: %w", err)
+		case how == HowExternalAdvance:
+			g.How = HowFree
+		default:
+			g.How = HowReleased
+			if prev != nil {
+				g.PreviousHolder = *prev
+			}
+			g.SincePreviousRenewal = micros(c.sinceRenewal)
+		}
+	}
+	return g, nil
+}
+
+// recordGrant writes g into epoch_grants, in the grant's own transaction, and
+// fills in GrantedAt (PostgreSQL's clock: the same now() the grant used).
+func recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
+	var holder, prev *string
+	if g.Holder != "" {
+		holder = &g.Holder
+	}
+	if g.PreviousHolder != "" {
+		prev = &g.PreviousHolder
+	}
+	var since *int64
+	if g.SincePreviousRenewal != nil {
+		us := g.SincePreviousRenewal.Microseconds()
+		since = &us
+	}
+	err := tx.QueryRow(ctx, `
+		INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal)
+		VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond')
+		RETURNING granted_at`,
+		g.Resource, g.Epoch, holder, string(g.How), g.PreviousEpoch, prev, since).Scan(&g.GrantedAt)
+	if err != nil {
+		return fmt.Errorf("record grant: %w", err)
+	}
+	return nil
+}
+
+// History returns the resource's grants, newest first, at most limit of
+// them (limit 0: DefaultHistoryLimit). An unknown resource has no grants.
+// It only reads, so it also works against a standby (which may lag).
+func (i *Issuer) History(ctx context.Context, resource string, limit int) ([]Grant, error) {
+	if err := ValidateResource(resource); err != nil {
+		return nil, err
+	}
+	if limit == 0 {
+		limit = DefaultHistoryLimit
+	}
+	if limit < 0 || limit > MaxHistoryLimit {
+		return nil, &InvalidError{Field: "limit", Message: fmt.Sprintf("must be between 1 and %d, got %d", MaxHistoryLimit, limit)}
+	}
+	rows, err := i.pool.Query(ctx, `
+		SELECT epoch, holder, granted_at, how, previous_epoch, previous_holder,
+		       (extract(epoch FROM since_previous_renewal) * 1000000)::bigint
+		FROM epoch_grants WHERE resource_id = $1
+		ORDER BY epoch DESC LIMIT $2`, resource, limit)
+	if err != nil {
+		return nil, i.wrap(ctx, "history", err)
+	}
+	grants := []Grant{}
+	for rows.Next() {
+		g := Grant{Resource: resource}
+		var holder, prev *string
+		var since *int64
+		if err := rows.Scan(&g.Epoch, &holder, &g.GrantedAt, &g.How, &g.PreviousEpoch, &prev, &since); err != nil {
+			rows.Close()
+			return nil, i.wrap(ctx, "history", err)
+		}
+		if holder != nil {
+			g.Holder = *holder
+		}
+		if prev != nil {
+			g.PreviousHolder = *prev
+		}
+		g.SincePreviousRenewal = micros(since)
+		grants = append(grants, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, i.wrap(ctx, "history", err)
+	}
+	return grants, nil
+}

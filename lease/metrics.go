@@ -1,0 +1,84 @@
+package lease
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/internal/fencemetrics"
+)
+
+// Option configures an Issuer.
+type Option func(*options)
+
+type options struct {
+	reg prometheus.Registerer
+}
+
+// WithRegisterer registers the issuer's metrics with reg:
+//
+//   - fencegate_lease_takeovers_total{how}: changes of authority (new
+//     epochs), by how: free, after_expiry, released, external_advance.
+//   - fencegate_lease_renew_margin_seconds: lease time left, by PostgreSQL's
+//     clock, when each successful renewal arrived; at or below 0 means the
+//     lease had already expired and survived only because nobody took over.
+//   - fencegate_stale_epoch_rejections_total{where="renew"}: renewals refused
+//     because the epoch was no longer current (shared with the outbox and the
+//     adapters, see internal/fencemetrics).
+//
+// Several issuers (and Keepers) may share one registry: they count into the
+// same series. Like prometheus.MustRegister, NewIssuer panics when reg holds
+// a different collector under one of these names.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(o *options) { o.reg = reg }
+}
+
+type metrics struct {
+	takeovers   *prometheus.CounterVec
+	renewMargin prometheus.Histogram
+	stale       *prometheus.CounterVec
+}
+
+// renewMarginBuckets span "already expired" (≤0) to a minute left: a
+// healthy Keeper renews with about two thirds of the TTL left.
+var renewMarginBuckets = []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60}
+
+// pauseBuckets cover scheduling jitter (≤1ms) up to pauses that outlast any
+// sensible lease.
+var pauseBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_lease_takeovers_total",
+			Help: "Changes of authority over a resource (new epochs), by how: free, after_expiry, released, external_advance.",
+		}, []string{"how"}),
+		renewMargin: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fencegate_lease_renew_margin_seconds",
+			Help:    "Lease time left (PostgreSQL's clock) when a renewal arrived; <= 0: renewed after expiry.",
+			Buckets: renewMarginBuckets,
+		}),
+	}
+	m.takeovers = mustRegister(reg, m.takeovers)
+	m.renewMargin = mustRegister(reg, m.renewMargin)
+	for _, h := range []How{HowFree, HowAfterExpiry, HowReleased, HowExternalAdvance} {
+		m.takeovers.WithLabelValues(string(h))
+	}
+	m.stale = fencemetrics.StaleRejections(reg)
+	return m
+}
+
+func newPauseHistogram(reg prometheus.Registerer) (prometheus.Histogram, error) {
+	return fencemetrics.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fencegate_worker_pause_seconds",
+		Help: "Keeper pause-detector samples: how much later than scheduled each short tick ran " +
+			"(GC, CPU starvation, SIGSTOP, VM freeze). One sample per tick per Keeper.",
+		Buckets: pauseBuckets,
+	}))
+}
+
+func mustRegister[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	c, err := fencemetrics.Register(reg, c)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}

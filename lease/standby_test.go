@@ -1,0 +1,147 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Epochs are never granted, and intents never enqueued, on a standby: a real
+// streaming replica of a real primary refuses with ErrStandby and nothing is
+// stored, while the primary works.
+func TestNeverOnAStandby(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	primary, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{
+		"wal_level": "replica", "max_wal_senders": "5", "hot_standby": "on"}})
+	if err != nil {
+		t.Fatalf("start primary: %v", err)
+	}
+	t.Cleanup(func() { _ = primary.Stop() })
+	plain, err := pgxpool.New(ctx, primary.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := migrations.Up(ctx, plain, nil); err != nil {
+		t.Fatal(err)
+	}
+	standby, err := pgtest.StartStandby(ctx, primary)
+	if err != nil {
+		t.Fatalf("start standby: %v", err)
+	}
+	t.Cleanup(func() { _ = standby.Stop() })
+
+	onPrimary := requirePrimaryPool(t, primary.URL("postgres"))
+	onStandby := requirePrimaryPool(t, standby.URL("postgres"))
+	if err := lease.CheckPrimary(ctx, onPrimary); err != nil {
+		t.Fatalf("CheckPrimary(primary) = %v", err)
+	}
+	standbyPlain, err := pgxpool.New(ctx, standby.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standbyPlain.Close()
+	if err := lease.CheckPrimary(ctx, standbyPlain); !errors.Is(err, lease.ErrStandby) {
+		t.Fatalf("CheckPrimary(standby) = %v; want ErrStandby", err)
+	}
+
+	// The standby must have replayed the schema, so that what refuses below
+	// is the standby check, not a missing table.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var n int
+		err := standbyPlain.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename = 'epoch_grants'`).Scan(&n)
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("standby did not replay the schema: %d, %v", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// With RequirePrimary: every call fails on connecting, with ErrStandby.
+	iss := lease.NewIssuer(onStandby)
+	if _, err := iss.Acquire(ctx, "r", "A", time.Minute); !errors.Is(err, lease.ErrStandby) {
+		t.Fatalf("Acquire on standby = %v; want ErrStandby", err)
+	}
+	if _, err := iss.Advance(ctx, "r", 7); !errors.Is(err, lease.ErrStandby) {
+		t.Fatalf("Advance on standby = %v; want ErrStandby", err)
+	}
+	if err := onStandby.Ping(ctx); !errors.Is(err, lease.ErrStandby) || !strings.Contains(err.Error(), "epochs must come from the primary") {
+		t.Fatalf("Ping on standby = %v; want ErrStandby with a clear message", err)
+	}
+	client, err := outbox.New(onStandby, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := outbox.Intent{Resource: "r", Epoch: 1, OperationID: "op-1", Kind: "email",
+		Payload: json.RawMessage(`{"to":"alice@example.com","from":"reports@example.com","subject":"s","text":"t"}`)}
+	if _, err := client.Enqueue(ctx, in); !errors.Is(err, lease.ErrStandby) {
+		t.Fatalf("Enqueue on standby = %v; want ErrStandby", err)
+	}
+	// Without RequirePrimary the issuer still says why (the standby refuses
+	// the write as read-only; the issuer checks pg_is_in_recovery()).
+	if _, err := lease.NewIssuer(standbyPlain).Acquire(ctx, "r", "A", time.Minute); !errors.Is(err, lease.ErrStandby) {
+		t.Fatalf("Acquire on standby without RequirePrimary = %v; want ErrStandby", err)
+	}
+	// Nothing was stored anywhere (the primary is where it would have been).
+	var resources, intents int
+	if err := plain.QueryRow(ctx, `SELECT (SELECT count(*) FROM resources), (SELECT count(*) FROM intents)`).Scan(&resources, &intents); err != nil {
+		t.Fatal(err)
+	}
+	if resources != 0 || intents != 0 {
+		t.Fatalf("after refusals: %d resources, %d intents; want none", resources, intents)
+	}
+
+	// On the primary, through the same kind of pool: it works.
+	piss := lease.NewIssuer(onPrimary)
+	l, err := piss.Acquire(ctx, "r", "A", time.Minute)
+	if err != nil || l.Epoch != 1 {
+		t.Fatalf("Acquire on primary = %+v, %v", l, err)
+	}
+	pclient, _ := outbox.New(onPrimary, outbox.Config{})
+	if _, err := pclient.Enqueue(ctx, in); err != nil {
+		t.Fatalf("Enqueue on primary = %v", err)
+	}
+	// And the grant reaches the standby by replication, where reading the
+	// history is allowed (it may lag; it never grants).
+	deadline = time.Now().Add(time.Minute)
+	for {
+		grants, err := lease.NewIssuer(standbyPlain).History(ctx, "r", 10)
+		if err == nil && len(grants) == 1 && grants[0].Epoch == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history on standby = %+v, %v; want the replicated grant", grants, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func requirePrimaryPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.RequirePrimary(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
