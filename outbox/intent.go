@@ -107,6 +107,9 @@ type Record struct {
 	UpdatedAt      time.Time       `json:"updated_at"`
 	RelayedAt      *time.Time      `json:"relayed_at"`
 	CompletedAt    *time.Time      `json:"completed_at"`
+	// TraceContext is the W3C trace context of the enqueue span, if any
+	// (see ContextFromTrace).
+	TraceContext json.RawMessage `json:"-"`
 }
 
 // KindSpec describes an intent kind: its default fence policy and how its

@@ -131,14 +131,25 @@ func (c *Client) Enqueue(ctx context.Context, in Intent) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	ctx, span, tc := startEnqueueSpan(ctx, in)
+	res, err := c.enqueueCommitted(ctx, in, tc)
+	endEnqueueSpan(span, res, err)
+	return res, err
+}
+
+// enqueueCommitted enqueues in its own transaction (or a shared group
+// commit), storing the trace context tc with the intent.
+func (c *Client) enqueueCommitted(ctx context.Context, in Intent, tc string) (Result, error) {
 	if c.group != nil {
+		// Group commit shares one transaction among callers with different
+		// traces; the trace context is not stored on this path.
 		return c.group.enqueue(ctx, in)
 	}
 	// A single statement runs as its own transaction: the function below
 	// locks, checks and inserts inside it, so it commits or not as a whole.
 	// So when it returns, it has committed: the notifier may follow up.
 	notify := c.notify.claim()
-	res, err := c.enqueue(ctx, c.pool, in, notify)
+	res, err := c.enqueueTraced(ctx, c.pool, in, notify, tc)
 	if !notify && mayHaveInserted(res, err) {
 		c.notify.suppressed()
 	}
@@ -157,9 +168,12 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
+	ctx, span, tc := startEnqueueSpan(ctx, in)
 	// Always notify here: the trailing NOTIFY of the coalescing notifier
 	// could run before the caller commits, and then wake nobody in time.
-	return c.enqueue(ctx, tx, in, !c.cfg.DisableNotify)
+	res, err := c.enqueueTraced(ctx, tx, in, !c.cfg.DisableNotify, tc)
+	endEnqueueSpan(span, res, err)
+	return res, err
 }
 
 type queryer interface {
@@ -175,9 +189,22 @@ func enqueueArgs(in Intent, notify bool) []any {
 	return []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.IdempotencyKey, string(in.Fence), string(in.Payload), notify}
 }
 
+// enqueueTraced is enqueue storing the W3C trace context tc with the intent
+// (nothing extra when tc is empty).
+func (c *Client) enqueueTraced(ctx context.Context, q queryer, in Intent, notify bool, tc string) (Result, error) {
+	if tc == "" {
+		return c.enqueue(ctx, q, in, notify)
+	}
+	return c.run(ctx, q, in, tracedEnqueueSQL, append(enqueueArgs(in, notify), tc))
+}
+
 // enqueue runs the fenced enqueue of a validated intent; notify says whether
 // its transaction sends the NOTIFY.
 func (c *Client) enqueue(ctx context.Context, q queryer, in Intent, notify bool) (Result, error) {
+	return c.run(ctx, q, in, enqueueSQL, enqueueArgs(in, notify))
+}
+
+func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args []any) (Result, error) {
 	var (
 		outcome       string
 		status        *string
@@ -185,7 +212,7 @@ func (c *Client) enqueue(ctx context.Context, q queryer, in Intent, notify bool)
 		current       int64
 		existingEpoch *int64
 	)
-	err := q.QueryRow(ctx, enqueueSQL, enqueueArgs(in, notify)...).Scan(&outcome, &id, &status, &current, &existingEpoch)
+	err := q.QueryRow(ctx, sql, args...).Scan(&outcome, &id, &status, &current, &existingEpoch)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
@@ -233,21 +260,21 @@ func mayHaveInserted(res Result, err error) bool {
 }
 
 const recordColumns = `intent_id, resource_id, epoch, operation_id, kind, idempotency_key, fence,
-	payload, status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at`
+	payload, status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, trace_context`
 
 func scanRecord(row pgx.Row) (*Record, error) {
 	var r Record
 	var fence, status string
-	var payload, result []byte
+	var payload, result, traceCtx []byte
 	err := row.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
-		&payload, &status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt)
+		&payload, &status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &traceCtx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.Fence, r.Status, r.Payload = Fence(fence), Status(status), payload
+	r.Fence, r.Status, r.Payload, r.TraceContext = Fence(fence), Status(status), payload, traceCtx
 	if result != nil {
 		r.Result = result
 	}

@@ -73,6 +73,8 @@ func classify(err error) *cliError {
 		return badInput(oinv.Field, err.Error())
 	case errors.As(err, &linv):
 		return badInput(linv.Field, err.Error())
+	case errors.Is(err, lease.ErrStandby):
+		return &cliError{exit: exitInternal, code: "unavailable", message: oneLine(err.Error())}
 	case errors.Is(err, outbox.ErrNotFound):
 		return &cliError{exit: exitBadInput, code: "not_found", message: err.Error()}
 	}
@@ -145,6 +147,9 @@ func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) 
 		return nil, badInput("database_url", "cannot parse the database URL: "+redactErr(err))
 	}
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	// Epochs and fenced writes must come from the primary: every pooled
+	// connection checks pg_is_in_recovery() once when it is made.
+	lease.RequirePrimary(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, &cliError{exit: exitInternal, code: "unavailable", message: "database: " + oneLine(err.Error())}
@@ -153,6 +158,10 @@ func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) 
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
+		if errors.Is(err, lease.ErrStandby) {
+			return nil, &cliError{exit: exitInternal, code: "unavailable",
+				message: fmt.Sprintf("database at %s: %s", redactURL(dbURL), lease.ErrStandby)}
+		}
 		return nil, &cliError{exit: exitInternal, code: "unavailable",
 			message: fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), oneLine(err.Error()))}
 	}

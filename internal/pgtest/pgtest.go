@@ -258,8 +258,15 @@ func (c *Cluster) signalAndWait(sig syscall.Signal, timeout time.Duration) error
 	}
 	if sig == syscall.SIGKILL {
 		// Backends of a killed postmaster exit on their own when they notice;
-		// kill the whole process group so none keeps the port.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		// kill the whole process group so none keeps the port, and wait until
+		// the group is gone: a backend still alive holds the shared memory
+		// block and the next start would refuse to run.
+		pgid := cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		deadline := time.Now().Add(10 * time.Second)
+		for syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	return nil
 }
