@@ -3,10 +3,13 @@ package adapters
 import (
 	"errors"
 
+	"github.com/fencegate/fencegate/internal/fencemetrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 type runtimeMetrics struct {
+	stale    *prometheus.CounterVec
 	outcomes *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -14,6 +17,7 @@ type runtimeMetrics struct {
 
 func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
 	m := &runtimeMetrics{
+		stale: fencemetrics.StaleRejections(reg),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_adapter_outcomes_total",
 			Help: "Intents handled by the adapter runtime, by kind and outcome.",

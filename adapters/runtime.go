@@ -15,8 +15,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -277,6 +284,9 @@ func (r *Runtime) handle(ctx context.Context, ex Executor, msg jetstream.Msg) {
 	// The work itself is not cut short by shutdown (see Start); each step is
 	// bounded by its own timeout.
 	wctx := context.WithoutCancel(ctx)
+	// Continue the trace the dispatcher's relay span put in the headers
+	// (process falls back to the context stored with the intent).
+	wctx = propagation.TraceContext{}.Extract(wctx, propagation.HeaderCarrier(msg.Headers()))
 	v, delay, err := r.process(wctx, ex, id, log)
 	if err != nil {
 		log.Warn("adapters: intent not settled; will be redelivered", "error", err)
@@ -316,7 +326,10 @@ func (r *Runtime) delay(msg jetstream.Msg) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.Logger) (verdict, time.Duration, error) {
+// tracerName is the instrumentation scope of the runtime's spans.
+const tracerName = "github.com/fencegate/fencegate/adapters"
+
+func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.Logger) (v verdict, delay time.Duration, err error) {
 	rec, err := r.outbox.Get(ctx, id)
 	if errors.Is(err, outbox.ErrNotFound) {
 		log.Warn("adapters: intent not in the outbox (swept or never committed); dropping message")
@@ -334,6 +347,25 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 		log.Error("adapters: intent of another kind on this consumer; terminating the message", "intent_kind", rec.Kind)
 		return term, 0, nil
 	}
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = outbox.ContextFromTrace(ctx, rec.TraceContext)
+	}
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "fencegate.execute",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.Int64("fencegate.intent_id", rec.IntentID),
+			attribute.Int64("fencegate.epoch", rec.Epoch),
+			attribute.String("fencegate.resource", rec.Resource),
+			attribute.String("fencegate.kind", rec.Kind),
+			attribute.String("fencegate.idempotency_key", rec.IdempotencyKey),
+		))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	req := Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
 	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
@@ -351,6 +383,7 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 			if _, err := r.store.CompleteIntent(ctx, id, outbox.StatusSuperseded, supersededResult(current), ""); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
 				return 0, 0, err
 			}
+			r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
 			log.Info("adapters: superseded before execution", "current_epoch", current)
 			r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
 			return ack, 0, nil
@@ -415,6 +448,7 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	case idempotency.OutcomeExecute:
 		if fencedBy > 0 {
 			// The key was free: no earlier attempt performed the effect.
+			r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
 			log.Info("adapters: superseded before execution", "current_epoch", fencedBy)
 			r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
 			return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(fencedBy)}, "")
@@ -493,6 +527,7 @@ func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d
 		r.m.outcomes.WithLabelValues(ex.Kind(), "recovered_by_lookup").Inc()
 		return r.complete(ctx, req, d, out, "")
 	}
+	r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
 	log.Info("adapters: superseded before execution", "current_epoch", current)
 	r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
 	return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)}, "")
@@ -507,6 +542,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 	if r.cfg.AfterEffect != nil {
 		r.cfg.AfterEffect(req)
 	}
+	failpoint.Inject(failpoint.AfterEffectBeforeRecord) // no-op unless built with -tags failpoints
 	switch {
 	case err == nil:
 		out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -391,6 +392,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	if a.cfg.AfterRename != nil {
 		a.cfg.AfterRename(target)
 	}
+	failpoint.Inject(failpoint.AfterRenameBeforeRecord) // no-op unless built with -tags failpoints
 	next.State = StatePublished
 	if err := loc.writeManifest(next); err != nil {
 		a.log.Warn("mark manifest published (the content sha still proves it)", "target", target, "err", err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
@@ -104,6 +105,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 		if err != nil {
 			return a.fail(err)
 		}
+		failpoint.Inject(failpoint.AfterLeaseAcquire) // no-op unless built with -tags failpoints
 		a.writeJSON(l)
 	case "renew":
 		l, err := iss.Renew(ctx, *resource, *holder, epoch, ttl)
@@ -199,6 +201,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
+	failpoint.Inject(failpoint.AfterCommitBeforeAnswer) // no-op unless built with -tags failpoints
 	a.writeJSON(res)
 	return exitOK
 }

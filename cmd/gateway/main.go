@@ -15,6 +15,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/otelsetup"
 )
 
 const usage = `gateway — fenced side effects, once, only while authority is held
@@ -83,7 +86,16 @@ func (a *app) main(ctx context.Context, args []string) int {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	// Tracing is off unless the standard OTEL_* variables ask for it.
+	shutdown, err := otelsetup.Setup(ctx, os.Getenv, "fencegate-gateway")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: tracing disabled: %v\n", err)
+		shutdown = func(context.Context) error { return nil }
+	}
 	code := a.main(ctx, os.Args[1:])
 	stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = shutdown(sctx) // flush spans
+	cancel()
 	os.Exit(code)
 }
