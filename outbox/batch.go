@@ -39,6 +39,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, intents []Intent) ([]BatchRes
 	if !notify && (inserted || (err != nil && !isServerError(err))) {
 		c.notify.suppressed()
 	}
+	for _, r := range res {
+		c.countStale(r.Err)
+	}
 	return res, err
 }
 
@@ -47,6 +50,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, intents []Intent) ([]BatchRes
 // EnqueueTx.
 func (c *Client) EnqueueBatchTx(ctx context.Context, tx pgx.Tx, intents []Intent) ([]BatchResult, error) {
 	res, _, err := c.enqueueBatch(ctx, tx, intents, !c.cfg.DisableNotify)
+	for _, r := range res {
+		c.countStale(r.Err)
+	}
 	return res, err
 }
 

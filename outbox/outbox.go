@@ -12,6 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/internal/fencemetrics"
 )
 
 // Defaults of Config's fields.
@@ -56,6 +59,9 @@ type Config struct {
 	// GroupTimeout bounds one shared transaction (it is detached from the
 	// callers' contexts, which only stop their own wait). Default: 30s.
 	GroupTimeout time.Duration
+	// Registerer receives the stale-epoch rejection counter. Nil: not
+	// registered.
+	Registerer prometheus.Registerer
 	// Logger. Nil: discard.
 	Logger *slog.Logger
 }
@@ -102,6 +108,15 @@ type Client struct {
 	cfg    Config
 	notify *notifier
 	group  *grouper
+	stale  prometheus.Counter
+}
+
+// countStale counts a stale-epoch rejection (metric
+// fencegate_stale_epoch_rejections_total{where="enqueue"}).
+func (c *Client) countStale(err error) {
+	if err != nil && errors.Is(err, ErrStaleEpoch) {
+		c.stale.Inc()
+	}
 }
 
 // New returns a Client over pool, which must point at the primary.
@@ -110,7 +125,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{pool: pool, cfg: cfg}
+	c := &Client{pool: pool, cfg: cfg, stale: fencemetrics.StaleRejections(cfg.Registerer).WithLabelValues(fencemetrics.WhereEnqueue)}
 	c.notify = newNotifier(pool, cfg)
 	if cfg.GroupCommit {
 		c.group = newGrouper(c)
@@ -134,6 +149,7 @@ func (c *Client) Enqueue(ctx context.Context, in Intent) (Result, error) {
 	ctx, span, tc := startEnqueueSpan(ctx, in)
 	res, err := c.enqueueCommitted(ctx, in, tc)
 	endEnqueueSpan(span, res, err)
+	c.countStale(err)
 	return res, err
 }
 
@@ -173,6 +189,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (Result, e
 	// could run before the caller commits, and then wake nobody in time.
 	res, err := c.enqueueTraced(ctx, tx, in, !c.cfg.DisableNotify, tc)
 	endEnqueueSpan(span, res, err)
+	c.countStale(err)
 	return res, err
 }
 

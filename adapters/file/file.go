@@ -16,8 +16,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -62,6 +65,9 @@ type Config struct {
 	HistoryLimit int
 	// Logger receives the adapter's logs. Default: discarded.
 	Logger *slog.Logger
+	// Registerer receives the stale-epoch rejection counter
+	// (where="file_destination"). Nil: not registered.
+	Registerer prometheus.Registerer
 	// Now is the clock stamped on publications. Default time.Now.
 	Now func() time.Time
 	// AfterRename, when set, is called after a publication's content was
@@ -101,9 +107,10 @@ func (c Config) validate() error {
 // destination. It is safe for concurrent use, and several Adapters (in one
 // process or many) may share a root.
 type Adapter struct {
-	cfg  Config
-	root string // Root, absolute with symbolic links resolved
-	log  *slog.Logger
+	cfg   Config
+	stale prometheus.Counter
+	root  string // Root, absolute with symbolic links resolved
+	log   *slog.Logger
 
 	// Test hooks at the edge of the world (a disk that fails); nil in
 	// production. writeHook replaces the write of staged content,
@@ -141,7 +148,8 @@ func New(cfg Config) (*Adapter, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("file adapter: root %q is not a directory", real)
 	}
-	return &Adapter{cfg: cfg, root: real, log: cfg.Logger.With("component", "file_adapter")}, nil
+	return &Adapter{cfg: cfg, root: real, log: cfg.Logger.With("component", "file_adapter"),
+		stale: fencemetrics.StaleRejections(cfg.Registerer).WithLabelValues(fencemetrics.WhereFileDestination)}, nil
 }
 
 // Kind returns "file".
@@ -315,6 +323,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 				ErrForeignResource, target, prev.Resource, req.Resource))
 		}
 		if req.Epoch < prev.Epoch {
+			a.stale.Inc()
 			a.log.Info("superseded", "target", target, "intent_id", req.IntentID,
 				"rejected_epoch", req.Epoch, "current_epoch", prev.Epoch)
 			res, err := json.Marshal(SupersededResult{
