@@ -185,6 +185,9 @@ func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, er
 	if len(in.Payload) > maxPayload {
 		return in, invalid("payload", "is %d bytes, over the limit of %d", len(in.Payload), maxPayload)
 	}
+	if !utf8.Valid(in.Payload) {
+		return in, invalid("payload", "must be valid UTF-8")
+	}
 	var obj map[string]any
 	dec := json.NewDecoder(bytes.NewReader(in.Payload))
 	dec.UseNumber()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -232,6 +233,12 @@ func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args
 	err := q.QueryRow(ctx, sql, args...).Scan(&outcome, &id, &status, &current, &existingEpoch)
 	if err != nil {
 		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+			// A data exception (class 22): PostgreSQL refused a value Go's
+			// checks let through, e.g. a lone UTF-16 surrogate escape in the
+			// payload. The statement failed, so nothing was stored.
+			return Result{}, &ValidationError{Field: "payload", Message: "rejected by PostgreSQL: " + pgErr.Message}
+		}
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 			// Only reachable outside READ COMMITTED: another transaction
 			// committed the same operation id after our snapshot.

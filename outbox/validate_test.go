@@ -60,6 +60,8 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"payload not JSON", email(`{"to":`), "payload", nil},
 		{"payload two objects", email(emailPayload + emailPayload), "payload", nil},
 		{"payload over limit", email(`{"to":"a@example.com","from":"b@example.com","subject":"s","text":"` + strings.Repeat("x", 2000) + `"}`), "payload", small},
+		{"payload invalid UTF-8", email("{\"to\":\"a@example.com\",\"from\":\"b@example.com\",\"subject\":\"s\",\"text\":\"\xff\"}"), "payload", nil},
+		{"payload lone surrogate", email(`{"to":"a@example.com","from":"b@example.com","subject":"s","text":"\ud800"}`), "payload", nil},
 		{"email no to", email(`{"from":"b@example.com","subject":"s","text":"t"}`), "payload.to", nil},
 		{"email empty to", email(`{"to":[],"from":"b@example.com","subject":"s","text":"t"}`), "payload.to", nil},
 		{"email bad to", email(`{"to":["not-an-address"],"from":"b@example.com","subject":"s","text":"t"}`), "payload.to[0]", nil},
