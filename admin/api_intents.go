@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -58,6 +59,39 @@ func (s *Server) getResource(r *http.Request, _ principal) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, v, nil
+}
+
+// getEpochs: GET /api/v1/resources/{id}/epochs?limit= — the resource's
+// epoch grants (lease.Issuer.History), newest first: {"resource","grants"}.
+// 404 for a resource with no grants, no control row and no intents.
+func (s *Server) getEpochs(r *http.Request, _ principal) (int, any, error) {
+	res := r.PathValue("id")
+	q := r.URL.Query()
+	for name := range q {
+		if name != "limit" {
+			return 0, nil, badRequest(name, "unknown query parameter %q", name)
+		}
+	}
+	limit := 0
+	if raw := q.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > lease.MaxHistoryLimit {
+			return 0, nil, badRequest("limit", "limit must be an integer from 1 to %d, got %q", lease.MaxHistoryLimit, raw)
+		}
+		limit = n
+	}
+	grants, err := s.cfg.Issuer.History(r.Context(), res, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(grants) == 0 {
+		// Tell an unknown resource from one whose epochs predate the
+		// history.
+		if _, err := GetResource(r.Context(), s.cfg.Pool, res); err != nil {
+			return 0, nil, err
+		}
+	}
+	return http.StatusOK, map[string]any{"resource": res, "grants": grants}, nil
 }
 
 // action: POST /api/v1/intents/{id}/retry|cancel|resolve with an optional

@@ -17,5 +17,11 @@
 //
 // The JSON API lives in api*.go; the queries behind it (query.go) and the
 // actions (actions.go) are plain functions over a pool, shared with
-// `gateway ls` and with HTML pages.
+// `gateway ls` and with the HTML pages.
+//
+// The pages (pages*.go, templates/) are server-rendered with html/template
+// and need no JavaScript: the intents list, an intent with its timeline and
+// action forms, a resource with its epoch history. Operators sign in with a
+// token kept in an HttpOnly SameSite=Strict cookie; forms carry a CSRF token
+// and are refused cross-origin.
 package admin

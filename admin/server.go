@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"log/slog"
 	"net"
 	"net/http"
@@ -94,6 +95,13 @@ type Server struct {
 	auth    *authenticator
 	mux     *http.ServeMux
 	metrics *apiMetrics
+
+	// The HTML pages (pages.go): templates, the inlined style sheet and
+	// its CSP hash, and the cross-origin check of their forms.
+	tmpl      map[string]*template.Template
+	style     template.CSS
+	styleHash string
+	cop       *http.CrossOriginProtection
 }
 
 // New returns a Server. With no tokens it logs that the API is
@@ -112,6 +120,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger.Warn("admin: no API tokens configured: requests are not authenticated; binding loopback addresses only")
 	}
 	s.routes()
+	if err := s.pageRoutes(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -139,6 +150,21 @@ func (s *Server) Listen(addr string) (net.Listener, error) {
 		s.cfg.Logger.Warn("admin: serving without authentication on loopback", "addr", ln.Addr().String())
 	}
 	return ln, nil
+}
+
+// CheckListenAddr reports whether a server with these tokens may listen on
+// addr, without binding it: with no tokens only loopback addresses
+// ("localhost" and loopback IPs) are allowed (an error wrapping
+// ErrNoTokensNonLoopback otherwise). Listen checks again on the address
+// actually bound.
+func CheckListenAddr(addr string, tokens []Token) error {
+	if len(tokens) > 0 {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("admin: bad listen address %q: %w", addr, err)
+		}
+		return nil
+	}
+	return checkLoopback(addr)
 }
 
 // checkLoopback accepts "localhost" and loopback IPs; an empty host (all
@@ -302,6 +328,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /api/v1/intents", s.api(RoleOperator, s.listIntents))
 	s.mux.Handle("GET /api/v1/intents/{id}", s.api(RoleOperator, s.getIntent))
 	s.mux.Handle("GET /api/v1/resources/{id}", s.api(RoleOperator, s.getResource))
+	s.mux.Handle("GET /api/v1/resources/{id}/epochs", s.api(RoleOperator, s.getEpochs))
 	s.mux.Handle("POST /api/v1/intents/{id}/retry", s.api(RoleOperator, s.action(ActionRetry)))
 	s.mux.Handle("POST /api/v1/intents/{id}/cancel", s.api(RoleOperator, s.action(ActionCancel)))
 	s.mux.Handle("POST /api/v1/intents/{id}/resolve", s.api(RoleOperator, s.action(ActionResolve)))

@@ -36,6 +36,24 @@ fi
 export MAILPIT_BIN
 echo "mailpit: $MAILPIT_BIN"
 
+# Headless Chromium for the admin pages' browser test (admin/
+# pages_browser_test.go), which fails without it. Installed from Debian's
+# packages when missing and running as root (a few minutes, once).
+if [ -z "${CHROMIUM_BIN:-}" ]; then
+	if ! command -v chromium >/dev/null 2>&1; then
+		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+			echo "installing chromium (once): apt-get update && apt-get install -y chromium"
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
+				echo "installing chromium failed"
+		else
+			echo "chromium is missing and this is not root: install it (apt-get install -y chromium) or set CHROMIUM_BIN"
+		fi
+	fi
+	CHROMIUM_BIN="$(command -v chromium || true)"
+fi
+export CHROMIUM_BIN
+echo "chromium: ${CHROMIUM_BIN:-missing (the browser test will fail)}"
+
 echo "== tests"
 go build -o bin/testenv ./internal/cmd/testenv
 pkgs=("./...")

@@ -23,8 +23,10 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -70,6 +72,11 @@ var builtinAdapters = []string{email.Kind, file.Kind}
 // metrics server; e.g. 127.0.0.1:9090); --log-level debug|info|warn|error.
 // Logs go to stderr as slog text.
 //
+// --admin-addr serves the admin API and pages there (default empty: off;
+// e.g. 127.0.0.1:8080), with the tokens of --tokens-file, else of
+// $GATEWAY_TOKENS. Without tokens it binds loopback addresses only: any
+// other address is exit 2 naming admin_addr.
+//
 // On SIGTERM/SIGINT the adapters stop taking messages and finish what they
 // execute; the dispatcher stops claiming, waits for the PubAcks of what it
 // published, marks those intents relayed and returns every other claim; the
@@ -105,6 +112,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
 
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
+		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
+		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+")")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 	)
 	if code, ok := a.parse(fs, args); !ok {
@@ -119,6 +128,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 	kinds, err := parseAdapters(*adapterList)
+	if err != nil {
+		return a.fail(err)
+	}
+	tokens, err := loadTokens(*tokensFile, a.getenv)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -170,6 +183,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			Unknown:     adapters.UnknownPolicy(*unknown),
 		},
 		MetricsAddr: *metricsAddr,
+		AdminAddr:   *adminAddr,
+		Tokens:      tokens,
 		Logger:      logger,
 	}
 	// Flags are checked before anything is connected: a bad value is exit 2
@@ -223,6 +238,24 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	logger.Info("gateway: stopped", "component", "gateway")
 	return exitOK
+}
+
+// loadTokens reads the admin API's tokens from --tokens-file when given,
+// else from $GATEWAY_TOKENS; none when neither is set. Errors name the
+// source, never a secret.
+func loadTokens(file string, getenv func(string) string) ([]admin.Token, error) {
+	if file != "" {
+		t, err := admin.LoadTokensFile(file)
+		if err != nil {
+			return nil, badInput("tokens_file", "--tokens-file: "+oneLine(err.Error()))
+		}
+		return t, nil
+	}
+	t, err := admin.TokensFromEnv(getenv)
+	if err != nil {
+		return nil, badInput("tokens", "$"+admin.EnvTokens+": "+oneLine(err.Error()))
+	}
+	return t, nil
 }
 
 // parseAdapters parses --adapters: a comma-separated list of built-in kinds;
@@ -290,6 +323,12 @@ type stackConfig struct {
 
 	// MetricsAddr serves Prometheus /metrics there. Empty: no server.
 	MetricsAddr string
+	// AdminAddr serves the admin API and pages there. Empty: no admin
+	// server. Without Tokens it must be a loopback address.
+	AdminAddr string
+	// Tokens are the admin API's tokens. None: unauthenticated, loopback
+	// only.
+	Tokens []admin.Token
 	// Registry receives every component's metrics. Nil: a new registry
 	// with the Go and process collectors.
 	Registry *prometheus.Registry
@@ -350,6 +389,15 @@ func (c *stackConfig) validate() error {
 	default:
 		return badInput("unknown_outcome", fmt.Sprintf("--unknown-outcome must be hold or resend, got %q", c.Runtime.Unknown))
 	}
+	if c.AdminAddr != "" {
+		if err := admin.CheckListenAddr(c.AdminAddr, c.Tokens); err != nil {
+			if errors.Is(err, admin.ErrNoTokensNonLoopback) {
+				return badInput("admin_addr", fmt.Sprintf("--admin-addr %q is not a loopback address and no admin tokens are configured "+
+					"(--tokens-file or $%s): bind 127.0.0.1 or configure tokens", c.AdminAddr, admin.EnvTokens))
+			}
+			return badInput("admin_addr", "--admin-addr must be host:port, e.g. 127.0.0.1:8080: "+oneLine(err.Error()))
+		}
+	}
 	if c.Runtime.Concurrency < 0 {
 		return badInput("adapter_concurrency", "--adapter-concurrency must be at least 1")
 	}
@@ -375,6 +423,9 @@ type stack struct {
 	// metricsAddr is the address the metrics server listens on (the actual
 	// one, for ":0"); empty without a server.
 	metricsAddr string
+	// adminAddr is the address the admin server listens on (the actual
+	// one); empty without it.
+	adminAddr string
 
 	// parts are the started components in start order; Stop stops them in
 	// reverse.
@@ -395,8 +446,8 @@ type part struct {
 }
 
 // startStack starts the configured components in dependency order — NATS
-// connection, metrics server, dispatcher, idempotency sweeper, adapter
-// runtime — and returns once they run. The adapter runtime waits for the
+// connection, metrics server, admin server, dispatcher, idempotency sweeper,
+// adapter runtime — and returns once they run. The adapter runtime waits for the
 // stream (which a dispatcher creates) until ctx ends. On error, whatever was
 // started is stopped again. Config errors are bad input (*cliError).
 //
@@ -442,6 +493,16 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	// runtime waits for the stream): it answers meanwhile.
 	if cfg.MetricsAddr != "" {
 		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := s.clients(cfg, log, reg); err != nil {
+		return nil, err
+	}
+	// The admin server early too: /healthz answers while adapters wait.
+	if cfg.AdminAddr != "" {
+		if err := s.serveAdmin(cfg, log, reg); err != nil {
 			return nil, err
 		}
 	}
@@ -496,6 +557,7 @@ func (s *stack) startAdapters(ctx context.Context, cfg stackConfig, log *slog.Lo
 			execs = append(execs, e)
 		case file.Kind:
 			fcfg := cfg.File
+			fcfg.Registerer = cmp.Or[prometheus.Registerer](fcfg.Registerer, reg)
 			fcfg.Logger = cmp.Or(fcfg.Logger, log)
 			f, err := file.New(fcfg)
 			if err != nil {
@@ -507,18 +569,7 @@ func (s *stack) startAdapters(ctx context.Context, cfg stackConfig, log *slog.Lo
 	}
 	execs = append(execs, cfg.ExtraExecutors...)
 
-	icfg := cfg.Idempotency
-	icfg.Logger = cmp.Or(icfg.Logger, log)
-	store, err := idempotency.New(cfg.Pool, icfg)
-	if err != nil {
-		return badInput("flags", err.Error())
-	}
-	s.store = store
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Logger: log})
-	if err != nil {
-		return err
-	}
-	s.outbox = ob
+	store, ob := s.store, s.outbox
 
 	rcfg := cfg.Runtime
 	rcfg.Executors = execs
@@ -549,6 +600,70 @@ func (s *stack) startAdapters(ctx context.Context, cfg stackConfig, log *slog.Lo
 	// Stopped last: in-flight executions finish before the sweeper, the
 	// dispatcher and the NATS connection go.
 	s.add(part{name: "adapters", stop: rt.Stop, stopped: rt.Stopped()})
+	return nil
+}
+
+// clients makes the idempotency store and the outbox client the adapters
+// and the admin server share.
+func (s *stack) clients(cfg stackConfig, log *slog.Logger, reg *prometheus.Registry) error {
+	icfg := cfg.Idempotency
+	icfg.Logger = cmp.Or(icfg.Logger, log)
+	store, err := idempotency.New(cfg.Pool, icfg)
+	if err != nil {
+		return badInput("flags", err.Error())
+	}
+	s.store = store
+	ob, err := outbox.New(cfg.Pool, outbox.Config{Logger: log, Registerer: s.registry})
+	if err != nil {
+		return err
+	}
+	s.outbox = ob
+	return nil
+}
+
+// serveAdmin starts the admin API and pages on cfg.AdminAddr. Readiness
+// checks PostgreSQL and the stack's NATS connection.
+func (s *stack) serveAdmin(cfg stackConfig, log *slog.Logger, reg *prometheus.Registry) error {
+	acfg := admin.Config{
+		Pool:     cfg.Pool,
+		Outbox:   s.outbox,
+		Issuer:   lease.NewIssuer(cfg.Pool, lease.WithRegisterer(reg)),
+		Store:    s.store,
+		Tokens:   cfg.Tokens,
+		Registry: reg,
+		Logger:   log,
+	}
+	if nc := s.nc; nc != nil {
+		acfg.NATSReady = func() error {
+			if st := nc.Status(); st != nats.CONNECTED {
+				return fmt.Errorf("NATS connection is %s", st)
+			}
+			return nil
+		}
+	}
+	srv, err := admin.New(acfg)
+	if err != nil {
+		return badInput("tokens", oneLine(err.Error()))
+	}
+	ln, err := srv.Listen(cfg.AdminAddr)
+	if err != nil {
+		return badInput("admin_addr", "cannot listen on --admin-addr: "+oneLine(err.Error()))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.ServeListener(ctx, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("gateway: admin server", "component", "gateway", "error", err)
+		}
+	}()
+	s.adminAddr = ln.Addr().String()
+	s.add(part{name: "admin", stopped: done, stop: func() {
+		cancel()
+		<-done
+	}})
+	log.Info("gateway: serving the admin API and pages", "component", "gateway", "addr", s.adminAddr,
+		"url", "http://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
 	return nil
 }
 

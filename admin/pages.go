@@ -1,0 +1,488 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// The HTML pages for operators: server-rendered with html/template (which
+// escapes every value for its context), no JavaScript, no build step. A
+// list page can refresh itself (a meta refresh the viewer toggles).
+//
+//	GET  / and /intents           the intents list: filters, keyset pages
+//	GET  /intents/{id}            an intent: details, timeline, actions
+//	POST /intents/{id}/{action}   retry, cancel, resolve (303 back, or the
+//	                              page with the error: 409 invalid state)
+//	GET  /resources/{id}          a resource: epoch, lease, counts, grants
+//	GET  /resources?resource=     jump to a resource
+//	GET  /login, POST /login      the session cookie (tokens configured)
+//	POST /logout
+//
+// Authentication and CSRF: see pages_auth.go.
+
+//go:embed templates
+var templateFS embed.FS
+
+// pageNames are the templates besides the layout.
+var pageNames = []string{"intents", "intent", "resource", "login", "error"}
+
+// pageTemplates parses each page with the layout; the style sheet is
+// inlined and its hash allowed by the Content-Security-Policy.
+func pageTemplates() (map[string]*template.Template, template.CSS, string, error) {
+	css, err := fs.ReadFile(templateFS, "templates/style.css")
+	if err != nil {
+		return nil, "", "", err
+	}
+	sum := sha256.Sum256(css)
+	hash := "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
+	out := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(pageFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, "", "", fmt.Errorf("admin: page templates: %w", err)
+		}
+		out[name] = t
+	}
+	return out, template.CSS(css), hash, nil
+}
+
+var pageFuncs = template.FuncMap{
+	"when":        fmtTime,
+	"resourceURL": resourceURL,
+	"intentURL":   func(id int64) string { return "/intents/" + strconv.FormatInt(id, 10) },
+	"deref": func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	},
+	"since": func(d *time.Duration) string {
+		if d == nil {
+			return ""
+		}
+		return d.Round(time.Millisecond).String()
+	},
+	"short": func(s string, n int) string {
+		if len(s) <= n {
+			return s
+		}
+		cut := n
+		for cut > 0 && !utf8Start(s[cut]) {
+			cut--
+		}
+		return s[:cut] + "…"
+	},
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// fmtTime formats a time, *time.Time (nil: empty) in UTC to the millisecond.
+func fmtTime(v any) string {
+	var t time.Time
+	switch x := v.(type) {
+	case time.Time:
+		t = x
+	case *time.Time:
+		if x == nil {
+			return ""
+		}
+		t = *x
+	default:
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+func resourceURL(resource string) string { return "/resources/" + url.PathEscape(resource) }
+
+// pageData is what the layout draws; Body is the page's own.
+type pageData struct {
+	Title   string
+	Error   string
+	Flash   string
+	Viewer  *viewer
+	Auth    bool
+	Style   template.CSS
+	Nav     string
+	Refresh int
+	// RefreshOn and RefreshOff link to this page with and without
+	// auto-refresh; empty: the page offers none.
+	RefreshOn, RefreshOff string
+	Body                  any
+}
+
+type viewerKey struct{}
+
+// render writes a page. A template error is logged and answered 500.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, d *pageData) {
+	d.Style = s.style
+	d.Auth = len(s.cfg.Tokens) > 0
+	if v, ok := r.Context().Value(viewerKey{}).(*viewer); ok && d.Viewer == nil {
+		d.Viewer = v
+	}
+	var buf bytes.Buffer
+	if err := s.tmpl[name].Execute(&buf, d); err != nil {
+		s.cfg.Logger.Error("admin: render page", "page", name, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	setPageHeaders(w, s.styleHash)
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, v *viewer, status int, msg string) {
+	s.render(w, r, status, "error", &pageData{Title: http.StatusText(status), Error: msg, Viewer: v})
+}
+
+// pageFail answers err with the status the API would give it.
+func (s *Server) pageFail(w http.ResponseWriter, r *http.Request, err error) {
+	ae := toAPIError(err)
+	if ae.status >= 500 {
+		s.cfg.Logger.Error("admin: page failed", "method", r.Method, "path", r.URL.Path, "status", ae.status, "err", err)
+	}
+	s.renderError(w, r, nil, ae.status, ae.message)
+}
+
+func setPageHeaders(w http.ResponseWriter, styleHash string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src '"+styleHash+"'; img-src data:; "+
+		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+}
+
+// page wraps a page handler with authentication.
+func (s *Server) page(h func(w http.ResponseWriter, r *http.Request, v *viewer)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, res := s.pageViewer(w, r)
+		switch res {
+		case authBadHost:
+			s.renderError(w, r, nil, http.StatusMisdirectedRequest,
+				"This server has no API tokens: its pages answer only at a loopback address (127.0.0.1, [::1], localhost).")
+			return
+		case authLogin:
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			s.renderError(w, r, nil, http.StatusUnauthorized, "Not signed in, or the session ended: sign in and try again.")
+			return
+		case authForbidden:
+			s.renderError(w, r, v, http.StatusForbidden,
+				fmt.Sprintf("Token %q has role %s; the pages need an operator token.", v.name, v.role))
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), viewerKey{}, v)), v)
+	})
+}
+
+func (s *Server) pageRoutes() error {
+	tmpl, style, hash, err := pageTemplates()
+	if err != nil {
+		return err
+	}
+	s.tmpl, s.style, s.styleHash = tmpl, style, hash
+	s.cop = http.NewCrossOriginProtection()
+	s.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.renderError(w, r, nil, http.StatusForbidden, "Cross-site request refused.")
+	}))
+
+	s.mux.Handle("GET /{$}", s.page(s.intentsPage))
+	s.mux.Handle("GET /intents", s.page(s.intentsPage))
+	s.mux.Handle("GET /intents/{id}", s.page(s.intentPage))
+	s.mux.Handle("POST /intents/{id}/{action}", s.page(s.intentActionPost))
+	s.mux.Handle("GET /resources", s.page(s.resourceJump))
+	s.mux.Handle("GET /resources/{id}", s.page(s.resourcePage))
+	s.mux.HandleFunc("GET /login", s.loginPage)
+	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.HandleFunc("POST /logout", s.logout)
+	return nil
+}
+
+// refreshChoices are the auto-refresh periods a page accepts, in seconds.
+var refreshChoices = []int{5, 10, 30, 60}
+
+// withRefresh fills in the auto-refresh links of a page at u.
+func withRefresh(d *pageData, u *url.URL) {
+	q := u.Query()
+	if n, err := strconv.Atoi(q.Get("refresh")); err == nil && slices.Contains(refreshChoices, n) {
+		d.Refresh = n
+	}
+	on := cloneQuery(q)
+	on.Set("refresh", "10")
+	off := cloneQuery(q)
+	off.Del("refresh")
+	off.Del("done")
+	on.Del("done")
+	d.RefreshOn = pathWithQuery(u.EscapedPath(), on)
+	d.RefreshOff = pathWithQuery(u.EscapedPath(), off)
+}
+
+func cloneQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+func pathWithQuery(path string, q url.Values) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// intentsBody is the list page.
+type intentsBody struct {
+	Status, Kind, Resource, Limit string
+	Statuses                      []outbox.Status
+	Kinds                         []string
+	Intents                       []outbox.Record
+	// NextURL is the next (older) page; FirstURL the first page, when
+	// this is not it.
+	NextURL, FirstURL string
+	Filtered          bool
+}
+
+// intentsPage: GET / and GET /intents?status=&kind=&resource=&limit=&cursor=.
+func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, _ *viewer) {
+	q := r.URL.Query()
+	b := intentsBody{Status: q.Get("status"), Kind: q.Get("kind"), Resource: q.Get("resource"), Limit: q.Get("limit"),
+		Statuses: Statuses, Kinds: []string{"email", "file"}}
+	b.Filtered = b.Status != "" || b.Kind != "" || b.Resource != ""
+	d := &pageData{Title: "Intents", Nav: "intents", Body: &b}
+	withRefresh(d, r.URL)
+	f, err := ParseListFilter(b.Resource, b.Status, b.Kind, b.Limit, q.Get("cursor"))
+	if err != nil {
+		d.Error = err.Error()
+		s.render(w, r, http.StatusBadRequest, "intents", d)
+		return
+	}
+	p, err := ListIntents(r.Context(), s.cfg.Pool, f)
+	if err != nil {
+		s.pageFail(w, r, err)
+		return
+	}
+	b.Intents = p.Intents
+	filters := url.Values{}
+	for k, v := range map[string]string{"status": b.Status, "kind": b.Kind, "resource": b.Resource, "limit": b.Limit, "refresh": q.Get("refresh")} {
+		if v != "" {
+			filters.Set(k, v)
+		}
+	}
+	if p.NextCursor != nil {
+		next := cloneQuery(filters)
+		next.Set("cursor", *p.NextCursor)
+		b.NextURL = pathWithQuery("/intents", next)
+	}
+	if f.Cursor != "" {
+		b.FirstURL = pathWithQuery("/intents", filters)
+	}
+	s.render(w, r, http.StatusOK, "intents", d)
+}
+
+// intentBody is an intent's page.
+type intentBody struct {
+	D               *IntentDetail
+	Payload, Result string
+	Key             *idempotency.Key
+	KeyNote         string
+	CanRetry        bool
+	CanCancel       bool
+	CanResolve      bool
+	// Note keeps what the operator typed when an action failed.
+	Note string
+}
+
+// doneMessages are the flashes after a successful action (?done=…).
+var doneMessages = map[string]string{
+	string(ActionRetry):   "Retried: the intent is pending again and will be relayed.",
+	string(ActionCancel):  "Cancelled.",
+	string(ActionResolve): "Resolved.",
+}
+
+// intentPage: GET /intents/{id}.
+func (s *Server) intentPage(w http.ResponseWriter, r *http.Request, v *viewer) {
+	id, err := intentID(r)
+	if err != nil {
+		s.pageFail(w, r, err)
+		return
+	}
+	d := &pageData{Nav: "intents", Flash: doneMessages[r.URL.Query().Get("done")]}
+	withRefresh(d, r.URL)
+	s.showIntent(w, r, id, http.StatusOK, d, "")
+}
+
+// showIntent renders intent id's page with status (an action's error
+// status, with d.Error set).
+func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, status int, d *pageData, note string) {
+	det, err := GetIntent(r.Context(), s.cfg.Pool, id)
+	if err != nil {
+		if d.Error != "" && errors.Is(err, outbox.ErrNotFound) {
+			s.renderError(w, r, nil, status, d.Error)
+			return
+		}
+		s.pageFail(w, r, err)
+		return
+	}
+	b := &intentBody{D: det, Payload: prettyJSON(det.Payload), Result: prettyJSON(det.Result), Note: note}
+	b.CanRetry = slices.Contains(allowedFrom[ActionRetry], det.Status)
+	b.CanCancel = slices.Contains(allowedFrom[ActionCancel], det.Status)
+	b.CanResolve = slices.Contains(allowedFrom[ActionResolve], det.Status)
+	if s.cfg.Store != nil && det.IdempotencyKey != "" {
+		k, err := s.cfg.Store.Get(r.Context(), det.Kind, det.IdempotencyKey)
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
+			b.KeyNote = "no key row: not attempted yet, or completed and swept after its retention"
+		case err != nil:
+			b.KeyNote = "could not read the key: " + oneLine(err.Error())
+		default:
+			b.Key = k
+		}
+	}
+	d.Title = fmt.Sprintf("Intent %d", id)
+	d.Body = b
+	s.render(w, r, status, "intent", d)
+}
+
+func prettyJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+// intentActionPost: POST /intents/{id}/retry|cancel|resolve, a form with
+// csrf, note and (resolve) outcome. Success: 303 to the intent's page.
+// Failure: the intent's page with the error, with the API's status (409
+// for a status the action does not apply to).
+func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *viewer) {
+	id, err := intentID(r)
+	if err != nil {
+		s.pageFail(w, r, err)
+		return
+	}
+	a := Action(r.PathValue("action"))
+	if _, ok := allowedFrom[a]; !ok {
+		s.renderError(w, r, nil, http.StatusNotFound, fmt.Sprintf("No such action %q: retry, cancel or resolve.", a))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if err := r.ParseForm(); err != nil {
+		s.renderError(w, r, nil, http.StatusBadRequest, "The form could not be read: "+oneLine(err.Error()))
+		return
+	}
+	if !s.checkForm(r, v) {
+		s.renderError(w, r, nil, http.StatusForbidden,
+			"The form expired or came from another site (CSRF check failed): reload the intent's page and try again.")
+		return
+	}
+	req := ActionRequest{IntentID: id, Action: a, Actor: v.name, Note: strings.TrimSpace(r.PostFormValue("note"))}
+	if a == ActionResolve {
+		req.Outcome = outbox.Status(r.PostFormValue("outcome"))
+	}
+	if _, err := Apply(r.Context(), s.cfg.Pool, req); err != nil {
+		ae := toAPIError(err)
+		if ae.status >= 500 {
+			s.cfg.Logger.Error("admin: page action failed", "action", a, "intent_id", id, "err", err)
+		}
+		msg := ae.message
+		var ise *InvalidStateError
+		if errors.As(err, &ise) {
+			msg = fmt.Sprintf("Cannot %s intent %d: it is %s now; %s applies only to %s.", a, id, ise.Status, a, joinStatuses(ise.Allowed))
+		}
+		s.showIntent(w, r, id, ae.status, &pageData{Nav: "intents", Error: msg}, req.Note)
+		return
+	}
+	s.cfg.Logger.Info("admin: operator action", "action", a, "intent_id", id, "actor", v.name)
+	http.Redirect(w, r, fmt.Sprintf("/intents/%d?done=%s", id, a), http.StatusSeeOther)
+}
+
+func joinStatuses(ss []outbox.Status) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// resourceJump: GET /resources?resource=X → 303 to X's page.
+func (s *Server) resourceJump(w http.ResponseWriter, r *http.Request, _ *viewer) {
+	res := strings.TrimSpace(r.URL.Query().Get("resource"))
+	if res == "" {
+		http.Redirect(w, r, "/intents", http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, resourceURL(res), http.StatusSeeOther)
+}
+
+// statusCount is one cell of a resource's counts.
+type statusCount struct {
+	Status outbox.Status
+	N      int64
+	URL    string
+}
+
+// resourceBody is a resource's page.
+type resourceBody struct {
+	V          *ResourceView
+	Counts     []statusCount
+	IntentsURL string
+	Grants     []lease.Grant
+	GrantsNote string
+	Limit      int
+}
+
+// resourcePage: GET /resources/{id}.
+func (s *Server) resourcePage(w http.ResponseWriter, r *http.Request, _ *viewer) {
+	res := r.PathValue("id")
+	rv, err := GetResource(r.Context(), s.cfg.Pool, res)
+	if err != nil {
+		s.pageFail(w, r, err)
+		return
+	}
+	b := &resourceBody{V: rv, IntentsURL: pathWithQuery("/intents", url.Values{"resource": {res}}), Limit: lease.DefaultHistoryLimit}
+	for _, st := range Statuses {
+		b.Counts = append(b.Counts, statusCount{Status: st, N: rv.Counts[st],
+			URL: pathWithQuery("/intents", url.Values{"resource": {res}, "status": {string(st)}})})
+	}
+	grants, err := s.cfg.Issuer.History(r.Context(), res, 0)
+	if err != nil {
+		b.GrantsNote = "could not read the epoch history: " + oneLine(err.Error())
+	} else {
+		b.Grants = grants
+		if len(grants) == 0 {
+			b.GrantsNote = "No grants recorded (epochs granted before the history existed are not listed)."
+		}
+	}
+	d := &pageData{Title: "Resource " + res, Nav: "resources", Body: b}
+	withRefresh(d, r.URL)
+	s.render(w, r, http.StatusOK, "resource", d)
+}

@@ -1,0 +1,262 @@
+package admin
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Pages authenticate operators by a cookie, since browsers cannot easily
+// send bearer headers:
+//
+//   - With tokens configured, POST /login takes an operator token and sets
+//     it (base64url-encoded) as the session cookie: HttpOnly, SameSite=Strict,
+//     Secure over TLS. Each request looks the cookie's token up exactly like
+//     a bearer token (hashed, compared in constant time against every
+//     token). An Authorization: Bearer header works too, for scripts.
+//   - With no tokens (the server binds loopback only) every viewer is
+//     anonymous and no login exists; pages then answer only requests whose
+//     Host is a loopback name, so a DNS-rebinding page cannot read them.
+//
+// Every POST form is checked twice against cross-site request forgery:
+// net/http's CrossOriginProtection (Sec-Fetch-Site / Origin against Host)
+// and a CSRF token in a hidden field. With a session the token is an HMAC
+// of a fixed string keyed by the session's secret (stateless, the same on
+// every replica, useless without the cookie); without tokens it must equal
+// a random SameSite=Strict cookie (double submit). Bearer requests need no
+// CSRF token: a browser never adds that header on its own.
+const (
+	sessionCookie = "fencegate_session"
+	csrfCookie    = "fencegate_csrf"
+	csrfField     = "csrf"
+	sessionMaxAge = 8 * time.Hour
+)
+
+// viewer is who looks at the pages.
+type viewer struct {
+	principal
+	// csrf is the token this viewer's forms carry.
+	csrf string
+	// session: authenticated by the session cookie (logout is offered).
+	session bool
+	// bearerAuth: authenticated by an Authorization header: no CSRF token
+	// is needed.
+	bearerAuth bool
+}
+
+// pageAuthErr is why a page request was refused.
+type pageAuthErr int
+
+const (
+	authOK pageAuthErr = iota
+	authLogin
+	authForbidden
+	authBadHost
+)
+
+// sessionCSRF derives the CSRF token of a session from its secret.
+func sessionCSRF(secret string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("fencegate pages csrf v1"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// pageViewer authenticates a page request. It may set the anonymous CSRF
+// cookie on w.
+func (s *Server) pageViewer(w http.ResponseWriter, r *http.Request) (*viewer, pageAuthErr) {
+	if len(s.cfg.Tokens) == 0 {
+		if !loopbackHost(r.Host) {
+			return nil, authBadHost
+		}
+		v := &viewer{principal: principal{name: anonymous, role: RoleOperator}}
+		if c, err := r.Cookie(csrfCookie); err == nil && validCSRFCookie(c.Value) {
+			v.csrf = c.Value
+		} else {
+			v.csrf = randomToken()
+			http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v.csrf, Path: "/",
+				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			// The handler may check the form against the new cookie in the
+			// same request (a POST without the cookie): it will not match.
+		}
+		return v, authOK
+	}
+	if tok, ok := bearer(r); ok {
+		p, ok := s.auth.lookup(tok)
+		if !ok {
+			return nil, authLogin
+		}
+		if p.role != RoleOperator {
+			return &viewer{principal: p}, authForbidden
+		}
+		return &viewer{principal: p, csrf: sessionCSRF(tok), bearerAuth: true}, authOK
+	}
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, authLogin
+	}
+	secret, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil {
+		clearCookie(w, r, sessionCookie)
+		return nil, authLogin
+	}
+	p, ok := s.auth.lookup(string(secret))
+	if !ok {
+		// A token removed from the configuration: the session ends.
+		clearCookie(w, r, sessionCookie)
+		return nil, authLogin
+	}
+	if p.role != RoleOperator {
+		return &viewer{principal: p, session: true}, authForbidden
+	}
+	return &viewer{principal: p, csrf: sessionCSRF(string(secret)), session: true}, authOK
+}
+
+// checkForm checks a POST form against cross-site request forgery; the
+// caller has parsed the form.
+func (s *Server) checkForm(r *http.Request, v *viewer) bool {
+	if s.cop.Check(r) != nil {
+		return false
+	}
+	if v != nil && v.bearerAuth {
+		return true
+	}
+	got := r.PostFormValue(csrfField)
+	return v != nil && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(v.csrf)) == 1
+}
+
+func setSession(w http.ResponseWriter, r *http.Request, secret string) {
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(secret)), Path: "/",
+		MaxAge: int(sessionMaxAge / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil,
+	})
+}
+
+func clearCookie(w http.ResponseWriter, r *http.Request, name string) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(b)
+}
+
+func validCSRFCookie(v string) bool {
+	if len(v) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(v)
+	return err == nil
+}
+
+// loopbackHost reports whether a Host header names this machine by a
+// loopback name or address.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// safeNext returns next when it is a path on this server, else the intents
+// list: the login form must not redirect anywhere else.
+func safeNext(next string) string {
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/intents"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return "/intents"
+	}
+	return next
+}
+
+// loginPage: GET /login.
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	if len(s.cfg.Tokens) == 0 {
+		http.Redirect(w, r, "/intents", http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, http.StatusOK, "login", &pageData{Title: "Sign in", Body: loginBody{Next: safeNext(r.URL.Query().Get("next"))}})
+}
+
+type loginBody struct {
+	Next string
+}
+
+// login: POST /login with token and next. The token is looked up like a
+// bearer token; an operator token becomes the session cookie.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if len(s.cfg.Tokens) == 0 {
+		http.Redirect(w, r, "/intents", http.StatusSeeOther)
+		return
+	}
+	setPageHeaders(w, s.styleHash)
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		s.render(w, r, http.StatusBadRequest, "login", &pageData{Title: "Sign in", Error: "The form could not be read.", Body: loginBody{Next: "/intents"}})
+		return
+	}
+	next := safeNext(r.PostFormValue("next"))
+	// Login CSRF: a cross-site form must not sign the browser in.
+	if s.cop.Check(r) != nil {
+		s.render(w, r, http.StatusForbidden, "login", &pageData{Title: "Sign in", Error: "Cross-site request refused.", Body: loginBody{Next: next}})
+		return
+	}
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	p, ok := s.auth.lookup(tok)
+	switch {
+	case tok == "" || !ok:
+		s.cfg.Logger.Warn("admin: page login refused: unknown token", "remote", r.RemoteAddr)
+		s.render(w, r, http.StatusUnauthorized, "login", &pageData{Title: "Sign in", Error: "Unknown token.", Body: loginBody{Next: next}})
+		return
+	case p.role != RoleOperator:
+		s.render(w, r, http.StatusForbidden, "login", &pageData{Title: "Sign in",
+			Error: "Token " + p.name + " has role " + string(p.role) + "; the pages need an operator token.", Body: loginBody{Next: next}})
+		return
+	}
+	setSession(w, r, tok)
+	s.cfg.Logger.Info("admin: page login", "actor", p.name, "remote", r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// logout: POST /logout clears the session cookie.
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if s.cop.Check(r) != nil {
+		setPageHeaders(w, s.styleHash)
+		s.renderError(w, r, nil, http.StatusForbidden, "Cross-site request refused.")
+		return
+	}
+	clearCookie(w, r, sessionCookie)
+	target := "/login"
+	if len(s.cfg.Tokens) == 0 {
+		target = "/intents"
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// Name is the viewer's token name (the actor of its actions).
+func (v *viewer) Name() string { return v.name }
+
+// CSRF is the token the viewer's forms carry.
+func (v *viewer) CSRF() string { return v.csrf }
+
+// Session reports whether the viewer signed in with the session cookie.
+func (v *viewer) Session() bool { return v.session }

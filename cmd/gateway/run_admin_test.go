@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/natstest"
+)
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// `gateway run --admin-addr` serves the admin API and pages: /healthz and
+// /readyz (PostgreSQL and the NATS connection) answer 200 without a token,
+// the API wants the $GATEWAY_TOKENS bearer, the pages send browsers to the
+// login form; SIGTERM still exits 0.
+func TestRunAdmin(t *testing.T) {
+	t.Parallel()
+	db, _ := runPool(t)
+	srv := natstest.Start(t)
+	addr := freeAddr(t)
+	const secret = "op-secret-0123456789abcdef"
+	p := startRun(t, []string{"GATEWAY_TOKENS=ops:operator:" + secret}, db, srv.URL,
+		"--adapters", "", "--admin-addr", addr)
+	base := "http://" + addr
+
+	get := func(path, token string) (int, string, http.Header) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		c := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		res, err := c.Do(req)
+		if err != nil {
+			return 0, err.Error(), nil
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b), res.Header
+	}
+	pollUntil(t, 30*time.Second, "/readyz to answer 200", func() (bool, string) {
+		code, body, _ := get("/readyz", "")
+		return code == http.StatusOK, body
+	})
+	code, body, _ := get("/readyz", "")
+	var ready struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(body), &ready); err != nil || ready.Checks["postgres"] != "ok" || ready.Checks["nats"] != "ok" {
+		t.Fatalf("/readyz = %d %s", code, body)
+	}
+	if code, body, _ := get("/healthz", ""); code != http.StatusOK {
+		t.Fatalf("/healthz = %d %s", code, body)
+	}
+	if code, _, _ := get("/api/v1/intents", ""); code != http.StatusUnauthorized {
+		t.Fatalf("/api/v1/intents without a token = %d, want 401", code)
+	}
+	if code, body, _ := get("/api/v1/intents", secret); code != http.StatusOK || !strings.Contains(body, `"intents"`) {
+		t.Fatalf("/api/v1/intents = %d %s", code, body)
+	}
+	if code, _, hdr := get("/intents", ""); code != http.StatusSeeOther || !strings.HasPrefix(hdr.Get("Location"), "/login") {
+		t.Fatalf("/intents without a session = %d %v, want 303 to /login", code, hdr)
+	}
+	if code, body, _ := get("/intents", secret); code != http.StatusOK || !strings.Contains(body, "<h1>Intents</h1>") {
+		t.Fatalf("/intents = %d %s", code, body)
+	}
+	if strings.Contains(p.stderr.String(), secret) {
+		t.Fatal("the token leaked into the log")
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
+	}
+}
+
+// Bad admin flags are exit 2 naming the field, before anything connects;
+// no secret is echoed.
+func TestRunAdminBadFlags(t *testing.T) {
+	t.Parallel()
+	badFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(badFile, []byte("ops:admin:secret-secret-secret-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		env   []string
+		args  []string
+		field string
+	}{
+		{"all interfaces without tokens", nil, []string{"--admin-addr", "0.0.0.0:8080"}, "admin_addr"},
+		{"no host without tokens", nil, []string{"--admin-addr", ":8080"}, "admin_addr"},
+		{"host name without tokens", nil, []string{"--admin-addr", "example.com:8080"}, "admin_addr"},
+		{"not host:port", []string{"GATEWAY_TOKENS=ops:operator:secret-secret-secret-1"}, []string{"--admin-addr", "8080"}, "admin_addr"},
+		{"bad env tokens", []string{"GATEWAY_TOKENS=ops:operator:short"}, []string{"--admin-addr", "127.0.0.1:0"}, "tokens"},
+		{"bad tokens file", nil, []string{"--admin-addr", "127.0.0.1:0", "--tokens-file", badFile}, "tokens_file"},
+		{"missing tokens file", nil, []string{"--admin-addr", "127.0.0.1:0", "--tokens-file", badFile + ".missing"}, "tokens_file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(gatewayBin, append([]string{"run"}, c.args...)...)
+			cmd.Env = append(append(os.Environ(), "GATEWAY_DATABASE_URL=", "GATEWAY_TOKENS="), c.env...)
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != exitBadInput {
+				t.Fatalf("gateway run %v: %v, want exit 2; stdout %s stderr %s", c.args, err, out.String(), errb.String())
+			}
+			var body struct {
+				Error struct {
+					Code, Message, Field string
+				}
+			}
+			if err := json.Unmarshal(out.Bytes(), &body); err != nil {
+				t.Fatalf("stdout %q is not one JSON object: %v", out.String(), err)
+			}
+			if body.Error.Code != "invalid_input" || body.Error.Field != c.field {
+				t.Fatalf("error = %s; want invalid_input naming field %q", out.String(), c.field)
+			}
+			if strings.Contains(out.String()+errb.String(), "secret-secret") {
+				t.Fatalf("a token leaked: %s %s", out.String(), errb.String())
+			}
+		})
+	}
+}
