@@ -939,3 +939,27 @@ func subtleCompare(a, b []byte) int {
 	}
 	return 0
 }
+
+// Without tokens, the API answers only to a loopback Host: a DNS-rebinding
+// page (Host: attacker.example resolving to 127.0.0.1) is refused.
+func TestNoTokensRefusesForeignHost(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	s := newServer(t, pool, nil, nil)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	for host, want := range map[string]int{"attacker.example": http.StatusMisdirectedRequest, "localhost": http.StatusOK, "": http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/api/v1/intents", nil)
+		if host != "" {
+			req.Host = host
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("Host %q: status %d, want %d", host, res.StatusCode, want)
+		}
+	}
+}

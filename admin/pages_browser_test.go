@@ -138,8 +138,16 @@ func TestPagesInBrowser(t *testing.T) {
 	step("filter by status failed",
 		chromedp.SetValue(chromedp.CSS(`select[name="status"]`), "failed"),
 		chromedp.Click(chromedp.ID("apply-filters")),
-		chromedp.WaitVisible(chromedp.CSS(`#intents tbody tr`)),
 	)
+	// The old page's rows satisfy any wait on rows: wait for the new URL
+	// (deadline-bound), then for the new page's rows.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(location(), "status=failed"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the filter form did not navigate; still at %s", location())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	step("filtered page loaded", chromedp.WaitVisible(chromedp.CSS(`#intents tbody tr`)))
 	if loc, n, table := location(), count("#intents tbody tr"), text("#intents tbody"); !strings.Contains(loc, "status=failed") || n != 1 || !strings.Contains(table, "failed") {
 		t.Fatalf("filtered list at %s: %d rows: %q", loc, n, table)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -279,6 +280,16 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	_, pattern := s.mux.Handler(r)
 	route := pattern
+	if len(s.cfg.Tokens) == 0 && !loopbackHost(r.Host) && strings.HasPrefix(r.URL.Path, "/api/") {
+		// Without tokens the server is reachable only on loopback, but a
+		// browser page elsewhere could still reach it through DNS
+		// rebinding (a name that resolves to 127.0.0.1): such requests
+		// carry that name in Host. Refuse every non-loopback Host.
+		writeError(sw, &apiError{status: http.StatusMisdirectedRequest, code: "misdirected",
+			message: "without API tokens this server answers only to a loopback Host (localhost, 127.0.0.1, [::1])"})
+		s.metrics.requests.WithLabelValues("misdirected", strconv.Itoa(sw.code)).Inc()
+		return
+	}
 	if pattern == "" {
 		route = "unmatched"
 		s.serveUnmatched(sw, r)
