@@ -34,7 +34,11 @@
 // enqueue NOTIFYs at commit, and polls every Config.PollInterval as a
 // fallback (a lost notification, a listener reconnecting, re-relays, an
 // enqueue with NOTIFY disabled). While a claim comes back full it claims
-// again at once.
+// again at once, from just above the highest pending id it claimed, so it
+// does not walk past its own in-flight claims each time; a claim from the
+// lowest id runs at every wake-up, at the end of a burst and at least every
+// PollInterval, so an intent committed out of order (or a claim returned)
+// waits no longer than the poll fallback.
 //
 // # The message
 //
