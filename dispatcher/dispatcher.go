@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,9 +17,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/wire"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // NotifyChannel is the PostgreSQL channel the fenced enqueue notifies at
@@ -218,6 +224,7 @@ type intent struct {
 	relayCount int
 	rerelay    bool
 	createdAt  time.Time
+	traceCtx   *string // W3C trace context stored with the intent, if any
 }
 
 // batch is one claim on its way through publish and PubAck.
@@ -394,7 +401,7 @@ SET claimed_by = $1, claim_expires_at = now() + $3 * interval '1 microsecond'
 FROM (SELECT intent_id FROM stale UNION ALL SELECT intent_id FROM pending LIMIT %[1]d) c
 WHERE i.intent_id = c.intent_id
 RETURNING i.intent_id, i.resource_id, i.epoch, i.kind, i.idempotency_key, i.fence,
-	i.payload::text, i.relay_count, i.status = 'relayed', i.created_at`
+	i.payload::text, i.relay_count, i.status = 'relayed', i.created_at, i.trace_context::text`
 
 func (d *Dispatcher) claim(ctx context.Context, after int64) ([]intent, error) {
 	dctx, cancel := d.dbCtx(ctx)
@@ -408,7 +415,7 @@ func (d *Dispatcher) claim(ctx context.Context, after int64) ([]intent, error) {
 		var in intent
 		var payload string
 		err := r.Scan(&in.id, &in.resource, &in.epoch, &in.kind, &in.key, &in.fence,
-			&payload, &in.relayCount, &in.rerelay, &in.createdAt)
+			&payload, &in.relayCount, &in.rerelay, &in.createdAt, &in.traceCtx)
 		in.payload = []byte(payload)
 		return in, err
 	})
@@ -447,8 +454,27 @@ func (d *Dispatcher) message(in intent) *nats.Msg {
 	msg.Header.Set(wire.HeaderIdempotencyKey, in.key)
 	msg.Header.Set(wire.HeaderFence, in.fence)
 	msg.Header.Set(wire.HeaderRelay, strconv.Itoa(relay))
+	if in.traceCtx != nil {
+		// Continue the worker's trace: a relay span, child of the enqueue
+		// span stored with the intent, whose context the adapter reads
+		// from the headers.
+		ctx := outbox.ContextFromTrace(context.Background(), json.RawMessage(*in.traceCtx))
+		ctx, span := otel.Tracer(tracerName).Start(ctx, "fencegate.relay",
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				attribute.Int64("fencegate.intent_id", in.id),
+				attribute.Int64("fencegate.epoch", in.epoch),
+				attribute.Int("fencegate.relay", relay),
+				attribute.String("fencegate.dispatcher", d.cfg.ID),
+			))
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(msg.Header))
+		span.End()
+	}
 	return msg
 }
+
+// tracerName is the instrumentation scope of the dispatcher's spans.
+const tracerName = "github.com/fencegate/fencegate/dispatcher"
 
 // publish publishes b's intents asynchronously, each taking a slot of the
 // in-flight window. It stops early on shutdown, on a publish error, or when
