@@ -1,4 +1,4 @@
-.PHONY: build test dev clean
+.PHONY: build test dev clean chaos
 
 build:
 	go build -o bin/gateway ./cmd/gateway
@@ -9,3 +9,11 @@ test:
 
 clean:
 	rm -rf bin var
+
+# The randomized fault run (test/chaos, internal/chaos): worker processes,
+# gateway processes, nats-server and PostgreSQL under a seeded nemesis, then
+# the history checker. SEED=0 picks a random seed (printed; replay with it).
+SEED ?= 0
+DURATION ?= 90s
+chaos:
+	go test -count=1 -timeout 0 -run '^TestChaos$$' -v ./test/chaos/ -chaos.seed=$(SEED) -chaos.duration=$(DURATION)

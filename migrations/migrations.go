@@ -53,6 +53,10 @@ func up(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]Applied, error)
 	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
 		goose.WithSessionLocker(locker),
 		goose.WithTableName("fencegate_schema_version"),
+		// A database migrated by a build that lacked a migration numbered
+		// below its newest one still gets it: every migration here is
+		// written to apply in any order after 00001.
+		goose.WithAllowOutofOrder(true),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)

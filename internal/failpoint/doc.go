@@ -44,7 +44,7 @@ const (
 	AfterRenameBeforeRecord = "after_rename_before_record"
 
 	// BetweenCheckAndInsert is the failpoint inside fencegate_enqueue
-	// (migration 00007), after the epoch check passed and before the
+	// (migration 00010), after the epoch check passed and before the
 	// insert, with the resource's control row locked. It is armed per
 	// session by the setting fencegate.failpoint = 'between_check_and_insert'
 	// (e.g. the connection URL parameter

@@ -1,0 +1,237 @@
+// Command worker is one worker process of the chaos run: it loops taking
+// short leases on a few resources and enqueueing email and file intents
+// with business keys, and logs every operation (JSON lines, monotonic
+// timestamps) to the file named by -out, until SIGTERM.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/chaos"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func main() {
+	db := flag.String("db", os.Getenv("GATEWAY_DATABASE_URL"), "database URL")
+	id := flag.String("id", "w0", "worker id (the lease holder)")
+	seed := flag.Uint64("seed", 1, "random seed")
+	resList := flag.String("resources", "res-0,res-1", "resources, comma-separated")
+	ttl := flag.Duration("ttl", 400*time.Millisecond, "lease TTL")
+	out := flag.String("out", "", "history file (JSON lines)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	w := bufio.NewWriter(f)
+	cfg, err := pgxpool.ParseConfig(*db)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	wk := &worker{
+		id: *id, rng: rand.New(rand.NewPCG(*seed, 0x5eed)), ttl: *ttl,
+		iss: lease.NewIssuer(pool), log: w, resources: strings.Split(*resList, ","),
+	}
+	wk.ob, err = outbox.New(pool, outbox.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for ctx.Err() == nil {
+		wk.round(ctx)
+	}
+	_ = w.Flush()
+	_ = f.Close()
+}
+
+type worker struct {
+	id        string
+	rng       *rand.Rand
+	ttl       time.Duration
+	iss       *lease.Issuer
+	ob        *outbox.Client
+	log       *bufio.Writer
+	resources []string
+	seq       int
+	// last enqueued (inserted) operation, for retries and reuse.
+	last *outbox.Intent
+}
+
+func (w *worker) record(o chaos.Op) {
+	o.Worker = w.id
+	b, _ := json.Marshal(o)
+	_, _ = w.log.Write(append(b, '\n'))
+	_ = w.log.Flush() // a worker may be SIGKILLed: every line goes out at once
+}
+
+// opCtx bounds one call: a worker must not hang on a dead database.
+func opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 5*time.Second)
+}
+
+func classify(err error) string {
+	var he *lease.HeldError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &he):
+		return "held"
+	case errors.Is(err, lease.ErrStaleEpoch), errors.Is(err, outbox.ErrStaleEpoch):
+		return "stale"
+	case errors.Is(err, outbox.ErrOperationConflict):
+		return "conflict"
+	case errors.Is(err, lease.ErrInvalid), errors.Is(err, outbox.ErrInvalid):
+		return "invalid"
+	}
+	return "unknown"
+}
+
+func (w *worker) sleep(ctx context.Context, max time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(w.rng.Int64N(int64(max) + 1))):
+	}
+}
+
+func (w *worker) round(ctx context.Context) {
+	res := w.resources[w.rng.IntN(len(w.resources))]
+	o := chaos.Op{Kind: "acquire", Resource: res, Holder: w.id, Call: chaos.Mono()}
+	c, cancel := opCtx()
+	l, err := w.iss.Acquire(c, res, w.id, w.ttl)
+	cancel()
+	o.Ret, o.Result = chaos.Mono(), classify(err)
+	var he *lease.HeldError
+	if errors.As(err, &he) {
+		o.OutEpoch, o.OutHolder = he.Epoch, he.Holder
+	}
+	if err == nil {
+		o.OutEpoch = l.Epoch
+	} else if o.Result == "unknown" {
+		o.Err = err.Error()
+	}
+	w.record(o)
+	if err != nil {
+		w.sleep(ctx, w.ttl/2)
+		return
+	}
+	epoch := l.Epoch
+	for n := 1 + w.rng.IntN(3); n > 0 && ctx.Err() == nil; n-- {
+		w.enqueue(res, epoch)
+		w.sleep(ctx, 50*time.Millisecond)
+	}
+	switch w.rng.IntN(3) {
+	case 0:
+		w.simple("renew", res, epoch, func(c context.Context) (int64, error) {
+			l, err := w.iss.Renew(c, res, w.id, epoch, w.ttl)
+			return l.Epoch, err
+		})
+		w.enqueue(res, epoch)
+		w.simple("release", res, epoch, func(c context.Context) (int64, error) {
+			return 0, w.iss.Release(c, res, w.id, epoch)
+		})
+	case 1:
+		w.simple("release", res, epoch, func(c context.Context) (int64, error) {
+			return 0, w.iss.Release(c, res, w.id, epoch)
+		})
+	default:
+		// Walk away and let the lease expire.
+	}
+	w.sleep(ctx, w.ttl/2)
+}
+
+func (w *worker) simple(kind, res string, epoch int64, f func(context.Context) (int64, error)) {
+	o := chaos.Op{Kind: kind, Resource: res, Holder: w.id, Epoch: epoch, Call: chaos.Mono()}
+	c, cancel := opCtx()
+	out, err := f(c)
+	cancel()
+	o.Ret, o.Result = chaos.Mono(), classify(err)
+	if err == nil {
+		o.OutEpoch = out
+	} else if o.Result == "unknown" {
+		o.Err = err.Error()
+	}
+	w.record(o)
+}
+
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:8])
+}
+
+func (w *worker) enqueue(res string, epoch int64) {
+	var in outbox.Intent
+	reuse := false
+	switch p := w.rng.IntN(20); {
+	case p == 0 && w.last != nil && w.last.Resource == res:
+		// A retry of the last operation (same content): a duplicate.
+		in = *w.last
+		in.Epoch = epoch
+	case p == 1 && w.last != nil && w.last.Resource == res && w.last.Kind == "file":
+		// The same operation id with different content: must be refused.
+		in = *w.last
+		in.Epoch = epoch
+		in.Payload = json.RawMessage(fmt.Sprintf(`{"target":%q,"content":"CONFLICT %s"}`, res+".txt", in.OperationID))
+		reuse = true
+	case p < 11:
+		w.seq++
+		slot := w.rng.IntN(6)
+		key := fmt.Sprintf("%s/mail/%d", res, slot)
+		in = outbox.Intent{Resource: res, Epoch: epoch, OperationID: fmt.Sprintf("%s-%d", w.id, w.seq), Kind: "email",
+			IdempotencyKey: key,
+			// Deterministic per key: the same business key always carries
+			// the same content, whoever enqueues it.
+			Payload: json.RawMessage(fmt.Sprintf(`{"to":"ops@example.com","from":"chaos@example.com","subject":"report %s","text":"slot %d"}`, key, slot))}
+	default:
+		w.seq++
+		op := fmt.Sprintf("%s-%d", w.id, w.seq)
+		in = outbox.Intent{Resource: res, Epoch: epoch, OperationID: op, Kind: "file", IdempotencyKey: res + "/file/" + op,
+			Payload: json.RawMessage(fmt.Sprintf(`{"target":%q,"content":"epoch %d by %s op %s"}`, res+".txt", epoch, w.id, op))}
+	}
+	o := chaos.Op{Kind: "enqueue", Resource: res, Holder: w.id, Epoch: epoch, OpID: in.OperationID, IntentKnd: in.Kind,
+		Key: in.IdempotencyKey, Payload: string(in.Payload), Reuse: reuse, Call: chaos.Mono()}
+	c, cancel := opCtx()
+	r, err := w.ob.Enqueue(c, in)
+	cancel()
+	o.Ret, o.Result = chaos.Mono(), classify(err)
+	var se *outbox.StaleEpochError
+	if errors.As(err, &se) {
+		o.OutEpoch = se.Current
+	}
+	if err == nil {
+		o.IntentID, o.Duplicate = r.IntentID, r.Duplicate
+		if !r.Duplicate {
+			cp := in
+			w.last = &cp
+		}
+	} else if o.Result == "unknown" || o.Result == "invalid" {
+		o.Err = err.Error()
+	}
+	w.record(o)
+}

@@ -1,0 +1,21 @@
+// Package article holds the fault tests of the source article, point 7:
+// each pauses or crashes real gateway processes (built with -tags
+// failpoints) at a named point, against a real PostgreSQL, a real
+// nats-server process and a real SMTP server (Mailpit).
+package article
+
+import (
+	"os"
+	"testing"
+
+	"github.com/fencegate/fencegate/internal/faulttest"
+	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	code := testdb.Run(m)
+	natstest.Cleanup()
+	faulttest.Cleanup()
+	os.Exit(code)
+}
