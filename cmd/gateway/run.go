@@ -110,6 +110,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", 8, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
+		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
+		execTimeout = fs.Duration("execute-timeout", 30*time.Second, "bound on one effect's execution (an SMTP send, a file publication)")
 
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
@@ -178,10 +180,13 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		MailLookup: *mailLookup,
 		MailpitURL: *mailpitURL,
 		Runtime: adapters.Config{
-			Concurrency: *concurrency,
-			MaxAttempts: *maxAttempts,
-			Unknown:     adapters.UnknownPolicy(*unknown),
+			Concurrency:    *concurrency,
+			MaxAttempts:    *maxAttempts,
+			ExecuteTimeout: *execTimeout,
+			AckWait:        max(60*time.Second, 2**execTimeout),
+			Unknown:        adapters.UnknownPolicy(*unknown),
 		},
+		Idempotency: idempotency.Config{LockTimeout: *lockTimeout},
 		MetricsAddr: *metricsAddr,
 		AdminAddr:   *adminAddr,
 		Tokens:      tokens,
@@ -197,6 +202,14 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	if *maxAttempts < 1 {
 		return a.fail(badInput("max_attempts", "--max-attempts must be at least 1"))
+	}
+	if *execTimeout <= 0 {
+		return a.fail(badInput("execute_timeout", "--execute-timeout must be positive"))
+	}
+	// A lock that expires while its attempt still runs would let a second
+	// attempt take the key over (Recover) mid-effect.
+	if *lockTimeout <= 2**execTimeout {
+		return a.fail(badInput("idempotency_lock_timeout", "--idempotency-lock-timeout must be more than twice --execute-timeout"))
 	}
 
 	pool, err := a.connect(ctx, *dbURL)
