@@ -110,6 +110,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", 8, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
+		intentRet   = fs.Duration("intent-retention", outbox.DefaultSweepMaxAge, "delete completed intents this long after completion (unknown intents are kept for an operator)")
+		keyRet      = fs.Duration("key-retention", 30*24*time.Hour, "forget completed idempotency keys this long after completion")
 		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
 		execTimeout = fs.Duration("execute-timeout", 30*time.Second, "bound on one effect's execution (an SMTP send, a file publication)")
 
@@ -186,7 +188,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			AckWait:        max(60*time.Second, 2**execTimeout),
 			Unknown:        adapters.UnknownPolicy(*unknown),
 		},
-		Idempotency: idempotency.Config{LockTimeout: *lockTimeout},
+		Idempotency: idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet},
+		Retention:   outbox.SweeperConfig{MaxAge: *intentRet},
 		MetricsAddr: *metricsAddr,
 		AdminAddr:   *adminAddr,
 		Tokens:      tokens,
@@ -333,6 +336,9 @@ type stackConfig struct {
 	// runs whenever the adapter runtime does). Logger defaults to the
 	// stack's.
 	Idempotency idempotency.Config
+	// Retention configures the intent sweeper, which runs with the
+	// dispatcher and deletes completed intents past their age.
+	Retention outbox.SweeperConfig
 
 	// MetricsAddr serves Prometheus /metrics there. Empty: no server.
 	MetricsAddr string
@@ -536,6 +542,19 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		}
 		s.dispatcher = d
 		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
+
+		// Retention: completed intents older than their age go, in small
+		// batches (SKIP LOCKED: several processes may sweep at once).
+		rcfg := cfg.Retention
+		rcfg.Logger = cmp.Or(rcfg.Logger, log)
+		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
+		if err != nil {
+			return nil, badInput("intent_retention", err.Error())
+		}
+		if err := sw.Start(runCtx); err != nil {
+			return nil, err
+		}
+		s.add(part{name: "intent_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
 	}
 
 	if cfg.runsAdapters() {
