@@ -22,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
-	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/admin"
@@ -614,6 +613,22 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 	n := la.Epoch
 	log.Info(fmt.Sprintf("demo: A took the lease: epoch %d, TTL %s", n, demoTTL), "worker", "A", "epoch", n)
 
+	// 1b. While its lease is live, A commits the publication of its report
+	// (fence commit: it was decided while epoch n was current). The write
+	// is then held up in transit — a slow relay, a partitioned network —
+	// which the demo stands in for by parking the intent under a claim of
+	// a dispatcher that does not exist. It arrives after B's, below.
+	aLateOp := demoOpID("A", "report-in-transit", n)
+	aLateID, err := d.demoEnqueueParked(ctx, ob, outbox.Intent{
+		Resource: demoResource, Epoch: n, OperationID: aLateOp, Kind: file.Kind, Fence: outbox.FenceCommit,
+		Payload: demoJSON(map[string]any{"target": demoTarget, "content": fmt.Sprintf("report by A, epoch %d", n)}),
+	})
+	if err != nil {
+		return fmt.Errorf("A's publication: %w", err)
+	}
+	log.Info(fmt.Sprintf("demo: A committed the publication of %s with epoch %d (intent %d) while its lease was live; the write is delayed in transit",
+		demoTarget, n, aLateID), "worker", "A", "intent_id", aLateID)
+
 	// 2. A pauses (a GC pause, a stalled VM): here the sleep is the
 	// scenario. Its lease runs out meanwhile.
 	pausedAt := time.Now()
@@ -699,26 +714,25 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 		return fmt.Errorf("A's stale write with epoch %d was accepted: the fence failed", n)
 	}
 
-	// 7. The destination's own fence. Had A's publication passed the outbox
-	// earlier (enqueued while epoch n was current, with fence "commit") and
-	// arrived late, the file destination would still refuse it: it keeps
-	// the newest epoch it accepted for the target and compares under its
-	// lock. The demo hands A's publication to the file adapter directly,
-	// as such a late message would arrive.
-	if d.stack.file != nil && frec.Status == outbox.StatusSucceeded {
-		out, err := d.stack.file.Execute(ctx, adapters.Request{
-			Resource: demoResource, Epoch: n, Kind: file.Kind, Fence: outbox.FenceCommit,
-			IdempotencyKey: demoResource + "/" + aOp, Payload: aPayload,
-		})
-		switch {
-		case err != nil:
-			return fmt.Errorf("A's late publication at the file destination: %w", err)
-		case out.Status == outbox.StatusSuperseded:
-			log.Info(fmt.Sprintf("demo: had A's publication with epoch %d reached the file destination late, it would be refused there too: superseded, %s holds epoch %d",
-				n, demoTarget, m), "worker", "A", "result", string(out.Result))
-		default:
-			return fmt.Errorf("the file destination accepted A's stale publication: %s", out.Status)
-		}
+	// 7. The destination's own fence: A's publication, committed with epoch
+	// n before the pause, finally arrives — after B's epoch m was published.
+	// It goes through the real relay and the file adapter, which compares
+	// epochs under its lock at the destination and refuses it; the outcome
+	// (superseded) is recorded on the intent, for the pages to show.
+	if _, err := d.pool.Exec(ctx, `UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`, aLateID); err != nil {
+		return fmt.Errorf("release A's delayed publication: %w", err)
+	}
+	_, _ = d.pool.Exec(ctx, `SELECT pg_notify('fencegate_intents', '')`)
+	lrec, err := demoAwait(ctx, ob, log, aLateID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case frec.Status == outbox.StatusSucceeded && lrec.Status == outbox.StatusSuperseded:
+		log.Info(fmt.Sprintf("demo: A's delayed publication with epoch %d arrived late and was refused at the file destination: superseded, %s holds epoch %d",
+			n, demoTarget, m), "worker", "A", "intent_id", aLateID, "result", string(lrec.Result))
+	case frec.Status == outbox.StatusSucceeded:
+		return fmt.Errorf("the file destination did not refuse A's stale publication: %s", lrec.Status)
 	}
 
 	// 8. What is published.
@@ -734,6 +748,25 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 	log.Info(fmt.Sprintf("demo: done. B's report (epoch %d) is published and mailed once; A's stale write (epoch %d) changed nothing. Browse %s; Ctrl-C to stop.",
 		m, n, d.adminURL))
 	return nil
+}
+
+// demoEnqueueParked enqueues in and, in the same transaction, parks it under
+// a long claim of a dispatcher that does not exist, so no dispatcher relays
+// it until the demo clears the claim.
+func (d *devEnv) demoEnqueueParked(ctx context.Context, ob *outbox.Client, in outbox.Intent) (int64, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	res, err := ob.EnqueueTx(ctx, tx, in)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE intents SET claimed_by = 'demo: in transit', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
+		return 0, err
+	}
+	return res.IntentID, tx.Commit(ctx)
 }
 
 // demoAcquire takes the demo resource's lease for holder, waiting while
