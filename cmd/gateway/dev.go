@@ -632,7 +632,7 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 	// 2. A pauses (a GC pause, a stalled VM): here the sleep is the
 	// scenario. Its lease runs out meanwhile.
 	pausedAt := time.Now()
-	log.Info(fmt.Sprintf("demo: A prepares \"report by A, epoch %d\" and pauses (GC pause, stalled VM) for %s; its %s lease runs out", n, demoPause, demoTTL), "worker", "A")
+	log.Info(fmt.Sprintf("demo: A pauses (GC pause, stalled VM) for %s before its next write; its %s lease runs out", demoPause, demoTTL), "worker", "A")
 
 	// 3. B, waiting for the lease, gets it once A's has expired — by
 	// PostgreSQL's clock — with the next epoch.
