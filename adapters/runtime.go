@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -585,7 +586,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 // retryable handles an attempt that definitely did not perform the effect.
 func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, log *slog.Logger) (verdict, time.Duration, error) {
 	// Give the key back first, so the next attempt gets Execute at once.
-	if err := r.store.Release(ctx, req.Kind, req.IdempotencyKey, d.Token); err != nil {
+	if err := r.persist(ctx, func() error { return r.store.Release(ctx, req.Kind, req.IdempotencyKey, d.Token) }); err != nil {
 		return 0, 0, fmt.Errorf("release key: %w", err)
 	}
 	if req.Attempt >= r.cfg.MaxAttempts {
@@ -612,9 +613,12 @@ func (r *Runtime) hold(ctx context.Context, req Request, d idempotency.Decision,
 }
 
 func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string) (verdict, time.Duration, error) {
-	_, err := r.store.Complete(ctx, idempotency.Completion{
-		Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID,
-		Status: out.Status, Result: out.Result, Error: errMsg,
+	err := r.persist(ctx, func() error {
+		_, err := r.store.Complete(ctx, idempotency.Completion{
+			Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID,
+			Status: out.Status, Result: out.Result, Error: errMsg,
+		})
+		return err
 	})
 	if errors.Is(err, idempotency.ErrLostOwnership) {
 		// Another attempt took the key over (our lock expired mid-effect):
@@ -626,4 +630,37 @@ func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decis
 		return 0, 0, fmt.Errorf("record outcome: %w", err)
 	}
 	return ack, 0, nil
+}
+
+// persist runs a write that records what this attempt knows (an outcome,
+// a release), retrying it with backoff while PostgreSQL is unreachable —
+// restarting, failing over — for up to half the AckWait. Giving up at once
+// would leave the key owned by this attempt until its lock expires
+// (LockTimeout), and the intent would wait that long for a recovery that
+// looks up what this attempt already knew. Completing and releasing are
+// idempotent for the same token, so a retry after a lost answer is safe.
+// Ownership and validation errors are not retried.
+func (r *Runtime) persist(ctx context.Context, write func() error) error {
+	bo := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(r.cfg.AckWait/2),
+	)
+	for {
+		err := write()
+		if err == nil || errors.Is(err, idempotency.ErrLostOwnership) || errors.Is(err, idempotency.ErrInvalid) ||
+			errors.Is(err, idempotency.ErrIntentNotFound) {
+			return err
+		}
+		wait := bo.NextBackOff()
+		if wait == backoff.Stop {
+			return err
+		}
+		r.cfg.Logger.Warn("adapters: recording failed; retrying", "error", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }

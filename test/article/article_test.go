@@ -58,7 +58,10 @@ func (e *env) start(fp string, args ...string) *ft.Proc {
 func (e *env) run(fp, natsURL string, args ...string) *ft.Proc {
 	e.t.Helper()
 	base := []string{"run", "--nats-url", natsURL, "--poll-interval", "100ms",
-		"--relay-timeout", "2s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "debug"}
+		"--relay-timeout", "2s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "debug",
+		// An attempt cut off by a restart (its outcome not recorded) is
+		// recovered by lookup once its key's lock expires.
+		"--execute-timeout", "4s", "--idempotency-lock-timeout", "10s"}
 	return e.start(fp, append(base, args...)...)
 }
 
@@ -306,9 +309,9 @@ func TestArticle2PauseAndCrashBetweenApplyAndAnswer(t *testing.T) {
 }
 
 // expireAbandoned stands in for waiting out the idempotency lock timeout
-// (5 minutes; `gateway run` has no flag for it) once the process that owned
-// a key is dead: the key's lock expires now, so the redelivery treats the
-// attempt as abandoned. Only keys whose owner is known dead are touched.
+// (10 s here, --idempotency-lock-timeout) once the process that owned a key
+// is dead: the key's lock expires now, so the redelivery treats the attempt
+// as abandoned at once. Only keys whose owner is known dead are touched.
 func expireAbandoned(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(),

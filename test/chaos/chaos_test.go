@@ -124,7 +124,8 @@ func TestChaos(t *testing.T) {
 	const domain = "chaos.fencegate.test"
 	runArgs := []string{"run", "--nats-url", ns.URL, "--adapters", "email,file", "--file-root", root,
 		"--smtp-addr", mp.SMTPAddr, "--mail-lookup", "mailpit", "--mailpit-url", mp.BaseURL, "--mail-domain", domain,
-		"--poll-interval", "200ms", "--relay-timeout", "3s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "warn"}
+		"--poll-interval", "200ms", "--relay-timeout", "3s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "warn",
+		"--execute-timeout", "4s", "--idempotency-lock-timeout", "10s"}
 	gateways := make([]*ft.Proc, nGateways)
 	startGateway := func(i int, fp string) {
 		var env []string
@@ -211,8 +212,8 @@ func TestChaos(t *testing.T) {
 	}
 	// Drain. Every gateway is killed, so no attempt is in flight; the
 	// idempotency locks of attempts abandoned by killed processes are then
-	// expired, standing in for their 5-minute lock timeout (gateway run has
-	// no flag for it); fresh gateways recover them by lookup.
+	// expired at once, standing in for their 10 s lock timeout; fresh
+	// gateways recover them by lookup.
 	for _, g := range gateways {
 		g.Kill()
 	}
