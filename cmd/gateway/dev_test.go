@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,29 +21,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// devOutput is a buffer safe for a process writing while a test reads.
-type devOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *devOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *devOutput) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
-
 // devProc is a running `gateway dev`.
 type devProc struct {
 	cmd     *exec.Cmd
-	stderr  *devOutput
-	extra   *devOutput // stdout after the ready object: must stay empty
+	stderr  *syncBuffer
+	extra   *syncBuffer // stdout after the ready object: must stay empty
 	ready   devReady
 	readyIn time.Duration
 	done    chan struct{}
@@ -74,7 +55,7 @@ func startDev(t *testing.T, args ...string) *devProc {
 		}
 	}
 	cmd.Env = env
-	p := &devProc{cmd: cmd, stderr: &devOutput{}, extra: &devOutput{}, done: make(chan struct{})}
+	p := &devProc{cmd: cmd, stderr: &syncBuffer{}, extra: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
