@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -186,9 +185,6 @@ func TestEnqueueBatchConcurrentNoDeadlock(t *testing.T) {
 	}
 }
 
-// enqueueFunc enqueues one intent the way a test variant does it.
-type enqueueFunc func(ctx context.Context, in outbox.Intent) (outbox.Result, error)
-
 // The race test's checkers, run against group commit and EnqueueBatch: no
 // accepted intent carries an epoch older than one granted before it
 // started, or than the current one when it committed.
@@ -201,7 +197,7 @@ func TestNoStaleUnderTakeoversGroupAndBatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raceWith(t, b, gc.Enqueue)
+		raceWith(t, b, gc.Enqueue, 2*time.Second)
 	})
 	t.Run("batch", func(t *testing.T) {
 		t.Parallel()
@@ -215,114 +211,8 @@ func TestNoStaleUnderTakeoversGroupAndBatch(t *testing.T) {
 				return outbox.Result{}, err
 			}
 			return res[1].Result, res[1].Err
-		})
+		}, 2*time.Second)
 	})
-}
-
-func raceWith(t *testing.T, b bundle, enqueue enqueueFunc) {
-	ctx := context.Background()
-	resources := []string{"res-0", "res-1", "res-2"}
-	installGrantLog(t, b)
-	stop := time.Now().Add(2 * time.Second)
-	var mu sync.Mutex
-	var grants, enqueues []op
-	record := func(list *[]op, o op) {
-		mu.Lock()
-		*list = append(*list, o)
-		mu.Unlock()
-	}
-	var wg sync.WaitGroup
-	errc := make(chan error, 64)
-	for w := range 4 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 1))
-			for i := 0; time.Now().Before(stop); i++ {
-				res := resources[rng.IntN(len(resources))]
-				start := time.Now()
-				l, err := b.issuer.Acquire(ctx, res, fmt.Sprintf("holder-%d-%d", w, i), 10*time.Millisecond)
-				end := time.Now()
-				if err == nil {
-					record(&grants, op{resource: res, epoch: l.Epoch, start: start, end: end, accepted: true})
-				}
-				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
-			}
-		})
-	}
-	for w := range 12 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 2))
-			for i := 0; time.Now().Before(stop); i++ {
-				res := resources[rng.IntN(len(resources))]
-				cur, err := b.issuer.Get(ctx, res)
-				if err != nil {
-					errc <- err
-					return
-				}
-				if cur.Epoch == 0 {
-					continue
-				}
-				if rng.IntN(2) == 0 {
-					time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
-				}
-				opID := fmt.Sprintf("w%d-%d", w, i)
-				start := time.Now()
-				_, err = enqueue(ctx, emailIntent(res, cur.Epoch, opID))
-				end := time.Now()
-				switch {
-				case err == nil:
-					record(&enqueues, op{resource: res, epoch: cur.Epoch, start: start, end: end, accepted: true, worker: w, opID: opID})
-				case errors.Is(err, outbox.ErrStaleEpoch):
-					record(&enqueues, op{resource: res, epoch: cur.Epoch, start: start, end: end, worker: w, opID: opID})
-				default:
-					errc <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Fatalf("unexpected error: %v", err)
-	}
-	accepted := 0
-	for _, e := range enqueues {
-		if e.accepted {
-			accepted++
-		}
-	}
-	if len(grants) < 20 || accepted < 20 || len(enqueues)-accepted < 5 {
-		t.Fatalf("too little contention: grants %d, accepted %d, rejected %d", len(grants), accepted, len(enqueues)-accepted)
-	}
-	if v := checkNoStaleAccepted(grants, enqueues); len(v) > 0 {
-		t.Fatalf("%d stale accepted, e.g. %s", len(v), v[0])
-	}
-	if v := checkCommitOrder(t, b); len(v) > 0 {
-		t.Fatalf("%d intents committed with a non-current epoch, e.g. %s", len(v), v[0])
-	}
-	var stored []string
-	rows, err := b.pool.Query(ctx, `SELECT resource_id || '/' || operation_id FROM intents WHERE resource_id NOT LIKE 'filler-%'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		stored = append(stored, s)
-	}
-	var want []string
-	for _, e := range enqueues {
-		if e.accepted {
-			want = append(want, e.resource+"/"+e.opID)
-		}
-	}
-	sort.Strings(stored)
-	sort.Strings(want)
-	if fmt.Sprint(stored) != fmt.Sprint(want) {
-		t.Fatalf("stored %d intents, accepted %d; they differ", len(stored), len(want))
-	}
 }
 
 // Group commit: many concurrent callers share transactions, and each gets
