@@ -10,10 +10,12 @@ test:
 clean:
 	rm -rf bin var
 
-# The randomized fault run (test/chaos, internal/chaos): worker processes,
-# gateway processes, nats-server and PostgreSQL under a seeded nemesis, then
-# the history checker. SEED=0 picks a random seed (printed; replay with it).
+# The randomized fault run (test/chaos, internal/chaos; not part of `make
+# test`): worker processes, gateway processes, nats-server and PostgreSQL
+# under a seeded nemesis, then the history checker. Same tool setup as
+# `make test` (scripts/tools.sh). SEED=0 picks a random seed (printed;
+# replay with it).
 SEED ?= 0
-DURATION ?= 90s
+DURATION ?= 60s
 chaos:
-	go test -count=1 -timeout 0 -run '^TestChaos$$' -v ./test/chaos/ -chaos.seed=$(SEED) -chaos.duration=$(DURATION)
+	scripts/chaos.sh $(SEED) $(DURATION)

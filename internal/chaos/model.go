@@ -9,14 +9,24 @@ import (
 )
 
 // register is the model's state of one resource: the current epoch, its
-// holder, and whether a live lease may exist. Lease expiry is judged by
-// PostgreSQL's clock, invisible to the history, so the model lets a lease
-// expire at any moment (a takeover is always allowed) but never lets an
-// epoch repeat, skip, or go back.
+// holder, whether a live lease may exist, and whether it was released.
+// Lease expiry is judged by PostgreSQL's clock, invisible to the history,
+// so the model lets a lease expire at any moment (a takeover is always
+// allowed). The rule it enforces on grants is the public one: every
+// successful acquire returns an epoch higher than every epoch granted
+// before for that resource — also to the holder that already holds the
+// lease, and also when two workers share one holder id (the holder is
+// the lease's identity, the worker only the porcupine client).
+//
+// unknown marks a state after an acquire whose outcome was lost and which
+// took effect: the current epoch is then some value above epoch (the
+// issuer picked it; nobody saw it) until an operation reveals it.
 type register struct {
-	epoch  int64
-	holder string
-	held   bool
+	epoch    int64
+	unknown  bool
+	holder   string
+	held     bool
+	released bool
 }
 
 // Linearizable checks the lease/epoch register history (acquire, renew,
@@ -78,52 +88,74 @@ func Linearizable(ops []Op, timeout float64) (bad map[string][]Op, conclusive bo
 // step returns the states the register can be in after o, given s; none
 // when o's outcome is impossible from s.
 func step(s register, o Op) []any {
-	granted := register{epoch: s.epoch + 1, holder: o.Holder, held: true}
-	kept := s.held && s.holder == o.Holder
+	// is reports whether epoch e can be the current epoch in s.
+	is := func(e int64) bool {
+		if s.unknown {
+			return e > s.epoch
+		}
+		return e == s.epoch
+	}
+	known := func(e int64) register { r := s; r.epoch, r.unknown = e, false; return r }
 	switch o.Kind {
 	case "acquire":
 		switch o.Result {
 		case "ok":
-			var next []any
-			if o.OutEpoch == s.epoch+1 {
-				next = append(next, granted)
+			// Higher than every epoch granted before: above the current
+			// one, which in an unknown state is itself above s.epoch.
+			floor := s.epoch
+			if s.unknown {
+				floor++
 			}
-			// A same-holder re-acquire of a live lease keeps the epoch.
-			if kept && o.OutEpoch == s.epoch {
-				next = append(next, s)
+			if o.OutEpoch > floor {
+				return []any{register{epoch: o.OutEpoch, holder: o.Holder, held: true}}
 			}
-			return next
+			return nil
 		case "held":
-			if s.held && s.holder != o.Holder && o.OutEpoch == s.epoch {
-				return []any{s}
+			// Only another holder's live lease refuses an acquire: the same
+			// holder gets a new epoch.
+			if s.held && s.holder != o.Holder && s.holder == o.OutHolder && is(o.OutEpoch) {
+				return []any{known(o.OutEpoch)}
 			}
 			return nil
 		case "unknown":
-			next := []any{s, granted}
-			return next
+			return []any{s, register{epoch: s.epoch, unknown: true, holder: o.Holder, held: true}}
 		default:
 			return []any{s}
 		}
 	case "renew":
+		ok := s.holder == o.Holder && !s.released && is(o.Epoch)
 		switch o.Result {
 		case "ok":
-			if s.epoch == o.Epoch && s.holder == o.Holder && o.OutEpoch == o.Epoch {
-				return []any{register{epoch: s.epoch, holder: s.holder, held: true}}
+			if ok && o.OutEpoch == o.Epoch {
+				r := known(o.Epoch)
+				r.held = true
+				return []any{r}
 			}
 			return nil
+		case "unknown":
+			if ok {
+				r := known(o.Epoch)
+				r.held = true
+				return []any{s, r}
+			}
+			return []any{s}
 		default:
 			return []any{s}
 		}
 	case "release":
-		released := register{epoch: s.epoch, holder: s.holder}
+		// Releasing the current epoch's lease succeeds for its holder, and
+		// again once it is released.
+		ok := is(o.Epoch) && (s.holder == o.Holder || (s.released && !s.unknown))
+		released := known(o.Epoch)
+		released.held, released.released = false, true
 		switch o.Result {
 		case "ok":
-			if s.epoch == o.Epoch && s.holder == o.Holder {
+			if ok {
 				return []any{released}
 			}
 			return nil
 		case "unknown":
-			if s.epoch == o.Epoch && s.holder == o.Holder {
+			if ok {
 				return []any{s, released}
 			}
 			return []any{s}
@@ -133,12 +165,12 @@ func step(s register, o Op) []any {
 	case "enqueue":
 		switch o.Result {
 		case "ok": // inserted: the supplied epoch was the current one
-			if o.Epoch == s.epoch {
-				return []any{s}
+			if is(o.Epoch) {
+				return []any{known(o.Epoch)}
 			}
 			return nil
 		case "stale":
-			if o.Epoch != s.epoch {
+			if s.unknown || o.Epoch != s.epoch {
 				return []any{s}
 			}
 			return nil

@@ -79,9 +79,17 @@ func goBinDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("go env GOBIN GOPATH: %w", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) > 0 && strings.TrimSpace(lines[0]) != "" {
-		return strings.TrimSpace(lines[0]), nil
+	return binDirFromGoEnv(string(out))
+}
+
+// binDirFromGoEnv returns where `go install` puts binaries, from the output
+// of `go env GOBIN GOPATH`: one line per variable, GOBIN first.
+func binDirFromGoEnv(out string) (string, error) {
+	// Split before trimming: with GOBIN unset the first line is empty, and
+	// trimming the whole output first would shift GOPATH into GOBIN's place.
+	lines := strings.Split(out, "\n")
+	if gobin := strings.TrimSpace(lines[0]); gobin != "" {
+		return gobin, nil
 	}
 	if len(lines) < 2 || strings.TrimSpace(lines[1]) == "" {
 		return "", errors.New("go env: neither GOBIN nor GOPATH is set")

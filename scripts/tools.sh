@@ -1,0 +1,73 @@
+# Tool setup shared by scripts/test.sh and scripts/chaos.sh (sourced, not
+# run). Works on a fresh machine with nothing installed but Go and the
+# PostgreSQL binaries, GOBIN set or not: each tool is found, or built once,
+# and its path exported for the tests.
+#
+#   setup_mailpit   MAILPIT_BIN: $MAILPIT_BIN, mailpit on $PATH, or
+#                   $(go env GOBIN) / the first $(go env GOPATH) entry's bin,
+#                   built with go install when missing (40 s to 2 min, once)
+#   setup_nats      NATS_SERVER_BIN: $NATS_SERVER_BIN, or bin/nats-server
+#                   built from the module version in go.mod when missing or
+#                   older than go.mod
+#   setup_chromium  CHROMIUM_BIN for the admin pages' browser test,
+#                   installed from Debian's packages as root when missing
+
+# go_bin_dir prints where `go install` puts binaries.
+go_bin_dir() {
+	local gobin gopath
+	gobin="$(go env GOBIN)"
+	if [ -n "$gobin" ]; then echo "$gobin"; return; fi
+	gopath="$(go env GOPATH)"
+	echo "${gopath%%:*}/bin"
+}
+
+setup_mailpit() {
+	if [ -z "${MAILPIT_BIN:-}" ]; then
+		if command -v mailpit >/dev/null 2>&1; then
+			MAILPIT_BIN="$(command -v mailpit)"
+		else
+			local gobin
+			gobin="$(go_bin_dir)"
+			if [ ! -x "$gobin/mailpit" ]; then
+				echo "building mailpit (once)…"
+				# Outside the module, so the install cannot touch go.mod.
+				(cd /tmp && GOFLAGS=-mod=mod go install github.com/axllent/mailpit@v1.33.1)
+			fi
+			MAILPIT_BIN="$gobin/mailpit"
+		fi
+	fi
+	if [ ! -x "$MAILPIT_BIN" ]; then
+		echo "mailpit: $MAILPIT_BIN is not an executable file"; return 1
+	fi
+	export MAILPIT_BIN
+	echo "mailpit: $MAILPIT_BIN"
+}
+
+setup_nats() {
+	if [ -z "${NATS_SERVER_BIN:-}" ]; then
+		NATS_SERVER_BIN="$PWD/bin/nats-server"
+		if [ ! -x "$NATS_SERVER_BIN" ] || [ go.mod -nt "$NATS_SERVER_BIN" ]; then
+			echo "building nats-server from go.mod's version…"
+			go build -o "$NATS_SERVER_BIN" github.com/nats-io/nats-server/v2
+		fi
+	fi
+	export NATS_SERVER_BIN
+	echo "nats-server: $NATS_SERVER_BIN"
+}
+
+setup_chromium() {
+	if [ -z "${CHROMIUM_BIN:-}" ]; then
+		if ! command -v chromium >/dev/null 2>&1; then
+			if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+				echo "installing chromium (once): apt-get update && apt-get install -y chromium"
+				apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
+					echo "installing chromium failed"
+			else
+				echo "chromium is missing and this is not root: install it (apt-get install -y chromium) or set CHROMIUM_BIN"
+			fi
+		fi
+		CHROMIUM_BIN="$(command -v chromium || true)"
+	fi
+	export CHROMIUM_BIN
+	echo "chromium: ${CHROMIUM_BIN:-missing (the browser test will fail)}"
+}
