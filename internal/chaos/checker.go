@@ -2,126 +2,106 @@ package chaos
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
-	"github.com/fencegate/fencegate/internal/smtptest"
 )
 
-// InstallLogs adds the test-only commit-order logs to a chaos database:
-// grant_log gets a row in the transaction of every change of a resource's
-// epoch, intent_log one in the transaction that inserted an intent (the
-// intents row itself is updated later, so its xmin is not the inserting
-// transaction's). With track_commit_timestamp on, their xmin commit
-// timestamps order grants and intent commits.
-func InstallLogs(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `
-		CREATE TABLE chaos_grant_log (resource_id text NOT NULL, epoch bigint NOT NULL);
-		CREATE FUNCTION chaos_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.epoch > 0 AND (TG_OP = 'INSERT' OR NEW.epoch <> OLD.epoch) THEN
-				INSERT INTO chaos_grant_log VALUES (NEW.resource_id, NEW.epoch);
-			END IF;
-			RETURN NULL;
-		END $$;
-		CREATE TRIGGER chaos_log_grant AFTER INSERT OR UPDATE ON resources FOR EACH ROW EXECUTE FUNCTION chaos_log_grant();
-		CREATE TABLE chaos_intent_log (intent_id bigint NOT NULL, resource_id text NOT NULL, epoch bigint NOT NULL, operation_id text NOT NULL);
-		CREATE FUNCTION chaos_log_intent() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			INSERT INTO chaos_intent_log VALUES (NEW.intent_id, NEW.resource_id, NEW.epoch, NEW.operation_id);
-			RETURN NULL;
-		END $$;
-		CREATE TRIGGER chaos_log_intent AFTER INSERT ON intents FOR EACH ROW EXECUTE FUNCTION chaos_log_intent();`)
-	return err
+// Violation is one broken invariant.
+type Violation struct {
+	// Invariant names the rule: I1–I9 or L (README, "Guarantees and how
+	// we test them").
+	Invariant string
+	// Message says what is wrong.
+	Message string
+	// Evidence is the offending part of the history and the state.
+	Evidence string
 }
 
-// Env is what the checker reads besides the history.
-type Env struct {
-	Pool       *pgxpool.Pool
-	MailpitURL string
-	MailDomain string
-	FileRoot   string
-}
+// String returns "Invariant: Message".
+func (v Violation) String() string { return v.Invariant + ": " + v.Message }
 
 // Report is the checker's verdict.
 type Report struct {
-	Violations []string
-	// Evidence holds, per violation, the offending part of the history.
-	Evidence []string
+	Violations []Violation
 	// Stats counts what was checked.
 	Stats map[string]int
 }
 
-func (r *Report) add(v string, evidence ...string) {
-	r.Violations = append(r.Violations, v)
-	r.Evidence = append(r.Evidence, strings.Join(evidence, "\n"))
+// Count returns how many violations of invariant the report holds.
+func (r *Report) Count(invariant string) int {
+	n := 0
+	for _, v := range r.Violations {
+		if v.Invariant == invariant {
+			n++
+		}
+	}
+	return n
 }
 
-type intentRow struct {
-	id       int64
-	res      string
-	epoch    int64
-	opID     string
-	kind     string
-	key      string
-	payload  string
-	status   string
-	result   []byte
-	commitTS time.Time
+func (r *Report) add(inv, msg string, evidence ...string) {
+	r.Violations = append(r.Violations, Violation{Invariant: inv, Message: msg, Evidence: strings.Join(evidence, "\n")})
 }
 
-// Check verifies I1–I6 and the register's linearizability after the run
-// has drained.
+// Check reads what the run left behind (Observe) and verifies the history
+// against it (Verify). Call it after the run has drained.
 func Check(ctx context.Context, env Env, ops []Op) (*Report, error) {
-	r := &Report{Stats: map[string]int{}}
-	intents, err := loadIntents(ctx, env.Pool)
+	obs, err := Observe(ctx, env, ops)
 	if err != nil {
 		return nil, err
 	}
-	byOp := map[string]intentRow{}
-	for _, in := range intents {
-		byOp[in.res+"\x00"+in.opID] = in
+	return Verify(obs, ops), nil
+}
+
+// Verify checks the invariants I1–I9 and the register's linearizability
+// (L) of the history ops against the observed state:
+//
+//	I1 every intent committed with its resource's current epoch
+//	I2 a file target's published epoch never decreases; its content is
+//	   the current publication's
+//	I3 at most one effect per business key where the mode promises one
+//	   (messages per Message-ID, publications per key)
+//	I4 every intent terminal after the drain; acknowledged at the epoch
+//	   stored
+//	I5 no effect without a committed intent
+//	I6 a reused operation id with different content never stored
+//	I7 a recorded status never contradicts the effect: superseded,
+//	   cancelled or failed while the effect is at the destination, or
+//	   succeeded while it is not
+//	I8 nothing acknowledged is lost: every acknowledged grant and enqueue
+//	   is in the database (also after PostgreSQL crashes)
+//	I9 an epoch is granted at most once per resource
+//	L  the lease/epoch register history is linearizable (porcupine)
+func Verify(obs *Observed, ops []Op) *Report {
+	r := &Report{Stats: map[string]int{}}
+	byOp := map[string]Intent{}
+	for _, in := range obs.Intents {
+		byOp[in.Resource+"\x00"+in.OpID] = in
 	}
-	r.Stats["intents"] = len(intents)
+	r.Stats["intents"] = len(obs.Intents)
 	r.Stats["operations"] = len(ops)
 	for _, o := range ops {
 		r.Stats[o.Kind+"/"+o.Result]++
 	}
-
-	// I1: commit order.
-	if err := checkCommitOrder(ctx, env.Pool, r); err != nil {
-		return nil, err
+	for _, n := range obs.LateStores {
+		r.Stats["late_stores"] += n
 	}
 
-	// I4: every committed intent is terminal; every acknowledged enqueue
-	// is in the outbox, as acknowledged.
-	for _, in := range intents {
-		if in.status == "pending" || in.status == "relayed" {
-			r.add(fmt.Sprintf("I4: intent %d (%s/%s) is still %s after the drain", in.id, in.res, in.opID, in.status))
+	checkCommitOrder(obs, r)
+	checkAcknowledged(obs, ops, byOp, r)
+	checkGrants(obs, ops, r)
+
+	// I4: every committed intent is terminal.
+	for _, in := range obs.Intents {
+		if in.Status == "pending" || in.Status == "relayed" {
+			r.add("I4", fmt.Sprintf("intent %d (%s/%s) is still %s after the drain", in.ID, in.Resource, in.OpID, in.Status))
 		}
-		r.Stats["status/"+in.status]++
-	}
-	for _, o := range ops {
-		if o.Kind != "enqueue" || o.Result != "ok" {
-			continue
-		}
-		in, ok := byOp[o.Resource+"\x00"+o.OpID]
-		if !ok || in.id != o.IntentID {
-			r.add(fmt.Sprintf("I4: acknowledged enqueue %s/%s (intent %d) is not in the outbox", o.Resource, o.OpID, o.IntentID), o.String())
-		} else if !o.Duplicate && in.epoch != o.Epoch {
-			r.add(fmt.Sprintf("I4: enqueue %s/%s acknowledged at epoch %d, stored at %d", o.Resource, o.OpID, o.Epoch, in.epoch), o.String())
-		}
+		r.Stats["status/"+in.Status]++
 	}
 
 	// I6: an operation id reused with different content is never stored
@@ -132,70 +112,28 @@ func Check(ctx context.Context, env Env, ops []Op) (*Report, error) {
 		}
 		r.Stats["reuse_attempts"]++
 		if o.Result == "ok" {
-			r.add(fmt.Sprintf("I6: reuse of operation id %s/%s with different content was accepted", o.Resource, o.OpID), o.String())
+			r.add("I6", fmt.Sprintf("reuse of operation id %s/%s with different content was accepted", o.Resource, o.OpID), o.String())
 		}
-		if in, ok := byOp[o.Resource+"\x00"+o.OpID]; ok && jsonEq(in.payload, o.Payload) {
-			r.add(fmt.Sprintf("I6: intent %d stores the refused content of a reused operation id", in.id), o.String())
-		}
-	}
-	for _, in := range intents {
-		if strings.Contains(in.payload, "CONFLICT") {
-			r.add(fmt.Sprintf("I6: intent %d carries refused content", in.id))
+		if in, ok := byOp[o.Resource+"\x00"+o.OpID]; ok && jsonEq(in.Payload, o.Payload) {
+			r.add("I6", fmt.Sprintf("intent %d stores the refused content of a reused operation id", in.ID), o.String())
 		}
 	}
-
-	// Email: I3 (at most one message per business key) and I5 (no message
-	// without a committed intent of its key).
-	keys := map[string]bool{}
-	committedKeys := map[string][]intentRow{}
-	for _, o := range ops {
-		if o.Kind == "enqueue" && o.IntentKnd == "email" {
-			keys[o.Key] = true
-		}
-	}
-	for _, in := range intents {
-		if in.kind == "email" {
-			committedKeys[in.key] = append(committedKeys[in.key], in)
-		}
-	}
-	sortedKeys := make([]string, 0, len(keys))
-	for k := range keys {
-		sortedKeys = append(sortedKeys, k)
-	}
-	sort.Strings(sortedKeys)
-	for _, k := range sortedKeys {
-		c, cancel := context.WithTimeout(ctx, 20*time.Second)
-		n, err := smtptest.CountMessageID(c, env.MailpitURL, email.MessageID(k, env.MailDomain))
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("mailpit: %w", err)
-		}
-		r.Stats["email_messages"] += n
-		succeeded := false
-		for _, in := range committedKeys[k] {
-			succeeded = succeeded || in.status == "succeeded"
-		}
-		switch {
-		case n > 1:
-			r.add(fmt.Sprintf("I3: %d messages with the Message-ID of business key %q, want at most 1", n, k), describeIntents(committedKeys[k]))
-		case n == 1 && len(committedKeys[k]) == 0:
-			r.add(fmt.Sprintf("I5: a message for business key %q, but no committed intent has that key", k))
-		case n == 0 && succeeded:
-			r.add(fmt.Sprintf("I5/lookup: an intent of key %q succeeded but Mailpit holds no message", k), describeIntents(committedKeys[k]))
+	for _, in := range obs.Intents {
+		if strings.Contains(in.Payload, "CONFLICT") {
+			r.add("I6", fmt.Sprintf("intent %d carries refused content", in.ID))
 		}
 	}
 
-	// Files: I2, I3, I5, I6 from the destination's manifest.
-	if err := checkFiles(env, intents, r); err != nil {
-		return nil, err
-	}
+	checkEmail(obs, r)
+	checkFiles(obs, r)
 
-	// The lease/epoch register's history is linearizable.
+	// L: the lease/epoch register's history is linearizable.
 	bad, conclusive := Linearizable(ops, 60)
 	if !conclusive {
 		r.Stats["linearizability_inconclusive"] = 1
 	}
-	for res, hist := range bad {
+	for _, res := range sortedKeys(bad) {
+		hist := bad[res]
 		lines := make([]string, 0, len(hist))
 		for _, o := range hist {
 			lines = append(lines, o.String())
@@ -203,15 +141,257 @@ func Check(ctx context.Context, env Env, ops []Op) (*Report, error) {
 		if len(lines) > 60 {
 			lines = lines[len(lines)-60:]
 		}
-		r.add(fmt.Sprintf("linearizability: the lease/epoch history of %s is not linearizable", res), lines...)
+		r.add("L", fmt.Sprintf("the lease/epoch history of %s is not linearizable", res), lines...)
 	}
-	return r, nil
+	return r
 }
 
-func describeIntents(ins []intentRow) string {
+// crashAfter describes the first PostgreSQL crash after mono time t.
+func crashAfter(obs *Observed, t int64) string {
+	for _, c := range obs.Crashes {
+		if c >= t {
+			return fmt.Sprintf("; PostgreSQL was killed (-9) %s after the acknowledgement", time.Duration(c-t).Round(time.Millisecond))
+		}
+	}
+	return ""
+}
+
+// checkAcknowledged verifies I8 and I4 for enqueues: every acknowledged
+// enqueue is in the outbox, as acknowledged; and I8 for grants: every
+// acknowledged grant is in the grant log with its holder, and no resource
+// ended below an acknowledged epoch.
+func checkAcknowledged(obs *Observed, ops []Op, byOp map[string]Intent, r *Report) {
+	for _, o := range ops {
+		if o.Kind != "enqueue" || o.Result != "ok" {
+			continue
+		}
+		in, ok := byOp[o.Resource+"\x00"+o.OpID]
+		switch {
+		case !ok:
+			r.add("I8", fmt.Sprintf("acknowledged enqueue %s/%s (intent %d) is not in the outbox%s", o.Resource, o.OpID, o.IntentID, crashAfter(obs, o.Ret)), o.String())
+		case in.ID != o.IntentID:
+			r.add("I8", fmt.Sprintf("acknowledged enqueue %s/%s was intent %d; the outbox has intent %d for it%s", o.Resource, o.OpID, o.IntentID, in.ID, crashAfter(obs, o.Ret)), o.String())
+		case !o.Duplicate && in.Epoch != o.Epoch:
+			r.add("I4", fmt.Sprintf("enqueue %s/%s acknowledged at epoch %d, stored at %d", o.Resource, o.OpID, o.Epoch, in.Epoch), o.String())
+		}
+	}
+	logged := map[string][]string{} // resource/epoch -> holders
+	for _, g := range obs.Grants {
+		k := fmt.Sprintf("%s/%d", g.Resource, g.Epoch)
+		logged[k] = append(logged[k], g.Holder)
+	}
+	for _, o := range ops {
+		if o.Kind != "acquire" || o.Result != "ok" {
+			continue
+		}
+		r.Stats["acknowledged_grants"]++
+		holders := logged[fmt.Sprintf("%s/%d", o.Resource, o.OutEpoch)]
+		found := false
+		for _, h := range holders {
+			found = found || h == o.Holder
+		}
+		if !found {
+			what := "the database has no grant of that epoch"
+			if len(holders) > 0 {
+				what = fmt.Sprintf("the database granted that epoch to %q", strings.Join(holders, `", "`))
+			}
+			r.add("I8", fmt.Sprintf("acknowledged grant of epoch %d on %s to %q is lost: %s%s", o.OutEpoch, o.Resource, o.Holder, what, crashAfter(obs, o.Ret)), o.String())
+		}
+		if cur, ok := obs.Epochs[o.Resource]; !ok || cur < o.OutEpoch {
+			r.add("I8", fmt.Sprintf("%s ended at epoch %d, below the acknowledged epoch %d%s", o.Resource, cur, o.OutEpoch, crashAfter(obs, o.Ret)), o.String())
+		}
+	}
+}
+
+// checkGrants verifies I9: no two acknowledged acquires got the same epoch
+// of one resource, and the database changed a resource to one epoch once.
+func checkGrants(obs *Observed, ops []Op, r *Report) {
+	acks := map[string][]Op{}
+	for _, o := range ops {
+		if o.Kind == "acquire" && o.Result == "ok" {
+			k := fmt.Sprintf("%s epoch %d", o.Resource, o.OutEpoch)
+			acks[k] = append(acks[k], o)
+		}
+	}
+	for _, k := range sortedKeys(acks) {
+		if as := acks[k]; len(as) > 1 {
+			lines := make([]string, 0, len(as))
+			holders := make([]string, 0, len(as))
+			for _, o := range as {
+				lines = append(lines, o.String())
+				holders = append(holders, fmt.Sprintf("%s (worker %s)", o.Holder, o.Worker))
+			}
+			r.add("I9", fmt.Sprintf("%s was granted %d times: to %s", k, len(as), strings.Join(holders, ", ")), lines...)
+		}
+	}
+	logged := map[string]int{}
+	for _, g := range obs.Grants {
+		logged[fmt.Sprintf("%s epoch %d", g.Resource, g.Epoch)]++
+	}
+	for _, k := range sortedKeys(logged) {
+		if n := logged[k]; n > 1 {
+			r.add("I9", fmt.Sprintf("the database changed %s to %s %d times", strings.SplitN(k, " ", 2)[0], strings.SplitN(k, " ", 2)[1], n))
+		}
+	}
+}
+
+// checkCommitOrder verifies I1: ordered by commit timestamp, every intent
+// carries the highest epoch granted on its resource before it committed.
+func checkCommitOrder(obs *Observed, r *Report) {
+	type ev struct {
+		res   string
+		epoch int64
+		ts    time.Time
+		grant bool
+		what  string
+	}
+	evs := make([]ev, 0, len(obs.Grants)+len(obs.Intents))
+	for _, g := range obs.Grants {
+		evs = append(evs, ev{res: g.Resource, epoch: g.Epoch, ts: g.Committed, grant: true, what: "grant to " + g.Holder})
+	}
+	for _, in := range obs.Intents {
+		evs = append(evs, ev{res: in.Resource, epoch: in.Epoch, ts: in.Committed, what: fmt.Sprintf("intent %d op %s", in.ID, in.OpID)})
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts.Before(evs[j].ts) })
+	current := map[string]int64{}
+	for i, e := range evs {
+		if e.grant {
+			if e.epoch < current[e.res] {
+				r.add("I1", fmt.Sprintf("epoch of %s went back from %d to %d", e.res, current[e.res], e.epoch))
+			}
+			current[e.res] = max(current[e.res], e.epoch)
+			r.Stats["grants"]++
+			continue
+		}
+		tie := (i > 0 && evs[i-1].ts.Equal(e.ts)) || (i+1 < len(evs) && evs[i+1].ts.Equal(e.ts))
+		if !tie && e.epoch != current[e.res] {
+			var ctxLines []string
+			for j := max(0, i-5); j < min(len(evs), i+3); j++ {
+				ctxLines = append(ctxLines, fmt.Sprintf("%s %s epoch %d %s", evs[j].ts.Format(time.RFC3339Nano), evs[j].res, evs[j].epoch, evs[j].what))
+			}
+			r.add("I1", fmt.Sprintf("%s on %s committed with epoch %d while the current epoch was %d", e.what, e.res, e.epoch, current[e.res]), ctxLines...)
+		}
+	}
+}
+
+// deniesEffect reports whether status says the effect did not happen.
+func deniesEffect(status string) bool {
+	return status == "superseded" || status == "cancelled" || status == "failed"
+}
+
+// checkEmail verifies I3, I5 and I7 per email business key from the
+// messages with its Message-ID at the destination.
+func checkEmail(obs *Observed, r *Report) {
+	byKey := map[string][]Intent{}
+	for _, in := range obs.Intents {
+		if in.Kind == "email" {
+			byKey[in.Key] = append(byKey[in.Key], in)
+		}
+	}
+	for _, k := range sortedKeys(obs.MailCopies) {
+		n, ins := obs.MailCopies[k], byKey[k]
+		r.Stats["email_messages"] += n
+		r.Stats["email_keys"]++
+		evidence := describeIntents(ins)
+		if late := obs.LateStores[email.MessageID(k, obs.MailDomain)]; late > 0 {
+			evidence += fmt.Sprintf("the destination stored %d of its messages after the sender's reply deadline\n", late)
+		}
+		if n > 1 && obs.EmailOnce {
+			r.add("I3", fmt.Sprintf("%d messages with the Message-ID of business key %q, want at most 1", n, k), evidence)
+		}
+		if n > 0 && len(ins) == 0 {
+			r.add("I5", fmt.Sprintf("a message for business key %q, but no committed intent has that key", k))
+		}
+		for _, in := range ins {
+			switch {
+			case n > 0 && deniesEffect(in.Status):
+				r.add("I7", fmt.Sprintf("intent %d (key %q) is %s, but the destination holds %d message(s) of its key", in.ID, k, in.Status, n), evidence)
+			case n == 0 && in.Status == "succeeded":
+				r.add("I7", fmt.Sprintf("intent %d (key %q) succeeded, but the destination holds no message of its key", in.ID, k), evidence)
+			}
+		}
+	}
+}
+
+// checkFiles verifies I2, I3, I5, I6 and I7 from each target's manifest.
+func checkFiles(obs *Observed, r *Report) {
+	byID := map[int64]Intent{}
+	targets := map[string][]Intent{}
+	for _, in := range obs.Intents {
+		byID[in.ID] = in
+		if in.Kind == "file" {
+			targets[fileTarget(in)] = append(targets[fileTarget(in)], in)
+		}
+	}
+	for _, target := range sortedKeys(targets) {
+		ins := targets[target]
+		t := obs.Files[target]
+		var maxSucceeded int64
+		for _, in := range ins {
+			if in.Status == "succeeded" {
+				maxSucceeded = max(maxSucceeded, in.Epoch)
+			}
+		}
+		var pubs []file.Publication
+		if t.Exists {
+			pubs = append(append(pubs, t.Manifest.History...), t.Manifest.Publication)
+		}
+		r.Stats["file_publications"] += len(pubs)
+		published := map[string]int{}
+		var prev int64
+		for i, p := range pubs {
+			if p.Epoch < prev {
+				r.add("I2", fmt.Sprintf("%s: publication %d (intent %d) has epoch %d after epoch %d", target, i, p.IntentID, p.Epoch, prev), describeIntents(ins))
+			}
+			prev = max(prev, p.Epoch)
+			published[p.IdempotencyKey]++
+			in, ok := byID[p.IntentID]
+			if !ok || in.Key != p.IdempotencyKey || in.Epoch != p.Epoch {
+				r.add("I5", fmt.Sprintf("%s: publication of intent %d (key %s, epoch %d) has no matching committed intent", target, p.IntentID, p.IdempotencyKey, p.Epoch))
+			}
+		}
+		for _, k := range sortedKeys(published) {
+			if n := published[k]; n > 1 {
+				r.add("I3", fmt.Sprintf("%s: business key %s published %d times", target, k, n), describeIntents(ins))
+			}
+		}
+		// With a full history, publications older than its oldest entry
+		// may have dropped out: their absence proves nothing.
+		var oldest int64
+		if t.Truncated && len(pubs) > 0 {
+			oldest = pubs[0].Epoch
+		}
+		for _, in := range ins {
+			n := published[in.Key]
+			switch {
+			case n > 0 && deniesEffect(in.Status):
+				r.add("I7", fmt.Sprintf("intent %d (%s, key %s) is %s, but %s holds its publication", in.ID, in.OpID, in.Key, in.Status, target), describeIntents([]Intent{in}))
+			case n == 0 && in.Status == "succeeded" && in.Epoch > oldest:
+				r.add("I7", fmt.Sprintf("intent %d (%s, key %s) succeeded, but %s has no publication of its key", in.ID, in.OpID, in.Key, target), describeIntents([]Intent{in}))
+			}
+		}
+		if !t.Exists {
+			if maxSucceeded > 0 {
+				r.add("I2", fmt.Sprintf("%s has succeeded publications but no manifest", target))
+			}
+			continue
+		}
+		if !t.ContentMatches {
+			r.add("I2", fmt.Sprintf("%s: content is not the current publication's (intent %d)", target, t.Manifest.IntentID))
+		}
+		if t.Manifest.Epoch != prev || (maxSucceeded > 0 && t.Manifest.Epoch < maxSucceeded) {
+			r.add("I2", fmt.Sprintf("%s: final content from epoch %d, but epoch %d published (succeeded up to %d)", target, t.Manifest.Epoch, prev, maxSucceeded))
+		}
+		if t.Refused {
+			r.add("I6", fmt.Sprintf("%s holds refused content", target))
+		}
+	}
+}
+
+func describeIntents(ins []Intent) string {
 	var b strings.Builder
 	for _, in := range ins {
-		fmt.Fprintf(&b, "intent %d %s/%s epoch %d key %s status %s result %s\n", in.id, in.res, in.opID, in.epoch, in.key, in.status, in.result)
+		fmt.Fprintf(&b, "intent %d %s/%s epoch %d key %s status %s result %s\n", in.ID, in.Resource, in.OpID, in.Epoch, in.Key, in.Status, in.Result)
 	}
 	return b.String()
 }
@@ -224,158 +404,4 @@ func jsonEq(a, b string) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
-}
-
-func loadIntents(ctx context.Context, pool *pgxpool.Pool) ([]intentRow, error) {
-	rows, err := pool.Query(ctx, `
-		SELECT i.intent_id, i.resource_id, i.epoch, i.operation_id, i.kind, i.idempotency_key, i.payload::text,
-		       i.status, coalesce(i.result::text, 'null'), pg_xact_commit_timestamp(l.xmin)
-		FROM intents i JOIN chaos_intent_log l USING (intent_id) ORDER BY i.intent_id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []intentRow
-	for rows.Next() {
-		var in intentRow
-		var res string
-		if err := rows.Scan(&in.id, &in.res, &in.epoch, &in.opID, &in.kind, &in.key, &in.payload, &in.status, &res, &in.commitTS); err != nil {
-			return nil, err
-		}
-		in.result = []byte(res)
-		out = append(out, in)
-	}
-	return out, rows.Err()
-}
-
-// checkCommitOrder verifies I1: ordered by commit timestamp, every intent
-// carries the highest epoch granted on its resource before it committed.
-func checkCommitOrder(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
-	type ev struct {
-		res   string
-		epoch int64
-		ts    time.Time
-		grant bool
-		what  string
-	}
-	var evs []ev
-	load := func(q string, grant bool) error {
-		rows, err := pool.Query(ctx, q)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			e := ev{grant: grant}
-			if err := rows.Scan(&e.res, &e.epoch, &e.ts, &e.what); err != nil {
-				return err
-			}
-			evs = append(evs, e)
-		}
-		return rows.Err()
-	}
-	if err := load(`SELECT resource_id, epoch, pg_xact_commit_timestamp(xmin), 'grant' FROM chaos_grant_log`, true); err != nil {
-		return err
-	}
-	if err := load(`SELECT resource_id, epoch, pg_xact_commit_timestamp(xmin), 'intent ' || intent_id || ' op ' || operation_id FROM chaos_intent_log`, false); err != nil {
-		return err
-	}
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts.Before(evs[j].ts) })
-	current := map[string]int64{}
-	for i, e := range evs {
-		if e.grant {
-			if e.epoch < current[e.res] {
-				r.add(fmt.Sprintf("I1: epoch of %s went back from %d to %d", e.res, current[e.res], e.epoch))
-			}
-			current[e.res] = max(current[e.res], e.epoch)
-			r.Stats["grants"]++
-			continue
-		}
-		tie := (i > 0 && evs[i-1].ts.Equal(e.ts)) || (i+1 < len(evs) && evs[i+1].ts.Equal(e.ts))
-		if !tie && e.epoch != current[e.res] {
-			var ctxLines []string
-			for j := max(0, i-5); j < min(len(evs), i+3); j++ {
-				ctxLines = append(ctxLines, fmt.Sprintf("%s %s epoch %d %s", evs[j].ts.Format(time.RFC3339Nano), evs[j].res, evs[j].epoch, evs[j].what))
-			}
-			r.add(fmt.Sprintf("I1: %s on %s committed with epoch %d while the current epoch was %d", e.what, e.res, e.epoch, current[e.res]), ctxLines...)
-		}
-	}
-	return nil
-}
-
-func checkFiles(env Env, intents []intentRow, r *Report) error {
-	a, err := file.New(file.Config{Root: env.FileRoot})
-	if err != nil {
-		return err
-	}
-	byID := map[int64]intentRow{}
-	targets := map[string][]intentRow{}
-	for _, in := range intents {
-		byID[in.id] = in
-		if in.kind != "file" {
-			continue
-		}
-		var p struct{ Target string }
-		_ = json.Unmarshal([]byte(in.payload), &p)
-		targets[p.Target] = append(targets[p.Target], in)
-	}
-	names := make([]string, 0, len(targets))
-	for t := range targets {
-		names = append(names, t)
-	}
-	sort.Strings(names)
-	for _, target := range names {
-		ins := targets[target]
-		m, ok, err := a.Published(target)
-		if err != nil {
-			return fmt.Errorf("manifest of %s: %w", target, err)
-		}
-		var maxSucceeded int64
-		for _, in := range ins {
-			if in.status == "succeeded" {
-				maxSucceeded = max(maxSucceeded, in.epoch)
-			}
-		}
-		if !ok {
-			if maxSucceeded > 0 {
-				r.add(fmt.Sprintf("I2: %s has succeeded publications but no manifest", target))
-			}
-			continue
-		}
-		pubs := append(append([]file.Publication{}, m.History...), m.Publication)
-		r.Stats["file_publications"] += len(pubs)
-		seen := map[string]int{}
-		var prev int64
-		for i, p := range pubs {
-			if p.Epoch < prev {
-				r.add(fmt.Sprintf("I2: %s: publication %d (intent %d) has epoch %d after epoch %d", target, i, p.IntentID, p.Epoch, prev), describeIntents(ins))
-			}
-			prev = max(prev, p.Epoch)
-			seen[p.IdempotencyKey]++
-			in, ok := byID[p.IntentID]
-			if !ok || in.key != p.IdempotencyKey || in.epoch != p.Epoch {
-				r.add(fmt.Sprintf("I5: %s: publication of intent %d (key %s, epoch %d) has no matching committed intent", target, p.IntentID, p.IdempotencyKey, p.Epoch))
-			}
-		}
-		for k, n := range seen {
-			if n > 1 {
-				r.add(fmt.Sprintf("I3: %s: business key %s published %d times", target, k, n))
-			}
-		}
-		content, err := os.ReadFile(filepath.Join(env.FileRoot, target))
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(content)
-		if hex.EncodeToString(sum[:]) != m.SHA256 {
-			r.add(fmt.Sprintf("I2: %s: content is not the current publication's (intent %d)", target, m.IntentID))
-		}
-		if m.Epoch != prev || (maxSucceeded > 0 && m.Epoch < maxSucceeded) {
-			r.add(fmt.Sprintf("I2: %s: final content from epoch %d, but epoch %d published (succeeded up to %d)", target, m.Epoch, prev, maxSucceeded))
-		}
-		if strings.Contains(string(content), "CONFLICT") {
-			r.add(fmt.Sprintf("I6: %s holds refused content", target))
-		}
-	}
-	return nil
 }

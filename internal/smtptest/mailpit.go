@@ -119,8 +119,9 @@ type Mailpit struct {
 // StartMailpit starts Mailpit on free 127.0.0.1 ports with a database in a
 // temporary directory, waits until its API and SMTP port answer, and stops
 // it when the test ends. The test fails (it does not skip) when Mailpit
-// cannot be found, built or started.
-func StartMailpit(t testing.TB) *Mailpit {
+// cannot be found, built or started. args are extra Mailpit flags, e.g.
+// "--max", "0" to keep every message (Mailpit prunes past 500 by default).
+func StartMailpit(t testing.TB, args ...string) *Mailpit {
 	t.Helper()
 	bin, err := MailpitBinary()
 	if err != nil {
@@ -131,7 +132,7 @@ func StartMailpit(t testing.TB) *Mailpit {
 	// process may take one before Mailpit binds it: retry a few times.
 	var lastErr error
 	for attempt := range 3 {
-		m, err := startMailpit(bin, filepath.Join(dir, fmt.Sprintf("mailpit-%d.db", attempt)))
+		m, err := startMailpit(bin, filepath.Join(dir, fmt.Sprintf("mailpit-%d.db", attempt)), args)
 		if err == nil {
 			t.Cleanup(m.Stop)
 			return m
@@ -142,7 +143,7 @@ func StartMailpit(t testing.TB) *Mailpit {
 	return nil
 }
 
-func startMailpit(bin, db string) (*Mailpit, error) {
+func startMailpit(bin, db string, extra []string) (*Mailpit, error) {
 	smtpPort, err := freePort()
 	if err != nil {
 		return nil, err
@@ -157,14 +158,14 @@ func startMailpit(bin, db string) (*Mailpit, error) {
 		exited:   make(chan struct{}),
 		logs:     &bytes.Buffer{},
 	}
-	m.cmd = exec.Command(bin,
+	m.cmd = exec.Command(bin, append([]string{
 		"--disable-version-check",
 		"--smtp", m.SMTPAddr,
 		"--listen", strings.TrimPrefix(m.BaseURL, "http://"),
 		"--database", db,
 		"--smtp-disable-rdns",
 		"--quiet",
-	)
+	}, extra...)...)
 	m.cmd.Stdout = &syncWriter{w: m.logs}
 	m.cmd.Stderr = m.cmd.Stdout
 	setPdeathsig(m.cmd)

@@ -186,3 +186,74 @@ func TestMailpitCountMessageID(t *testing.T) {
 }
 
 func tlsSkipVerify() *tls.Config { return &tls.Config{InsecureSkipVerify: true} }
+
+// sendWithin sends one message to addr and gives up on the reply to the
+// end of data after timeout, like the email adapter's execute timeout.
+func sendWithin(addr, id string, timeout time.Duration) error {
+	c, err := smtp.Dial(addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Mail("a@example.com"); err != nil {
+		return err
+	}
+	if err := c.Rcpt("b@example.com"); err != nil {
+		return err
+	}
+	w, err := c.Data()
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write([]byte(rawMessage(id))); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return errors.New("no reply before the deadline")
+	}
+}
+
+// The front relays a message it picks only after its delay: the sender's
+// deadline passes without a reply, and the message still arrives upstream.
+// Other messages are upstream before the front answers.
+func TestFrontStoresLate(t *testing.T) {
+	t.Parallel()
+	up := smtptest.NewServer(t)
+	const hold = 400 * time.Millisecond
+	f := smtptest.NewFront(t, up.Addr, func(id string, n int) time.Duration {
+		if id == "<late@test>" && n == 0 {
+			return hold
+		}
+		return 0
+	})
+	if err := sendWithin(f.Addr, "<late@test>", 100*time.Millisecond); err == nil {
+		t.Fatal("the late message was answered before the sender's deadline")
+	}
+	if n := up.Count("<late@test>"); n != 0 {
+		t.Fatalf("upstream has %d copies right after the deadline, want 0 (stored late)", n)
+	}
+	if !f.Wait(10 * time.Second) {
+		t.Fatal("the held message was never relayed")
+	}
+	if n := up.Count("<late@test>"); n != 1 {
+		t.Fatalf("upstream has %d copies after the hold, want 1", n)
+	}
+	if got := f.LateStores()["<late@test>"]; got != 1 {
+		t.Fatalf("LateStores = %d, want 1", got)
+	}
+	// The second arrival of the same id and another message go through.
+	for _, id := range []string{"<late@test>", "<now@test>"} {
+		if err := sendRaw(f.Addr, id); err != nil {
+			t.Fatal(err)
+		}
+		if n := up.Count(id); n == 0 {
+			t.Fatalf("%s: answered before it was upstream", id)
+		}
+	}
+	f.Close()
+}

@@ -2,6 +2,11 @@
 // short leases on a few resources and enqueueing email and file intents
 // with business keys, and logs every operation (JSON lines, monotonic
 // timestamps) to the file named by -out, until SIGTERM.
+//
+// SIGUSR1 makes it use the holder id given by -share (another worker's)
+// from its next round on, SIGUSR2 its own again: two workers then hold
+// leases under one holder id, and every acquire must still return a new
+// epoch.
 package main
 
 import (
@@ -30,6 +35,7 @@ import (
 func main() {
 	db := flag.String("db", os.Getenv("GATEWAY_DATABASE_URL"), "database URL")
 	id := flag.String("id", "w0", "worker id (the lease holder)")
+	share := flag.String("share", "", "holder id used after SIGUSR1 (until SIGUSR2)")
 	seed := flag.Uint64("seed", 1, "random seed")
 	resList := flag.String("resources", "res-0,res-1", "resources, comma-separated")
 	ttl := flag.Duration("ttl", 400*time.Millisecond, "lease TTL")
@@ -38,6 +44,8 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	holderSig := make(chan os.Signal, 4)
+	signal.Notify(holderSig, syscall.SIGUSR1, syscall.SIGUSR2)
 	f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -56,7 +64,7 @@ func main() {
 		os.Exit(1)
 	}
 	wk := &worker{
-		id: *id, rng: rand.New(rand.NewPCG(*seed, 0x5eed)), ttl: *ttl,
+		id: *id, holder: *id, rng: rand.New(rand.NewPCG(*seed, 0x5eed)), ttl: *ttl,
 		iss: lease.NewIssuer(pool), log: w, resources: strings.Split(*resList, ","),
 	}
 	wk.ob, err = outbox.New(pool, outbox.Config{})
@@ -65,6 +73,20 @@ func main() {
 		os.Exit(1)
 	}
 	for ctx.Err() == nil {
+		// The holder changes between rounds only: a round's renew and
+		// release use the holder its acquire used.
+	drain:
+		for {
+			select {
+			case sig := <-holderSig:
+				wk.holder = *id
+				if sig == syscall.SIGUSR1 && *share != "" {
+					wk.holder = *share
+				}
+			default:
+				break drain
+			}
+		}
 		wk.round(ctx)
 	}
 	_ = w.Flush()
@@ -73,6 +95,7 @@ func main() {
 
 type worker struct {
 	id        string
+	holder    string // the lease holder id: id, or -share's while shared
 	rng       *rand.Rand
 	ttl       time.Duration
 	iss       *lease.Issuer
@@ -122,9 +145,9 @@ func (w *worker) sleep(ctx context.Context, max time.Duration) {
 
 func (w *worker) round(ctx context.Context) {
 	res := w.resources[w.rng.IntN(len(w.resources))]
-	o := chaos.Op{Kind: "acquire", Resource: res, Holder: w.id, Call: chaos.Mono()}
+	o := chaos.Op{Kind: "acquire", Resource: res, Holder: w.holder, Call: chaos.Mono()}
 	c, cancel := opCtx()
-	l, err := w.iss.Acquire(c, res, w.id, w.ttl)
+	l, err := w.iss.Acquire(c, res, w.holder, w.ttl)
 	cancel()
 	o.Ret, o.Result = chaos.Mono(), classify(err)
 	var he *lease.HeldError
@@ -149,16 +172,16 @@ func (w *worker) round(ctx context.Context) {
 	switch w.rng.IntN(3) {
 	case 0:
 		w.simple("renew", res, epoch, func(c context.Context) (int64, error) {
-			l, err := w.iss.Renew(c, res, w.id, epoch, w.ttl)
+			l, err := w.iss.Renew(c, res, w.holder, epoch, w.ttl)
 			return l.Epoch, err
 		})
 		w.enqueue(res, epoch)
 		w.simple("release", res, epoch, func(c context.Context) (int64, error) {
-			return 0, w.iss.Release(c, res, w.id, epoch)
+			return 0, w.iss.Release(c, res, w.holder, epoch)
 		})
 	case 1:
 		w.simple("release", res, epoch, func(c context.Context) (int64, error) {
-			return 0, w.iss.Release(c, res, w.id, epoch)
+			return 0, w.iss.Release(c, res, w.holder, epoch)
 		})
 	default:
 		// Walk away and let the lease expire.
@@ -167,7 +190,7 @@ func (w *worker) round(ctx context.Context) {
 }
 
 func (w *worker) simple(kind, res string, epoch int64, f func(context.Context) (int64, error)) {
-	o := chaos.Op{Kind: kind, Resource: res, Holder: w.id, Epoch: epoch, Call: chaos.Mono()}
+	o := chaos.Op{Kind: kind, Resource: res, Holder: w.holder, Epoch: epoch, Call: chaos.Mono()}
 	c, cancel := opCtx()
 	out, err := f(c)
 	cancel()
@@ -201,8 +224,11 @@ func (w *worker) enqueue(res string, epoch int64) {
 		reuse = true
 	case p < 11:
 		w.seq++
+		// Six business keys per resource and 10 s generation (one clock
+		// for all workers): the workers share each key, and new keys keep
+		// coming, so late and lost replies meet first sends all run long.
 		slot := w.rng.IntN(6)
-		key := fmt.Sprintf("%s/mail/%d", res, slot)
+		key := fmt.Sprintf("%s/mail/%d/%d", res, chaos.Mono()/int64(10*time.Second), slot)
 		in = outbox.Intent{Resource: res, Epoch: epoch, OperationID: fmt.Sprintf("%s-%d", w.id, w.seq), Kind: "email",
 			IdempotencyKey: key,
 			// Deterministic per key: the same business key always carries
@@ -214,7 +240,7 @@ func (w *worker) enqueue(res string, epoch int64) {
 		in = outbox.Intent{Resource: res, Epoch: epoch, OperationID: op, Kind: "file", IdempotencyKey: res + "/file/" + op,
 			Payload: json.RawMessage(fmt.Sprintf(`{"target":%q,"content":"epoch %d by %s op %s"}`, res+".txt", epoch, w.id, op))}
 	}
-	o := chaos.Op{Kind: "enqueue", Resource: res, Holder: w.id, Epoch: epoch, OpID: in.OperationID, IntentKnd: in.Kind,
+	o := chaos.Op{Kind: "enqueue", Resource: res, Holder: w.holder, Epoch: epoch, OpID: in.OperationID, IntentKnd: in.Kind,
 		Key: in.IdempotencyKey, Payload: string(in.Payload), Reuse: reuse, Call: chaos.Mono()}
 	c, cancel := opCtx()
 	r, err := w.ob.Enqueue(c, in)

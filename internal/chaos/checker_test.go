@@ -1,0 +1,147 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/file"
+)
+
+// world is a small clean run: worker a takes epoch 1 of r, enqueues one
+// email (key r/mail/1, delivered once) and one file intent (published);
+// b takes over with epoch 2 and publishes after it.
+func world() (*Observed, []Op) {
+	t0 := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ops := []Op{
+		{Worker: "a", Kind: "acquire", Resource: "r", Holder: "a", Call: 10, Ret: 20, Result: "ok", OutEpoch: 1},
+		{Worker: "a", Kind: "enqueue", Resource: "r", Holder: "a", Epoch: 1, Call: 30, Ret: 40, Result: "ok", OpID: "a-1",
+			IntentKnd: "email", Key: "r/mail/1", IntentID: 1},
+		{Worker: "a", Kind: "enqueue", Resource: "r", Holder: "a", Epoch: 1, Call: 50, Ret: 60, Result: "ok", OpID: "a-2",
+			IntentKnd: "file", Key: "r/file/a-2", IntentID: 2},
+		{Worker: "b", Kind: "acquire", Resource: "r", Holder: "b", Call: 70, Ret: 80, Result: "ok", OutEpoch: 2},
+		{Worker: "b", Kind: "enqueue", Resource: "r", Holder: "b", Epoch: 2, Call: 90, Ret: 100, Result: "ok", OpID: "b-1",
+			IntentKnd: "file", Key: "r/file/b-1", IntentID: 3},
+	}
+	pub := func(id, epoch int64, key string) file.Publication {
+		return file.Publication{Target: "r.txt", Epoch: epoch, IntentID: id, IdempotencyKey: key, SHA256: key}
+	}
+	obs := &Observed{
+		Intents: []Intent{
+			{ID: 1, Resource: "r", Epoch: 1, OpID: "a-1", Kind: "email", Key: "r/mail/1", Payload: `{}`, Status: "succeeded", Committed: at(2)},
+			{ID: 2, Resource: "r", Epoch: 1, OpID: "a-2", Kind: "file", Key: "r/file/a-2", Payload: `{"target":"r.txt"}`, Status: "succeeded", Committed: at(3)},
+			{ID: 3, Resource: "r", Epoch: 2, OpID: "b-1", Kind: "file", Key: "r/file/b-1", Payload: `{"target":"r.txt"}`, Status: "succeeded", Committed: at(5)},
+		},
+		Grants:     []Grant{{Resource: "r", Epoch: 1, Holder: "a", Committed: at(1)}, {Resource: "r", Epoch: 2, Holder: "b", Committed: at(4)}},
+		Epochs:     map[string]int64{"r": 2},
+		MailCopies: map[string]int{"r/mail/1": 1},
+		Files: map[string]Target{"r.txt": {Exists: true, ContentMatches: true,
+			Manifest: file.Manifest{Resource: "r", Publication: pub(3, 2, "r/file/b-1"), History: []file.Publication{pub(2, 1, "r/file/a-2")}}}},
+		EmailOnce:  true,
+		MailDomain: "chaos.test",
+	}
+	return obs, ops
+}
+
+func TestVerifyCleanRun(t *testing.T) {
+	t.Parallel()
+	obs, ops := world()
+	if r := Verify(obs, ops); len(r.Violations) != 0 {
+		t.Fatalf("clean run flagged: %v", r.Violations)
+	}
+}
+
+// Each broken invariant is flagged, by name, with a message naming what
+// is wrong.
+func TestVerifyFlags(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		invariant string
+		want      string // in the violation's message
+		breakIt   func(*Observed, *[]Op)
+	}{
+		// (a) more than one copy of a business key where the mode promises one.
+		{"two messages of one key", "I3", `2 messages with the Message-ID of business key "r/mail/1"`, func(o *Observed, _ *[]Op) {
+			o.MailCopies["r/mail/1"] = 2
+		}},
+		{"one key published twice", "I3", "business key r/file/a-2 published 2 times", func(o *Observed, _ *[]Op) {
+			f := o.Files["r.txt"]
+			f.Manifest.History = append(f.Manifest.History, f.Manifest.History[0])
+			o.Files["r.txt"] = f
+		}},
+		// (b) a recorded status that contradicts the effect.
+		{"failed email delivered", "I7", "intent 1 (key \"r/mail/1\") is failed, but the destination holds 1 message(s)", func(o *Observed, _ *[]Op) {
+			o.Intents[0].Status = "failed"
+		}},
+		{"superseded file published", "I7", "intent 2 (a-2, key r/file/a-2) is superseded, but r.txt holds its publication", func(o *Observed, _ *[]Op) {
+			o.Intents[1].Status = "superseded"
+		}},
+		{"cancelled file published", "I7", "is cancelled, but r.txt holds its publication", func(o *Observed, _ *[]Op) {
+			o.Intents[2].Status = "cancelled"
+		}},
+		{"succeeded email not delivered", "I7", "intent 1 (key \"r/mail/1\") succeeded, but the destination holds no message", func(o *Observed, _ *[]Op) {
+			o.MailCopies["r/mail/1"] = 0
+		}},
+		{"succeeded file not published", "I7", "intent 2 (a-2, key r/file/a-2) succeeded, but r.txt has no publication", func(o *Observed, _ *[]Op) {
+			f := o.Files["r.txt"]
+			f.Manifest.History = nil
+			o.Files["r.txt"] = f
+		}},
+		// (c) an acknowledged grant or enqueue lost in a PostgreSQL crash.
+		{"lost enqueue", "I8", "acknowledged enqueue r/a-2 (intent 2) is not in the outbox; PostgreSQL was killed (-9) 150ms after", func(o *Observed, ops *[]Op) {
+			o.Intents = o.Intents[:1]
+			o.Files = map[string]Target{}
+			o.Crashes = []int64{60 + int64(150*time.Millisecond)}
+		}},
+		{"lost grant, not granted again", "I8", `acknowledged grant of epoch 2 on r to "b" is lost: the database has no grant of that epoch`, func(o *Observed, ops *[]Op) {
+			// b's grant and everything after it were lost.
+			o.Grants = o.Grants[:1]
+			o.Intents = o.Intents[:2]
+			o.Epochs["r"] = 1
+			f := o.Files["r.txt"]
+			f.Manifest.Publication, f.Manifest.History = f.Manifest.History[0], nil
+			o.Files["r.txt"] = f
+			*ops = (*ops)[:4]
+		}},
+		{"lost grant, granted again", "I8", `acknowledged grant of epoch 2 on r to "b" is lost: the database granted that epoch to "c"`, func(o *Observed, ops *[]Op) {
+			o.Grants[1].Holder = "c"
+		}},
+		// (d) one epoch granted twice.
+		{"epoch acknowledged twice", "I9", "r epoch 2 was granted 2 times: to b (worker b), c (worker c)", func(o *Observed, ops *[]Op) {
+			*ops = append(*ops, Op{Worker: "c", Kind: "acquire", Resource: "r", Holder: "c", Call: 110, Ret: 120, Result: "ok", OutEpoch: 2})
+		}},
+		{"shared holder, one epoch", "I9", "r epoch 1 was granted 2 times: to a (worker a), a (worker x)", func(o *Observed, ops *[]Op) {
+			*ops = append(*ops, Op{Worker: "x", Kind: "acquire", Resource: "r", Holder: "a", Call: 21, Ret: 25, Result: "ok", OutEpoch: 1})
+		}},
+		{"epoch logged twice", "I9", "the database changed r to epoch 2 2 times", func(o *Observed, ops *[]Op) {
+			o.Grants = append(o.Grants, Grant{Resource: "r", Epoch: 2, Holder: "c", Committed: o.Grants[1].Committed.Add(time.Millisecond)})
+		}},
+	}
+	for _, c := range cases {
+		obs, ops := world()
+		c.breakIt(obs, &ops)
+		r := Verify(obs, ops)
+		found := false
+		for _, v := range r.Violations {
+			found = found || (v.Invariant == c.invariant && strings.Contains(v.Message, c.want))
+		}
+		if !found {
+			t.Errorf("%s: no %s violation containing %q; got %v", c.name, c.invariant, c.want, r.Violations)
+		}
+	}
+}
+
+// A publication that may have dropped out of a full manifest history is
+// not counted as missing.
+func TestVerifyTruncatedHistory(t *testing.T) {
+	t.Parallel()
+	obs, ops := world()
+	f := obs.Files["r.txt"]
+	f.Manifest.History, f.Truncated = nil, true
+	obs.Files["r.txt"] = f
+	if r := Verify(obs, ops); r.Count("I7") != 0 {
+		t.Fatalf("a publication older than a full history was flagged: %v", r.Violations)
+	}
+}
