@@ -1,5 +1,6 @@
-// Package chaos runs the randomized fault run (internal/chaos) as a test:
-// a short fixed-seed run under `go test ./...`, any seed and duration with
+// Package chaos runs the randomized fault run (internal/chaos) as a test.
+// It is not part of `go test ./...` (it skips unless -chaos.duration is
+// given); run it with
 //
 //	make chaos SEED=42 DURATION=10m
 package chaos
@@ -8,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -52,6 +54,15 @@ const (
 	nWorkers  = 3
 	nGateways = 2
 	workerTTL = 400 * time.Millisecond
+	// The gateways' idempotency lock timeout is short, so that a paused
+	// gateway outlives its locks: another one then recovers the attempt
+	// while the paused one may still complete it. The execute timeout
+	// (the SMTP reply deadline) is below it, as the flag's help demands.
+	lockTimeout = 3 * time.Second
+	execTimeout = 2 * time.Second
+	// lateShare is the percentage of messages the SMTP front stores only
+	// after the sender's reply deadline.
+	lateShare = 20
 )
 
 var crashPoints = []string{failpoint.AfterEffectBeforeRecord, failpoint.AfterRenameBeforeRecord, failpoint.AfterPublishBeforeMark}
@@ -69,17 +80,26 @@ func schedule(seed uint64, d time.Duration) []fault {
 		}
 		f := fault{at: at}
 		switch p := rng.IntN(100); {
-		case p < 35:
+		case p < 22:
 			f.kind, f.target = "pause_worker", rng.IntN(nWorkers)
 			f.arg = (workerTTL*2 + time.Duration(rng.IntN(800))*time.Millisecond).String()
+		case p < 36:
+			// Past the idempotency lock timeout: the paused attempt's key
+			// is recovered by another gateway meanwhile.
+			f.kind, f.target = "pause_gateway", rng.IntN(nGateways)
+			f.arg = (lockTimeout + time.Duration(500+rng.IntN(2500))*time.Millisecond).String()
+		case p < 46:
+			// Worker target uses the next worker's holder id for a while.
+			f.kind, f.target = "share_holder", rng.IntN(nWorkers)
+			f.arg = (time.Duration(2000+rng.IntN(4000)) * time.Millisecond).String()
 		case p < 60:
 			f.kind, f.target = "kill9_gateway", rng.IntN(nGateways)
-		case p < 72:
+		case p < 70:
 			f.kind, f.target = "crash_gateway_at_failpoint", rng.IntN(nGateways)
 			f.arg = crashPoints[rng.IntN(len(crashPoints))]
-		case p < 86:
+		case p < 80:
 			f.kind = "restart_nats"
-		case p < 93:
+		case p < 88:
 			f.kind = "restart_postgres"
 		default:
 			f.kind = "kill9_postgres"
@@ -88,7 +108,47 @@ func schedule(seed uint64, d time.Duration) []fault {
 	}
 }
 
+// lateHold decides, from the seed alone, whether the SMTP front stores
+// the n-th message with Message-ID id late, and how late: past the reply
+// deadline by up to 1.5 s, counted from the end of the message, so the
+// sender has given up on the reply before it is stored.
+func lateHold(seed uint64, id string, n int) time.Duration {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d", seed, id, n)
+	v := h.Sum64()
+	if v%100 >= lateShare {
+		return 0
+	}
+	return execTimeout + 100*time.Millisecond + time.Duration((v/100)%1400)*time.Millisecond
+}
+
+// optionalFlags returns the `gateway run` flags the chaos run passes only
+// when the binary's --help lists them (flags other branches add).
+func optionalFlags(t *testing.T, bin string) []string {
+	t.Helper()
+	r := ft.Gw(t, bin, "", nil, "run", "--help")
+	help := r.Stdout + r.Stderr
+	var out []string
+	for _, f := range [][]string{
+		// A negative lookup is trusted only after the settle window: it
+		// must outlast the front's late stores (up to 1.5 s past the
+		// deadline).
+		{"-lookup-settle", "5s"},
+	} {
+		if strings.Contains(help, f[0]+" ") || strings.Contains(help, f[0]+"\n") || strings.Contains(help, f[0]+"=") {
+			out = append(out, "-"+f[0], f[1])
+		}
+	}
+	t.Logf("chaos: optional gateway flags passed: %v", out)
+	return out
+}
+
 func TestChaos(t *testing.T) {
+	requested := false
+	flag.Visit(func(f *flag.Flag) { requested = requested || f.Name == "chaos.duration" })
+	if !requested {
+		t.Skip("the chaos run is not part of go test ./...: run it with make chaos SEED=… DURATION=…")
+	}
 	seed := *seedFlag
 	if seed == 0 {
 		seed = rand.Uint64() % 1_000_000
@@ -103,7 +163,13 @@ func TestChaos(t *testing.T) {
 	if err := ft.GoBuild(workerBin, "./internal/chaos/worker", ""); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := pgtest.Start(ctx, pgtest.Options{})
+	// fsync on, synchronous_commit off at the server: what the gateway
+	// acknowledges as decided must survive a kill -9 whatever the server's
+	// default (the gateway forces synchronous commit for its decisions). A
+	// longer WAL writer delay widens the window in which an asynchronous
+	// commit is lost, so a decision that is not forced shows.
+	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true, Settings: map[string]string{
+		"synchronous_commit": "off", "wal_writer_delay": "500ms"}})
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
@@ -119,13 +185,18 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := natstest.StartProcess(t)
-	mp := smtptest.StartMailpit(t)
+	mp := smtptest.StartMailpit(t, "--max", "0")
+	// The gateways send through a front that stores some messages only
+	// after their reply deadline: an unknown outcome whose message does
+	// arrive, after the lookup that follows the timeout.
+	front := smtptest.NewFront(t, mp.SMTPAddr, func(id string, n int) time.Duration { return lateHold(seed, id, n) })
 	root := filepath.Join(dir, "files")
 	const domain = "chaos.fencegate.test"
 	runArgs := []string{"run", "--nats-url", ns.URL, "--adapters", "email,file", "--file-root", root,
-		"--smtp-addr", mp.SMTPAddr, "--mail-lookup", "mailpit", "--mailpit-url", mp.BaseURL, "--mail-domain", domain,
+		"--smtp-addr", front.Addr, "--mail-lookup", "mailpit", "--mailpit-url", mp.BaseURL, "--mail-domain", domain,
 		"--poll-interval", "200ms", "--relay-timeout", "3s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "warn",
-		"--execute-timeout", "4s", "--idempotency-lock-timeout", "10s"}
+		"--execute-timeout", execTimeout.String(), "--idempotency-lock-timeout", lockTimeout.String()}
+	runArgs = append(runArgs, optionalFlags(t, bin)...)
 	gateways := make([]*ft.Proc, nGateways)
 	startGateway := func(i int, fp string) {
 		var env []string
@@ -144,13 +215,15 @@ func TestChaos(t *testing.T) {
 	for i := range workers {
 		out := filepath.Join(dir, fmt.Sprintf("w%d.jsonl", i))
 		histories = append(histories, out)
-		workers[i] = ft.Start(t, workerBin, db, nil, "-id", fmt.Sprintf("w%d", i), "-seed", strconv.FormatUint(seed*100+uint64(i), 10),
+		workers[i] = ft.Start(t, workerBin, db, nil, "-id", fmt.Sprintf("w%d", i), "-share", fmt.Sprintf("w%d", (i+1)%nWorkers),
+			"-seed", strconv.FormatUint(seed*100+uint64(i), 10),
 			"-resources", resources, "-ttl", workerTTL.String(), "-out", out)
 	}
 
 	// The nemesis. Offsets count from here, after the set-up.
 	start := time.Now()
 	counts := map[string]int{}
+	var crashes []int64
 	sched := schedule(seed, dur)
 	for _, f := range sched {
 		if wait := time.Until(start.Add(f.at)); wait > 0 {
@@ -158,12 +231,22 @@ func TestChaos(t *testing.T) {
 		}
 		counts[f.kind]++
 		t.Logf("chaos: %6.1fs %s %d %s", time.Since(start).Seconds(), f.kind, f.target, f.arg)
+		d, _ := time.ParseDuration(f.arg)
 		switch f.kind {
 		case "pause_worker":
 			w := workers[f.target]
 			w.Signal(syscall.SIGSTOP)
-			d, _ := time.ParseDuration(f.arg)
 			time.AfterFunc(d, func() { w.Signal(syscall.SIGCONT) })
+		case "pause_gateway":
+			// A killed and restarted gateway is a new process: the
+			// SIGCONT goes to the paused one (a no-op once it exited).
+			g := gateways[f.target]
+			g.Signal(syscall.SIGSTOP)
+			time.AfterFunc(d, func() { g.Signal(syscall.SIGCONT) })
+		case "share_holder":
+			w := workers[f.target]
+			w.Signal(syscall.SIGUSR1)
+			time.AfterFunc(d, func() { w.Signal(syscall.SIGUSR2) })
 		case "kill9_gateway":
 			gateways[f.target].Kill()
 			startGateway(f.target, "")
@@ -178,6 +261,7 @@ func TestChaos(t *testing.T) {
 				t.Fatal(err)
 			}
 		case "kill9_postgres":
+			crashes = append(crashes, chaos.Mono())
 			if err := cl.Kill(); err != nil {
 				t.Fatal(err)
 			}
@@ -212,10 +296,14 @@ func TestChaos(t *testing.T) {
 	}
 	// Drain. Every gateway is killed, so no attempt is in flight; the
 	// idempotency locks of attempts abandoned by killed processes are then
-	// expired at once, standing in for their 10 s lock timeout; fresh
-	// gateways recover them by lookup.
+	// expired at once, standing in for their lock timeout; fresh gateways
+	// recover them by lookup. Held messages reach Mailpit first, so the
+	// lookups see every message that will ever arrive.
 	for _, g := range gateways {
 		g.Kill()
+	}
+	if !front.Wait(time.Minute) {
+		t.Fatal("the SMTP front still holds messages a minute after the gateways stopped")
 	}
 	if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE state = 'started'`); err != nil {
 		t.Fatal(err)
@@ -230,12 +318,19 @@ func TestChaos(t *testing.T) {
 		}
 		return n == 0, fmt.Sprintf("%d intents pending or relayed", n)
 	})
+	for _, g := range gateways {
+		g.Kill()
+	}
+	if !front.Wait(time.Minute) {
+		t.Fatal("the SMTP front still holds messages a minute after the drain")
+	}
 
 	ops, err := chaos.ReadHistory(histories)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := chaos.Check(ctx, chaos.Env{Pool: pool, MailpitURL: mp.BaseURL, MailDomain: domain, FileRoot: root}, ops)
+	rep, err := chaos.Check(ctx, chaos.Env{Pool: pool, MailpitURL: mp.BaseURL, MailDomain: domain, FileRoot: root,
+		EmailOnce: true, Crashes: crashes, LateStores: front.LateStores()}, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,11 +338,15 @@ func TestChaos(t *testing.T) {
 	fmt.Fprintf(&b, "chaos: seed %d, duration %s, %d faults scheduled\n", seed, dur, len(sched))
 	fmt.Fprintf(&b, "faults: %s\n", fmtCounts(counts))
 	fmt.Fprintf(&b, "checked: %s\n", fmtCounts(rep.Stats))
-	fmt.Fprintf(&b, "violations: %d\n", len(rep.Violations))
-	for i, v := range rep.Violations {
+	per := map[string]int{}
+	for _, v := range rep.Violations {
+		per[v.Invariant]++
+	}
+	fmt.Fprintf(&b, "violations: %d (%s)\n", len(rep.Violations), fmtCounts(per))
+	for _, v := range rep.Violations {
 		fmt.Fprintf(&b, "  - %s\n", v)
-		if rep.Evidence[i] != "" {
-			fmt.Fprintf(&b, "    history:\n      %s\n", strings.ReplaceAll(rep.Evidence[i], "\n", "\n      "))
+		if v.Evidence != "" {
+			fmt.Fprintf(&b, "    history:\n      %s\n", strings.ReplaceAll(strings.TrimSpace(v.Evidence), "\n", "\n      "))
 		}
 	}
 	t.Log(b.String())
