@@ -57,9 +57,10 @@ const (
 	// The gateways' idempotency lock timeout is short, so that a paused
 	// gateway outlives its locks: another one then recovers the attempt
 	// while the paused one may still complete it. The execute timeout
-	// (the SMTP reply deadline) is below it, as the flag's help demands.
+	// (the SMTP reply deadline) is below half of it, as gateway run
+	// demands.
 	lockTimeout = 3 * time.Second
-	execTimeout = 2 * time.Second
+	execTimeout = 1400 * time.Millisecond
 	// lateShare is the percentage of messages the SMTP front stores only
 	// after the sender's reply deadline.
 	lateShare = 20
@@ -272,12 +273,24 @@ func TestChaos(t *testing.T) {
 				return err == nil, fmt.Sprint(err)
 			})
 		}
-		// A gateway that crashed at its failpoint is restarted plain.
+		// A gateway that crashed at its failpoint is restarted plain; one
+		// refusing its flags is a broken run; any other exit is logged and
+		// counted, and the gateway restarted.
 		for i, g := range gateways {
-			if g.Exited() {
-				counts["failpoint_crashes"]++
-				startGateway(i, "")
+			if !g.Exited() {
+				continue
 			}
+			r, _ := g.Wait(time.Second)
+			switch {
+			case strings.Contains(r.Stderr, "failpoint: "):
+				counts["failpoint_crashes"]++
+			case r.Code == 2:
+				t.Fatalf("gateway %d refused its flags:\n%s", i, tail(r.Stderr))
+			default:
+				counts["gateway_exits"]++
+				t.Logf("chaos: gateway %d exited by itself (exit %d):\n%s", i, r.Code, tail(r.Stderr))
+			}
+			startGateway(i, "")
 		}
 	}
 	if wait := time.Until(start.Add(dur)); wait > 0 {
@@ -312,6 +325,11 @@ func TestChaos(t *testing.T) {
 		startGateway(i, "")
 	}
 	ft.Poll(t, 3*time.Minute, "the outbox to drain", func() (bool, string) {
+		for i, g := range gateways {
+			if g.Exited() {
+				t.Fatalf("gateway %d exited during the drain:\n%s", i, tail(g.Stderr()))
+			}
+		}
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE status IN ('pending', 'relayed')`).Scan(&n); err != nil {
 			return false, err.Error()
@@ -354,6 +372,13 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("chaos: %d violations with seed %d", len(rep.Violations), seed)
 	}
 	t.Logf("chaos: done in %s", time.Since(start).Round(time.Second))
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return "…" + s[len(s)-4000:]
+	}
+	return s
 }
 
 func fmtCounts(m map[string]int) string {
