@@ -146,11 +146,17 @@ func Verify(obs *Observed, ops []Op) *Report {
 	return r
 }
 
-// crashAfter describes the first PostgreSQL crash after mono time t.
+// crashAfter describes the PostgreSQL crash that can explain losing what
+// was acknowledged at mono time t: the first kill -9 after t, or one just
+// before it (the postmaster dies first; its backends a moment later, and
+// may still commit and answer meanwhile).
 func crashAfter(obs *Observed, t int64) string {
 	for _, c := range obs.Crashes {
-		if c >= t {
+		switch {
+		case c >= t:
 			return fmt.Sprintf("; PostgreSQL was killed (-9) %s after the acknowledgement", time.Duration(c-t).Round(time.Millisecond))
+		case t-c < int64(time.Second):
+			return fmt.Sprintf("; PostgreSQL was being killed (-9) %s before the acknowledgement", time.Duration(t-c).Round(time.Millisecond))
 		}
 	}
 	return ""

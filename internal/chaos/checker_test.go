@@ -95,6 +95,12 @@ func TestVerifyFlags(t *testing.T) {
 			o.Files = map[string]Target{}
 			o.Crashes = []int64{60 + int64(150*time.Millisecond)}
 		}},
+		{"lost enqueue, answered while PostgreSQL was dying", "I8", "is not in the outbox; PostgreSQL was being killed (-9) 20ms before the acknowledgement", func(o *Observed, ops *[]Op) {
+			o.Intents = o.Intents[:1]
+			o.Files = map[string]Target{}
+			(*ops)[2].Ret += int64(20 * time.Millisecond)
+			o.Crashes = []int64{60}
+		}},
 		{"lost grant, not granted again", "I8", `acknowledged grant of epoch 2 on r to "b" is lost: the database has no grant of that epoch`, func(o *Observed, ops *[]Op) {
 			// b's grant and everything after it were lost.
 			o.Grants = o.Grants[:1]
