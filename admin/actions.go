@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -131,7 +132,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, req ActionRequest) (ActionRe
 		return ActionResult{}, err
 	}
 	res := ActionResult{IntentID: req.IntentID, Action: req.Action}
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// durable: an operator's action is acknowledged only once it would
+	// survive a crash (see internal/durable).
+	tx, err := durable.Begin(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return res, fmt.Errorf("admin: %s intent %d: %w", req.Action, req.IntentID, err)
 	}

@@ -119,6 +119,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
 		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+")")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
+
+		allowFsyncOff = a.fsyncFlag(fs)
 	)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -220,6 +222,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
+	if err := a.requireFsync(ctx, pool, *allowFsyncOff); err != nil {
+		return a.fail(err)
+	}
 	cfg.Pool = pool
 
 	s, err := startStack(ctx, cfg)
