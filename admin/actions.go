@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -21,7 +22,10 @@ type Action string
 const (
 	// ActionRetry: failed or unknown → pending, to be relayed again.
 	ActionRetry Action = "retry"
-	// ActionCancel: pending, failed or unknown → cancelled.
+	// ActionCancel: pending, failed or unknown → cancelled. A pending
+	// intent whose attempt has begun (the adapter took its message before
+	// the dispatcher marked it relayed) is in flight and is not cancelled:
+	// the effect may be happening; its outcome decides.
 	ActionCancel Action = "cancel"
 	// ActionResolve: unknown → succeeded or failed, as the operator found
 	// out at the destination.
@@ -88,9 +92,17 @@ type InvalidStateError struct {
 	Action   Action
 	Status   outbox.Status
 	Allowed  []outbox.Status
+	// InFlight: the status allows the action, but an attempt of the
+	// intent has begun and has no outcome yet, so a cancel now would record
+	// a status that may contradict what the attempt does.
+	InFlight bool
 }
 
 func (e *InvalidStateError) Error() string {
+	if e.InFlight {
+		return fmt.Sprintf("intent %d is %s but in flight: an attempt has begun and has no outcome yet; "+
+			"wait for its outcome, or %s it once it is held unknown or failed", e.IntentID, e.Status, e.Action)
+	}
 	return fmt.Sprintf("intent %d is %s; %s applies only to %v", e.IntentID, e.Status, e.Action, e.Allowed)
 }
 
@@ -124,14 +136,17 @@ type ActionResult struct {
 // intent's idempotency key row (if any) and the intent's row, checks the
 // status allows the action, changes status and key, and records the event.
 // It returns outbox.ErrNotFound for an unknown intent, an
-// *InvalidStateError when the status does not allow the action, and an
+// *InvalidStateError when the status does not allow the action (or, for a
+// cancel, when an attempt of the intent is in flight: InFlight), and an
 // *InputError for bad requests.
 func Apply(ctx context.Context, pool *pgxpool.Pool, req ActionRequest) (ActionResult, error) {
 	if err := req.validate(); err != nil {
 		return ActionResult{}, err
 	}
 	res := ActionResult{IntentID: req.IntentID, Action: req.Action}
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// durable: an operator's action is acknowledged only once it would
+	// survive a crash (see internal/durable).
+	tx, err := durable.Begin(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return res, fmt.Errorf("admin: %s intent %d: %w", req.Action, req.IntentID, err)
 	}
@@ -148,6 +163,40 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, req ActionRequest) (ActionRe
 		return res, fmt.Errorf("admin: %s intent %d: commit: %w", req.Action, req.IntentID, err)
 	}
 	return res, nil
+}
+
+// attemptInFlight reports whether an attempt of the intent has begun and
+// has no outcome yet: the intent's key, with the intent's content, is
+// started, and the intent owns it or has attempted it (a takeover after an
+// expired lock moves the ownership to another intent while this one's
+// attempt may still be performing the effect). An attempt that ended
+// completed the key (succeeded, failed), held it (unknown: the intent is
+// then unknown too) or released it (deleted: the effect did not happen), so
+// intents.attempts > 0 alone does not make an intent in flight — a retried
+// intent has attempts from before and may be cancelled until its next
+// attempt begins.
+//
+// It must run after the intent's row is locked (FOR UPDATE), as its own
+// statement: that orders it with an attempt's start. idempotency.Store's
+// Begin writes the key and counts the attempt on the intent's row
+// (countAttempt, an UPDATE that takes the same row lock) in one
+// transaction. Either that transaction committed before we got the lock —
+// then this statement, which under READ COMMITTED sees everything committed
+// before it started, sees the started key — or it waits for our lock, sees
+// the intent cancelled once we commit, is refused and rolls its key back.
+// The key is read without a lock: locking it after the intent's row would
+// take the two locks in the opposite order to Begin's and could deadlock,
+// and a key an attempt is ending right now (Complete, Release) read as still
+// started only makes the cancel refused, never an in-flight one allowed.
+func attemptInFlight(ctx context.Context, tx pgx.Tx, intentID int64, kind, key, fingerprint string, attempts int) (bool, error) {
+	var inFlight bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM idempotency_keys
+		WHERE kind = $1 AND idempotency_key = $2 AND fingerprint = $3 AND state = 'started'
+		  AND (owner_intent_id = $4 OR $5 > 0))`, kind, key, fingerprint, intentID, attempts).Scan(&inFlight)
+	if err != nil {
+		return false, fmt.Errorf("look for an attempt in flight: %w", err)
+	}
+	return inFlight, nil
 }
 
 type keyRow struct {
@@ -201,8 +250,9 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 	// the row (which all lock it too).
 	var status string
 	var lastError *string
-	err = tx.QueryRow(ctx, `SELECT status, last_error FROM intents WHERE intent_id = $1 FOR UPDATE`, req.IntentID).
-		Scan(&status, &lastError)
+	var attempts int
+	err = tx.QueryRow(ctx, `SELECT status, last_error, attempts FROM intents WHERE intent_id = $1 FOR UPDATE`, req.IntentID).
+		Scan(&status, &lastError, &attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.ErrNotFound
 	}
@@ -213,6 +263,15 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 	res.FromStatus, res.Status = from, from
 	if !slices.Contains(allowedFrom[req.Action], from) {
 		return &InvalidStateError{IntentID: req.IntentID, Action: req.Action, Status: from, Allowed: allowedFrom[req.Action]}
+	}
+	if req.Action == ActionCancel && !from.Terminal() {
+		inFlight, err := attemptInFlight(ctx, tx, req.IntentID, kind, key, idempotency.Fingerprint(kind, payload), attempts)
+		if err != nil {
+			return err
+		}
+		if inFlight {
+			return &InvalidStateError{IntentID: req.IntentID, Action: req.Action, Status: from, Allowed: allowedFrom[req.Action], InFlight: true}
+		}
 	}
 
 	var to outbox.Status

@@ -676,7 +676,18 @@ func TestActions(t *testing.T) {
 	r = act(unknown, "resolve", `{"outcome":"succeeded"}`)
 	expect(t, r, http.StatusConflict, "invalid_state")
 
-	// cancel pending → cancelled; again → 409.
+	// cancel while the Recover attempt above is in flight → 409; once that
+	// attempt ends held unknown, cancel → cancelled (the operator
+	// decides); again → 409.
+	r = act(unknown, "cancel", "")
+	expect(t, r, http.StatusConflict, "invalid_state")
+	if r.errField("in_flight") != true {
+		t.Fatalf("cancel in flight = %s", r.raw)
+	}
+	if _, err := e.srv.cfg.Store.Complete(ctx, idempotency.Completion{Kind: rec.Kind, Key: rec.IdempotencyKey,
+		Token: dec.Token, IntentID: unknown, Status: outbox.StatusUnknown, Error: "still no answer"}); err != nil {
+		t.Fatal(err)
+	}
 	expect(t, act(unknown, "cancel", `{"note":"customer asked"}`), http.StatusOK, "")
 	r = act(unknown, "cancel", "")
 	expect(t, r, http.StatusConflict, "invalid_state")

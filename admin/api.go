@@ -97,8 +97,11 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &inv):
 		return badRequest(inv.Field, "%s", err.Error())
 	case errors.As(err, &ise):
-		return &apiError{status: http.StatusConflict, code: "invalid_state", message: err.Error(), extra: map[string]any{
-			"intent_id": ise.IntentID, "action": ise.Action, "status": ise.Status, "allowed": ise.Allowed}}
+		extra := map[string]any{"intent_id": ise.IntentID, "action": ise.Action, "status": ise.Status, "allowed": ise.Allowed}
+		if ise.InFlight {
+			extra["in_flight"] = true
+		}
+		return &apiError{status: http.StatusConflict, code: "invalid_state", message: err.Error(), extra: extra}
 	case errors.Is(err, outbox.ErrNotFound):
 		return &apiError{status: http.StatusNotFound, code: "not_found", message: err.Error()}
 	case errors.Is(err, ErrResourceNotFound):

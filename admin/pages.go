@@ -415,7 +415,11 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 		}
 		msg := ae.message
 		var ise *InvalidStateError
-		if errors.As(err, &ise) {
+		switch {
+		case errors.As(err, &ise) && ise.InFlight:
+			msg = fmt.Sprintf("Cannot %s intent %d: it is in flight — an attempt has begun and has no outcome yet. "+
+				"Wait for its outcome, or %s it once it is held unknown or failed.", a, id, a)
+		case ise != nil:
 			msg = fmt.Sprintf("Cannot %s intent %d: it is %s now; %s applies only to %s.", a, id, ise.Status, a, joinStatuses(ise.Allowed))
 		}
 		s.showIntent(w, r, id, ae.status, &pageData{Nav: "intents", Error: msg}, req.Note)

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
@@ -605,7 +606,7 @@ UPDATE intents SET
 	relayed_at = CASE WHEN status IN ('pending', 'relayed') THEN now() ELSE relayed_at END,
 	relay_count = relay_count + 1,
 	claimed_by = NULL, claim_expires_at = NULL, updated_at = now()
-WHERE intent_id = ANY($1) AND claimed_by = $2`
+WHERE intent_id = ANY($1) AND claimed_by = $2 AND ` + durable.Where
 
 // releaseSQL returns claims without relaying.
 const releaseSQL = `

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -251,7 +252,9 @@ func checkResult(r json.RawMessage) error {
 // is deferred with a context that is not cancelled, so a cancelled ctx never
 // leaves a transaction open on a pooled connection.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// durable: an attempt's ownership and an outcome recorded before the
+	// message is acked must survive a crash (see internal/durable).
+	tx, err := durable.Begin(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err
 	}
@@ -685,7 +688,7 @@ func (s *Store) Release(ctx context.Context, kind, key string, token int64) erro
 	// this match nothing rather than delete the new owner's key.
 	tag, err := s.pool.Exec(ctx, `
 		DELETE FROM idempotency_keys
-		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`, kind, key, token)
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started' AND `+durable.Where, kind, key, token)
 	if err != nil {
 		return fmt.Errorf("idempotency: release %s/%q: %w", kind, key, err)
 	}
@@ -708,7 +711,7 @@ func (s *Store) Extend(ctx context.Context, kind, key string, token int64) (time
 	// One statement, conditional on the token: see Release.
 	err := s.pool.QueryRow(ctx, `
 		UPDATE idempotency_keys SET locked_until = clock_timestamp() + $4::interval, updated_at = now()
-		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started' AND `+durable.Where+`
 		RETURNING locked_until`, kind, key, token, interval(s.cfg.LockTimeout)).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, s.ownershipError(ctx, kind, key, token)
@@ -733,7 +736,7 @@ func (s *Store) Unhold(ctx context.Context, kind, key string) error {
 		UPDATE idempotency_keys
 		SET state = 'started', status = NULL, locked_until = clock_timestamp(),
 		    token = nextval('idempotency_token_seq'), updated_at = now()
-		WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, kind, key)
+		WHERE kind = $1 AND idempotency_key = $2 AND state = 'held' AND `+durable.Where, kind, key)
 	if err != nil {
 		return fmt.Errorf("idempotency: unhold %s/%q: %w", kind, key, err)
 	}

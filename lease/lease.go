@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 )
 
@@ -171,7 +172,9 @@ func interval(ttl time.Duration) string { return fmt.Sprintf("%d microseconds", 
 // a context that is not cancelled, so a cancelled ctx never leaves a
 // transaction open on a pooled connection.
 func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
+	// durable: a grant acknowledged to the worker must survive a crash
+	// whatever the server's synchronous_commit (see internal/durable).
+	tx, err := durable.Begin(ctx, pool, pgx.TxOptions{})
 	if err != nil {
 		return err
 	}
@@ -299,7 +302,7 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 		UPDATE resources r
 		SET lease_expires_at = now() + $4::interval, renewed_at = now(), updated_at = now()
 		FROM (SELECT resource_id, lease_expires_at FROM resources WHERE resource_id = $1 FOR UPDATE) old
-		WHERE r.resource_id = old.resource_id AND r.epoch = $2 AND r.holder = $3
+		WHERE r.resource_id = old.resource_id AND r.epoch = $2 AND r.holder = $3 AND `+durable.Where+`
 		RETURNING r.lease_expires_at, extract(epoch FROM old.lease_expires_at - now())::float8`,
 		resource, epoch, holder, interval(ttl)).Scan(&l.ExpiresAt, &margin)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -357,7 +360,7 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 	tag, err := i.pool.Exec(ctx, `
 		UPDATE resources
 		SET holder = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE resource_id = $1 AND epoch = $2 AND (holder = $3 OR holder IS NULL)`, resource, epoch, holder)
+		WHERE resource_id = $1 AND epoch = $2 AND (holder = $3 OR holder IS NULL) AND `+durable.Where, resource, epoch, holder)
 	if err != nil {
 		return i.wrap(ctx, "release", err)
 	}

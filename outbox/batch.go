@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/internal/durable"
 )
 
 // BatchResult is the answer for one intent of EnqueueBatch: Result when Err
@@ -63,7 +65,8 @@ type querier interface {
 // enqueueBatchSQL calls the fenced batch enqueue; its arguments come from
 // batchArgs.
 const enqueueBatchSQL = `SELECT ord, outcome, intent_id, status, current_epoch
-	FROM fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8)`
+	FROM fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8)
+	WHERE ` + durable.Where
 
 // batchArgs holds the column arrays of fencegate_enqueue_batch.
 type batchArgs struct {

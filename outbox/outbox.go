@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 )
 
@@ -201,7 +202,8 @@ type queryer interface {
 // enqueueSQL calls the fenced enqueue. Its arguments come from
 // enqueueArgs, so a new parameter is added in these two places only.
 const enqueueSQL = `SELECT outcome, intent_id, status, current_epoch, existing_epoch
-	FROM fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8)`
+	FROM fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8)
+	WHERE ` + durable.Where
 
 func enqueueArgs(in Intent, notify bool) []any {
 	return []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.IdempotencyKey, string(in.Fence), string(in.Payload), notify}

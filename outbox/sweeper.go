@@ -14,16 +14,50 @@ import (
 
 // Defaults of SweeperConfig's fields.
 const (
-	DefaultSweepMaxAge   = 7 * 24 * time.Hour
+	// DefaultSweepMaxAge is as long as DefaultKeyRetention: operation-id
+	// dedup lasts as long as business-key dedup (see CheckRetention).
+	DefaultSweepMaxAge   = 30 * 24 * time.Hour
 	DefaultSweepBatch    = 1000
 	DefaultSweepInterval = time.Minute
+	// DefaultKeyRetention is the idempotency store's default key retention
+	// (idempotency.DefaultRetention, which this package cannot import: the
+	// idempotency package imports it; a test keeps the two equal).
+	DefaultKeyRetention = 30 * 24 * time.Hour
 )
+
+// CheckRetention checks that intents are kept (intentRetention, the
+// sweeper's MaxAge) at least as long as completed idempotency keys
+// (keyRetention, idempotency.Config.Retention); zero means the default.
+//
+// An intent's row is what dedups its operation id: once swept, a late
+// replay of the operation id is enqueued as a new intent. While the intent's
+// business key is still kept, that new intent would not execute but be
+// answered from the key with the old outcome — a status nobody asked for
+// and nothing explains. With intents kept at least as long as keys, a
+// replay either finds its intent (duplicate) or, past both horizons, is a
+// new operation. The error is a *ValidationError naming intent_retention.
+func CheckRetention(intentRetention, keyRetention time.Duration) error {
+	intentRetention = cmp.Or(intentRetention, DefaultSweepMaxAge)
+	keyRetention = cmp.Or(keyRetention, DefaultKeyRetention)
+	if intentRetention < keyRetention {
+		return &ValidationError{Field: "intent_retention", Message: fmt.Sprintf(
+			"intent retention %s is shorter than the key retention %s: operation-id dedup would end while "+
+				"business-key dedup goes on, and a late replay would be answered from the key as a new intent; "+
+				"keep intents at least as long as keys", intentRetention, keyRetention)}
+	}
+	return nil
+}
 
 // SweeperConfig configures a Sweeper.
 type SweeperConfig struct {
-	// MaxAge is how long a completed intent is kept, from its completion.
-	// Default: 7 days.
+	// MaxAge is how long a completed intent is kept, from its completion,
+	// and so how long its operation id dedups. It must not be shorter than
+	// KeyRetention (CheckRetention). Default: 30 days.
 	MaxAge time.Duration
+	// KeyRetention is how long the deployment keeps completed idempotency
+	// keys (idempotency.Config.Retention); only checked against MaxAge.
+	// Default: DefaultKeyRetention (30 days).
+	KeyRetention time.Duration
 	// Batch is how many intents one delete statement removes at most, so
 	// no statement holds many row locks or runs for long. Default: 1000.
 	Batch int
@@ -36,6 +70,7 @@ type SweeperConfig struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c SweeperConfig) WithDefaults() SweeperConfig {
 	c.MaxAge = cmp.Or(c.MaxAge, DefaultSweepMaxAge)
+	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
 	c.Batch = cmp.Or(c.Batch, DefaultSweepBatch)
 	c.Interval = cmp.Or(c.Interval, DefaultSweepInterval)
 	if c.Logger == nil {
@@ -53,7 +88,7 @@ func (c SweeperConfig) validate() error {
 	case c.Interval < time.Millisecond:
 		return fmt.Errorf("outbox: sweeper Interval must be at least 1ms, got %s", c.Interval)
 	}
-	return nil
+	return CheckRetention(c.MaxAge, c.KeyRetention)
 }
 
 // sweepTimeout bounds one sweep run.
@@ -68,7 +103,9 @@ const sweepTimeout = time.Minute
 // unknown ones wait for an operator to resolve them and are never deleted
 // automatically (like the idempotency store's held keys). The business
 // idempotency keys are kept by their own store and retention: deleting an
-// intent does not make its effect repeatable.
+// intent does not make its effect repeatable. Intents are kept at least as
+// long as keys (CheckRetention), so an operation id dedups as long as its
+// business key does.
 type Sweeper struct {
 	pool *pgxpool.Pool
 	cfg  SweeperConfig

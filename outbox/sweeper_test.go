@@ -56,7 +56,7 @@ func TestSweeper(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Batch: 2, Interval: time.Hour})
+	s, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{MaxAge: 7 * day, KeyRetention: 7 * day, Batch: 2, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

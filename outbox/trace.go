@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencegate/fencegate/internal/durable"
 )
 
 // tracerName is the instrumentation scope of the outbox's spans.
@@ -24,7 +26,8 @@ const TraceContextSetting = "fencegate.trace_context"
 // sees the setting (is_local=true: it ends with the transaction).
 const tracedEnqueueSQL = `WITH tc AS MATERIALIZED (SELECT set_config('` + TraceContextSetting + `', $9, true) AS v)
 	SELECT e.outcome, e.intent_id, e.status, e.current_epoch, e.existing_epoch
-	FROM tc, LATERAL fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8 AND tc.v IS NOT NULL) e`
+	FROM tc, LATERAL fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8 AND tc.v IS NOT NULL) e
+	WHERE ` + durable.Where
 
 // startEnqueueSpan starts the enqueue span and returns the W3C trace
 // context to store with the intent ("" when there is no valid trace).

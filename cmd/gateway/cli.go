@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -150,6 +152,10 @@ func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) 
 	// Epochs and fenced writes must come from the primary: every pooled
 	// connection checks pg_is_in_recovery() once when it is made.
 	lease.RequirePrimary(cfg)
+	// Everything this process commits that decides authority or ownership
+	// also raises synchronous_commit per transaction; the session setting is
+	// a second line of defence for statements outside those paths.
+	durable.ConfigurePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, &cliError{exit: exitInternal, code: "unavailable", message: "database: " + oneLine(err.Error())}
@@ -166,6 +172,31 @@ func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) 
 			message: fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), oneLine(err.Error()))}
 	}
 	return pool, nil
+}
+
+// fsyncFlag adds --allow-fsync-off to a command that starts on a database
+// (run, migrate, dev); $GATEWAY_ALLOW_FSYNC_OFF=true sets its default.
+func (a *app) fsyncFlag(fs *flag.FlagSet) *bool {
+	def, _ := strconv.ParseBool(a.getenv("GATEWAY_ALLOW_FSYNC_OFF"))
+	return fs.Bool("allow-fsync-off", def, "start even when PostgreSQL runs with fsync=off (throwaway test servers only: a crash can then lose acknowledged grants and intents) (default $GATEWAY_ALLOW_FSYNC_OFF)")
+}
+
+// requireFsync refuses a server running with fsync=off unless allowed:
+// there, no commit is durable whatever synchronous_commit says, so an
+// acknowledged grant can be lost in a crash and its epoch handed out again.
+func (a *app) requireFsync(ctx context.Context, pool *pgxpool.Pool, allow bool) error {
+	var fsync string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('fsync')`).Scan(&fsync); err != nil {
+		return &cliError{exit: exitInternal, code: "unavailable", message: "database: read fsync: " + oneLine(err.Error())}
+	}
+	if fsync == "on" {
+		return nil
+	}
+	if allow {
+		fmt.Fprintln(a.stderr, "gateway: warning: PostgreSQL runs with fsync=off (allowed by --allow-fsync-off): a crash can lose acknowledged grants and intents")
+		return nil
+	}
+	return &cliError{exit: exitInternal, code: "unsafe_database", message: "PostgreSQL runs with fsync=off: a crash could lose acknowledged grants and intents and hand one epoch to two holders; turn fsync on (or, for a throwaway test server, pass --allow-fsync-off)"}
 }
 
 func redactURL(raw string) string {

@@ -23,8 +23,14 @@ type cliResult struct {
 // stdout holds exactly one JSON object.
 func gw(t *testing.T, dbURL string, args ...string) cliResult {
 	t.Helper()
+	return gwEnv(t, nil, dbURL, args...)
+}
+
+// gwEnv is gw with extra environment variables (later ones win).
+func gwEnv(t *testing.T, env []string, dbURL string, args ...string) cliResult {
+	t.Helper()
 	cmd := exec.Command(gatewayBin, args...)
-	cmd.Env = append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL)
+	cmd.Env = append(append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

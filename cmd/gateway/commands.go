@@ -17,6 +17,7 @@ import (
 
 func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("migrate")
+	allowFsyncOff := a.fsyncFlag(fs)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
 	}
@@ -28,6 +29,9 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
+	if err := a.requireFsync(ctx, pool, *allowFsyncOff); err != nil {
+		return a.fail(err)
+	}
 	applied, err := migrations.Up(ctx, pool, nil)
 	if err != nil {
 		return a.fail(err)

@@ -97,9 +97,11 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&o.fileRoot, "file-root", devDefaultFileRoot, "directory the file adapter publishes under")
 	fs.BoolVar(&o.demo, "demo", false, "replay the article's scenario: worker A pauses past its lease, B takes over, A's late write is fenced out")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	allowFsyncOff := a.fsyncFlag(fs)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
 	}
+	o.allowFsyncOff = *allowFsyncOff
 	if err := noArgs(fs); err != nil {
 		return a.fail(err)
 	}
@@ -176,6 +178,8 @@ type devOptions struct {
 	fileRoot    string
 	demo        bool
 	logLevel    string
+	// allowFsyncOff lets --database-url name a server with fsync=off.
+	allowFsyncOff bool
 }
 
 func (o *devOptions) validate() error {
@@ -373,9 +377,10 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 		kept := d.opts.dataDir != ""
 		c, err := pgtest.Start(ctx, pgtest.Options{
 			Dir: filepath.Join(d.dataDir, "postgres"),
-			// A kept cluster is reused next time: it must survive more than
-			// a clean shutdown, so fsync stays on.
-			Durable: kept,
+			// fsync on, throwaway or kept: dev shows the guarantee, and a
+			// grant must survive a crash there too (the gateway refuses
+			// fsync=off elsewhere).
+			Durable: true,
 		})
 		if err != nil {
 			hint := ""
@@ -401,6 +406,9 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 	}
 	d.pool = pool
 	d.add("database pool", pool.Close)
+	if err := d.a.requireFsync(ctx, pool, d.opts.allowFsyncOff); err != nil {
+		return err
+	}
 	applied, err := migrations.Up(ctx, pool, nil)
 	if err != nil {
 		return fmt.Errorf("apply migrations: %w", err)

@@ -110,8 +110,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", 8, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
-		intentRet   = fs.Duration("intent-retention", outbox.DefaultSweepMaxAge, "delete completed intents this long after completion (unknown intents are kept for an operator)")
-		keyRet      = fs.Duration("key-retention", 30*24*time.Hour, "forget completed idempotency keys this long after completion")
+		intentRet   = fs.Duration("intent-retention", outbox.DefaultSweepMaxAge, "delete completed intents this long after completion (unknown intents are kept for an operator); operation ids dedup this long, so it must be at least --key-retention")
+		keyRet      = fs.Duration("key-retention", idempotency.DefaultRetention, "forget completed idempotency keys this long after completion")
 		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
 		execTimeout = fs.Duration("execute-timeout", 30*time.Second, "bound on one effect's execution (an SMTP send, a file publication)")
 
@@ -119,6 +119,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
 		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+")")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
+
+		allowFsyncOff = a.fsyncFlag(fs)
 	)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -220,6 +222,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
+	if err := a.requireFsync(ctx, pool, *allowFsyncOff); err != nil {
+		return a.fail(err)
+	}
 	cfg.Pool = pool
 
 	s, err := startStack(ctx, cfg)
@@ -423,6 +428,16 @@ func (c *stackConfig) validate() error {
 	if c.Runtime.MaxAttempts < 0 {
 		return badInput("max_attempts", "--max-attempts must be at least 1")
 	}
+	// Checked whatever this process runs: the sweepers may run in different
+	// processes, which must all be given the same retentions.
+	if err := outbox.CheckRetention(c.Retention.MaxAge, c.Idempotency.WithDefaults().Retention); err != nil {
+		var ve *outbox.ValidationError
+		msg := err.Error()
+		if errors.As(err, &ve) {
+			msg = ve.Message
+		}
+		return badInput("intent_retention", "--intent-retention must not be shorter than --key-retention: "+msg)
+	}
 	return nil
 }
 
@@ -546,6 +561,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		// Retention: completed intents older than their age go, in small
 		// batches (SKIP LOCKED: several processes may sweep at once).
 		rcfg := cfg.Retention
+		rcfg.KeyRetention = cfg.Idempotency.WithDefaults().Retention
 		rcfg.Logger = cmp.Or(rcfg.Logger, log)
 		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
 		if err != nil {

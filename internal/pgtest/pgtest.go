@@ -277,6 +277,11 @@ func (c *Cluster) Shutdown() error { return c.signalAndWait(syscall.SIGINT, 30*t
 // Kill stops the server with SIGKILL, as in a crash; the next start recovers.
 func (c *Cluster) Kill() error { return c.signalAndWait(syscall.SIGKILL, 10*time.Second) }
 
+// StopImmediate stops the server as `pg_ctl stop -m immediate` does
+// (SIGQUIT): no checkpoint, no flush of WAL still in memory, as in a crash;
+// the next start recovers.
+func (c *Cluster) StopImmediate() error { return c.signalAndWait(syscall.SIGQUIT, 10*time.Second) }
+
 // Restart shuts the server down and starts it again on the same port.
 func (c *Cluster) Restart(ctx context.Context) error {
 	if err := c.Shutdown(); err != nil {

@@ -428,7 +428,8 @@ func publications(t *testing.T, root, target, key string) int {
 func TestArticle4RestartPostgresAndNATS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl, err := pgtest.Start(ctx, pgtest.Options{})
+	// fsync on: these tests make claims about crashes and restarts.
+	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
 	if err != nil {
 		t.Fatalf("start a PostgreSQL of our own (it is restarted): %v", err)
 	}
