@@ -134,16 +134,63 @@ func Verify(obs *Observed, ops []Op) *Report {
 	}
 	for _, res := range sortedKeys(bad) {
 		hist := bad[res]
-		lines := make([]string, 0, len(hist))
-		for _, o := range hist {
-			lines = append(lines, o.String())
+		why, lines := explainL(hist)
+		if lines == nil {
+			for _, o := range hist {
+				lines = append(lines, o.String())
+			}
+			if len(lines) > 60 {
+				lines = lines[len(lines)-60:]
+			}
 		}
-		if len(lines) > 60 {
-			lines = lines[len(lines)-60:]
-		}
-		r.add("L", fmt.Sprintf("the lease/epoch history of %s is not linearizable", res), lines...)
+		r.add("L", fmt.Sprintf("the lease/epoch history of %s is not linearizable%s", res, why), lines...)
 	}
 	return r
+}
+
+// explainL looks for the first plain real-time contradiction in a
+// resource's history that porcupine rejected: an operation that began after
+// a grant of epoch e had been acknowledged and still saw an epoch at or
+// below e as current (an acquire returning it, an enqueue or renewal
+// accepted with an older one). It returns the reason and the two
+// operations, or nil when the contradiction is subtler (the caller then
+// shows the history's tail).
+func explainL(hist []Op) (string, []string) {
+	var best Op // the acknowledged grant with the highest epoch so far
+	grants := make([]Op, 0, len(hist))
+	for _, o := range hist {
+		if o.Kind == "acquire" && o.Result == "ok" {
+			grants = append(grants, o)
+		}
+	}
+	sort.SliceStable(grants, func(i, j int) bool { return grants[i].Ret < grants[j].Ret })
+	for _, o := range hist { // by invocation time (ReadHistory's order)
+		best = Op{}
+		for _, g := range grants {
+			if g.Ret >= o.Call {
+				break
+			}
+			if g.OutEpoch > best.OutEpoch {
+				best = g
+			}
+		}
+		if best.Kind == "" {
+			continue
+		}
+		var why string
+		switch {
+		case o.Kind == "acquire" && o.Result == "ok" && o.OutEpoch <= best.OutEpoch:
+			why = fmt.Sprintf(": an acquire by %q returned epoch %d after epoch %d had been granted to %q", o.Holder, o.OutEpoch, best.OutEpoch, best.Holder)
+		case o.Kind == "enqueue" && o.Result == "ok" && !o.Duplicate && o.Epoch < best.OutEpoch:
+			why = fmt.Sprintf(": an enqueue with epoch %d was accepted after epoch %d had been granted", o.Epoch, best.OutEpoch)
+		case o.Kind == "renew" && o.Result == "ok" && o.Epoch < best.OutEpoch:
+			why = fmt.Sprintf(": a renewal of epoch %d succeeded after epoch %d had been granted", o.Epoch, best.OutEpoch)
+		default:
+			continue
+		}
+		return why, []string{best.String(), o.String()}
+	}
+	return "", nil
 }
 
 // crashAfter describes the PostgreSQL crash that can explain losing what

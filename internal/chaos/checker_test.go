@@ -151,3 +151,26 @@ func TestVerifyTruncatedHistory(t *testing.T) {
 		t.Fatalf("a publication older than a full history was flagged: %v", r.Violations)
 	}
 }
+
+// A history porcupine rejects is explained by its first plain
+// contradiction: the grant and the operation that ignored it.
+func TestVerifyExplainsLinearizability(t *testing.T) {
+	t.Parallel()
+	obs, ops := world()
+	// a's enqueue with epoch 1 accepted after b's epoch 2 was acknowledged.
+	ops = append(ops, Op{Worker: "a", Kind: "enqueue", Resource: "r", Holder: "a", Epoch: 1, Call: 110, Ret: 120, Result: "ok", OpID: "a-3",
+		IntentKnd: "file", Key: "r/file/a-3", IntentID: 4})
+	obs.Intents = append(obs.Intents, Intent{ID: 4, Resource: "r", Epoch: 1, OpID: "a-3", Kind: "file", Key: "r/file/a-3",
+		Payload: `{"target":"r.txt"}`, Status: "superseded", Committed: obs.Intents[2].Committed.Add(time.Millisecond)})
+	r := Verify(obs, ops)
+	for _, v := range r.Violations {
+		if v.Invariant == "L" {
+			if !strings.Contains(v.Message, "an enqueue with epoch 1 was accepted after epoch 2 had been granted") ||
+				strings.Count(v.Evidence, "\n") != 1 {
+				t.Fatalf("unexplained: %s\n%s", v.Message, v.Evidence)
+			}
+			return
+		}
+	}
+	t.Fatalf("no L violation: %v", r.Violations)
+}

@@ -135,6 +135,8 @@ func optionalFlags(t *testing.T, bin string) []string {
 		// must outlast the front's late stores (up to 1.5 s past the
 		// deadline).
 		{"-lookup-settle", "5s"},
+		{"-lookup-settle-window", "5s"},
+		{"-settle-window", "5s"},
 	} {
 		if strings.Contains(help, f[0]+" ") || strings.Contains(help, f[0]+"\n") || strings.Contains(help, f[0]+"=") {
 			out = append(out, "-"+f[0], f[1])
