@@ -31,7 +31,8 @@ type Op struct {
 	Call  int64 `json:"call"`
 	Ret   int64 `json:"ret"`
 	// Result: ok, held, stale, conflict, invalid, unknown (the outcome was
-	// lost: a connection failed mid-call).
+	// lost: a connection failed mid-call), noconn (a lease operation that
+	// could not connect: it did not happen).
 	Result string `json:"result"`
 	// OutEpoch is the epoch returned (acquire, renew) or the current epoch
 	// an error reported.

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/chaos"
@@ -136,6 +137,20 @@ func classify(err error) string {
 	return "unknown"
 }
 
+// classifyLease is classify for the lease operations, which send nothing
+// before they have a connection: one that could not connect ("noconn")
+// did not happen. (An enqueue's outcome stays unknown: the outbox may use
+// more than one connection per call.) Telling them apart keeps the
+// register model from branching on operations that never reached the
+// database.
+func classifyLease(err error) string {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return "noconn"
+	}
+	return classify(err)
+}
+
 func (w *worker) sleep(ctx context.Context, max time.Duration) {
 	select {
 	case <-ctx.Done():
@@ -149,7 +164,7 @@ func (w *worker) round(ctx context.Context) {
 	c, cancel := opCtx()
 	l, err := w.iss.Acquire(c, res, w.holder, w.ttl)
 	cancel()
-	o.Ret, o.Result = chaos.Mono(), classify(err)
+	o.Ret, o.Result = chaos.Mono(), classifyLease(err)
 	var he *lease.HeldError
 	if errors.As(err, &he) {
 		o.OutEpoch, o.OutHolder = he.Epoch, he.Holder
@@ -194,7 +209,7 @@ func (w *worker) simple(kind, res string, epoch int64, f func(context.Context) (
 	c, cancel := opCtx()
 	out, err := f(c)
 	cancel()
-	o.Ret, o.Result = chaos.Mono(), classify(err)
+	o.Ret, o.Result = chaos.Mono(), classifyLease(err)
 	if err == nil {
 		o.OutEpoch = out
 	} else if o.Result == "unknown" {
