@@ -1,5 +1,5 @@
 // Package lease is fencegate's epoch issuer: it grants leases on resources
-// and hands out a fencing epoch with every change of authority.
+// and hands out a new fencing epoch with every grant.
 //
 // The epoch of a resource lives in its control row in PostgreSQL and only
 // ever grows: every successful Acquire increments it in the same
@@ -371,7 +371,8 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 	// The sub-select locks the row and reads the expiry as it was before this
 	// update, so the renew margin (time left on the lease when the renewal
 	// arrived, by PostgreSQL's clock) costs no extra round trip. RETURNING
-	// alone would only see the new expiry.
+	// alone would only see the new expiry. It runs in a grant transaction
+	// for the lock timeout only: the statement alone is atomic.
 	var margin *float64
 	err := i.grantTx(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `
