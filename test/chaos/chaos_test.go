@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,24 +124,21 @@ func lateHold(seed uint64, id string, n int) time.Duration {
 	return execTimeout + 100*time.Millisecond + time.Duration((v/100)%1400)*time.Millisecond
 }
 
+// settleFlag matches a duration flag about the lookup settle window in
+// `gateway run --help` (flag's format: "  -name duration").
+var settleFlag = regexp.MustCompile(`(?m)^\s+-(\S*settle\S*) duration`)
+
 // optionalFlags returns the `gateway run` flags the chaos run passes only
-// when the binary's --help lists them (flags other branches add).
+// when the binary's --help lists them (flags other branches add): the
+// lookup settle window — a negative lookup is trusted only after it — set
+// to 5 s, which outlasts the front's late stores (at most 3 s after the
+// end of the message, the reply deadline included).
 func optionalFlags(t *testing.T, bin string) []string {
 	t.Helper()
 	r := ft.Gw(t, bin, "", nil, "run", "--help")
-	help := r.Stdout + r.Stderr
 	var out []string
-	for _, f := range [][]string{
-		// A negative lookup is trusted only after the settle window: it
-		// must outlast the front's late stores (up to 1.5 s past the
-		// deadline).
-		{"-lookup-settle", "5s"},
-		{"-lookup-settle-window", "5s"},
-		{"-settle-window", "5s"},
-	} {
-		if strings.Contains(help, f[0]+" ") || strings.Contains(help, f[0]+"\n") || strings.Contains(help, f[0]+"=") {
-			out = append(out, "-"+f[0], f[1])
-		}
+	for _, m := range settleFlag.FindAllStringSubmatch(r.Stdout+r.Stderr, -1) {
+		out = append(out, "--"+m[1], "5s")
 	}
 	t.Logf("chaos: optional gateway flags passed: %v", out)
 	return out
