@@ -15,7 +15,9 @@
 //
 // Readers never see a partial file: the content is staged in the target's
 // directory, written, fsynced, and renamed over the target; the directory is
-// fsynced after every rename.
+// fsynced after every rename. Concurrent publications into one directory
+// share those directory fsyncs: each waits for one that started after its
+// rename, which keeps every crash order below (see dirsync.go).
 //
 // Every publication is identified by its business idempotency key. The
 // manifest keeps the current publication and a bounded history of earlier

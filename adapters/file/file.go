@@ -111,6 +111,9 @@ type Adapter struct {
 	stale prometheus.Counter
 	root  string // Root, absolute with symbolic links resolved
 	log   *slog.Logger
+	// dirs shares directory fsyncs among concurrent publications into
+	// one directory.
+	dirs dirSyncer
 
 	// Test hooks at the edge of the world (a disk that fails); nil in
 	// production. writeHook replaces the write of staged content,
@@ -378,6 +381,12 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	// The opposite order (content first, manifest after) would let a crash
 	// in between leave epoch 34's content under a manifest still saying 33,
 	// and a late epoch-33 writer would then pass the check and overwrite.
+	//
+	// Every "directory fsync" above may be shared with concurrent
+	// publications into the same directory (location.syncDir): each step
+	// still waits, at the same point, for an fsync of the directory that
+	// started after its rename, which is what an fsync of its own gives;
+	// dirSyncer has the argument.
 	if err := loc.stage(content); err != nil {
 		return adapters.Outcome{}, err
 	}

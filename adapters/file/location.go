@@ -48,6 +48,7 @@ type location struct {
 	dirf   *os.File // the same directory, for fsync and identity
 	name   string
 	key    string // identity of the target: device, inode of dir, name
+	dirKey string // identity of the directory: device, inode
 }
 
 func (l *location) manifestName() string { return "." + l.name + manifestSuffix }
@@ -152,7 +153,8 @@ func (a *Adapter) open(target string, create bool) (*location, error) {
 	// The lock and the manifest live in the real directory, so every
 	// spelling of the target shares one fence; the key that serialises
 	// goroutines in this process is that directory's identity.
-	l.key = fmt.Sprintf("%d:%d/%s", st.Dev, st.Ino, name)
+	l.dirKey = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	l.key = l.dirKey + "/" + name
 
 	fi, err = dir.Lstat(name)
 	switch {
@@ -431,7 +433,11 @@ func (l *location) writeManifest(m Manifest) error {
 	return nil
 }
 
-func (l *location) syncDir() error { return l.a.sync(l.dirf) }
+// syncDir returns once the target's directory was fsynced by an fsync that
+// started after the call, so after the caller's rename: the caller's own,
+// or one shared with concurrent publications into the same directory (see
+// dirSyncer for why sharing keeps every crash order).
+func (l *location) syncDir() error { return l.a.dirs.sync(l.dirKey, l.dirf, l.a.sync) }
 
 func (a *Adapter) sync(f *os.File) error {
 	if a.syncHook != nil {
