@@ -50,6 +50,9 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// runHooks is set only for a `gateway run` that gateway bench runs in
+	// its own process; nil otherwise.
+	runHooks *runHooks
 }
 
 type command func(ctx context.Context, a *app, args []string) int

@@ -203,6 +203,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Tokens:      tokens,
 		Logger:      logger,
 	}
+	if h := a.runHooks; h != nil {
+		cfg.ExtraExecutors = h.executors // gateway bench's no-op adapter
+	}
 	// Flags are checked before anything is connected: a bad value is exit 2
 	// whether or not the database is reachable.
 	if err := cfg.validate(); err != nil {
@@ -245,6 +248,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			return exitOK
 		}
 		return a.fail(err)
+	}
+	if h := a.runHooks; h != nil && h.started != nil {
+		h.started(pool)
 	}
 
 	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.RunDispatcher,
