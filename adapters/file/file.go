@@ -312,7 +312,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 				// marking the manifest: record what the content proves.
 				// Best effort; the content's sha proves it either way.
 				prev.State = StatePublished
-				if err := loc.writeManifest(prev); err != nil {
+				if err := loc.markManifest(prev); err != nil {
 					a.log.Warn("mark recovered publication", "target", target, "err", err)
 				}
 			}
@@ -376,7 +376,9 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	//     written in step 2, so it is never lost, and the epoch was raised
 	//     before the content changed, so no older epoch can slip in.
 	//  4. Mark the manifest "published". Only a shortcut: the sha check of
-	//     step 3 proves the same, so a failure here is logged, not returned.
+	//     step 3 proves the same, so a failure here is logged, not returned,
+	//     and the directory is not fsynced for it (markManifest): a crash
+	//     that loses the mark leaves the pending manifest of step 3.
 	//
 	// The opposite order (content first, manifest after) would let a crash
 	// in between leave epoch 34's content under a manifest still saying 33,
@@ -412,7 +414,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	}
 	failpoint.Inject(failpoint.AfterRenameBeforeRecord) // no-op unless built with -tags failpoints
 	next.State = StatePublished
-	if err := loc.writeManifest(next); err != nil {
+	if err := loc.markManifest(next); err != nil {
 		a.log.Warn("mark manifest published (the content sha still proves it)", "target", target, "err", err)
 	}
 	a.log.Info("published", "target", target, "epoch", req.Epoch, "intent_id", req.IntentID,

@@ -413,7 +413,18 @@ func (l *location) removeStaged() { _ = l.dir.Remove(l.stagedName()) }
 
 // writeManifest replaces the manifest atomically: temp file, fsync,
 // rename, directory fsync.
-func (l *location) writeManifest(m Manifest) error {
+func (l *location) writeManifest(m Manifest) error { return l.replaceManifest(m, true) }
+
+// markManifest replaces the manifest atomically like writeManifest but
+// does not wait for the directory fsync: for a change that is only a
+// shortcut (marking a publication "published" whose content already
+// proves it by its sha). The temp file is still fsynced before the rename,
+// so a crash leaves either the old manifest or the new one, whole, never
+// an empty or torn one; either is right, and the next directory fsync (the
+// next publication's in this directory) makes the new one durable.
+func (l *location) markManifest(m Manifest) error { return l.replaceManifest(m, false) }
+
+func (l *location) replaceManifest(m Manifest, syncDir bool) error {
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return adapters.PermanentError(fmt.Errorf("encode manifest: %w", err))
@@ -426,6 +437,9 @@ func (l *location) writeManifest(m Manifest) error {
 	if err := l.dir.Rename(tmp, l.manifestName()); err != nil {
 		_ = l.dir.Remove(tmp)
 		return classify("rename manifest of "+l.target, err)
+	}
+	if !syncDir {
+		return nil
 	}
 	if err := l.syncDir(); err != nil {
 		return classify("fsync directory of "+l.target, err)
