@@ -36,7 +36,7 @@ Usage:
   gateway lease history --resource R [--limit N]
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
-  gateway bench [--case NAME] [--duration D] [--json]
+  gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
 
 Every command takes --database-url (default $GATEWAY_DATABASE_URL).
 Run "gateway COMMAND --help" for a command's flags.
