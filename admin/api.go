@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/lease"
@@ -23,6 +24,9 @@ type apiError struct {
 	message string
 	field   string
 	extra   map[string]any
+	// retryAfter, when positive, is sent as the Retry-After header
+	// (seconds).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -52,6 +56,9 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
 	}
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	writeJSON(w, e.status, map[string]any{"error": body})
 }
 
@@ -65,6 +72,7 @@ func toAPIError(err error) *apiError {
 		ostale *outbox.StaleEpochError
 		lstale *lease.StaleEpochError
 		held   *lease.HeldError
+		busy   *lease.BusyError
 		conf   *outbox.ConflictError
 		oinv   *outbox.ValidationError
 		linv   *lease.InvalidError
@@ -83,6 +91,11 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &held):
 		return &apiError{status: http.StatusConflict, code: "lease_held", message: err.Error(), extra: map[string]any{
 			"resource": held.Resource, "holder": held.Holder, "current_epoch": held.Epoch, "expires_at": held.ExpiresAt}}
+	case errors.As(err, &busy):
+		// Retryable: the control row's lock is held by an open transaction
+		// (a paused worker); nothing was granted.
+		return &apiError{status: http.StatusServiceUnavailable, code: "busy", message: err.Error(), retryAfter: 1,
+			extra: map[string]any{"resource": busy.Resource}}
 	case errors.As(err, &conf):
 		return &apiError{status: http.StatusUnprocessableEntity, code: "conflict", message: err.Error(), extra: map[string]any{
 			"resource": conf.Resource, "operation_id": conf.OperationID, "intent_id": conf.IntentID}}

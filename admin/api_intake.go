@@ -28,8 +28,10 @@ func ttl(ms int64) (time.Duration, error) {
 }
 
 // acquireLease: POST /api/v1/leases {"resource","holder","ttl_ms"}.
-// 201 with a new epoch; 200 when the same holder extended its live lease
-// (same epoch); 409 lease_held.
+// 201 with a new epoch, every time: also for the holder that already holds
+// the lease (extending a lease and keeping its epoch is renew); 409
+// lease_held; 400 naming epoch when the resource's epochs are exhausted;
+// 503 busy when the control row stayed locked.
 func (s *Server) acquireLease(r *http.Request, _ principal) (int, any, error) {
 	var req struct {
 		Resource string `json:"resource"`
@@ -43,21 +45,11 @@ func (s *Server) acquireLease(r *http.Request, _ principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	before, err := s.cfg.Issuer.Get(r.Context(), req.Resource)
-	if err != nil {
-		return 0, nil, err
-	}
 	l, err := s.cfg.Issuer.Acquire(r.Context(), req.Resource, req.Holder, d)
 	if err != nil {
 		return 0, nil, err
 	}
-	// Acquire keeps the epoch only when the holder already held a live
-	// lease: an unchanged epoch means an extension, not a new grant.
-	status := http.StatusCreated
-	if l.Epoch == before.Epoch {
-		status = http.StatusOK
-	}
-	return status, l, nil
+	return http.StatusCreated, l, nil
 }
 
 // renewLease: POST /api/v1/leases/renew {"resource","holder","epoch","ttl_ms"}.

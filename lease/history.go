@@ -25,6 +25,10 @@ const (
 	HowAfterExpiry How = "after_expiry"
 	// HowReleased: the previous holder released its lease.
 	HowReleased How = "released"
+	// HowReacquired: the holder that held the live lease acquired it again
+	// and got a new epoch (every grant is a new fencing token): the writes
+	// of its previous epoch are fenced out, like anyone else's.
+	HowReacquired How = "reacquired"
 	// HowExternalAdvance: an outside lock service's larger epoch was
 	// registered with Advance; any lease held here was cleared.
 	HowExternalAdvance How = "external_advance"
@@ -36,9 +40,9 @@ const (
 	MaxHistoryLimit     = 1000
 )
 
-// Grant is one change of authority over a resource: a new epoch granted by
-// Acquire or registered by Advance. A same-holder re-acquire of a live lease
-// keeps the epoch and is not a Grant.
+// Grant is one new epoch of a resource: granted by Acquire (also a
+// same-holder re-acquire of a live lease, HowReacquired) or registered by
+// Advance.
 type Grant struct {
 	Resource string
 	Epoch    int64
@@ -110,6 +114,11 @@ func micros(us *int64) *time.Duration {
 func acquireGrant(ctx context.Context, tx pgx.Tx, resource, holder string, next int64, c control) (*Grant, error) {
 	g := &Grant{Resource: resource, Epoch: next, Holder: holder, PreviousEpoch: c.epoch}
 	switch {
+	case c.live && c.holder != nil && *c.holder == holder:
+		// The live holder acquired again (Acquire returned HeldError for
+		// anyone else): a new epoch all the same, and its old one is fenced.
+		g.How, g.PreviousHolder = HowReacquired, holder
+		g.SincePreviousRenewal = micros(c.sinceRenewal)
 	case c.holder != nil:
 		// A holder is still named, so its lease is not live (Acquire
 		// returned HeldError otherwise) or it is our own expired lease.

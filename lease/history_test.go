@@ -15,8 +15,9 @@ import (
 	"github.com/fencegate/fencegate/lease"
 )
 
-// Every change of authority is recorded, with how it happened and who had
-// authority before; a same-holder re-acquire and a no-op advance are not.
+// Every new epoch is recorded, with how it happened and who had authority
+// before (a same-holder re-acquire too: it is a new epoch); a no-op advance
+// is not.
 // The issuer's metrics count the same grants.
 func TestHistoryAndMetrics(t *testing.T) {
 	t.Parallel()
@@ -35,15 +36,15 @@ func TestHistoryAndMetrics(t *testing.T) {
 
 	a, err := iss.Acquire(ctx, "r", "A", time.Hour) // 1 free
 	must(err)
-	_, err = iss.Acquire(ctx, "r", "A", time.Hour) // same holder, live: not recorded
+	a2, err := iss.Acquire(ctx, "r", "A", time.Hour) // 2 reacquired: same holder, live, new epoch
 	must(err)
-	_, err = iss.Renew(ctx, "r", "A", a.Epoch, time.Hour)
+	_, err = iss.Renew(ctx, "r", "A", a2.Epoch, time.Hour)
 	must(err)
 	expire(t, pool, "r")
-	b, err := iss2.Acquire(ctx, "r", "B", time.Hour) // 2 after_expiry from A
+	b, err := iss2.Acquire(ctx, "r", "B", time.Hour) // 3 after_expiry from A
 	must(err)
 	must(iss.Release(ctx, "r", "B", b.Epoch))
-	_, err = iss.Acquire(ctx, "r", "C", time.Hour) // 3 released by B
+	_, err = iss.Acquire(ctx, "r", "C", time.Hour) // 4 released by B
 	must(err)
 	_, err = iss.Advance(ctx, "r", 10) // 10 external_advance over C
 	must(err)
@@ -72,9 +73,10 @@ func TestHistoryAndMetrics(t *testing.T) {
 	want := []row{
 		{12, 11, "D", "D", lease.HowAfterExpiry, true},
 		{11, 10, "D", "", lease.HowFree, false},
-		{10, 3, "", "C", lease.HowExternalAdvance, true},
-		{3, 2, "C", "B", lease.HowReleased, true},
-		{2, 1, "B", "A", lease.HowAfterExpiry, true},
+		{10, 4, "", "C", lease.HowExternalAdvance, true},
+		{4, 3, "C", "B", lease.HowReleased, true},
+		{3, 2, "B", "A", lease.HowAfterExpiry, true},
+		{2, 1, "A", "A", lease.HowReacquired, true},
 		{1, 0, "A", "", lease.HowFree, false},
 	}
 	if len(got) != len(want) {
@@ -122,7 +124,7 @@ func TestHistoryAndMetrics(t *testing.T) {
 	}
 
 	// Metrics.
-	for how, n := range map[string]float64{"free": 2, "after_expiry": 2, "released": 1, "external_advance": 1} {
+	for how, n := range map[string]float64{"free": 2, "after_expiry": 2, "released": 1, "external_advance": 1, "reacquired": 1} {
 		if v := gathered(t, reg, "fencegate_lease_takeovers_total", "how", how).GetCounter().GetValue(); v != n {
 			t.Errorf("takeovers{how=%s} = %v, want %v", how, v, n)
 		}

@@ -111,6 +111,12 @@ type Keeper struct {
 
 // Hold acquires a lease and starts a Keeper for it. The returned Keeper's
 // Context is cancelled when the lease is lost or the Keeper stopped.
+//
+// Hold calls Acquire once, for the initial grant, so it always starts with
+// a new epoch (also when holder still holds a live lease, e.g. a worker loop
+// calling Hold again after its Keeper lost the lease: the writes of the
+// previous epoch are fenced out from then on). The Keeper extends the lease
+// with Renew, which keeps the epoch.
 func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperConfig) (*Keeper, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

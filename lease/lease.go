@@ -1,10 +1,13 @@
 // Package lease is fencegate's epoch issuer: it grants leases on resources
-// and hands out a fencing epoch with every change of authority.
+// and hands out a new fencing epoch with every grant.
 //
 // The epoch of a resource lives in its control row in PostgreSQL and only
-// ever grows: Acquire increments it in the same transaction that grants the
-// lease, Advance registers a larger one issued by an outside lock service,
-// and a trigger refuses any update that would lower it. Because the epoch is
+// ever grows: every successful Acquire increments it in the same
+// transaction that grants the lease (also for the holder that already holds
+// a live lease: every grant is a new fencing token; Renew extends a lease
+// and keeps its epoch), Advance registers a larger one issued by an outside
+// lock service, and a trigger refuses any update that would lower it.
+// Epochs stop at MaxEpoch (2^53). Because the epoch is
 // stored durably and committed before the caller sees it, it never goes back,
 // also across a PostgreSQL restart.
 //
@@ -77,6 +80,35 @@ func (e *StaleEpochError) Error() string {
 // Is reports whether target is ErrStaleEpoch.
 func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
 
+// ErrBusy is returned (wrapped in *BusyError) when a grant (Acquire, Renew,
+// Release, Advance) gave up waiting for the resource's control-row lock
+// after the issuer's lock timeout (WithLockTimeout). Nothing was granted or
+// changed; retry.
+var ErrBusy = errors.New("resource busy: its control row is locked")
+
+// BusyError names the resource whose control row stayed locked, the grant
+// that gave up and how long it waited.
+type BusyError struct {
+	Resource string
+	// Op is the grant that gave up: acquire, renew, release or advance.
+	Op string
+	// Waited is the issuer's lock timeout (0 when the bound came from the
+	// server's own lock_timeout).
+	Waited time.Duration
+}
+
+func (e *BusyError) Error() string {
+	waited := ""
+	if e.Waited > 0 {
+		waited = " after " + e.Waited.String()
+	}
+	return fmt.Sprintf("lease: %s %q: busy: the resource's control row is locked by an open transaction "+
+		"(e.g. a worker paused inside outbox.EnqueueTx); gave up%s; retry", e.Op, e.Resource, waited)
+}
+
+// Is reports whether target is ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
 // InvalidError names the argument that is wrong.
 type InvalidError struct {
 	Field   string
@@ -116,20 +148,35 @@ const (
 	MaxTTL         = 24 * time.Hour
 )
 
+// MaxEpoch is the largest epoch the issuer grants or accepts: 2^53
+// (9007199254740992), the largest integer every JSON client reads exactly
+// (a float64 above it rounds, and two different epochs could read alike).
+// An epoch above it is bad input naming "epoch" everywhere (Advance, Renew,
+// Release, outbox.Enqueue); a resource whose epoch reached it has exhausted
+// its epochs and Acquire refuses it, instead of overflowing int64.
+const MaxEpoch int64 = 1 << 53
+
+// DefaultLockTimeout is how long a grant waits for the resource's control-row
+// lock by default (see WithLockTimeout).
+const DefaultLockTimeout = 5 * time.Second
+
 // Issuer grants leases and epochs. It is safe for concurrent use.
 type Issuer struct {
 	pool *pgxpool.Pool
 	m    *metrics
+	// lockTimeout bounds each grant's wait for the control-row lock; 0: no
+	// bound.
+	lockTimeout time.Duration
 }
 
 // NewIssuer returns an issuer over pool, which must point at the primary
 // (see RequirePrimary).
 func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
-	var o options
+	o := options{lockTimeout: DefaultLockTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Issuer{pool: pool, m: newMetrics(o.reg)}
+	return &Issuer{pool: pool, m: newMetrics(o.reg), lockTimeout: max(o.lockTimeout, 0)}
 }
 
 // ValidateResource checks a resource id.
@@ -163,6 +210,9 @@ func validateEpoch(epoch int64) error {
 	if epoch < 1 {
 		return &InvalidError{Field: "epoch", Message: fmt.Sprintf("must be at least 1, got %d", epoch)}
 	}
+	if epoch > MaxEpoch {
+		return &InvalidError{Field: "epoch", Message: fmt.Sprintf("must be at most %d (2^53), got %d", MaxEpoch, epoch)}
+	}
 	return nil
 }
 
@@ -171,10 +221,10 @@ func interval(ttl time.Duration) string { return fmt.Sprintf("%d microseconds", 
 // inTx runs fn in a transaction and commits it. The rollback is deferred with
 // a context that is not cancelled, so a cancelled ctx never leaves a
 // transaction open on a pooled connection.
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	// durable: a grant acknowledged to the worker must survive a crash
 	// whatever the server's synchronous_commit (see internal/durable).
-	tx, err := durable.Begin(ctx, pool, pgx.TxOptions{})
+	tx, err := durable.Begin(ctx, pool, opts)
 	if err != nil {
 		return err
 	}
@@ -183,6 +233,22 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error 
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// grantTx runs fn in a grant's transaction (inTx) whose waits for locks are
+// bounded by the issuer's lock timeout. SET LOCAL comes first, before
+// anything that can wait for the control-row lock, and lasts only until
+// this transaction ends, so the pooled connection keeps its own setting.
+func (i *Issuer) grantTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	begin := "BEGIN"
+	if i.lockTimeout > 0 {
+		// Whole milliseconds, rounded up: a positive bound never becomes
+		// 0, which PostgreSQL reads as "wait forever". Sent with the BEGIN
+		// (simple protocol), so the bound costs no round trip.
+		ms := (i.lockTimeout + time.Millisecond - 1) / time.Millisecond
+		begin = fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", ms)
+	}
+	return inTx(ctx, i.pool, pgx.TxOptions{BeginQuery: begin}, fn)
 }
 
 // control is a resource's control row as lockResource found it.
@@ -214,10 +280,16 @@ func lockResource(ctx context.Context, tx pgx.Tx, resource string) (control, err
 	return c, nil
 }
 
-// Acquire grants holder a lease of ttl on resource when the resource is free
-// or its lease has expired by PostgreSQL's clock, and increments the epoch in
-// the same transaction. When holder already holds a live lease, the lease is
-// extended and the same epoch returned. Otherwise it returns a *HeldError.
+// Acquire grants holder a lease of ttl on resource when the resource is free,
+// its lease has expired by PostgreSQL's clock, or holder itself holds it, and
+// increments the epoch in the same transaction: every successful Acquire
+// returns a new, higher epoch, also for the holder that already holds a live
+// lease (the writes of its previous epoch are fenced out from then on; a
+// retried Acquire after a lost response simply gets another epoch). To
+// extend a lease and keep its epoch, use Renew. A live lease of another
+// holder returns a *HeldError; a resource whose epoch reached MaxEpoch
+// returns an *InvalidError naming "epoch" (its epochs are exhausted); a
+// control row locked past the lock timeout returns a *BusyError.
 func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.Duration) (Lease, error) {
 	if err := ValidateResource(resource); err != nil {
 		return Lease{}, err
@@ -230,7 +302,7 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 	}
 	var l Lease
 	var g *Grant
-	err := inTx(ctx, i.pool, func(tx pgx.Tx) error {
+	err := i.grantTx(ctx, func(tx pgx.Tx) error {
 		c, err := lockResource(ctx, tx, resource)
 		if err != nil {
 			return err
@@ -238,13 +310,19 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 		if c.live && c.holder != nil && *c.holder != holder {
 			return &HeldError{Resource: resource, Holder: *c.holder, Epoch: c.epoch, ExpiresAt: *c.expires}
 		}
-		// Same holder, live lease: keep the epoch (its writes stay valid).
-		// Otherwise authority changes hands, so the epoch must grow, in this
-		// same transaction, before anyone can see the new holder.
-		next := c.epoch + 1
-		if c.live && c.holder != nil && *c.holder == holder {
-			next = c.epoch
+		// Checked before the increment, so the epoch never passes the
+		// ceiling (nor wraps around int64): refused, nothing changed.
+		if c.epoch >= MaxEpoch {
+			return &InvalidError{Field: "epoch", Message: fmt.Sprintf(
+				"the resource's epochs are exhausted: %q is at epoch %d, the ceiling (2^53); no new epoch can be granted for it "+
+					"(a live holder can still renew); use a new resource id", resource, c.epoch)}
 		}
+		// Every grant is a new epoch, the same holder's too: a second grant
+		// sharing the first's epoch could not be told apart from it at the
+		// destination (an orphaned grant after a lost response, or a worker
+		// loop's previous iteration, would keep writing). It grows in this
+		// same transaction, before anyone can see the grant.
+		next := c.epoch + 1
 		l = Lease{Resource: resource, Holder: holder, Epoch: next}
 		if err := tx.QueryRow(ctx, `
 			UPDATE resources
@@ -254,9 +332,6 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 			RETURNING lease_expires_at`, resource, next, holder, interval(ttl)).Scan(&l.ExpiresAt); err != nil {
 			return err
 		}
-		if next == c.epoch {
-			return nil // not a change of authority: nothing to record
-		}
 		g, err = acquireGrant(ctx, tx, resource, holder, next, c)
 		if err != nil {
 			return err
@@ -264,7 +339,7 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 		return recordGrant(ctx, tx, g)
 	})
 	if err != nil {
-		return Lease{}, i.wrap(ctx, "acquire", err)
+		return Lease{}, i.wrapGrant(ctx, "acquire", resource, err)
 	}
 	if g != nil {
 		i.m.takeovers.WithLabelValues(string(g.How)).Inc()
@@ -275,7 +350,8 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 // Renew extends holder's lease on resource by ttl from now (PostgreSQL's
 // clock), only while epoch is still the current epoch and held by holder.
 // A lease that expired but was not taken over is still current and can be
-// renewed. Otherwise it returns a *StaleEpochError.
+// renewed. Otherwise it returns a *StaleEpochError. Renew waits for the
+// control-row lock at most the issuer's lock timeout (then *BusyError).
 func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64, ttl time.Duration) (Lease, error) {
 	if err := ValidateResource(resource); err != nil {
 		return Lease{}, err
@@ -296,15 +372,18 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 	// The sub-select locks the row and reads the expiry as it was before this
 	// update, so the renew margin (time left on the lease when the renewal
 	// arrived, by PostgreSQL's clock) costs no extra round trip. RETURNING
-	// alone would only see the new expiry.
+	// alone would only see the new expiry. It runs in a grant transaction
+	// for the lock timeout only: the statement alone is atomic.
 	var margin *float64
-	err := i.pool.QueryRow(ctx, `
-		UPDATE resources r
-		SET lease_expires_at = now() + $4::interval, renewed_at = now(), updated_at = now()
-		FROM (SELECT resource_id, lease_expires_at FROM resources WHERE resource_id = $1 FOR UPDATE) old
-		WHERE r.resource_id = old.resource_id AND r.epoch = $2 AND r.holder = $3 AND `+durable.Where+`
-		RETURNING r.lease_expires_at, extract(epoch FROM old.lease_expires_at - now())::float8`,
-		resource, epoch, holder, interval(ttl)).Scan(&l.ExpiresAt, &margin)
+	err := i.grantTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `
+			UPDATE resources r
+			SET lease_expires_at = now() + $4::interval, renewed_at = now(), updated_at = now()
+			FROM (SELECT resource_id, lease_expires_at FROM resources WHERE resource_id = $1 FOR UPDATE) old
+			WHERE r.resource_id = old.resource_id AND r.epoch = $2 AND r.holder = $3
+			RETURNING r.lease_expires_at, extract(epoch FROM old.lease_expires_at - now())::float8`,
+			resource, epoch, holder, interval(ttl)).Scan(&l.ExpiresAt, &margin)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = i.staleError(ctx, resource, holder, epoch)
 		if errors.Is(err, ErrStaleEpoch) {
@@ -313,7 +392,7 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 		return Lease{}, err
 	}
 	if err != nil {
-		return Lease{}, i.wrap(ctx, "renew", err)
+		return Lease{}, i.wrapGrant(ctx, "renew", resource, err)
 	}
 	if margin != nil {
 		i.m.renewMargin.Observe(*margin)
@@ -357,14 +436,19 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 	if err := validateEpoch(epoch); err != nil {
 		return err
 	}
-	tag, err := i.pool.Exec(ctx, `
-		UPDATE resources
-		SET holder = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE resource_id = $1 AND epoch = $2 AND (holder = $3 OR holder IS NULL) AND `+durable.Where, resource, epoch, holder)
+	var released int64
+	err := i.grantTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE resources
+			SET holder = NULL, lease_expires_at = NULL, updated_at = now()
+			WHERE resource_id = $1 AND epoch = $2 AND (holder = $3 OR holder IS NULL)`, resource, epoch, holder)
+		released = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
-		return i.wrap(ctx, "release", err)
+		return i.wrapGrant(ctx, "release", resource, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if released == 0 {
 		return i.staleError(ctx, resource, holder, epoch)
 	}
 	return nil
@@ -374,8 +458,9 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 // revision, a Kubernetes lease's transition count). It is accepted only when
 // strictly greater than the current epoch, and then clears any lease held
 // here, since authority now comes from outside; an equal epoch is a
-// successful no-op; a lower one returns a *StaleEpochError. The resource is
-// created on first use.
+// successful no-op; a lower one returns a *StaleEpochError; one above
+// MaxEpoch an *InvalidError naming "epoch". The resource is created on first
+// use.
 func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Resource, error) {
 	if err := ValidateResource(resource); err != nil {
 		return Resource{}, err
@@ -385,7 +470,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 	}
 	var r Resource
 	var g *Grant
-	err := inTx(ctx, i.pool, func(tx pgx.Tx) error {
+	err := i.grantTx(ctx, func(tx pgx.Tx) error {
 		c, err := lockResource(ctx, tx, resource)
 		if err != nil {
 			return err
@@ -411,7 +496,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 		return recordGrant(ctx, tx, g)
 	})
 	if err != nil {
-		return Resource{}, i.wrap(ctx, "advance", err)
+		return Resource{}, i.wrapGrant(ctx, "advance", resource, err)
 	}
 	if g != nil {
 		i.m.takeovers.WithLabelValues(string(g.How)).Inc()
@@ -441,6 +526,16 @@ func (i *Issuer) Get(ctx context.Context, resource string) (Resource, error) {
 	return r, nil
 }
 
+// wrapGrant is wrap for a grant on resource: a lock wait that ran into the
+// lock timeout (SQLSTATE 55P03, lock_not_available) becomes a *BusyError.
+func (i *Issuer) wrapGrant(ctx context.Context, op, resource string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		return &BusyError{Resource: resource, Op: op, Waited: i.lockTimeout}
+	}
+	return i.wrap(ctx, op, err)
+}
+
 // wrap passes the package's typed errors through and wraps any other with
 // the operation. A write refused because the transaction is read-only
 // (SQLSTATE 25006) is checked against pg_is_in_recovery(), so a pool that
@@ -450,7 +545,8 @@ func (i *Issuer) wrap(ctx context.Context, op string, err error) error {
 	var held *HeldError
 	var stale *StaleEpochError
 	var inv *InvalidError
-	if errors.As(err, &held) || errors.As(err, &stale) || errors.As(err, &inv) || errors.Is(err, ErrStandby) {
+	var busy *BusyError
+	if errors.As(err, &held) || errors.As(err, &stale) || errors.As(err, &inv) || errors.As(err, &busy) || errors.Is(err, ErrStandby) {
 		return err
 	}
 	var pgErr *pgconn.PgError

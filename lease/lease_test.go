@@ -39,26 +39,28 @@ func TestAcquireHeldExpireTakeover(t *testing.T) {
 	if err != nil || a.Epoch != 1 {
 		t.Fatalf("first acquire = %+v, %v; want epoch 1", a, err)
 	}
-	// Same holder while live: same epoch, extended.
+	// Same holder while live: every grant is a new epoch.
 	again, err := iss.Acquire(ctx, "report", "A", 10*time.Second)
-	if err != nil || again.Epoch != 1 {
-		t.Fatalf("re-acquire by holder = %+v, %v; want epoch 1", again, err)
+	if err != nil || again.Epoch != 2 {
+		t.Fatalf("re-acquire by holder = %+v, %v; want epoch 2", again, err)
 	}
 	_, err = iss.Acquire(ctx, "report", "B", 10*time.Second)
 	var held *lease.HeldError
-	if !errors.As(err, &held) || !errors.Is(err, lease.ErrHeld) || held.Holder != "A" || held.Epoch != 1 || held.ExpiresAt.IsZero() {
-		t.Fatalf("acquire by B while A holds = %v; want *HeldError naming A, epoch 1", err)
+	if !errors.As(err, &held) || !errors.Is(err, lease.ErrHeld) || held.Holder != "A" || held.Epoch != 2 || held.ExpiresAt.IsZero() {
+		t.Fatalf("acquire by B while A holds = %v; want *HeldError naming A, epoch 2", err)
 	}
 	expire(t, pool, "report")
 	b, err := iss.Acquire(ctx, "report", "B", 10*time.Second)
-	if err != nil || b.Epoch != 2 {
-		t.Fatalf("acquire by B after expiry = %+v, %v; want epoch 2", b, err)
+	if err != nil || b.Epoch != 3 {
+		t.Fatalf("acquire by B after expiry = %+v, %v; want epoch 3", b, err)
 	}
-	// A renews with its old epoch: stale.
-	_, err = iss.Renew(ctx, "report", "A", 1, 10*time.Second)
-	var stale *lease.StaleEpochError
-	if !errors.As(err, &stale) || stale.Current != 2 || stale.Supplied != 1 {
-		t.Fatalf("renew by A after takeover = %v; want stale (1 vs 2)", err)
+	// A renews with its old epochs: stale.
+	for _, old := range []int64{1, 2} {
+		_, err = iss.Renew(ctx, "report", "A", old, 10*time.Second)
+		var stale *lease.StaleEpochError
+		if !errors.As(err, &stale) || stale.Current != 3 || stale.Supplied != old {
+			t.Fatalf("renew by A with epoch %d after takeover = %v; want stale (%d vs 3)", old, err, old)
+		}
 	}
 	// A's own expired lease, re-acquired by A after takeover: held by B.
 	if _, err := iss.Acquire(ctx, "report", "A", 10*time.Second); !errors.Is(err, lease.ErrHeld) {
@@ -168,6 +170,9 @@ func TestBadInput(t *testing.T) {
 		{"advance epoch 0", "epoch", func() error { _, err := iss.Advance(ctx, "r", 0); return err }},
 		{"advance negative", "epoch", func() error { _, err := iss.Advance(ctx, "r", -5); return err }},
 		{"release epoch 0", "epoch", func() error { return iss.Release(ctx, "r", "A", 0) }},
+		{"advance above MaxEpoch", "epoch", func() error { _, err := iss.Advance(ctx, "r", lease.MaxEpoch+1); return err }},
+		{"renew above MaxEpoch", "epoch", func() error { _, err := iss.Renew(ctx, "r", "A", lease.MaxEpoch+1, time.Second); return err }},
+		{"release above MaxEpoch", "epoch", func() error { return iss.Release(ctx, "r", "A", lease.MaxEpoch+1) }},
 	} {
 		err := tc.call()
 		var inv *lease.InvalidError

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/internal/fencemetrics"
@@ -10,13 +12,15 @@ import (
 type Option func(*options)
 
 type options struct {
-	reg prometheus.Registerer
+	reg         prometheus.Registerer
+	lockTimeout time.Duration
 }
 
 // WithRegisterer registers the issuer's metrics with reg:
 //
 //   - fencegate_lease_takeovers_total{how}: changes of authority (new
-//     epochs), by how: free, after_expiry, released, external_advance.
+//     epochs), by how: free, after_expiry, released, reacquired,
+//     external_advance.
 //   - fencegate_lease_renew_margin_seconds: lease time left, by PostgreSQL's
 //     clock, when each successful renewal arrived; at or below 0 means the
 //     lease had already expired and survived only because nobody took over.
@@ -29,6 +33,18 @@ type options struct {
 // a different collector under one of these names.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.reg = reg }
+}
+
+// WithLockTimeout bounds how long a grant (Acquire, Renew, Release,
+// Advance) waits for the resource's control-row lock, by PostgreSQL's
+// lock_timeout set for the grant's own transaction (SET LOCAL). A worker
+// paused inside outbox.EnqueueTx holds that lock until its transaction
+// ends; past d the grant fails with a *BusyError (ErrBusy) instead of
+// waiting for it forever. Default DefaultLockTimeout (5s); d <= 0 waits
+// without a bound (PostgreSQL's lock_timeout 0). Durations are rounded up
+// to whole milliseconds.
+func WithLockTimeout(d time.Duration) Option {
+	return func(o *options) { o.lockTimeout = d }
 }
 
 type metrics struct {
@@ -49,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_lease_takeovers_total",
-			Help: "Changes of authority over a resource (new epochs), by how: free, after_expiry, released, external_advance.",
+			Help: "Changes of authority over a resource (new epochs), by how: free, after_expiry, released, reacquired, external_advance.",
 		}, []string{"how"}),
 		renewMargin: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fencegate_lease_renew_margin_seconds",
@@ -59,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.takeovers = mustRegister(reg, m.takeovers)
 	m.renewMargin = mustRegister(reg, m.renewMargin)
-	for _, h := range []How{HowFree, HowAfterExpiry, HowReleased, HowExternalAdvance} {
+	for _, h := range []How{HowFree, HowAfterExpiry, HowReleased, HowReacquired, HowExternalAdvance} {
 		m.takeovers.WithLabelValues(string(h))
 	}
 	m.stale = fencemetrics.StaleRejections(reg)

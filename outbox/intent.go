@@ -50,6 +50,12 @@ func (s Status) Terminal() bool {
 	return false
 }
 
+// MaxEpoch is the largest epoch an intent may carry: 2^53, the same
+// ceiling as lease.MaxEpoch (the issuer never grants more; the largest
+// integer every JSON client reads exactly). Above it is bad input naming
+// "epoch".
+const MaxEpoch int64 = 1 << 53
+
 // Limits on an intent's fields, in bytes.
 const (
 	MaxResourceLen       = 200
@@ -153,6 +159,9 @@ func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, er
 	}
 	if in.Epoch < 1 {
 		return in, invalid("epoch", "must be at least 1, got %d", in.Epoch)
+	}
+	if in.Epoch > MaxEpoch {
+		return in, invalid("epoch", "must be at most %d (2^53), got %d", MaxEpoch, in.Epoch)
 	}
 	if err := checkID("operation_id", in.OperationID, MaxOperationIDLen); err != nil {
 		return in, err

@@ -176,7 +176,10 @@ func (c *Client) enqueueCommitted(ctx context.Context, in Intent, tc string) (Re
 
 // EnqueueTx enqueues the intent inside the caller's transaction, so business
 // data and the intent commit or roll back together. The resource's control
-// row stays locked until tx ends: keep the transaction short.
+// row stays locked until tx ends: keep the transaction short. Every lease
+// grant of the resource waits for that lock (at most the issuer's lock
+// timeout, then lease.ErrBusy), so set idle_in_transaction_session_timeout
+// on the pool's connections to bound a paused or stuck worker.
 //
 // Use READ COMMITTED (the default). Under REPEATABLE READ or SERIALIZABLE a
 // concurrent takeover makes PostgreSQL abort with a serialization failure,

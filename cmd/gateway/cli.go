@@ -54,6 +54,7 @@ func classify(err error) *cliError {
 		ostale *outbox.StaleEpochError
 		lstale *lease.StaleEpochError
 		held   *lease.HeldError
+		busy   *lease.BusyError
 		conf   *outbox.ConflictError
 		oinv   *outbox.ValidationError
 		linv   *lease.InvalidError
@@ -68,6 +69,10 @@ func classify(err error) *cliError {
 	case errors.As(err, &held):
 		return &cliError{exit: exitHeld, code: "lease_held", message: err.Error(), extra: map[string]any{
 			"resource": held.Resource, "holder": held.Holder, "current_epoch": held.Epoch, "expires_at": held.ExpiresAt}}
+	case errors.As(err, &busy):
+		// Retryable, nothing granted: the control row stayed locked by an
+		// open transaction past --lock-timeout.
+		return &cliError{exit: exitInternal, code: "busy", message: err.Error(), extra: map[string]any{"resource": busy.Resource}}
 	case errors.As(err, &conf):
 		return &cliError{exit: exitConflict, code: "conflict", message: err.Error(), extra: map[string]any{
 			"resource": conf.Resource, "operation_id": conf.OperationID, "intent_id": conf.IntentID}}

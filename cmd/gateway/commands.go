@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -54,6 +55,29 @@ func requireFlag(field, v string) error {
 	return nil
 }
 
+// lockTimeoutFlag adds --lock-timeout, the issuer's bound on a grant's wait
+// for the resource's control-row lock (lease.WithLockTimeout).
+func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("lock-timeout", lease.DefaultLockTimeout,
+		"give up (exit 1, busy) when the resource's control row stays locked this long, e.g. by a worker paused inside a transaction; 0: wait without a bound")
+}
+
+// checkEpoch checks an --epoch flag: 1 to lease.MaxEpoch (2^53).
+func checkEpoch(epoch int64) error {
+	if epoch < 1 || epoch > lease.MaxEpoch {
+		return badInput("epoch", fmt.Sprintf("--epoch is required and must be between 1 and %d (2^53), got %d", lease.MaxEpoch, epoch))
+	}
+	return nil
+}
+
+// checkLockTimeout checks a --lock-timeout flag.
+func checkLockTimeout(d time.Duration) error {
+	if d < 0 {
+		return badInput("lock_timeout", fmt.Sprintf("--lock-timeout must not be negative, got %s", d))
+	}
+	return nil
+}
+
 func cmdLease(ctx context.Context, a *app, args []string) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release [flags]"))
@@ -65,6 +89,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("lease " + sub)
 	resource := fs.String("resource", "", "resource id")
 	holder := fs.String("holder", "", "lease holder id")
+	lockTimeout := lockTimeoutFlag(fs)
 	var ttl time.Duration
 	var epoch int64
 	switch sub {
@@ -86,8 +111,13 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 			return a.fail(err)
 		}
 	}
-	if sub != "acquire" && epoch < 1 {
-		return a.fail(badInput("epoch", "--epoch is required and must be at least 1"))
+	if sub != "acquire" {
+		if err := checkEpoch(epoch); err != nil {
+			return a.fail(err)
+		}
+	}
+	if err := checkLockTimeout(*lockTimeout); err != nil {
+		return a.fail(err)
 	}
 	// Check arguments before connecting, so bad input is exit 2 even when the
 	// database is down.
@@ -102,7 +132,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	iss := lease.NewIssuer(pool)
+	iss := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout))
 	switch sub {
 	case "acquire":
 		l, err := iss.Acquire(ctx, *resource, *holder, ttl)
@@ -133,6 +163,7 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("epoch advance")
 	resource := fs.String("resource", "", "resource id")
 	epoch := fs.Int64("epoch", 0, "the externally issued epoch")
+	lockTimeout := lockTimeoutFlag(fs)
 	if code, ok := a.parse(fs, args[1:]); !ok {
 		return code
 	}
@@ -145,15 +176,18 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	if err := lease.ValidateResource(*resource); err != nil {
 		return a.fail(err)
 	}
-	if *epoch < 1 {
-		return a.fail(badInput("epoch", "--epoch is required and must be at least 1"))
+	if err := checkEpoch(*epoch); err != nil {
+		return a.fail(err)
+	}
+	if err := checkLockTimeout(*lockTimeout); err != nil {
+		return a.fail(err)
 	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	r, err := lease.NewIssuer(pool).Advance(ctx, *resource, *epoch)
+	r, err := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout)).Advance(ctx, *resource, *epoch)
 	if err != nil {
 		return a.fail(err)
 	}

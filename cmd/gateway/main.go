@@ -39,6 +39,9 @@ Usage:
   gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
 
 Every command takes --database-url (default $GATEWAY_DATABASE_URL).
+Every lease acquire is a new, higher epoch; renew keeps it. Grants (lease
+acquire|renew|release, epoch advance; run's admin intake) wait at most
+--lock-timeout (default 5s) for a locked resource, then exit 1 "busy".
 Run "gateway COMMAND --help" for a command's flags.
 
 Exit codes: 0 ok, 1 internal/unavailable, 2 bad input, 3 stale epoch,

@@ -80,7 +80,9 @@ var builtinAdapters = []string{email.Kind, file.Kind}
 // --admin-addr serves the admin API and pages there (default empty: off;
 // e.g. 127.0.0.1:8080), with the tokens of --tokens-file, else of
 // $GATEWAY_TOKENS. Without tokens it binds loopback addresses only: any
-// other address is exit 2 naming admin_addr.
+// other address is exit 2 naming admin_addr. --lock-timeout (default 5s)
+// bounds how long the intake's grants wait for a resource's control-row
+// lock (then 503 busy).
 //
 // On SIGTERM/SIGINT the adapters stop taking messages and finish what they
 // execute; the dispatcher stops claiming, waits for the PubAcks of what it
@@ -123,6 +125,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
 		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+")")
+		leaseLockTO = lockTimeoutFlag(fs)
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 
 		allowFsyncOff = a.fsyncFlag(fs)
@@ -220,6 +223,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if *execTimeout <= 0 {
 		return a.fail(badInput("execute_timeout", "--execute-timeout must be positive"))
 	}
+	if err := checkLockTimeout(*leaseLockTO); err != nil {
+		return a.fail(err)
+	}
+	cfg.IssuerOptions = []lease.Option{lease.WithLockTimeout(*leaseLockTO)}
 	// A lock that expires while its attempt still runs would let a second
 	// attempt take the key over (Recover) mid-effect.
 	if *lockTimeout <= 2**execTimeout {
@@ -369,6 +376,9 @@ type stackConfig struct {
 	// Tokens are the admin API's tokens. None: unauthenticated, loopback
 	// only.
 	Tokens []admin.Token
+	// IssuerOptions configure the admin intake's lease.Issuer (e.g.
+	// lease.WithLockTimeout from --lock-timeout).
+	IssuerOptions []lease.Option
 	// Registry receives every component's metrics. Nil: a new registry
 	// with the Go and process collectors.
 	Registry *prometheus.Registry
@@ -691,7 +701,7 @@ func (s *stack) serveAdmin(cfg stackConfig, log *slog.Logger, reg *prometheus.Re
 	acfg := admin.Config{
 		Pool:     cfg.Pool,
 		Outbox:   s.outbox,
-		Issuer:   lease.NewIssuer(cfg.Pool, lease.WithRegisterer(reg)),
+		Issuer:   lease.NewIssuer(cfg.Pool, append([]lease.Option{lease.WithRegisterer(reg)}, cfg.IssuerOptions...)...),
 		Store:    s.store,
 		Tokens:   cfg.Tokens,
 		Registry: reg,

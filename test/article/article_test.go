@@ -191,7 +191,9 @@ func TestArticle2PauseBetweenCheckAndInsert(t *testing.T) {
 	// A's lease expires while A is paused inside the transaction. The sleep
 	// is the fault.
 	time.Sleep(400 * time.Millisecond)
-	b := ft.Start(t, e.bin, e.db, nil, "lease", "acquire", "--resource", "r", "--holder", "B", "--ttl", "60s")
+	// --lock-timeout well above this test's pause: B's takeover waits for
+	// A rather than giving up as busy (the default bound is 5s).
+	b := ft.Start(t, e.bin, e.db, nil, "lease", "acquire", "--resource", "r", "--holder", "B", "--ttl", "60s", "--lock-timeout", "2m")
 	// B's takeover must wait for the control row A's enqueue holds.
 	ft.Poll(t, time.Minute, "B's takeover to wait on A's row lock", func() (bool, string) {
 		var n int

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Every `lease acquire` prints a new, higher epoch, also for the holder that
+// already holds the lease; `lease renew` keeps it; the orphaned epoch is
+// fenced (exit 3).
+func TestCLIAcquireIsAlwaysANewEpoch(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewURL(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	r := gw(t, db, "lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "30s")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 1.0 {
+		t.Fatalf("first acquire = %s; want epoch 1", r.stdout)
+	}
+	r = gw(t, db, "lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "30s")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 2.0 || r.obj["holder"] != "A" {
+		t.Fatalf("second acquire by the same holder = %s; want epoch 2", r.stdout)
+	}
+	r = gw(t, db, "enqueue", "--resource", "report", "--epoch", "1", "--op", "orphan", "--kind", "email", "--payload", cliEmail)
+	expectCode(t, r, 3, "stale_epoch")
+	if e := r.obj["error"].(map[string]any); e["current_epoch"] != 2.0 {
+		t.Fatalf("stale = %s", r.stdout)
+	}
+	r = gw(t, db, "lease", "renew", "--resource", "report", "--holder", "A", "--epoch", "2", "--ttl", "30s")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 2.0 {
+		t.Fatalf("renew = %s; want epoch 2 kept", r.stdout)
+	}
+}
+
+// Epochs above 2^53 are exit 2 naming epoch (checked before connecting);
+// a resource at the ceiling answers acquire with exit 2 naming epoch and
+// saying its epochs are exhausted, never exit 1.
+func TestCLIEpochCeiling(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewURL(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	cases := []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "9223372036854775807"}, "epoch"},
+		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "9007199254740993"}, "epoch"},
+		{[]string{"lease", "renew", "--resource", "r", "--holder", "h", "--epoch", "9007199254740993"}, "epoch"},
+		{[]string{"lease", "release", "--resource", "r", "--holder", "h", "--epoch", "9007199254740993"}, "epoch"},
+		{[]string{"enqueue", "--resource", "r", "--epoch", "9007199254740993", "--op", "o", "--kind", "email", "--payload", cliEmail}, "epoch"},
+		{[]string{"lease", "acquire", "--resource", "r", "--holder", "h", "--lock-timeout", "-1s"}, "lock_timeout"},
+		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "5", "--lock-timeout", "-1ms"}, "lock_timeout"},
+	}
+	for _, tc := range cases {
+		for _, url := range []string{db, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"} {
+			r := gw(t, url, tc.args...)
+			expectCode(t, r, 2, "invalid_input")
+			if f := r.obj["error"].(map[string]any)["field"]; f != tc.field {
+				t.Errorf("%v: field %v, want %q (%s)", tc.args, f, tc.field, r.stdout)
+			}
+		}
+	}
+	r := gw(t, db, "lease", "history", "--resource", "r")
+	expectCode(t, r, 0, "")
+	if g, _ := r.obj["grants"].([]any); len(g) != 0 {
+		t.Fatalf("grants after bad input: %s", r.stdout)
+	}
+
+	r = gw(t, db, "epoch", "advance", "--resource", "r", "--epoch", "9007199254740992")
+	expectCode(t, r, 0, "")
+	if !strings.Contains(r.stdout, `"epoch":9007199254740992`) {
+		t.Fatalf("advance to the ceiling = %s", r.stdout)
+	}
+	r = gw(t, db, "lease", "acquire", "--resource", "r", "--holder", "h", "--ttl", "30s")
+	expectCode(t, r, 2, "invalid_input")
+	e := r.obj["error"].(map[string]any)
+	if e["field"] != "epoch" || !strings.Contains(e["message"].(string), "exhausted") {
+		t.Fatalf("acquire at the ceiling = %s; want field epoch, a message saying the epochs are exhausted", r.stdout)
+	}
+}
+
+// A grant waits for the control-row lock at most --lock-timeout: with a
+// worker paused inside EnqueueTx it exits 1 with code busy and says why;
+// once the transaction ends, the takeover works.
+func TestCLIBusy(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewURL(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "R", "--holder", "A", "--ttl", "60s"), 0, "")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ob, err := outbox.New(pool, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	in := outbox.Intent{Resource: "R", Epoch: 1, OperationID: "paused", Kind: "email", Payload: json.RawMessage(cliEmail)}
+	if _, err := ob.EnqueueTx(ctx, tx, in); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"lease", "acquire", "--resource", "R", "--holder", "B", "--ttl", "60s", "--lock-timeout", "200ms"},
+		{"epoch", "advance", "--resource", "R", "--epoch", "50", "--lock-timeout", "200ms"},
+		{"lease", "renew", "--resource", "R", "--holder", "A", "--epoch", "1", "--lock-timeout", "200ms"},
+		{"lease", "release", "--resource", "R", "--holder", "A", "--epoch", "1", "--lock-timeout", "200ms"},
+	} {
+		r := gw(t, db, args...)
+		expectCode(t, r, 1, "busy")
+		e := r.obj["error"].(map[string]any)
+		if e["resource"] != "R" || !strings.Contains(e["message"].(string), "locked by an open transaction") ||
+			!strings.Contains(r.stderr, "retry") {
+			t.Fatalf("%v: %s (stderr %q); want the resource and a message saying why, and to retry", args, r.stdout, r.stderr)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = 'R'`); err != nil {
+		t.Fatal(err)
+	}
+	r := gw(t, db, "lease", "acquire", "--resource", "R", "--holder", "B", "--ttl", "60s", "--lock-timeout", "200ms")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 2.0 {
+		t.Fatalf("takeover after the transaction ended = %s; want epoch 2", r.stdout)
+	}
+}
+
+// `gateway run --lock-timeout` (the admin intake's grants) refuses a
+// negative bound before connecting.
+func TestRunLockTimeoutFlag(t *testing.T) {
+	t.Parallel()
+	runBadFlags(t, nil, []string{"--lock-timeout", "-5s"}, "lock_timeout")
+}
