@@ -15,7 +15,11 @@
 //
 // Readers never see a partial file: the content is staged in the target's
 // directory, written, fsynced, and renamed over the target; the directory is
-// fsynced after every rename.
+// fsynced after the renames a crash order rests on (the manifest written
+// ahead, then the content), not after the final "published" mark, which the
+// content's sha proves anyway. Concurrent publications into one directory
+// share those directory fsyncs: each waits for one that started after its
+// rename, which keeps every crash order (see dirsync.go).
 //
 // Every publication is identified by its business idempotency key. The
 // manifest keeps the current publication and a bounded history of earlier

@@ -111,6 +111,9 @@ type Adapter struct {
 	stale prometheus.Counter
 	root  string // Root, absolute with symbolic links resolved
 	log   *slog.Logger
+	// dirs shares directory fsyncs among concurrent publications into
+	// one directory.
+	dirs dirSyncer
 
 	// Test hooks at the edge of the world (a disk that fails); nil in
 	// production. writeHook replaces the write of staged content,
@@ -309,7 +312,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 				// marking the manifest: record what the content proves.
 				// Best effort; the content's sha proves it either way.
 				prev.State = StatePublished
-				if err := loc.writeManifest(prev); err != nil {
+				if err := loc.markManifest(prev); err != nil {
 					a.log.Warn("mark recovered publication", "target", target, "err", err)
 				}
 			}
@@ -373,11 +376,19 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	//     written in step 2, so it is never lost, and the epoch was raised
 	//     before the content changed, so no older epoch can slip in.
 	//  4. Mark the manifest "published". Only a shortcut: the sha check of
-	//     step 3 proves the same, so a failure here is logged, not returned.
+	//     step 3 proves the same, so a failure here is logged, not returned,
+	//     and the directory is not fsynced for it (markManifest): a crash
+	//     that loses the mark leaves the pending manifest of step 3.
 	//
 	// The opposite order (content first, manifest after) would let a crash
 	// in between leave epoch 34's content under a manifest still saying 33,
 	// and a late epoch-33 writer would then pass the check and overwrite.
+	//
+	// Every "directory fsync" above may be shared with concurrent
+	// publications into the same directory (location.syncDir): each step
+	// still waits, at the same point, for an fsync of the directory that
+	// started after its rename, which is what an fsync of its own gives;
+	// dirSyncer has the argument.
 	if err := loc.stage(content); err != nil {
 		return adapters.Outcome{}, err
 	}
@@ -403,7 +414,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	}
 	failpoint.Inject(failpoint.AfterRenameBeforeRecord) // no-op unless built with -tags failpoints
 	next.State = StatePublished
-	if err := loc.writeManifest(next); err != nil {
+	if err := loc.markManifest(next); err != nil {
 		a.log.Warn("mark manifest published (the content sha still proves it)", "target", target, "err", err)
 	}
 	a.log.Info("published", "target", target, "epoch", req.Epoch, "intent_id", req.IntentID,

@@ -48,6 +48,7 @@ type location struct {
 	dirf   *os.File // the same directory, for fsync and identity
 	name   string
 	key    string // identity of the target: device, inode of dir, name
+	dirKey string // identity of the directory: device, inode
 }
 
 func (l *location) manifestName() string { return "." + l.name + manifestSuffix }
@@ -152,7 +153,8 @@ func (a *Adapter) open(target string, create bool) (*location, error) {
 	// The lock and the manifest live in the real directory, so every
 	// spelling of the target shares one fence; the key that serialises
 	// goroutines in this process is that directory's identity.
-	l.key = fmt.Sprintf("%d:%d/%s", st.Dev, st.Ino, name)
+	l.dirKey = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	l.key = l.dirKey + "/" + name
 
 	fi, err = dir.Lstat(name)
 	switch {
@@ -411,7 +413,18 @@ func (l *location) removeStaged() { _ = l.dir.Remove(l.stagedName()) }
 
 // writeManifest replaces the manifest atomically: temp file, fsync,
 // rename, directory fsync.
-func (l *location) writeManifest(m Manifest) error {
+func (l *location) writeManifest(m Manifest) error { return l.replaceManifest(m, true) }
+
+// markManifest replaces the manifest atomically like writeManifest but
+// does not wait for the directory fsync: for a change that is only a
+// shortcut (marking a publication "published" whose content already
+// proves it by its sha). The temp file is still fsynced before the rename,
+// so a crash leaves either the old manifest or the new one, whole, never
+// an empty or torn one; either is right, and the next directory fsync (the
+// next publication's in this directory) makes the new one durable.
+func (l *location) markManifest(m Manifest) error { return l.replaceManifest(m, false) }
+
+func (l *location) replaceManifest(m Manifest, syncDir bool) error {
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return adapters.PermanentError(fmt.Errorf("encode manifest: %w", err))
@@ -425,13 +438,20 @@ func (l *location) writeManifest(m Manifest) error {
 		_ = l.dir.Remove(tmp)
 		return classify("rename manifest of "+l.target, err)
 	}
+	if !syncDir {
+		return nil
+	}
 	if err := l.syncDir(); err != nil {
 		return classify("fsync directory of "+l.target, err)
 	}
 	return nil
 }
 
-func (l *location) syncDir() error { return l.a.sync(l.dirf) }
+// syncDir returns once the target's directory was fsynced by an fsync that
+// started after the call, so after the caller's rename: the caller's own,
+// or one shared with concurrent publications into the same directory (see
+// dirSyncer for why sharing keeps every crash order).
+func (l *location) syncDir() error { return l.a.dirs.sync(l.dirKey, l.dirf, l.a.sync) }
 
 func (a *Adapter) sync(f *os.File) error {
 	if a.syncHook != nil {

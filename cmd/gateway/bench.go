@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,7 +31,6 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/dispatcher"
-	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/pgtest"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/migrations"
@@ -48,10 +48,50 @@ const (
 	benchGrowthRows    = 1_000_000
 	benchRelayPerSec   = 10_000 // relay backlog per second of --duration
 	benchGroupFlushers = 8
+	benchDrainIntents  = 50_000 // e2e-drain's backlog (--drain-intents)
+	// benchFileWorkers is file-drain's concurrency: gateway run's
+	// --adapter-concurrency default, the publications one file adapter
+	// makes at once.
+	benchFileWorkers = 8
 )
 
 // benchCases are the cases in the order they run.
-var benchCases = []string{"enqueue", "enqueue-batch", "enqueue-group", "relay", "e2e", "growth"}
+var benchCases = []string{"enqueue", "enqueue-batch", "enqueue-group", "relay", "file-drain", "e2e-latency", "e2e-drain", "growth"}
+
+// benchGroups are names --case accepts for several cases: "e2e" is every
+// end-to-end case (latency, drain, and both again with a million
+// completed intents preloaded).
+var benchGroups = map[string][]string{"e2e": {"e2e-latency", "e2e-drain", "growth"}}
+
+// selectCases parses --case: a comma-separated list of cases and groups,
+// or "all"; the cases come back once each, in run order.
+func selectCases(list string) ([]string, error) {
+	if list == "all" {
+		return benchCases, nil
+	}
+	want := map[string]bool{}
+	for name := range strings.SplitSeq(list, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case benchGroups[name] != nil:
+			for _, c := range benchGroups[name] {
+				want[c] = true
+			}
+		case slices.Contains(benchCases, name):
+			want[name] = true
+		default:
+			return nil, badInput("case", fmt.Sprintf("unknown case %q; cases are %s, groups e2e (%s), or all",
+				name, strings.Join(benchCases, ", "), strings.Join(benchGroups["e2e"], ", ")))
+		}
+	}
+	var cases []string
+	for _, c := range benchCases {
+		if want[c] {
+			cases = append(cases, c)
+		}
+	}
+	return cases, nil
+}
 
 // benchResult is one measured line: a value next to its physical baseline
 // measured in the same run on the same servers.
@@ -72,11 +112,17 @@ type benchResult struct {
 // hands to a later one.
 type benchEnv struct {
 	pool    *pgxpool.Pool
+	dbURL   string // the benchmark's database, for gateway run
 	natsURL string
-	d       time.Duration
-	payload []byte
-	seq     atomic.Int64
-	log     io.Writer
+	// fsyncOff: the server runs with fsync=off (only a --database-url
+	// server can); gateway run then needs --allow-fsync-off.
+	fsyncOff bool
+	drainN   int    // e2e-drain's backlog
+	fileDir  string // where file-drain publishes
+	d        time.Duration
+	payload  []byte
+	seq      atomic.Int64
+	log      io.Writer
 
 	rawInsertRate float64 // case enqueue's baseline
 	enqueueRate   float64 // case enqueue's value
@@ -86,9 +132,11 @@ type benchEnv struct {
 
 // cmdBench runs the benchmarks next to their raw baselines (gateway bench).
 //
-// Flags: --case NAME (one of the cases, or all: the default); --duration D
-// per measurement (default 5s); --json prints one JSON object instead of a
-// table; --database-url and --nats-url use running servers instead of the
+// Flags: --case NAMES (cases or the group e2e, comma-separated, or all:
+// the default); --duration D per measurement (default 5s); --drain-intents
+// N, e2e-drain's backlog (default 50,000); --file-dir DIR, where file-drain
+// writes (default a temporary directory); --json prints one JSON object
+// instead of a table; --database-url and --nats-url use running servers instead of the
 // throwaway ones it starts (a durable PostgreSQL cluster, fsync on, and an
 // embedded JetStream server). On a given server it works in a database of
 // its own, created and dropped by it. --cpuprofile FILE writes a Go CPU
@@ -96,8 +144,10 @@ type benchEnv struct {
 func cmdBench(ctx context.Context, a *app, args []string) int {
 	fs, _ := a.newFlags("bench")
 	var (
-		caseName = fs.String("case", "all", "case to run: "+strings.Join(benchCases, ", ")+", or all")
+		caseName = fs.String("case", "all", "cases to run, comma-separated: "+strings.Join(benchCases, ", ")+"; e2e (e2e-latency, e2e-drain, growth); or all")
 		duration = fs.Duration("duration", 5*time.Second, "length of each measurement")
+		drainN   = fs.Int("drain-intents", benchDrainIntents, "committed intents in e2e-drain's backlog")
+		fileDir  = fs.String("file-dir", "", "directory file-drain publishes in, on the disk to measure (default: a new temporary directory)")
 		asJSON   = fs.Bool("json", false, "print one JSON object instead of a table")
 		natsURL  = fs.String("nats-url", "", "NATS URL (default: an embedded JetStream server)")
 		cpuProf  = fs.String("cpuprofile", "", "write a Go CPU profile of the cases to this file")
@@ -113,15 +163,20 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	if err := noArgs(fs); err != nil {
 		return a.fail(err)
 	}
-	cases := benchCases
-	if *caseName != "all" {
-		if !slices.Contains(benchCases, *caseName) {
-			return a.fail(badInput("case", fmt.Sprintf("unknown case %q; one of %s, or all", *caseName, strings.Join(benchCases, ", "))))
-		}
-		cases = []string{*caseName}
+	cases, err := selectCases(*caseName)
+	if err != nil {
+		return a.fail(err)
 	}
 	if *duration < 100*time.Millisecond || *duration > 10*time.Minute {
 		return a.fail(badInput("duration", "--duration must be between 100ms and 10m"))
+	}
+	if *drainN < 100 || *drainN > 10_000_000 {
+		return a.fail(badInput("drain_intents", "--drain-intents must be between 100 and 10,000,000"))
+	}
+	if *fileDir != "" {
+		if fi, err := os.Stat(*fileDir); err != nil || !fi.IsDir() {
+			return a.fail(badInput("file_dir", fmt.Sprintf("--file-dir %q is not a directory", *fileDir)))
+		}
 	}
 
 	env, machine, cleanup, err := startBench(ctx, a, dbFlag.Value.String(), *natsURL)
@@ -129,7 +184,16 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer cleanup()
-	env.d = *duration
+	env.d, env.drainN = *duration, *drainN
+	if slices.Contains(cases, "file-drain") {
+		dir, err := os.MkdirTemp(*fileDir, "fencegate-bench-files-")
+		if err != nil {
+			return a.fail(badInput("file_dir", err.Error()))
+		}
+		defer os.RemoveAll(dir)
+		env.fileDir = dir
+		machine["file_dir_fs"] = fsType(dir)
+	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
 		if err != nil {
@@ -152,7 +216,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		}
 		fmt.Fprintf(a.stderr, "gateway bench: %s done in %s\n", c, time.Since(start).Round(time.Millisecond))
 		results = append(results, rs...)
-		if c == "e2e" {
+		if c == "e2e-latency" {
 			machine["peak_rss_mb_e2e"] = peakRSSMB()
 		}
 	}
@@ -276,7 +340,8 @@ func startBench(ctx context.Context, a *app, dbURL, natsURL string) (*benchEnv, 
 	} else {
 		machine["nats"] = "given by --nats-url"
 	}
-	env := &benchEnv{pool: pool, natsURL: natsURL, log: a.stderr, payload: benchPayload()}
+	env := &benchEnv{pool: pool, dbURL: withDB(dbURL, name), natsURL: natsURL, fsyncOff: fsync == "off",
+		log: a.stderr, payload: benchPayload()}
 	return env, machine, cleanup, nil
 }
 
@@ -311,8 +376,12 @@ func (e *benchEnv) run(ctx context.Context, name string) ([]benchResult, error) 
 		return e.caseGroup(ctx)
 	case "relay":
 		return e.caseRelay(ctx)
-	case "e2e":
+	case "file-drain":
+		return e.caseFileDrain(ctx)
+	case "e2e-latency":
 		return e.caseE2E(ctx, "e2e")
+	case "e2e-drain":
+		return e.caseE2EDrain(ctx)
 	case "growth":
 		return e.caseGrowth(ctx)
 	}
@@ -561,8 +630,8 @@ func (e *benchEnv) caseGroup(ctx context.Context) ([]benchResult, error) {
 		"group commit; baseline: BEGIN; INSERT; COMMIT of one row, as case enqueue")}, nil
 }
 
-// backlog loads n pending intents with COPY.
-func (e *benchEnv) backlog(ctx context.Context, n int, status string) error {
+// backlog loads n intents made by mk, with the given status, with COPY.
+func (e *benchEnv) backlog(ctx context.Context, n int, status string, mk func(uint64) outbox.Intent) error {
 	const chunk = 50_000
 	cols := []string{"resource_id", "epoch", "operation_id", "kind", "idempotency_key", "fence", "payload", "status", "completed_at"}
 	var completed any
@@ -573,8 +642,9 @@ func (e *benchEnv) backlog(ctx context.Context, n int, status string) error {
 		m := min(chunk, n-done)
 		rows := make([][]any, m)
 		for i := range rows {
-			in := e.intent(uint64(done + i))
-			rows[i] = []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.Resource + "/" + in.OperationID, "execute", string(in.Payload), status, completed}
+			in := mk(uint64(done + i))
+			rows[i] = []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.Resource + "/" + in.OperationID,
+				string(cmp.Or(in.Fence, outbox.FenceExecute)), string(in.Payload), status, completed}
 		}
 		if _, err := e.pool.CopyFrom(ctx, pgx.Identifier{"intents"}, cols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("load intents: %w", err)
@@ -611,7 +681,7 @@ func (e *benchEnv) caseRelay(ctx context.Context) ([]benchResult, error) {
 		if err := e.reset(ctx); err != nil {
 			return nil, err
 		}
-		if err := e.backlog(ctx, n, "pending"); err != nil {
+		if err := e.backlog(ctx, n, "pending", e.intent); err != nil {
 			return nil, err
 		}
 		d, err := dispatcher.New(e.pool, nc, dispatcher.Config{DisableListen: true, PollInterval: 10 * time.Millisecond})
@@ -687,10 +757,12 @@ func (noopExecutor) Execute(context.Context, adapters.Request) (adapters.Outcome
 
 var _ adapters.Executor = noopExecutor{}
 
-// pipeline is a running dispatcher and adapter runtime with the noop kind.
+// pipeline is a running `gateway run` (as shipped, with the no-op adapter)
+// and an outbox client that enqueues noop intents, as a worker would.
 type pipeline struct {
 	ob   *outbox.Client
-	stop func()
+	run  *gatewayRun
+	stop func() error
 }
 
 func (e *benchEnv) startPipeline(ctx context.Context) (*pipeline, error) {
@@ -700,48 +772,16 @@ func (e *benchEnv) startPipeline(ctx context.Context) (*pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	dnc, err := e.connectNATS()
+	g, err := e.runGateway(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	d, err := dispatcher.New(e.pool, dnc, dispatcher.Config{})
-	if err != nil {
-		dnc.Close()
-		return nil, err
-	}
-	if err := d.Start(ctx); err != nil {
-		dnc.Close()
-		return nil, err
-	}
-	anc, err := e.connectNATS()
-	if err != nil {
-		d.Stop()
-		dnc.Close()
-		return nil, err
-	}
-	store, err := idempotency.New(e.pool, idempotency.Config{})
-	if err != nil {
-		return nil, err
-	}
-	rt, err := adapters.NewRuntime(e.pool, anc, store, ob, adapters.Config{
-		Executors: []adapters.Executor{noopExecutor{}}, Concurrency: 32, DurablePrefix: "bench-" + randHex(3) + "-"})
-	if err != nil {
-		return nil, err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := rt.Start(sctx); err != nil {
-		d.Stop()
-		dnc.Close()
-		anc.Close()
-		return nil, err
-	}
-	return &pipeline{ob: ob, stop: func() { rt.Stop(); d.Stop(); anc.Close(); dnc.Close() }}, nil
+	return &pipeline{ob: ob, run: g, stop: g.stop}, nil
 }
 
 func (e *benchEnv) noopIntent(rnd uint64) outbox.Intent {
 	in := e.intent(rnd)
-	in.Kind = "noop"
+	in.Kind, in.Fence = "noop", outbox.FenceCommit
 	in.Payload = json.RawMessage(`{"bench":"` + strings.Repeat("x", benchPayloadBytes-12) + `"}`)
 	return in
 }
@@ -761,7 +801,12 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]benchResult, e
 	if err != nil {
 		return nil, err
 	}
-	defer p.stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = p.stop()
+		}
+	}()
 
 	// Offered load: intent i leaves at start + i/rate, from 16 senders so a
 	// slow commit does not hold the schedule back.
@@ -874,15 +919,20 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]benchResult, e
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	stopped = true
+	if err := p.stop(); err != nil {
+		return nil, err
+	}
+	shipped := fmt.Sprintf("gateway run as shipped, the no-op adapter in place of email,file (db_max_conns=%d)", p.run.maxConns)
 	if prefix == "e2e" {
 		e.e2eP50, e.e2eMaxRate = p50, maxRate
-		note := fmt.Sprintf("offered %d/s for %s; commit → outcome recorded", benchE2ERate, e.d)
+		note := fmt.Sprintf("offered %d/s for %s; commit → outcome recorded; %s", benchE2ERate, e.d, shipped)
 		return []benchResult{
 			{Name: "e2e-p50", Unit: "ms", Value: p50, Goal: "< 10", Met: p50 < 10, Note: note},
 			{Name: "e2e-p99", Unit: "ms", Value: p99, Goal: "< 50", Met: p99 < 50, Note: note},
 			{Name: "e2e-max-rate", Unit: "intents/s", Value: maxRate, Baseline: e.rawInsertRate,
 				Ratio: ratioOf(maxRate, e.rawInsertRate), Goal: "report", Met: true,
-				Note: fmt.Sprintf("enqueued %.0f/s, completed %.0f/s; baseline: case enqueue's raw insert rate", in, out)},
+				Note: fmt.Sprintf("enqueued %.0f/s, completed %.0f/s; baseline: case enqueue's raw insert rate; %s", in, out, shipped)},
 		}, nil
 	}
 	return []benchResult{
@@ -928,7 +978,7 @@ func (e *benchEnv) caseGrowth(ctx context.Context) ([]benchResult, error) {
 	}
 	fmt.Fprintf(e.log, "gateway bench: loading %d completed intents…\n", benchGrowthRows)
 	lstart := time.Now()
-	if err := e.backlog(ctx, benchGrowthRows, "succeeded"); err != nil {
+	if err := e.backlog(ctx, benchGrowthRows, "succeeded", e.intent); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(e.log, "gateway bench: loaded in %s\n", time.Since(lstart).Round(time.Second))

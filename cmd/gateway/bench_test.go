@@ -1,6 +1,8 @@
 package main
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testdb"
@@ -41,4 +43,67 @@ func TestBenchJSONShape(t *testing.T) {
 	// Bad input: exit 2, nothing started.
 	expectCode(t, gw(t, "", "bench", "--case", "nope"), 2, "invalid_input")
 	expectCode(t, gw(t, "", "bench", "--duration", "1ns"), 2, "invalid_input")
+}
+
+// --case takes cases and the group e2e, comma-separated: e2e is every
+// end-to-end case, whose rows include e2e-drain, e2e-p50, e2e-p99 and the
+// growth rows.
+func TestBenchCaseSelection(t *testing.T) {
+	t.Parallel()
+	for list, want := range map[string][]string{
+		"e2e":                  {"e2e-latency", "e2e-drain", "growth"},
+		"e2e-drain,file-drain": {"file-drain", "e2e-drain"},
+		"relay, e2e,growth":    {"relay", "e2e-latency", "e2e-drain", "growth"},
+		"all":                  benchCases,
+	} {
+		got, err := selectCases(list)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("selectCases(%q) = %v, %v; want %v", list, got, err, want)
+		}
+	}
+	if _, err := selectCases("e2e,nope"); err == nil {
+		t.Error("an unknown case was accepted")
+	}
+}
+
+// The new cases, briefly: file-drain against its raw baseline, e2e-drain
+// (a small backlog, through gateway run as shipped) against the relay
+// alone, and e2e's latency rows, in one JSON object.
+func TestBenchDrainCasesJSON(t *testing.T) {
+	t.Parallel()
+	base := testdb.Server(t)
+	r := gw(t, "", "bench", "--case", "file-drain,e2e-latency,e2e-drain", "--duration", "400ms", "--drain-intents", "500",
+		"--json", "--database-url", base, "--file-dir", t.TempDir())
+	expectCode(t, r, 0, "")
+	cases, _ := r.obj["cases"].([]any)
+	rows := map[string]map[string]any{}
+	for _, c := range cases {
+		m, _ := c.(map[string]any)
+		name, _ := m["name"].(string)
+		rows[name] = m
+	}
+	for name, unit := range map[string]string{"file-drain": "files/s", "e2e-drain": "intents/s", "e2e-p50": "ms", "e2e-p99": "ms", "e2e-max-rate": "intents/s"} {
+		c := rows[name]
+		if c == nil || c["unit"] != unit {
+			t.Fatalf("row %s = %v; want unit %s (%s)", name, c, unit, r.stdout)
+		}
+		if v, ok := c["value"].(float64); !ok || v <= 0 {
+			t.Fatalf("row %s value = %v (%s)", name, c["value"], r.stdout)
+		}
+	}
+	for _, name := range []string{"file-drain", "e2e-drain"} {
+		for _, k := range []string{"baseline", "ratio"} {
+			if v, ok := rows[name][k].(float64); !ok || v <= 0 {
+				t.Fatalf("row %s %s = %v; want a positive number (%s)", name, k, rows[name][k], r.stdout)
+			}
+		}
+	}
+	// The e2e cases run gateway run with its own pool sizing: the relay
+	// and the no-op adapter at concurrency 8.
+	for _, name := range []string{"e2e-drain", "e2e-p50"} {
+		if note, _ := rows[name]["note"].(string); !strings.Contains(note, "db_max_conns=14") {
+			t.Errorf("row %s note = %q; want gateway run's pool of 14", name, note)
+		}
+	}
+	expectCode(t, gw(t, "", "bench", "--drain-intents", "5"), 2, "invalid_input")
 }

@@ -144,8 +144,16 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 }
 
 // connect opens a pool and checks it can reach the database, with a bounded
-// wait, so an unreachable database is one clear line and exit 1.
+// wait, so an unreachable database is one clear line and exit 1. The pool
+// has pgxpool's default size (or the URL's pool_max_conns).
 func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	return a.connectSized(ctx, dbURL, 0)
+}
+
+// connectSized is connect with a pool of maxConns connections at most
+// (0: pgxpool's default). A pool_max_conns in the URL wins over maxConns:
+// it is the operator's explicit choice for this one database.
+func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, error) {
 	if dbURL == "" {
 		return nil, badInput("database_url", "no database: set GATEWAY_DATABASE_URL or pass --database-url")
 	}
@@ -154,6 +162,9 @@ func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) 
 		return nil, badInput("database_url", "cannot parse the database URL: "+redactErr(err))
 	}
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	if maxConns > 0 && !urlSetsMaxConns(dbURL) {
+		cfg.MaxConns = maxConns
+	}
 	// Epochs and fenced writes must come from the primary: every pooled
 	// connection checks pg_is_in_recovery() once when it is made.
 	lease.RequirePrimary(cfg)

@@ -36,7 +36,7 @@ Usage:
   gateway lease history --resource R [--limit N]
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
-  gateway bench [--case NAME] [--duration D] [--json]
+  gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
 
 Every command takes --database-url (default $GATEWAY_DATABASE_URL).
 Every lease acquire is a new, higher epoch; renew keeps it. Grants (lease
@@ -53,6 +53,9 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// runHooks is set only for a `gateway run` that gateway bench runs in
+	// its own process; nil otherwise.
+	runHooks *runHooks
 }
 
 type command func(ctx context.Context, a *app, args []string) int

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -68,6 +69,10 @@ var builtinAdapters = []string{email.Kind, file.Kind}
 // with --mailpit-url; --unknown-outcome hold|resend;
 // --adapter-concurrency, --max-attempts.
 //
+// --db-max-conns bounds the database pool (default 0: sized from what the
+// process runs, see stackConfig.poolSize); a pool_max_conns in the URL
+// wins. The "gateway: running" line reports the size as db_max_conns.
+//
 // --metrics-addr serves Prometheus /metrics there (default empty: no
 // metrics server; e.g. 127.0.0.1:9090); --log-level debug|info|warn|error.
 // Logs go to stderr as slog text.
@@ -124,6 +129,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 
 		allowFsyncOff = a.fsyncFlag(fs)
+		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see poolSize; 22 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -200,6 +206,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Tokens:      tokens,
 		Logger:      logger,
 	}
+	if h := a.runHooks; h != nil {
+		cfg.ExtraExecutors = h.executors // gateway bench's no-op adapter
+	}
 	// Flags are checked before anything is connected: a bad value is exit 2
 	// whether or not the database is reachable.
 	if err := cfg.validate(); err != nil {
@@ -224,7 +233,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(badInput("idempotency_lock_timeout", "--idempotency-lock-timeout must be more than twice --execute-timeout"))
 	}
 
-	pool, err := a.connect(ctx, *dbURL)
+	if *dbMaxConns < 0 {
+		return a.fail(badInput("db_max_conns", "--db-max-conns must be 0 (sized automatically) or more"))
+	}
+	pool, err := a.connectSized(ctx, *dbURL, cmp.Or(int32(min(*dbMaxConns, math.MaxInt32)), cfg.poolSize()))
 	if err != nil {
 		return a.fail(err)
 	}
@@ -244,9 +256,13 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		}
 		return a.fail(err)
 	}
+	if h := a.runHooks; h != nil && h.started != nil {
+		h.started(pool)
+	}
 
 	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.RunDispatcher,
-		"adapters", strings.Join(cfg.Adapters, ","), "nats_url", redactNATS(cfg.NATSURL))
+		"adapters", strings.Join(cfg.Adapters, ","), "nats_url", redactNATS(cfg.NATSURL),
+		"db_max_conns", pool.Config().MaxConns)
 	select {
 	case <-ctx.Done():
 		logger.Info("gateway: stopping", "component", "gateway")

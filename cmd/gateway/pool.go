@@ -1,0 +1,75 @@
+package main
+
+import (
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Connections the pool of `gateway run` is sized for, per component (see
+// stackConfig.poolSize). Each is the number of statements the component
+// can have in flight at once, since a pooled connection serves one
+// statement or transaction at a time.
+const (
+	// poolConnsDispatcher: the claim loop (claims, backlog samples), the
+	// ack loop (marks relayed, returned claims) and the LISTEN connection,
+	// which is acquired from the pool and then hijacked out of it.
+	poolConnsDispatcher = 3
+	// poolConnsSweeper: one sweeper (intents or idempotency keys) deletes
+	// one batch at a time.
+	poolConnsSweeper = 1
+	// poolConnsAdmin: the admin API and pages, a few requests at once
+	// (readiness probes, an operator's page) beside the workload.
+	poolConnsAdmin = 2
+	// poolConnsSpare: start-up checks (fsync, migrations level) and a
+	// statement outside any component's own budget never wait for one.
+	poolConnsSpare = 1
+	// poolConnsMin is the floor, pgxpool's own minimum default.
+	poolConnsMin = 4
+)
+
+// poolSize is the MaxConns `gateway run` gives its pool when neither
+// --db-max-conns nor the URL's pool_max_conns says otherwise:
+//
+//	spare (1)
+//	+ with the dispatcher: 3 (claim, mark, LISTEN) + 1 (intent sweeper)
+//	+ with adapters: the sum of every adapter's concurrency (each
+//	  execution holds at most one connection at a time) + 1 (idempotency
+//	  key sweeper)
+//	+ with the admin server: 2
+//
+// and at least 4. With its defaults (dispatcher, email and file at
+// --adapter-concurrency 8, no admin server) that is 1 + 4 + 16 + 1 = 22.
+// Connections are opened on demand, so an idle process holds fewer.
+func (c *stackConfig) poolSize() int32 {
+	n := poolConnsSpare
+	if c.RunDispatcher {
+		n += poolConnsDispatcher + poolConnsSweeper
+	}
+	if executors := len(c.Adapters) + len(c.ExtraExecutors); executors > 0 {
+		// adapters.Config's default concurrency is 8, as the flag's.
+		per := c.Runtime.Concurrency
+		if per < 1 {
+			per = 8
+		}
+		n += executors*per + poolConnsSweeper
+	}
+	if c.AdminAddr != "" {
+		n += poolConnsAdmin
+	}
+	return int32(max(n, poolConnsMin))
+}
+
+// dsnMaxConns matches pool_max_conns in a keyword/value connection string.
+var dsnMaxConns = regexp.MustCompile(`(^|\s)pool_max_conns\s*=`)
+
+// urlSetsMaxConns reports whether the connection string sets
+// pool_max_conns itself (as a URL query parameter or a keyword), which then
+// wins over any size the command computes or is given.
+func urlSetsMaxConns(connString string) bool {
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		return err == nil && u.Query().Has("pool_max_conns")
+	}
+	return dsnMaxConns.MatchString(connString)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/internal/natstest"
+)
+
+// The pool of `gateway run` is sized from what the process runs.
+func TestPoolSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  stackConfig
+		want int32
+	}{
+		// run's defaults: 1 spare + 3 dispatcher + 1 intent sweeper +
+		// 2 adapters × 8 + 1 key sweeper.
+		{"defaults", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(8)}, 22},
+		{"relay only", stackConfig{RunDispatcher: true}, 5},
+		{"one adapter alone", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(8)}, 10},
+		{"high concurrency with admin", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"},
+			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 4 + 64 + 1 + 2},
+		{"extra executors count as adapters", stackConfig{RunDispatcher: true, ExtraExecutors: []adapters.Executor{noopExecutor{}},
+			Runtime: runtimeConc(16)}, 1 + 4 + 16 + 1},
+		{"concurrency unset takes the runtime default", stackConfig{Adapters: []string{"file"}}, 10},
+		{"floor", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(1)}, 4},
+	} {
+		if got := tc.cfg.poolSize(); got != tc.want {
+			t.Errorf("%s: poolSize = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestURLSetsMaxConns(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		"postgres://u:p@h:5432/db":                           false,
+		"postgres://u:p@h:5432/db?pool_max_conns=7":          true,
+		"postgresql://h/db?sslmode=disable&pool_max_conns=7": true,
+		"postgres://u:pool_max_conns=3@h/db":                 false,
+		"host=h dbname=db pool_max_conns=7":                  true,
+		"host=h dbname=db pool_max_conns = 7":                true,
+		"pool_max_conns=7 host=h":                            true,
+		"host=h dbname=db":                                   false,
+	} {
+		if got := urlSetsMaxConns(s); got != want {
+			t.Errorf("urlSetsMaxConns(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// The real pool of a `gateway run` process: sized automatically from its
+// components, or --db-max-conns, and a URL's pool_max_conns wins over both.
+// The process reports its pool's MaxConns on its "running" line.
+func TestRunPoolMaxConns(t *testing.T) {
+	t.Parallel()
+	db, _ := runPool(t)
+	srv := natstest.Start(t)
+	root := t.TempDir()
+	maxConns := regexp.MustCompile(`msg="gateway: running".*db_max_conns=(\d+)`)
+	for _, tc := range []struct {
+		name, url string
+		args      []string
+		want      string
+	}{
+		// 1 spare + 3 dispatcher + 1 intent sweeper + 5 + 1 key sweeper.
+		{"sized", db, nil, "11"},
+		{"flag", db, []string{"--db-max-conns", "9"}, "9"},
+		{"url wins", withQuery(db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3"},
+	} {
+		args := append([]string{"--adapters", "file", "--file-root", root, "--adapter-concurrency", "5"}, tc.args...)
+		p := startRun(t, nil, tc.url, srv.URL, args...)
+		var got string
+		pollUntil(t, 30*time.Second, tc.name+": the running line", func() (bool, string) {
+			m := maxConns.FindStringSubmatch(p.stderr.String())
+			if m != nil {
+				got = m[1]
+			}
+			return m != nil, p.stderr.String()
+		})
+		if got != tc.want {
+			t.Errorf("%s: db_max_conns=%s, want %s", tc.name, got, tc.want)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("%s: exit %d after SIGTERM:\n%s", tc.name, code, p.stderr.String())
+		}
+	}
+
+	out := runBadFlags(t, nil, []string{"--db-max-conns", "-1"}, "db_max_conns")
+	if !strings.Contains(out, "--db-max-conns") {
+		t.Errorf("the error does not name the flag: %s", out)
+	}
+}
+
+func runtimeConc(n int) adapters.Config { return adapters.Config{Concurrency: n} }
+
+// withQuery adds a query parameter to a URL.
+func withQuery(u, kv string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + kv
+	}
+	return u + "?" + kv
+}
