@@ -90,6 +90,9 @@ type Config struct {
 	// AfterEffect, when set, is called after an executor returned and
 	// before its outcome is recorded. Test-only (crash injection).
 	AfterEffect func(req Request)
+	// AfterLoad, when set, is called after an intent was loaded and before
+	// its fence is checked. Test-only (race injection).
+	AfterLoad func(req Request)
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -370,6 +373,9 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	req := Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
 	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
+	if r.cfg.AfterLoad != nil {
+		r.cfg.AfterLoad(req)
+	}
 
 	// Fence policy execute: re-check authority now. An intent whose
 	// resource moved on is superseded, never executed. (A destination that

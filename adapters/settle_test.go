@@ -1,0 +1,348 @@
+package adapters_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/wire"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// slowDest is a destination at the edge of the world whose effects may
+// become visible late, whose answers may be lost, and whose Execute can be
+// held at its entry by the test.
+type slowDest struct {
+	// late is how long after Execute returns its effect becomes visible
+	// to Lookup.
+	late time.Duration
+	// unknownTimes: the first unknownTimes Executes lose their answer
+	// (unknown outcome); with effectOnUnknown false they also perform
+	// nothing.
+	unknownTimes    int
+	effectOnUnknown bool
+	// gate, when set, holds every Execute at its entry until closed;
+	// entered gets a value when an Execute arrives there.
+	gate    chan struct{}
+	entered chan struct{}
+
+	mu        sync.Mutex
+	execs     []execCall
+	visibleAt map[string]time.Time
+	lookups   int
+}
+
+type execCall struct{ start, end time.Time }
+
+type slowExec struct{ d *slowDest }
+
+func (e slowExec) Kind() string { return "test" }
+
+func (e slowExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	if e.d.gate != nil {
+		select {
+		case e.d.entered <- struct{}{}:
+		default:
+		}
+		<-e.d.gate
+	}
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	start := time.Now()
+	n := len(e.d.execs) + 1
+	lost := n <= e.d.unknownTimes
+	if !lost || e.d.effectOnUnknown {
+		if _, ok := e.d.visibleAt[req.IdempotencyKey]; !ok {
+			e.d.visibleAt[req.IdempotencyKey] = time.Now().Add(e.d.late)
+		}
+	}
+	e.d.execs = append(e.d.execs, execCall{start: start, end: time.Now()})
+	if lost {
+		return adapters.Outcome{}, adapters.UnknownError(errors.New("connection dropped before the reply"))
+	}
+	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "n": n})
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, nil
+}
+
+func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	e.d.lookups++
+	at, ok := e.d.visibleAt[req.IdempotencyKey]
+	if !ok || time.Now().Before(at) {
+		return adapters.Outcome{}, false, nil
+	}
+	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "found_by": "lookup"})
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, true, nil
+}
+
+func (d *slowDest) calls() []execCall {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]execCall(nil), d.execs...)
+}
+
+func newSlowDest() *slowDest {
+	return &slowDest{visibleAt: map[string]time.Time{}, entered: make(chan struct{}, 16)}
+}
+
+type slowEnv struct {
+	*adaptertest.Env
+	dest *slowDest
+	reg  *prometheus.Registry
+}
+
+func setupSlow(t *testing.T, d *slowDest, cfg adapters.Config, lockTimeout time.Duration) slowEnv {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	e := adaptertest.NewEnv(t, adaptertest.Options{
+		Executors:   []adapters.Executor{slowExec{d}},
+		Kinds:       testKinds,
+		Runtime:     cfg,
+		LockTimeout: lockTimeout,
+	})
+	return slowEnv{Env: e, dest: d, reg: reg}
+}
+
+// counter returns the value of the counter name with the given labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+type event struct{ action, from, to, note string }
+
+func events(t *testing.T, e *adaptertest.Env, id int64) []event {
+	t.Helper()
+	rows, err := e.Pool.Query(context.Background(), `SELECT action, from_status, to_status, coalesce(note, '') FROM intent_events WHERE intent_id = $1 ORDER BY event_id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []event
+	for rows.Next() {
+		var ev event
+		if err := rows.Scan(&ev.action, &ev.from, &ev.to, &ev.note); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func findEvent(evs []event, action string) *event {
+	for i := range evs {
+		if evs[i].action == action {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// The destination took the effect but shows it only a second after the
+// attempt's answer was lost. The lookup right after finds nothing; that is
+// not proof, so the runtime waits (default settle window: 10 minutes) and
+// records the effect once the lookup finds it. (Before: it re-executed at
+// once, two effects.)
+func TestLateEffectIsFoundNotRepeated(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.late, d.unknownTimes, d.effectOnUnknown = time.Second, 1, true
+	e := setupSlow(t, d, adapters.Config{MaxAttempts: 5}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
+	var res map[string]any
+	_ = json.Unmarshal(rec.Result, &res)
+	if res["found_by"] != "lookup" {
+		t.Fatalf("result %s; want found by lookup", rec.Result)
+	}
+	if n := len(d.calls()); n != 1 {
+		t.Fatalf("executed %d times; want 1", n)
+	}
+}
+
+// Two deliveries of one fence-execute intent, and the resource moves on
+// between the first delivery's read of the intent and its fence check,
+// while the second delivery is performing the effect. The first may not
+// record superseded from its stale read (attempts 0): the effect happened.
+func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	var loads atomic.Int32
+	firstLoaded, hold := make(chan struct{}), make(chan struct{})
+	cfg := adapters.Config{AfterLoad: func(req adapters.Request) {
+		if loads.Add(1) == 1 {
+			close(firstLoaded)
+			<-hold
+		}
+	}}
+	e := setupSlow(t, d, cfg, 0)
+	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
+	e.Release(t, id)
+	waitChan(t, firstLoaded, "the first delivery to load the intent")
+	// The second delivery: a duplicate of the message.
+	publishDuplicate(t, e.Env, id)
+	waitChan(t, d.entered, "the second delivery to start executing")
+	e.Advance(t, e.Epoch()+1)
+	close(hold)
+	// The first delivery decides: superseded (the bug) or not executed
+	// and redelivered (a third load).
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for !e.Get(t, id).Status.Terminal() && loads.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first delivery neither recorded an outcome nor came back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(d.gate)
+	rec := e.WaitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded || len(d.calls()) != 1 {
+		t.Fatalf("intent %s after %d effects; want succeeded, the effect that happened (%s)", rec.Status, len(d.calls()), adaptertest.Describe(rec))
+	}
+}
+
+// An operator cancels an intent while its effect is being performed. The
+// cancel stands, and the effect's outcome, which can no longer be recorded
+// on the intent, is kept in its history and counted.
+func TestOutcomeOnFinalIntentRecordedInHistory(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	e := setupSlow(t, d, adapters.Config{}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	waitChan(t, d.entered, "the attempt to start executing")
+	if _, err := e.Pool.Exec(context.Background(), `UPDATE intents SET status = 'cancelled', completed_at = now(), updated_at = now() WHERE intent_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	close(d.gate)
+	ev := waitEvent(t, e.Env, id, idempotency.EventOutcomeNotRecorded)
+	if ev.from != "cancelled" || ev.to != "cancelled" || !strings.Contains(ev.note, "succeeded") {
+		t.Fatalf("event %+v; want the succeeded outcome noted on the cancelled intent", ev)
+	}
+	if rec := e.Get(t, id); rec.Status != outbox.StatusCancelled {
+		t.Fatalf("status %s; want the cancel to stand", rec.Status)
+	}
+	if k := e.Key(t, "test", "k"); k == nil || k.State != idempotency.StateCompleted {
+		t.Fatalf("key %+v; want completed (the effect happened)", k)
+	}
+	if n := counter(t, e.reg, "fencegate_adapter_outcome_not_recorded_total", map[string]string{"kind": "test"}); n != 1 {
+		t.Fatalf("fencegate_adapter_outcome_not_recorded_total = %v, want 1", n)
+	}
+}
+
+// An attempt that runs past its lock is taken over; when its effect then
+// completes, the runtime cannot record it under the key, and says so on the
+// intent (history, metric) rather than dropping it.
+func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	const lock = 300 * time.Millisecond
+	e := setupSlow(t, d, adapters.Config{}, lock)
+	payload := json.RawMessage(`{"mode":"ok"}`)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
+	waitChan(t, d.entered, "the attempt to start executing")
+	// Another attempt takes the key over once the lock expired.
+	var dec idempotency.Decision
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		var err error
+		dec, err = e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Outcome == idempotency.OutcomeRecover {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("begin = %+v; want a takeover", dec)
+		}
+		time.Sleep(lock / 4)
+	}
+	close(d.gate)
+	ev := waitEvent(t, e.Env, id, idempotency.EventEffectAfterLostOwnership)
+	if !strings.Contains(ev.note, "succeeded") {
+		t.Fatalf("event %+v; want the outcome in the note", ev)
+	}
+	if n := counter(t, e.reg, "fencegate_effect_after_lost_ownership_total", map[string]string{"kind": "test"}); n != 1 {
+		t.Fatalf("fencegate_effect_after_lost_ownership_total = %v, want 1", n)
+	}
+}
+
+func waitChan(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(adaptertest.WaitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func waitEvent(t *testing.T, e *adaptertest.Env, id int64, action string) event {
+	t.Helper()
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		evs := events(t, e, id)
+		if ev := findEvent(evs, action); ev != nil {
+			return *ev
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("intent %d: no %s event after %s; history %+v (%s)", id, action, adaptertest.WaitTimeout, evs, adaptertest.Describe(e.Get(t, id)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// publishDuplicate publishes the intent's message again, as a duplicate
+// delivery, without waiting for it to be handled.
+func publishDuplicate(t *testing.T, e *adaptertest.Env, id int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), adaptertest.WaitTimeout)
+	defer cancel()
+	js, err := jetstream.New(e.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(wire.Subject("test"))
+	msg.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
+	msg.Header.Set(nats.MsgIdHdr, wire.MsgID(id, 999))
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatalf("publish duplicate of intent %d: %v", id, err)
+	}
+}
