@@ -38,6 +38,7 @@ type slowDest struct {
 	// entered gets a value when an Execute arrives there.
 	gate    chan struct{}
 	entered chan struct{}
+	opened  sync.Once
 
 	mu        sync.Mutex
 	execs     []execCall
@@ -89,6 +90,9 @@ func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, true, nil
 }
 
+// open lets every held Execute go on; idempotent.
+func (d *slowDest) open() { d.opened.Do(func() { close(d.gate) }) }
+
 func (d *slowDest) calls() []execCall {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -115,6 +119,12 @@ func setupSlow(t *testing.T, d *slowDest, cfg adapters.Config, lockTimeout time.
 		Runtime:     cfg,
 		LockTimeout: lockTimeout,
 	})
+	if d.gate != nil {
+		// Cleanups run last-in first-out: this one before the runtime's
+		// Stop, which waits for the held Executes, also when a test
+		// failed before opening the gate.
+		t.Cleanup(d.open)
+	}
 	return slowEnv{Env: e, dest: d, reg: reg}
 }
 
@@ -206,6 +216,8 @@ func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
 	d.gate = make(chan struct{})
 	var loads atomic.Int32
 	firstLoaded, hold := make(chan struct{}), make(chan struct{})
+	var unhold sync.Once
+	release := func() { unhold.Do(func() { close(hold) }) }
 	cfg := adapters.Config{AfterLoad: func(req adapters.Request) {
 		if loads.Add(1) == 1 {
 			close(firstLoaded)
@@ -213,6 +225,7 @@ func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
 		}
 	}}
 	e := setupSlow(t, d, cfg, 0)
+	t.Cleanup(release)
 	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
 	e.Release(t, id)
 	waitChan(t, firstLoaded, "the first delivery to load the intent")
@@ -220,17 +233,20 @@ func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
 	publishDuplicate(t, e.Env, id)
 	waitChan(t, d.entered, "the second delivery to start executing")
 	e.Advance(t, e.Epoch()+1)
-	close(hold)
-	// The first delivery decides: superseded (the bug) or not executed
-	// and redelivered (a third load).
+	release()
+	// The first delivery decides: superseded (the bug), or it goes
+	// through the key and finds it busy (the second delivery owns it).
+	busy := func() float64 {
+		return counter(t, e.reg, "fencegate_adapter_outcomes_total", map[string]string{"kind": "test", "outcome": "busy"})
+	}
 	deadline := time.Now().Add(adaptertest.WaitTimeout)
-	for !e.Get(t, id).Status.Terminal() && loads.Load() < 3 {
+	for !e.Get(t, id).Status.Terminal() && busy() < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the first delivery neither recorded an outcome nor came back")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	close(d.gate)
+	d.open()
 	rec := e.WaitTerminal(t, id)
 	if rec.Status != outbox.StatusSucceeded || len(d.calls()) != 1 {
 		t.Fatalf("intent %s after %d effects; want succeeded, the effect that happened (%s)", rec.Status, len(d.calls()), adaptertest.Describe(rec))
@@ -250,7 +266,7 @@ func TestOutcomeOnFinalIntentRecordedInHistory(t *testing.T) {
 	if _, err := e.Pool.Exec(context.Background(), `UPDATE intents SET status = 'cancelled', completed_at = now(), updated_at = now() WHERE intent_id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	close(d.gate)
+	d.open()
 	ev := waitEvent(t, e.Env, id, idempotency.EventOutcomeNotRecorded)
 	if ev.from != "cancelled" || ev.to != "cancelled" || !strings.Contains(ev.note, "succeeded") {
 		t.Fatalf("event %+v; want the succeeded outcome noted on the cancelled intent", ev)
@@ -295,7 +311,7 @@ func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
 		}
 		time.Sleep(lock / 4)
 	}
-	close(d.gate)
+	d.open()
 	ev := waitEvent(t, e.Env, id, idempotency.EventEffectAfterLostOwnership)
 	if !strings.Contains(ev.note, "succeeded") {
 		t.Fatalf("event %+v; want the outcome in the note", ev)
