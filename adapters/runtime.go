@@ -293,10 +293,9 @@ const (
 	retry
 	term
 	// wait: the intent waits for proof (or for a lookup that failed) with
-	// its key owned; redelivered after the backoff, but no later than the
-	// returned delay (when the proof is due), and well within the key's
-	// lock, so that the redelivery resumes the key before anyone else can
-	// take it over.
+	// its key owned; redelivered after the returned delay (zero: the
+	// backoff), and well within the key's lock, so that the redelivery
+	// resumes the key before anyone else can take it over.
 	wait
 )
 
@@ -335,11 +334,9 @@ func (r *Runtime) handle(ctx context.Context, ex Executor, msg jetstream.Msg) {
 	case retry:
 		_ = msg.NakWithDelay(cmp.Or(delay, r.delay(msg)))
 	case wait:
-		d := r.delay(msg)
-		if delay > 0 {
-			d = min(d, delay)
-		}
-		_ = msg.NakWithDelay(min(d, r.store.Config().LockTimeout/2))
+		// Well within the key's lock, so that this intent's redelivery
+		// resumes the key before anyone else can take it over.
+		_ = msg.NakWithDelay(min(cmp.Or(delay, r.delay(msg)), r.store.Config().LockTimeout/2))
 	case term:
 		_ = msg.Term()
 	}
@@ -620,10 +617,22 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex Executor, l Looker, req R
 	}
 	r.m.outcomes.WithLabelValues(ex.Kind(), "waiting_for_proof").Inc()
 	log.Info("adapters: lookup found nothing; not proof yet, waiting", "trusted_after", p.TrustedAfter, "remaining", p.Remaining)
-	// Come back when the proof is due (a margin past it, so that the
-	// redelivery does not arrive a hair early), or sooner with the backoff:
-	// a late effect is trusted as soon as a lookup finds it.
-	return wait, p.Remaining + 10*time.Millisecond, nil
+	return wait, waitDelay(p, settle, r.cfg.RetryBase), nil
+}
+
+// waitDelay is when to look up again while waiting for proof: after as long
+// as has passed since the last I/O (so lookups come at doubling intervals —
+// soon after the I/O, when a late effect is most likely to show, then
+// rarer: about log2(settle/base) lookups over the window, which keeps the
+// redeliveries well inside the consumer's MaxDeliver; past it the
+// dispatcher's re-relay brings the intent back), at least base, at most a
+// quarter of the window, and no later than the proof is due (a margin past
+// it, so the redelivery does not arrive a hair early).
+func waitDelay(p idempotency.Proof, settle, base time.Duration) time.Duration {
+	elapsed := max(settle-p.Remaining, 0)
+	d := max(elapsed, base)
+	d = min(d, max(settle/4, base))
+	return min(d, p.Remaining+10*time.Millisecond)
 }
 
 // executeRecovered executes as the owner of a key it recovered, once that
