@@ -641,12 +641,31 @@ func waitDelay(p idempotency.Proof, settle, base time.Duration) time.Duration {
 // it marks the key's I/O as in progress, so that a takeover measures its
 // settle window from its own time instead of the earlier attempts' end.
 func (r *Runtime) executeRecovered(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
-	err := r.persist(ctx, func() error { return r.store.BeginIO(ctx, req.Kind, req.IdempotencyKey, d.Token) })
+	// A resumed key's Begin counted no attempt (it only looked up); this
+	// execution is one.
+	var n int
+	err := r.persist(ctx, func() error {
+		var err error
+		n, err = r.store.BeginIO(ctx, req.Kind, req.IdempotencyKey, d.Token, req.IntentID, d.Resumed)
+		return err
+	})
 	if errors.Is(err, idempotency.ErrLostOwnership) {
 		return retry, 0, nil // the new owner decides
 	}
+	if errors.Is(err, idempotency.ErrIntentTerminal) {
+		// Cancelled meanwhile. The proof stands (nothing happened under
+		// the key): give the key back, so that another intent with it
+		// executes at once instead of recovering.
+		if err := r.persist(ctx, func() error { return r.store.Release(ctx, req.Kind, req.IdempotencyKey, d.Token) }); err != nil && !errors.Is(err, idempotency.ErrLostOwnership) {
+			return 0, 0, fmt.Errorf("release key: %w", err)
+		}
+		return ack, 0, nil
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("begin I/O: %w", err)
+	}
+	if d.Resumed {
+		req.Attempt = n
 	}
 	return r.execute(ctx, ex, req, d, log)
 }
@@ -809,7 +828,7 @@ func (r *Runtime) effectAfterLostOwnership(ctx context.Context, req Request, d i
 // (LockTimeout), and the intent would wait that long for a recovery that
 // looks up what this attempt already knew. Completing and releasing are
 // idempotent for the same token, so a retry after a lost answer is safe.
-// Ownership and validation errors are not retried.
+// Ownership, validation and final-intent errors are not retried.
 func (r *Runtime) persist(ctx context.Context, write func() error) error {
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(100*time.Millisecond),
@@ -819,7 +838,7 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 	for {
 		err := write()
 		if err == nil || errors.Is(err, idempotency.ErrLostOwnership) || errors.Is(err, idempotency.ErrInvalid) ||
-			errors.Is(err, idempotency.ErrIntentNotFound) {
+			errors.Is(err, idempotency.ErrIntentNotFound) || errors.Is(err, idempotency.ErrIntentTerminal) {
 			return err
 		}
 		wait := bo.NextBackOff()

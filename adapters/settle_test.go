@@ -362,3 +362,182 @@ func publishDuplicate(t *testing.T, e *adaptertest.Env, id int64) {
 		t.Fatalf("publish duplicate of intent %d: %v", id, err)
 	}
 }
+
+func lastErr(rec *outbox.Record) string {
+	if rec.LastError == nil {
+		return ""
+	}
+	return *rec.LastError
+}
+
+// The answer of the first attempt is lost, and nothing happened at the
+// destination. Its lookup finds nothing, which is proof only once the settle
+// window has passed since the attempt's last I/O: until then the intent
+// waits — relayed, its key owned, saying so in last_error and its history —
+// and nothing is executed; after it, the runtime executes again.
+func TestNegativeLookupWaitsForSettleWindow(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes = 1
+	const settle = 2 * time.Second
+	e := setupSlow(t, d, adapters.Config{LookupSettle: settle}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool {
+		return strings.HasPrefix(lastErr(r), "waiting for proof: lookup found nothing; a negative lookup is trusted after ")
+	})
+	// (Relayed, or still pending when the runtime got the message before
+	// the dispatcher marked it relayed: never terminal.)
+	if rec.Status.Terminal() || len(d.calls()) != 1 {
+		t.Fatalf("while waiting: %s, %d executions; want relayed, 1", adaptertest.Describe(rec), len(d.calls()))
+	}
+	if k := e.Key(t, "test", "k"); k == nil || k.State != idempotency.StateStarted || k.LastIOAt == nil {
+		t.Fatalf("key while waiting = %+v; want started (owned) with its last I/O recorded", k)
+	}
+	if ev := findEvent(events(t, e.Env, id), idempotency.EventWaitingForProof); ev == nil || ev.from != ev.to || outbox.Status(ev.to).Terminal() || ev.note != lastErr(rec) {
+		t.Fatalf("history %+v; want a waiting_for_proof event with the message", events(t, e.Env, id))
+	}
+	rec = e.WaitStatus(t, id, outbox.StatusSucceeded)
+	calls := d.calls()
+	if len(calls) != 2 {
+		t.Fatalf("executions = %d; want 2 (the first lost, the second after the window)", len(calls))
+	}
+	if gap := calls[1].start.Sub(calls[0].end); gap < settle {
+		t.Fatalf("executed again %s after the first attempt's I/O ended; want no sooner than the settle window %s", gap, settle)
+	}
+	if rec.Attempts != 2 {
+		t.Fatalf("attempts = %d, want 2 (waiting counts none)", rec.Attempts)
+	}
+}
+
+// An attempt was abandoned (its process died) and its last I/O is unknown:
+// the window is measured from the takeover, the latest moment it could have
+// done I/O. Its lookup finds nothing; the effect is executed only a settle
+// window after the takeover.
+func TestAbandonedAttemptWaitsFromTakeover(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	const lock, settle = 300 * time.Millisecond, 1500 * time.Millisecond
+	e := setupSlow(t, d, adapters.Config{LookupSettle: settle}, lock)
+	payload := json.RawMessage(`{"mode":"ok"}`)
+	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", payload))
+	start := time.Now()
+	if dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id); err != nil || dec.Outcome != idempotency.OutcomeExecute {
+		t.Fatalf("begin = %+v, %v", dec, err)
+	}
+	e.Release(t, id)
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	if n := len(d.calls()); n != 0 {
+		t.Fatalf("executed %d times while waiting", n)
+	}
+	e.WaitStatus(t, id, outbox.StatusSucceeded)
+	calls := d.calls()
+	if len(calls) != 1 {
+		t.Fatalf("executions = %d, want 1", len(calls))
+	}
+	if after := calls[0].start.Sub(start); after < lock+settle {
+		t.Fatalf("executed %s after the abandoned attempt began; want no sooner than its lock (%s) plus the settle window (%s)", after, lock, settle)
+	}
+}
+
+// The wait survives a crash: the moment of the last I/O is on the key, so
+// a runtime that takes over from a crashed one keeps waiting until the same
+// deadline instead of starting a window of its own or trusting at once.
+func TestWaitForProofSurvivesCrash(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes = 1
+	const settle = 3 * time.Second
+	e := adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds, LockTimeout: 500 * time.Millisecond})
+	cfg := adapters.Config{LookupSettle: settle, ExecuteTimeout: time.Second, AckWait: 2 * time.Second}
+	a := e.StartProcess(t, cfg, slowExec{d})
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	k := e.Key(t, "test", "k")
+	if k == nil || k.LastIOAt == nil {
+		t.Fatalf("key = %+v; want the last I/O recorded", k)
+	}
+	a.Crash()
+	e.StartRuntime(t, cfg, slowExec{d})
+	e.WaitStatus(t, id, outbox.StatusSucceeded)
+	calls := d.calls()
+	if len(calls) != 2 {
+		t.Fatalf("executions = %d; want 2", len(calls))
+	}
+	if gap := calls[1].start.Sub(calls[0].end); gap < settle {
+		t.Fatalf("the second runtime executed %s after the first attempt's I/O; want no sooner than %s", gap, settle)
+	}
+}
+
+// A positive lookup is trusted at once, however long the window.
+func TestPositiveLookupTrustedAtOnce(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes, d.effectOnUnknown = 1, true
+	e := setupSlow(t, d, adapters.Config{LookupSettle: time.Hour}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
+	if !strings.Contains(string(rec.Result), "lookup") || len(d.calls()) != 1 {
+		t.Fatalf("%s after %d executions; want found by lookup after 1", adaptertest.Describe(rec), len(d.calls()))
+	}
+}
+
+// StillOwner, as the runtime builds it, fails once the key was taken over.
+type checkingExec struct {
+	slowExec
+	checked chan error
+}
+
+func (e checkingExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	if e.d.gate != nil {
+		select {
+		case e.d.entered <- struct{}{}:
+		default:
+		}
+		<-e.d.gate
+	}
+	err := req.StillOwner(ctx)
+	e.checked <- err
+	if err != nil {
+		return adapters.Outcome{}, adapters.RetryableError(err)
+	}
+	return e.slowExec.Execute(ctx, req)
+}
+
+func TestStillOwnerFailsAfterTakeover(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	const lock = 300 * time.Millisecond
+	ex := checkingExec{slowExec{d}, make(chan error, 4)}
+	e := adaptertest.NewEnv(t, adaptertest.Options{Executors: []adapters.Executor{ex}, Kinds: testKinds, LockTimeout: lock})
+	t.Cleanup(d.open)
+	payload := json.RawMessage(`{"mode":"ok"}`)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
+	waitChan(t, d.entered, "the attempt to start executing")
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Outcome == idempotency.OutcomeRecover {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("begin = %+v; want a takeover", dec)
+		}
+		time.Sleep(lock / 4)
+	}
+	d.open()
+	select {
+	case err := <-ex.checked:
+		if !errors.Is(err, adapters.ErrNotOwner) || !errors.Is(err, idempotency.ErrLostOwnership) {
+			t.Fatalf("StillOwner after the takeover: %v; want ErrNotOwner (lost ownership)", err)
+		}
+	case <-time.After(adaptertest.WaitTimeout):
+		t.Fatal("Execute never checked")
+	}
+	if n := len(d.calls()); n != 0 {
+		t.Fatalf("the effect ran %d times after a failed owner check", n)
+	}
+}

@@ -118,26 +118,48 @@ func (s *Store) EndIO(ctx context.Context, kind, key string, token int64) (time.
 // BeginIO is called by the owner of a key it recovered, once a lookup proved
 // the effect did not happen, right before it executes: it clears last_io_at
 // (I/O may now be in progress, so a takeover measures from its own time)
-// and renews the lock to LockTimeout from now. It must commit before any I/O:
-// a takeover either committed first — then this matches nothing and returns
+// and renews the lock to LockTimeout from now. With countAttempt (an owner
+// that resumed its key, whose Begin counted no attempt) it also counts an
+// attempt on intentID, in the same transaction; it returns the intent's
+// attempts (0 without countAttempt). It must commit before any I/O: a
+// takeover either committed first — then this matches nothing and returns
 // an *OwnershipError, and the caller must not execute — or it comes after
 // and sees the I/O as possibly in progress.
-func (s *Store) BeginIO(ctx context.Context, kind, key string, token int64) error {
+func (s *Store) BeginIO(ctx context.Context, kind, key string, token, intentID int64, countAttempts bool) (int, error) {
 	if err := checkKey(kind, key); err != nil {
+		return 0, err
+	}
+	var attempts int
+	var lost bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE idempotency_keys
+			SET last_io_at = NULL, locked_until = clock_timestamp() + $4::interval, updated_at = now()
+			WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`,
+			kind, key, token, interval(s.cfg.LockTimeout))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			lost = true
+			return nil
+		}
+		if countAttempts {
+			attempts, err = countAttempt(ctx, tx, intentID)
+		}
 		return err
+	})
+	var ie *IntentTerminalError
+	if errors.As(err, &ie) {
+		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE idempotency_keys
-		SET last_io_at = NULL, locked_until = clock_timestamp() + $4::interval, updated_at = now()
-		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`,
-		kind, key, token, interval(s.cfg.LockTimeout))
 	if err != nil {
-		return fmt.Errorf("idempotency: begin I/O %s/%q: %w", kind, key, err)
+		return 0, fmt.Errorf("idempotency: begin I/O %s/%q: %w", kind, key, err)
 	}
-	if tag.RowsAffected() == 0 {
-		return s.ownershipError(ctx, kind, key, token)
+	if lost {
+		return 0, s.ownershipError(ctx, kind, key, token)
 	}
-	return nil
+	return attempts, nil
 }
 
 // Proof is AwaitProof's answer.
