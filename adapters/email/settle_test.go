@@ -2,6 +2,7 @@ package email_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -60,5 +61,38 @@ func TestRuntimeLateStoreSendsOnce(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("Mailpit holds %d copies of the message (attempts %d); want exactly 1", n, rec.Attempts)
+	}
+}
+
+// Right before the end-of-data marker the adapter re-validates that its
+// attempt still owns the key. When it does not, the marker is never sent:
+// the server takes nothing, and the error says nothing happened
+// (retryable, not unknown). When it does, the message goes out as usual.
+func TestStillOwnerCheckedBeforeEndOfData(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.NewServer(t)
+	a := newAdapter(t, email.Config{Addr: srv.Addr, Timeout: 5 * time.Second})
+	key := uniqueKey(t)
+	var checks int
+	lost := request(key, nil).WithOwnerCheck(func(context.Context) error {
+		checks++
+		return errors.New("key taken over")
+	})
+	_, err := a.Execute(context.Background(), lost)
+	if err == nil || !adapters.IsRetryable(err) || adapters.IsUnknown(err) || !errors.Is(err, adapters.ErrNotOwner) {
+		t.Fatalf("Execute after losing the key: %v; want a retryable ErrNotOwner", err)
+	}
+	if checks != 1 {
+		t.Fatalf("owner checked %d times, want 1", checks)
+	}
+	if n := srv.Count(a.MessageID(key)); n != 0 || len(srv.Messages()) != 0 {
+		t.Fatalf("the server took %d messages; want none without the end-of-data marker", len(srv.Messages()))
+	}
+	owned := request(key, nil).WithOwnerCheck(func(context.Context) error { checks++; return nil })
+	if _, err := a.Execute(context.Background(), owned); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Count(a.MessageID(key)); n != 1 || checks != 2 {
+		t.Fatalf("sent %d, checks %d; want 1 message after 1 more check", n, checks)
 	}
 }
