@@ -81,7 +81,10 @@ type Executor interface {
 
 // Looker is implemented by executors whose destination can tell whether the
 // effect of an idempotency key already happened (result lookup). It is used
-// when an earlier attempt started and its outcome was lost.
+// when an earlier attempt started and its outcome was lost. A found effect is
+// trusted at once; found=false is trusted as proof that the effect did not
+// happen only once the settle window (Config.LookupSettle, LookupSettler)
+// has passed since the last I/O with the destination.
 type Looker interface {
 	// Lookup returns the outcome of req's idempotency key at the
 	// destination, and found=false when the destination has no trace of it.
