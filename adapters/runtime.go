@@ -600,7 +600,7 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex Executor, l Looker, req R
 		// say the effect did not happen); the redelivery resumes the key
 		// and looks up again.
 		log.Warn("adapters: lookup failed; will look up again", "error", err)
-		return wait, p.Remaining, nil
+		return wait, 0, nil
 	}
 	if found {
 		log.Info("adapters: recovered: the effect had happened; recording it")
@@ -696,7 +696,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 		out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)
 		r.m.outcomes.WithLabelValues(ex.Kind(), string(out.Status)).Inc()
 		log.Info("adapters: executed", "status", out.Status, "attempt", req.Attempt)
-		return r.complete(ctx, req, d, out, "")
+		return r.record(ctx, req, d, out, "", true)
 	case IsUnknown(err):
 		log.Warn("adapters: outcome unknown", "error", err)
 		if l, ok := r.canLookup(ex); ok {
@@ -773,7 +773,16 @@ func (r *Runtime) hold(ctx context.Context, req Request, d idempotency.Decision,
 	return r.complete(ctx, req, d, Outcome{Status: outbox.StatusUnknown}, why)
 }
 
+// complete records an outcome this attempt found out or decided (a lookup,
+// superseded, held, a permanent failure), not one of an effect it performed.
 func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string) (verdict, time.Duration, error) {
+	return r.record(ctx, req, d, out, errMsg, false)
+}
+
+// record records the outcome under the key and on the intent; performed says
+// the outcome is that of an effect this very attempt performed (Execute
+// returned it), as opposed to one it found out.
+func (r *Runtime) record(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string, performed bool) (verdict, time.Duration, error) {
 	var res idempotency.CompleteResult
 	err := r.persist(ctx, func() error {
 		var err error
@@ -787,7 +796,7 @@ func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decis
 		// Another attempt took the key over (our lock expired mid-effect):
 		// its Begin answered Recover and it looks the outcome up. Let the
 		// redelivery find out what it recorded.
-		if out.Status == outbox.StatusSucceeded {
+		if performed && out.Status == outbox.StatusSucceeded {
 			// But this attempt knows the effect happened, after it lost
 			// the key: where the destination cannot dedup, the new owner
 			// may perform it again. Never let that pass silently.

@@ -40,6 +40,7 @@ func TestRunBadFlags(t *testing.T) {
 		{"unknown outcome", nil, []string{"--unknown-outcome", "retry"}, "unknown_outcome"},
 		{"concurrency", nil, []string{"--adapter-concurrency", "0"}, "adapter_concurrency"},
 		{"max attempts", nil, []string{"--max-attempts", "0"}, "max_attempts"},
+		{"lookup settle", nil, []string{"--lookup-settle", "0s"}, "lookup_settle"},
 		{"password without user", []string{"GATEWAY_SMTP_PASSWORD=secret"}, nil, "smtp_user"},
 		{"empty file root", nil, []string{"--adapters", "file", "--file-root", ""}, "file_root"},
 		{"log level", nil, []string{"--log-level", "loud"}, "log_level"},
