@@ -58,8 +58,8 @@ type LookupCapable interface {
 }
 
 // DefaultLookupSettle is Config.LookupSettle's default: 10 minutes, RFC
-// 5321's timeout for the reply to the end-of-data marker — a destination may
-// still take a message that long after the final dot.
+// 5321's timeout for the reply to the end-of-data marker (§4.5.3.2.6) — a
+// destination may still take a message that long after the final dot.
 const DefaultLookupSettle = 10 * time.Minute
 
 // Config configures a Runtime.

@@ -169,8 +169,9 @@ func (a *Adapter) send(ctx context.Context, env envelope, data []byte, stillOwne
 	// lock expired, or PostgreSQL cannot say), abort without the final dot:
 	// the deferred closes drop the connection with the body unterminated,
 	// and a server never accepts a message whose end-of-data marker it did
-	// not get (RFC 5321 §4.1.1.4). w.Close is not called: it would send
-	// the marker. Nothing happened: retryable.
+	// not get (RFC 5321 §3.8: a premature close aborts the transaction).
+	// w.Close is not called: it would send the marker. Nothing happened:
+	// retryable.
 	if err := stillOwner(ctx); err != nil {
 		return "", adapters.RetryableError(&PhaseError{Phase: PhaseBody, Err: fmt.Errorf("not sending the end of data: %w", err)})
 	}
