@@ -616,7 +616,10 @@ type Completion struct {
 // were. When it is false (an operator cancelled the intent meanwhile, or a
 // retry of this Complete found its first call committed) the key's outcome
 // is still recorded: the key records what happened at the destination, so
-// the effect is not repeated whatever became of the intent.
+// the effect is not repeated whatever became of the intent. When the intent
+// already had a final status, the outcome that could not be recorded on it
+// goes into its history (intent_events, EventOutcomeNotRecorded), in the
+// same transaction; CompleteOutcome tells that case from a retry.
 //
 // Retrying a Complete whose response was lost is safe: with the same token
 // and status it finds the key finished by this very attempt and returns
@@ -743,7 +746,8 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 // same key (pass the Decision's Status and Result), Conflict, or a permanent
 // validation error — only while the intent has no final status. It reports
 // whether the intent was updated; false means it already had a final status
-// (which stays). status must be succeeded, failed, unknown or superseded.
+// (which stays; the outcome goes into its history, EventOutcomeNotRecorded).
+// status must be succeeded, failed, unknown or superseded.
 func (s *Store) CompleteIntent(ctx context.Context, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
 	if intentID < 1 {
 		return false, invalid("intent_id", "must be at least 1, got %d", intentID)
