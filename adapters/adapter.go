@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -24,6 +25,38 @@ type Request struct {
 	Payload        json.RawMessage
 	// Attempt counts execution attempts of this intent, from 1.
 	Attempt int
+
+	// stillOwner is the runtime's ownership check (see StillOwner).
+	stillOwner func(ctx context.Context) error
+}
+
+// ErrNotOwner is matched (errors.Is) by StillOwner's error: the attempt no
+// longer owns the intent's idempotency key, or could not confirm that it
+// does, and must not perform the irrevocable step of its effect.
+var ErrNotOwner = errors.New("adapters: the attempt no longer owns its idempotency key")
+
+// StillOwner re-validates, right before the irrevocable step of the effect
+// (the SMTP end-of-data marker, a rename into place), that this attempt
+// still owns the intent's idempotency key with a live lock. On an error
+// (matching ErrNotOwner) the executor must not take that step; it aborts —
+// the effect did not happen — and returns a retryable error. The check is
+// one indexed read in PostgreSQL; call it once, as late as possible. On a
+// Request the runtime did not build it returns nil.
+func (r Request) StillOwner(ctx context.Context) error {
+	if r.stillOwner == nil {
+		return nil
+	}
+	if err := r.stillOwner(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotOwner, err)
+	}
+	return nil
+}
+
+// WithOwnerCheck returns r with check as its StillOwner check (the runtime
+// sets it; tests of executors can too).
+func (r Request) WithOwnerCheck(check func(ctx context.Context) error) Request {
+	r.stillOwner = check
+	return r
 }
 
 // Outcome is what an executor reports, to be recorded on the intent and
@@ -48,11 +81,22 @@ type Executor interface {
 
 // Looker is implemented by executors whose destination can tell whether the
 // effect of an idempotency key already happened (result lookup). It is used
-// when an earlier attempt started and its outcome was lost.
+// when an earlier attempt started and its outcome was lost. A found effect is
+// trusted at once; found=false is trusted as proof that the effect did not
+// happen only once the settle window (Config.LookupSettle, LookupSettler)
+// has passed since the last I/O with the destination.
 type Looker interface {
 	// Lookup returns the outcome of req's idempotency key at the
 	// destination, and found=false when the destination has no trace of it.
 	Lookup(ctx context.Context, req Request) (out Outcome, found bool, err error)
+}
+
+// LookupSettler is implemented by executors that know how long their
+// destination may take to show an effect after the attempt's last I/O with
+// it (a relay that stores a message after the final dot, an eventually
+// consistent API). ok false: the runtime's Config.LookupSettle applies.
+type LookupSettler interface {
+	LookupSettle() (d time.Duration, ok bool)
 }
 
 // Retryable is implemented by errors that say whether a retry may succeed.

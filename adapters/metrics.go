@@ -13,6 +13,12 @@ type runtimeMetrics struct {
 	outcomes *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// lostOwnership counts effects that completed after their attempt lost
+	// its idempotency key (see the runtime's complete).
+	lostOwnership *prometheus.CounterVec
+	// notRecorded counts outcomes that could not be recorded on an intent
+	// that already had a final status (they are in its history).
+	notRecorded *prometheus.CounterVec
 }
 
 func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
@@ -31,9 +37,17 @@ func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
 			Help:    "Duration of executor calls, by kind.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{"kind"}),
+		lostOwnership: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_effect_after_lost_ownership_total",
+			Help: "Effects that completed after their attempt had lost its idempotency key (taken over): possible duplicates where the destination cannot dedup, by kind.",
+		}, []string{"kind"}),
+		notRecorded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_adapter_outcome_not_recorded_total",
+			Help: "Outcomes not recorded on an intent because it already had a final status (cancelled meanwhile, or recorded by another path first); each is in the intent's history. By kind.",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.duration} {
+		for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.duration, m.lostOwnership, m.notRecorded} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

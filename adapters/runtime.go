@@ -57,6 +57,11 @@ type LookupCapable interface {
 	CanLookup() bool
 }
 
+// DefaultLookupSettle is Config.LookupSettle's default: 10 minutes, RFC
+// 5321's timeout for the reply to the end-of-data marker (§4.5.3.2.6) — a
+// destination may still take a message that long after the final dot.
+const DefaultLookupSettle = 10 * time.Minute
+
 // Config configures a Runtime.
 type Config struct {
 	// Executors to run, one per kind. Required.
@@ -80,6 +85,15 @@ type Config struct {
 	RetryBase, RetryMax time.Duration
 	// Unknown is the unknown-outcome policy. Default hold.
 	Unknown UnknownPolicy
+	// LookupSettle is how long after an attempt's last I/O with the
+	// destination a lookup that finds nothing is trusted as proof that the
+	// effect did not happen. A lookup that finds the effect is trusted at
+	// once. Until the window has passed the intent waits: its key stays
+	// owned (never released), its lock renewed, and it is looked up again
+	// with backoff — neither executed again nor released. The moment of the
+	// last I/O is kept on the key, so the wait survives a crash. Default
+	// DefaultLookupSettle; an executor may set its own (LookupSettler).
+	LookupSettle time.Duration
 	// DurablePrefix names the durable consumers: <prefix><kind>.
 	// Default "fencegate-".
 	DurablePrefix string
@@ -90,6 +104,9 @@ type Config struct {
 	// AfterEffect, when set, is called after an executor returned and
 	// before its outcome is recorded. Test-only (crash injection).
 	AfterEffect func(req Request)
+	// AfterLoad, when set, is called after an intent was loaded and before
+	// its fence is checked. Test-only (race injection).
+	AfterLoad func(req Request)
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -102,6 +119,7 @@ func (c Config) WithDefaults() Config {
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
 	c.RetryMax = cmp.Or(c.RetryMax, time.Minute)
 	c.Unknown = cmp.Or(c.Unknown, UnknownHold)
+	c.LookupSettle = cmp.Or(c.LookupSettle, DefaultLookupSettle)
 	c.DurablePrefix = cmp.Or(c.DurablePrefix, "fencegate-")
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -125,6 +143,9 @@ func (c Config) validate() error {
 	}
 	if c.AckWait <= c.ExecuteTimeout {
 		return fmt.Errorf("adapters: AckWait (%s) must exceed ExecuteTimeout (%s)", c.AckWait, c.ExecuteTimeout)
+	}
+	if c.LookupSettle < 0 {
+		return fmt.Errorf("adapters: LookupSettle must be positive, got %s", c.LookupSettle)
 	}
 	if c.Unknown != UnknownHold && c.Unknown != UnknownResend {
 		return fmt.Errorf("adapters: unknown-outcome policy must be hold or resend, got %q", c.Unknown)
@@ -271,6 +292,11 @@ const (
 	ack verdict = iota
 	retry
 	term
+	// wait: the intent waits for proof (or for a lookup that failed) with
+	// its key owned; redelivered after the returned delay (zero: the
+	// backoff), and well within the key's lock, so that the redelivery
+	// resumes the key before anyone else can take it over.
+	wait
 )
 
 func (r *Runtime) handle(ctx context.Context, ex Executor, msg jetstream.Msg) {
@@ -307,6 +333,10 @@ func (r *Runtime) handle(ctx context.Context, ex Executor, msg jetstream.Msg) {
 		}
 	case retry:
 		_ = msg.NakWithDelay(cmp.Or(delay, r.delay(msg)))
+	case wait:
+		// Well within the key's lock, so that this intent's redelivery
+		// resumes the key before anyone else can take it over.
+		_ = msg.NakWithDelay(min(cmp.Or(delay, r.delay(msg)), r.store.Config().LockTimeout/2))
 	case term:
 		_ = msg.Term()
 	}
@@ -370,6 +400,9 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	req := Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
 	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
+	if r.cfg.AfterLoad != nil {
+		r.cfg.AfterLoad(req)
+	}
 
 	// Fence policy execute: re-check authority now. An intent whose
 	// resource moved on is superseded, never executed. (A destination that
@@ -380,27 +413,39 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 		if err := r.pool.QueryRow(ctx, `SELECT epoch FROM resources WHERE resource_id = $1`, rec.Resource).Scan(&current); err != nil {
 			return 0, 0, fmt.Errorf("read resource epoch: %w", err)
 		}
-		if current > rec.Epoch && rec.Attempts == 0 {
-			if _, err := r.store.CompleteIntent(ctx, id, outbox.StatusSuperseded, supersededResult(current), ""); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
+		if current > rec.Epoch {
+			// Superseded without executing only if no attempt of this
+			// intent has begun — decided in SQL under the intent's row
+			// lock, not from rec.Attempts: that read is stale when another
+			// delivery of the same intent began an attempt since, and
+			// calling it superseded would contradict the effect that
+			// attempt performs.
+			c, superseded, err := r.store.SupersedeUnstarted(ctx, id)
+			if err != nil {
 				return 0, 0, err
 			}
-			r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
-			log.Info("adapters: superseded before execution", "current_epoch", current)
-			r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
-			return ack, 0, nil
-		}
-		if current > rec.Epoch {
-			// An earlier attempt of this intent may have performed the
-			// effect before the resource moved on, and crashed before
-			// recording it: calling it superseded would record an effect
-			// that happened as one that never did, and leave its key
-			// started. Go through the key: never execute, but find out.
+			if superseded {
+				r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
+				log.Info("adapters: superseded before execution", "current_epoch", c)
+				r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
+				return ack, 0, nil
+			}
+			// An attempt of this intent has begun (or it is final: Begin
+			// says so). It may have performed the effect before the
+			// resource moved on, and crashed before recording it: calling
+			// it superseded would record an effect that happened as one
+			// that never did, and leave its key started. Go through the
+			// key: never execute, but find out.
 			fencedBy = current
 		}
 	}
 
 	fp := idempotency.Fingerprint(rec.Kind, rec.Payload)
-	d, err := r.store.Begin(ctx, rec.Kind, rec.IdempotencyKey, fp, id)
+	// BeginRecording: the answers that never execute (Done, Conflict, a
+	// held key) record the intent's status in Begin's own transaction, on
+	// the key's state as it is then, not on a reading of it that a later
+	// transaction would act on.
+	d, err := r.store.BeginRecording(ctx, rec.Kind, rec.IdempotencyKey, fp, id)
 	if errors.Is(err, idempotency.ErrIntentTerminal) {
 		// Cancelled (or completed) between our read and Begin: nothing to do.
 		return ack, 0, nil
@@ -409,32 +454,28 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	req.Attempt = d.Attempts
+	token := d.Token
+	req.stillOwner = func(ctx context.Context) error {
+		return r.store.CheckOwner(ctx, req.Kind, req.IdempotencyKey, token)
+	}
 	switch d.Outcome {
 	case idempotency.OutcomeDone:
 		// The effect already happened (or failed for good) under this key,
-		// possibly for another intent: record the stored result, do nothing.
-		if _, err := r.store.CompleteIntent(ctx, id, d.Status, d.Result, ""); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
-			return 0, 0, err
-		}
+		// possibly for another intent: the stored result was recorded.
+		r.notRecorded(ex.Kind(), !d.IntentRecorded, log)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "done_before").Inc()
 		log.Info("adapters: key already completed; recorded the stored result", "status", d.Status, "owner_intent_id", d.OwnerIntentID)
 		return ack, 0, nil
 	case idempotency.OutcomeConflict:
-		msg := fmt.Sprintf("idempotency key %q is used by intent %d with different content; not executed", rec.IdempotencyKey, d.OwnerIntentID)
-		if _, err := r.store.CompleteIntent(ctx, id, outbox.StatusFailed, nil, msg); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
-			return 0, 0, err
-		}
+		r.notRecorded(ex.Kind(), !d.IntentRecorded, log)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "conflict").Inc()
-		log.Warn("adapters: " + msg)
+		log.Warn("adapters: " + idempotency.ConflictMessage(rec.IdempotencyKey, d.OwnerIntentID))
 		return ack, 0, nil
 	case idempotency.OutcomeBusy:
 		if d.Held {
 			// Held with an unknown outcome (another intent of the same key):
-			// this intent's fate is the same unknown.
-			msg := fmt.Sprintf("idempotency key %q is held with an unknown outcome (intent %d); resolve that intent", rec.IdempotencyKey, d.OwnerIntentID)
-			if _, err := r.store.CompleteIntent(ctx, id, outbox.StatusUnknown, d.Result, msg); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
-				return 0, 0, err
-			}
+			// this intent's fate is the same unknown (recorded).
+			r.notRecorded(ex.Kind(), !d.IntentRecorded, log)
 			return ack, 0, nil
 		}
 		r.m.outcomes.WithLabelValues(ex.Kind(), "busy").Inc()
@@ -477,27 +518,15 @@ func (r *Runtime) dedups(ex Executor) bool {
 
 func (r *Runtime) recoverAttempt(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
 	if l, ok := r.canLookup(ex); ok {
-		lctx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
-		out, found, err := l.Lookup(lctx, req)
-		cancel()
-		if err != nil {
-			// Can't tell yet. Keep the key owned (never Release: that would
-			// say the effect did not happen); once our lock expires the
-			// redelivery gets Recover again and looks up again.
-			log.Warn("adapters: lookup failed; will look up again", "error", err)
-			return retry, 0, nil
-		}
-		if found {
-			log.Info("adapters: recovered: the effect had happened; recording it")
-			r.m.outcomes.WithLabelValues(ex.Kind(), "recovered_by_lookup").Inc()
-			return r.complete(ctx, req, d, out, "")
-		}
-		// The destination has no trace of it: the abandoned attempt did not
-		// perform the effect. Execute now, as the owner.
-		return r.execute(ctx, ex, req, d, log)
+		return r.lookupOrWait(ctx, ex, l, req, d, log, func() (verdict, time.Duration, error) {
+			// The destination has no trace of it, and had time to show
+			// it: the abandoned attempt did not perform the effect.
+			// Execute now, as the owner.
+			return r.executeRecovered(ctx, ex, req, d, log)
+		})
 	}
 	if r.cfg.Unknown == UnknownResend && r.dedups(ex) {
-		return r.execute(ctx, ex, req, d, log)
+		return r.executeRecovered(ctx, ex, req, d, log)
 	}
 	return r.hold(ctx, req, d, "an earlier attempt was abandoned and the destination offers no lookup", log)
 }
@@ -516,22 +545,140 @@ func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d
 	if !ok {
 		return r.hold(ctx, req, d, fmt.Sprintf("an earlier attempt was abandoned, the resource moved on to epoch %d, and the destination offers no lookup", current), log)
 	}
+	return r.lookupOrWait(ctx, ex, l, req, d, log, func() (verdict, time.Duration, error) {
+		r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
+		log.Info("adapters: superseded before execution", "current_epoch", current)
+		r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
+		return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)}, "")
+	})
+}
+
+// settleFor is the settle window of ex's destination.
+func (r *Runtime) settleFor(ex Executor) time.Duration {
+	if s, ok := ex.(LookupSettler); ok {
+		if d, ok := s.LookupSettle(); ok {
+			return max(d, 0)
+		}
+	}
+	return r.cfg.LookupSettle
+}
+
+// lookupOrWait looks the outcome of the key's earlier attempts up, as the
+// key's owner (d.Token), after their I/O with the destination ended (EndIO)
+// or was cut off by a takeover. A lookup that finds the effect is trusted at
+// once and recorded. One that finds nothing is proof that the effect did not
+// happen only once the settle window has passed since the last I/O; then
+// onProof runs. Until then the intent waits: the key stays owned (its lock
+// renewed by AwaitProof), the intent says what it waits for, and the
+// redelivery looks up again — nothing is executed or released meanwhile.
+func (r *Runtime) lookupOrWait(ctx context.Context, ex Executor, l Looker, req Request, d idempotency.Decision, log *slog.Logger,
+	onProof func() (verdict, time.Duration, error)) (verdict, time.Duration, error) {
+	settle := r.settleFor(ex)
+	// The window is judged BEFORE the lookup starts: a lookup that began
+	// inside the window proves nothing, even if its answer arrives after
+	// the window ended (the destination may have shown the effect a moment
+	// after it answered).
+	var p idempotency.Proof
+	err := r.persist(ctx, func() error {
+		var err error
+		p, err = r.store.AwaitProof(ctx, req.Kind, req.IdempotencyKey, d.Token, settle)
+		return err
+	})
+	if errors.Is(err, idempotency.ErrLostOwnership) {
+		// Another attempt owns the key now (a redelivery of this intent
+		// resumed it, or our lock expired): it looks up and decides.
+		return retry, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("await proof: %w", err)
+	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
 	out, found, err := l.Lookup(lctx, req)
 	cancel()
 	if err != nil {
+		// Can't tell yet. Keep the key owned (never Release: that would
+		// say the effect did not happen); the redelivery resumes the key
+		// and looks up again.
 		log.Warn("adapters: lookup failed; will look up again", "error", err)
-		return retry, 0, nil
+		return wait, 0, nil
 	}
 	if found {
-		log.Info("adapters: recovered: the effect had happened before the resource moved on; recording it", "current_epoch", current)
+		log.Info("adapters: recovered: the effect had happened; recording it")
 		r.m.outcomes.WithLabelValues(ex.Kind(), "recovered_by_lookup").Inc()
 		return r.complete(ctx, req, d, out, "")
 	}
-	r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
-	log.Info("adapters: superseded before execution", "current_epoch", current)
-	r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
-	return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)}, "")
+	if p.Settled {
+		return onProof()
+	}
+	msg := fmt.Sprintf("waiting for proof: lookup found nothing; a negative lookup is trusted after %s (%s after the last I/O with the destination, %s)",
+		p.TrustedAfter.UTC().Format(time.RFC3339), settle, p.LastIOAt.UTC().Format(time.RFC3339))
+	if _, err := r.store.NoteWaiting(ctx, req.IntentID, msg); err != nil {
+		log.Warn("adapters: record the wait on the intent", "error", err)
+	}
+	r.m.outcomes.WithLabelValues(ex.Kind(), "waiting_for_proof").Inc()
+	log.Info("adapters: lookup found nothing; not proof yet, waiting", "trusted_after", p.TrustedAfter, "remaining", p.Remaining)
+	return wait, waitDelay(p, settle, r.cfg.RetryBase), nil
+}
+
+// waitDelay is when to look up again while waiting for proof: after as long
+// as has passed since the last I/O (so lookups come at doubling intervals —
+// soon after the I/O, when a late effect is most likely to show, then
+// rarer: about log2(settle/base) lookups over the window, which keeps the
+// redeliveries well inside the consumer's MaxDeliver; past it the
+// dispatcher's re-relay brings the intent back), at least base, at most a
+// quarter of the window, and no later than the proof is due (a margin past
+// it, so the redelivery does not arrive a hair early).
+func waitDelay(p idempotency.Proof, settle, base time.Duration) time.Duration {
+	elapsed := max(settle-p.Remaining, 0)
+	d := max(elapsed, base)
+	d = min(d, max(settle/4, base))
+	return min(d, p.Remaining+10*time.Millisecond)
+}
+
+// executeRecovered executes as the owner of a key it recovered, once that
+// is allowed (proof that the earlier attempts did not perform the effect,
+// or a destination that dedups). BeginIO first, committed before any I/O:
+// it marks the key's I/O as in progress, so that a takeover measures its
+// settle window from its own time instead of the earlier attempts' end.
+func (r *Runtime) executeRecovered(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
+	// A resumed key's Begin counted no attempt (it only looked up); this
+	// execution is one.
+	var n int
+	err := r.persist(ctx, func() error {
+		var err error
+		n, err = r.store.BeginIO(ctx, req.Kind, req.IdempotencyKey, d.Token, req.IntentID, d.Resumed)
+		return err
+	})
+	if errors.Is(err, idempotency.ErrLostOwnership) {
+		return retry, 0, nil // the new owner decides
+	}
+	if errors.Is(err, idempotency.ErrIntentTerminal) {
+		// Cancelled meanwhile. The proof stands (nothing happened under
+		// the key): give the key back, so that another intent with it
+		// executes at once instead of recovering.
+		if err := r.persist(ctx, func() error { return r.store.Release(ctx, req.Kind, req.IdempotencyKey, d.Token) }); err != nil && !errors.Is(err, idempotency.ErrLostOwnership) {
+			return 0, 0, fmt.Errorf("release key: %w", err)
+		}
+		return ack, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("begin I/O: %w", err)
+	}
+	if d.Resumed {
+		req.Attempt = n
+	}
+	return r.execute(ctx, ex, req, d, log)
+}
+
+// notRecorded counts an outcome the runtime could not record on its intent
+// because the intent already had a final status (the store put it in the
+// intent's history).
+func (r *Runtime) notRecorded(kind string, yes bool, log *slog.Logger) {
+	if !yes {
+		return
+	}
+	r.m.notRecorded.WithLabelValues(kind).Inc()
+	log.Warn("adapters: the intent already had a final status; the outcome is in its history, not its status")
 }
 
 func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
@@ -549,26 +696,31 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 		out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)
 		r.m.outcomes.WithLabelValues(ex.Kind(), string(out.Status)).Inc()
 		log.Info("adapters: executed", "status", out.Status, "attempt", req.Attempt)
-		return r.complete(ctx, req, d, out, "")
+		return r.record(ctx, req, d, out, "", true)
 	case IsUnknown(err):
 		log.Warn("adapters: outcome unknown", "error", err)
 		if l, ok := r.canLookup(ex); ok {
-			lctx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
-			lout, found, lerr := l.Lookup(lctx, req)
-			cancel()
-			switch {
-			case lerr == nil && found:
-				r.m.outcomes.WithLabelValues(ex.Kind(), "recovered_by_lookup").Inc()
-				return r.complete(ctx, req, d, lout, "")
-			case lerr == nil:
-				// Looked up and not there: it did not happen. Retry.
-				return r.retryable(ctx, ex, req, d, err, log)
-			default:
-				// The lookup failed too: keep the key owned; once its lock
-				// expires the redelivery gets Recover and looks up again.
-				log.Warn("adapters: lookup after unknown outcome failed", "error", lerr)
-				return retry, 0, nil
+			// Execute returned: this attempt's I/O with the destination is
+			// over. Record when, on the key, before looking up: the settle
+			// window is measured from it, by whoever looks up next, even
+			// if this process dies now. (If this write is lost, a takeover
+			// measures from its own, later, time.)
+			ierr := r.persist(ctx, func() error {
+				_, err := r.store.EndIO(ctx, req.Kind, req.IdempotencyKey, d.Token)
+				return err
+			})
+			if errors.Is(ierr, idempotency.ErrLostOwnership) {
+				return retry, 0, nil // taken over: the new owner looks up
 			}
+			if ierr != nil {
+				return 0, 0, fmt.Errorf("record end of I/O: %w", ierr)
+			}
+			cause := err
+			return r.lookupOrWait(ctx, ex, l, req, d, log, func() (verdict, time.Duration, error) {
+				// Looked up after the settle window and not there: it
+				// did not happen. Retry.
+				return r.retryable(ctx, ex, req, d, cause, log)
+			})
 		}
 		if r.cfg.Unknown == UnknownResend && r.dedups(ex) {
 			return r.retryable(ctx, ex, req, d, err, log)
@@ -586,16 +738,25 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 // retryable handles an attempt that definitely did not perform the effect.
 func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, log *slog.Logger) (verdict, time.Duration, error) {
 	// Give the key back first, so the next attempt gets Execute at once.
-	if err := r.persist(ctx, func() error { return r.store.Release(ctx, req.Kind, req.IdempotencyKey, d.Token) }); err != nil {
+	err := r.persist(ctx, func() error { return r.store.Release(ctx, req.Kind, req.IdempotencyKey, d.Token) })
+	if errors.Is(err, idempotency.ErrLostOwnership) {
+		// Another attempt owns the key (ours was taken over, e.g. while
+		// an executor stopped at StillOwner): it decides.
+		log.Info("adapters: retryable error after the key was taken over; leaving it to the owner", "error", cause)
+		return retry, 0, nil
+	}
+	if err != nil {
 		return 0, 0, fmt.Errorf("release key: %w", err)
 	}
 	if req.Attempt >= r.cfg.MaxAttempts {
 		msg := fmt.Sprintf("gave up after %d attempts: %v", req.Attempt, cause)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "failed").Inc()
 		log.Warn("adapters: attempts exhausted; intent failed (an operator can retry it)", "attempts", req.Attempt, "error", cause)
-		if _, err := r.store.CompleteIntent(ctx, req.IntentID, outbox.StatusFailed, nil, msg); err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
+		updated, err := r.store.CompleteIntent(ctx, req.IntentID, outbox.StatusFailed, nil, msg)
+		if err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
 			return 0, 0, err
 		}
+		r.notRecorded(ex.Kind(), err == nil && !updated, log)
 		return ack, 0, nil
 	}
 	r.m.outcomes.WithLabelValues(ex.Kind(), "retry").Inc()
@@ -612,9 +773,20 @@ func (r *Runtime) hold(ctx context.Context, req Request, d idempotency.Decision,
 	return r.complete(ctx, req, d, Outcome{Status: outbox.StatusUnknown}, why)
 }
 
+// complete records an outcome this attempt found out or decided (a lookup,
+// superseded, held, a permanent failure), not one of an effect it performed.
 func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string) (verdict, time.Duration, error) {
+	return r.record(ctx, req, d, out, errMsg, false)
+}
+
+// record records the outcome under the key and on the intent; performed says
+// the outcome is that of an effect this very attempt performed (Execute
+// returned it), as opposed to one it found out.
+func (r *Runtime) record(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string, performed bool) (verdict, time.Duration, error) {
+	var res idempotency.CompleteResult
 	err := r.persist(ctx, func() error {
-		_, err := r.store.Complete(ctx, idempotency.Completion{
+		var err error
+		res, err = r.store.CompleteOutcome(ctx, idempotency.Completion{
 			Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID,
 			Status: out.Status, Result: out.Result, Error: errMsg,
 		})
@@ -624,12 +796,38 @@ func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decis
 		// Another attempt took the key over (our lock expired mid-effect):
 		// its Begin answered Recover and it looks the outcome up. Let the
 		// redelivery find out what it recorded.
+		if performed && out.Status == outbox.StatusSucceeded {
+			// But this attempt knows the effect happened, after it lost
+			// the key: where the destination cannot dedup, the new owner
+			// may perform it again. Never let that pass silently.
+			r.effectAfterLostOwnership(ctx, req, d, out, err)
+		}
 		return retry, 0, nil
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("record outcome: %w", err)
 	}
+	r.notRecorded(req.Kind, res.NotRecorded, r.cfg.Logger.With("kind", req.Kind, "intent_id", req.IntentID))
 	return ack, 0, nil
+}
+
+// effectAfterLostOwnership records, in the intent's history and a metric,
+// an effect that completed after its attempt lost the idempotency key.
+func (r *Runtime) effectAfterLostOwnership(ctx context.Context, req Request, d idempotency.Decision, out Outcome, cause error) {
+	r.m.lostOwnership.WithLabelValues(req.Kind).Inc()
+	note := fmt.Sprintf("the effect completed (%s) after this attempt (token %d) had lost its idempotency key: %v; "+
+		"the attempt that took the key over decides the intent's status, and may perform the effect again where the destination cannot dedup",
+		out.Status, d.Token, cause)
+	if len(out.Result) > 0 {
+		note += "; result " + string(out.Result)
+	}
+	r.cfg.Logger.Error("adapters: effect completed after the attempt lost its idempotency key", "kind", req.Kind,
+		"intent_id", req.IntentID, "key", req.IdempotencyKey, "token", d.Token, "result", string(out.Result))
+	if err := r.persist(ctx, func() error {
+		return r.store.RecordEvent(ctx, req.IntentID, idempotency.EventEffectAfterLostOwnership, note)
+	}); err != nil {
+		r.cfg.Logger.Error("adapters: could not record the effect after lost ownership in the intent's history", "intent_id", req.IntentID, "error", err)
+	}
 }
 
 // persist runs a write that records what this attempt knows (an outcome,
@@ -639,7 +837,7 @@ func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decis
 // (LockTimeout), and the intent would wait that long for a recovery that
 // looks up what this attempt already knew. Completing and releasing are
 // idempotent for the same token, so a retry after a lost answer is safe.
-// Ownership and validation errors are not retried.
+// Ownership, validation and final-intent errors are not retried.
 func (r *Runtime) persist(ctx context.Context, write func() error) error {
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(100*time.Millisecond),
@@ -649,7 +847,7 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 	for {
 		err := write()
 		if err == nil || errors.Is(err, idempotency.ErrLostOwnership) || errors.Is(err, idempotency.ErrInvalid) ||
-			errors.Is(err, idempotency.ErrIntentNotFound) {
+			errors.Is(err, idempotency.ErrIntentNotFound) || errors.Is(err, idempotency.ErrIntentTerminal) {
 			return err
 		}
 		wait := bo.NextBackOff()

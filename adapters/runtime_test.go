@@ -94,6 +94,8 @@ type opts struct {
 	lookup, dedups bool
 	unknown        adapters.UnknownPolicy
 	lockTimeout    time.Duration
+	// settle is the runtime's LookupSettle (zero: its default).
+	settle time.Duration
 }
 
 var testKinds = map[string]outbox.KindSpec{"test": {DefaultFence: outbox.FenceCommit}}
@@ -104,7 +106,7 @@ func setup(t *testing.T, o opts) *env {
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors:   []adapters.Executor{testExec{dest}},
 		Kinds:       testKinds,
-		Runtime:     adapters.Config{MaxAttempts: 3, Unknown: o.unknown},
+		Runtime:     adapters.Config{MaxAttempts: 3, Unknown: o.unknown, LookupSettle: o.settle},
 		LockTimeout: o.lockTimeout,
 	})
 	return &env{Env: e, dest: dest}
@@ -385,7 +387,9 @@ func TestExecuteFenceAfterAbandonedAttempt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := setup(t, opts{lookup: tc.lookup, lockTimeout: 300 * time.Millisecond})
+			// A short settle window: the abandoned attempt's lookup that
+			// finds nothing becomes proof soon after the takeover.
+			e := setup(t, opts{lookup: tc.lookup, lockTimeout: 300 * time.Millisecond, settle: 500 * time.Millisecond})
 			ctx := context.Background()
 			id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
 			if d, err := e.Store.Begin(ctx, "test", "k", idempotency.Fingerprint("test", []byte(`{"mode":"ok"}`)), id); err != nil || d.Outcome != idempotency.OutcomeExecute {

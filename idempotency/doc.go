@@ -48,6 +48,21 @@
 // the key's current token): an attempt that was taken over gets
 // ErrLostOwnership and writes nothing.
 //
+// # Settle window
+//
+// A lookup that finds nothing proves that the effect did not happen only
+// once the destination had time to show it. The key records the last moment
+// any attempt under it could have done I/O with the destination
+// (Key.LastIOAt): the owner sets it when its Execute returns (EndIO); a
+// takeover sets it to the takeover time when it is unset (the abandoned
+// attempt may have been doing I/O until then) and keeps it otherwise; the
+// owner clears it right before new I/O (BeginIO). AwaitProof, called before
+// each lookup, says whether the caller's settle window has passed since then
+// (PostgreSQL's clock) and renews the owner's lock. While an intent waits
+// for proof its own redelivery resumes the key (Recover with Resumed set, no
+// attempt counted); any other attempt gets Busy. CheckOwner is the cheap
+// check an attempt makes right before the irrevocable step of its effect.
+//
 // # Lock timeout
 //
 // An attempt that runs longer than Config.LockTimeout is treated as

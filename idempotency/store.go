@@ -171,6 +171,20 @@ type Decision struct {
 	// Recover; from 1); zero for the other outcomes, which count no
 	// attempt.
 	Attempts int
+	// LastIOAt (Recover) bounds the I/O of every earlier attempt under the
+	// key with the destination, by PostgreSQL's clock: a lookup that finds
+	// nothing is proof only once the destination's settle window has
+	// passed since then (see AwaitProof).
+	LastIOAt *time.Time
+	// Resumed (Recover) says this intent was itself the owner, waiting for
+	// proof with a fresh lock: the redelivery took the key back with a new
+	// token, without counting an attempt.
+	Resumed bool
+	// IntentRecorded (BeginRecording: Done, Conflict, Busy on a held key)
+	// says the intent's final status was recorded in Begin's transaction;
+	// false when the intent already had one (which stays, and the outcome
+	// that was not recorded is in the intent's history).
+	IntentRecorded bool
 }
 
 // Key is a key's row, for tests and operators.
@@ -187,7 +201,10 @@ type Key struct {
 	Result        json.RawMessage `json:"result"`
 	LastError     *string         `json:"last_error"`
 	// Attempts counts the ownerships of the key (Execute and Recover).
-	Attempts    int        `json:"attempts"`
+	Attempts int `json:"attempts"`
+	// LastIOAt bounds the I/O with the destination of the attempts under
+	// the key; nil while the owner may be doing I/O (see AwaitProof).
+	LastIOAt    *time.Time `json:"last_io_at"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	CompletedAt *time.Time `json:"completed_at"`
@@ -282,11 +299,18 @@ func (s *Store) Begin(ctx context.Context, kind, key, fingerprint string, intent
 	if intentID < 1 {
 		return Decision{}, invalid("intent_id", "must be at least 1, got %d", intentID)
 	}
+	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, false)
+}
+
+func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint string, intentID int64, record bool) (Decision, error) {
 	var d Decision
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		d, err = s.begin(ctx, tx, kind, key, fingerprint, intentID)
-		return err
+		if err != nil || !record {
+			return err
+		}
+		return recordUnexecuted(ctx, tx, key, &d, intentID)
 	})
 	if err != nil {
 		var ie *IntentTerminalError
@@ -295,7 +319,7 @@ func (s *Store) Begin(ctx context.Context, kind, key, fingerprint string, intent
 		}
 		return Decision{}, fmt.Errorf("idempotency: begin %s/%q: %w", kind, key, err)
 	}
-	if d.Outcome == OutcomeRecover {
+	if d.Outcome == OutcomeRecover && !d.Resumed {
 		s.cfg.Logger.Warn("idempotency: taking over an abandoned attempt",
 			"kind", kind, "key", key, "intent_id", intentID, "token", d.Token)
 	}
@@ -355,15 +379,17 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			result              []byte
 			fresh               *bool
 			retryAfterMicrosecs *int64
+			lastIO              *time.Time
 		)
 		err = tx.QueryRow(ctx, `
 			SELECT fingerprint, state, token, owner_intent_id, locked_until, status, result,
 			       locked_until > clock_timestamp(),
-			       (extract(epoch FROM greatest(locked_until - clock_timestamp(), interval '0')) * 1000000)::bigint
+			       (extract(epoch FROM greatest(locked_until - clock_timestamp(), interval '0')) * 1000000)::bigint,
+			       last_io_at
 			FROM idempotency_keys
 			WHERE kind = $1 AND idempotency_key = $2
 			FOR UPDATE`,
-			kind, key).Scan(&fp, &state, &token, &owner, &lockedUntil, &status, &result, &fresh, &retryAfterMicrosecs)
+			kind, key).Scan(&fp, &state, &token, &owner, &lockedUntil, &status, &result, &fresh, &retryAfterMicrosecs, &lastIO)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted since step 1: try to create it again
 		}
@@ -390,6 +416,29 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			// the same unknown, so the key waits for an operator (Unhold).
 			return Decision{Outcome: OutcomeBusy, Held: true, Status: outbox.StatusUnknown, OwnerIntentID: owner, Result: result}, nil
 		case StateStarted:
+			if fresh != nil && *fresh && owner == intentID && lastIO != nil {
+				// The owner is this very intent, waiting for proof: its
+				// I/O is over (last_io_at set) and it only looks up,
+				// between redeliveries of its message, keeping the lock
+				// fresh so that no other intent takes the key over. This
+				// is such a redelivery: resume with a new token (a
+				// handler of an older delivery that is still running
+				// can then no longer act), the lock and last_io_at as
+				// they are, and no attempt counted — nothing is executed
+				// until a lookup is proof.
+				d = Decision{Outcome: OutcomeRecover, OwnerIntentID: intentID, Resumed: true}
+				err = tx.QueryRow(ctx, `
+					UPDATE idempotency_keys
+					SET token = nextval('idempotency_token_seq'), updated_at = now()
+					WHERE kind = $1 AND idempotency_key = $2
+					RETURNING token, locked_until, last_io_at`,
+					kind, key).Scan(&d.Token, &d.LockedUntil, &d.LastIOAt)
+				if err != nil {
+					return Decision{}, fmt.Errorf("resume key: %w", err)
+				}
+				d.Attempts, err = currentAttempts(ctx, tx, intentID)
+				return d, err
+			}
 			if fresh != nil && *fresh {
 				d = Decision{Outcome: OutcomeBusy, OwnerIntentID: owner, LockedUntil: *lockedUntil}
 				if retryAfterMicrosecs != nil {
@@ -401,15 +450,25 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			// over with a new token, so the abandoned attempt's Complete
 			// and Release no longer match and it cannot overwrite what
 			// this attempt finds out.
+			//
+			// last_io_at: when NULL the abandoned attempt may have been
+			// doing I/O with the destination until this very moment (a
+			// paused process does not notice its lock expired), and it
+			// cannot do any later (its owner check before the
+			// irrevocable step fails once the token is replaced) — so
+			// the takeover time is the conservative bound. It is later
+			// than the lock's expiry, never earlier. When set, the
+			// previous owner had declared its I/O over: keep it.
 			d = Decision{Outcome: OutcomeRecover, OwnerIntentID: intentID}
 			err = tx.QueryRow(ctx, `
 				UPDATE idempotency_keys
 				SET token = nextval('idempotency_token_seq'), owner_intent_id = $3,
 				    locked_until = clock_timestamp() + $4::interval,
+				    last_io_at = coalesce(last_io_at, clock_timestamp()),
 				    attempts = attempts + 1, updated_at = now()
 				WHERE kind = $1 AND idempotency_key = $2
-				RETURNING token, locked_until`,
-				kind, key, intentID, lock).Scan(&d.Token, &d.LockedUntil)
+				RETURNING token, locked_until, last_io_at`,
+				kind, key, intentID, lock).Scan(&d.Token, &d.LockedUntil, &d.LastIOAt)
 			if err != nil {
 				return Decision{}, fmt.Errorf("take over key: %w", err)
 			}
@@ -419,6 +478,25 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 		return Decision{}, fmt.Errorf("key in unexpected state %q", state)
 	}
 	return Decision{}, errors.New("key keeps disappearing; giving up")
+}
+
+// currentAttempts returns the intent's attempts without counting one, only
+// while the intent has no final status; the row lock orders it with an
+// operator's cancel as countAttempt's UPDATE does.
+func currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
+	var attempts int
+	var status string
+	err := tx.QueryRow(ctx, `SELECT attempts, status FROM intents WHERE intent_id = $1 FOR UPDATE`, intentID).Scan(&attempts, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read attempts of intent %d: %w", intentID, err)
+	}
+	if outbox.Status(status).Terminal() {
+		return 0, &IntentTerminalError{IntentID: intentID, Status: outbox.Status(status)}
+	}
+	return attempts, nil
 }
 
 // countAttempt increments the intent's attempts, only while the intent has
@@ -471,8 +549,22 @@ func completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbo
 	if tag.RowsAffected() == 1 {
 		return true, nil
 	}
-	if _, err := intentStatus(ctx, tx, intentID); err != nil {
+	current, err := intentStatus(ctx, tx, intentID)
+	if err != nil {
 		return false, err // ErrIntentNotFound: the caller rolls back
+	}
+	// Never dropped silently: what happened at the destination (or what
+	// this path found out) goes into the intent's history, in the same
+	// transaction as whatever else the caller records.
+	note := fmt.Sprintf("outcome %s not recorded: the intent was already %s", status, current)
+	if len(result) > 0 {
+		note += "; result " + string(result)
+	}
+	if errMsg != "" {
+		note += "; error: " + errMsg
+	}
+	if err := insertEvent(ctx, tx, intentID, EventOutcomeNotRecorded, note); err != nil {
+		return false, err
 	}
 	return false, nil
 }
@@ -527,33 +619,56 @@ type Completion struct {
 // were. When it is false (an operator cancelled the intent meanwhile, or a
 // retry of this Complete found its first call committed) the key's outcome
 // is still recorded: the key records what happened at the destination, so
-// the effect is not repeated whatever became of the intent.
+// the effect is not repeated whatever became of the intent. When the intent
+// already had a final status, the outcome that could not be recorded on it
+// goes into its history (intent_events, EventOutcomeNotRecorded), in the
+// same transaction; CompleteOutcome tells that case from a retry.
 //
 // Retrying a Complete whose response was lost is safe: with the same token
 // and status it finds the key finished by this very attempt and returns
 // (false, nil). A superseded completion deletes the key, so its retry gets
 // ErrLostOwnership.
 func (s *Store) Complete(ctx context.Context, c Completion) (intentUpdated bool, err error) {
+	res, err := s.CompleteOutcome(ctx, c)
+	return res.IntentUpdated, err
+}
+
+// CompleteResult is what CompleteOutcome did.
+type CompleteResult struct {
+	// IntentUpdated: the intent's outcome was recorded.
+	IntentUpdated bool
+	// NotRecorded: the intent already had a final status, which stays;
+	// the outcome is recorded under the key and in the intent's history
+	// (EventOutcomeNotRecorded). False for a retry of a Complete whose
+	// first call committed.
+	NotRecorded bool
+}
+
+// CompleteOutcome is Complete, and also tells a retry whose first call
+// committed (nothing written) from an outcome that could not be recorded on
+// the intent because it already had a final status.
+func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResult, error) {
+	var intentUpdated, notRecorded bool
 	if err := checkKey(c.Kind, c.Key); err != nil {
-		return false, err
+		return CompleteResult{}, err
 	}
 	if c.Token < 1 {
-		return false, invalid("token", "must be at least 1, got %d", c.Token)
+		return CompleteResult{}, invalid("token", "must be at least 1, got %d", c.Token)
 	}
 	if c.IntentID < 1 {
-		return false, invalid("intent_id", "must be at least 1, got %d", c.IntentID)
+		return CompleteResult{}, invalid("intent_id", "must be at least 1, got %d", c.IntentID)
 	}
 	if err := checkOutcomeStatus(c.Status); err != nil {
-		return false, err
+		return CompleteResult{}, err
 	}
 	if err := checkResult(c.Result); err != nil {
-		return false, err
+		return CompleteResult{}, err
 	}
 	// Key and intent are written in one transaction so that they never
 	// disagree: nobody can see the intent succeeded while its key still
 	// looks started (and would be recovered, looked up, perhaps re-sent),
 	// or the key completed while a crash left the intent without outcome.
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var (
 			state  string
 			token  int64
@@ -615,17 +730,18 @@ func (s *Store) Complete(ctx context.Context, c Completion) (intentUpdated bool,
 			return fmt.Errorf("record key outcome: %w", err)
 		}
 		intentUpdated, err = completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error)
+		notRecorded = err == nil && !intentUpdated
 		return err
 	})
 	if err != nil {
 		var oe *OwnershipError
 		var ie *InvalidError
 		if errors.As(err, &oe) || errors.As(err, &ie) || errors.Is(err, ErrIntentNotFound) {
-			return false, err
+			return CompleteResult{}, err
 		}
-		return false, fmt.Errorf("idempotency: complete %s/%q: %w", c.Kind, c.Key, err)
+		return CompleteResult{}, fmt.Errorf("idempotency: complete %s/%q: %w", c.Kind, c.Key, err)
 	}
-	return intentUpdated, nil
+	return CompleteResult{IntentUpdated: intentUpdated, NotRecorded: notRecorded}, nil
 }
 
 // CompleteIntent records the outcome of an intent that did not own a key —
@@ -633,7 +749,8 @@ func (s *Store) Complete(ctx context.Context, c Completion) (intentUpdated bool,
 // same key (pass the Decision's Status and Result), Conflict, or a permanent
 // validation error — only while the intent has no final status. It reports
 // whether the intent was updated; false means it already had a final status
-// (which stays). status must be succeeded, failed, unknown or superseded.
+// (which stays; the outcome goes into its history, EventOutcomeNotRecorded).
+// status must be succeeded, failed, unknown or superseded.
 func (s *Store) CompleteIntent(ctx context.Context, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
 	if intentID < 1 {
 		return false, invalid("intent_id", "must be at least 1, got %d", intentID)
@@ -757,10 +874,10 @@ func (s *Store) Get(ctx context.Context, kind, key string) (*Key, error) {
 	var result []byte
 	err := s.pool.QueryRow(ctx, `
 		SELECT kind, idempotency_key, fingerprint, state, token, owner_intent_id, first_intent_id,
-		       locked_until, status, result, last_error, attempts, created_at, updated_at, completed_at
+		       locked_until, status, result, last_error, attempts, created_at, updated_at, completed_at, last_io_at
 		FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, kind, key).Scan(
 		&k.Kind, &k.Key, &k.Fingerprint, &state, &k.Token, &k.OwnerIntentID, &k.FirstIntentID,
-		&k.LockedUntil, &status, &result, &k.LastError, &k.Attempts, &k.CreatedAt, &k.UpdatedAt, &k.CompletedAt)
+		&k.LockedUntil, &status, &result, &k.LastError, &k.Attempts, &k.CreatedAt, &k.UpdatedAt, &k.CompletedAt, &k.LastIOAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s/%q", ErrNotFound, kind, key)
 	}

@@ -84,6 +84,7 @@ var (
 	_ adapters.Looker        = (*Counting)(nil)
 	_ adapters.LookupCapable = (*Counting)(nil)
 	_ adapters.KeyDeduper    = (*Counting)(nil)
+	_ adapters.LookupSettler = (*Counting)(nil)
 )
 
 // Execute counts the call and runs the wrapped executor.
@@ -117,6 +118,15 @@ func (c *Counting) CanLookup() bool { return canLookup(c.Executor) }
 func (c *Counting) DedupsOnKey() bool {
 	d, ok := c.Executor.(adapters.KeyDeduper)
 	return ok && d.DedupsOnKey()
+}
+
+// LookupSettle reports the wrapped executor's settle window, ok false
+// without one.
+func (c *Counting) LookupSettle() (time.Duration, bool) {
+	if s, ok := c.Executor.(adapters.LookupSettler); ok {
+		return s.LookupSettle()
+	}
+	return 0, false
 }
 
 func canLookup(ex adapters.Executor) bool {

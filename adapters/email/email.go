@@ -71,6 +71,11 @@ type Config struct {
 	Timeout time.Duration
 	// Lookup enables result lookup (Adapter.Lookup). Default nil: none.
 	Lookup Lookup
+	// LookupSettle is how long after an attempt's last I/O with the SMTP
+	// server a Lookup that finds nothing is trusted as proof that the
+	// message was not taken (a relay may store a message long after the
+	// final dot). Default 0: the runtime's Config.LookupSettle.
+	LookupSettle time.Duration
 	// DedupsOnKey says the destination drops a second message with the
 	// same Message-ID, so an attempt with an unknown outcome may simply be
 	// sent again. Default false (plain SMTP and Mailpit do not; Mailpit
@@ -111,6 +116,9 @@ func (c Config) validate() error {
 	if c.Password != "" && c.Username == "" {
 		return errors.New("email: Password is set without Username")
 	}
+	if c.LookupSettle < 0 {
+		return fmt.Errorf("email: LookupSettle must be positive, got %s", c.LookupSettle)
+	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("email: Timeout must be positive, got %s", c.Timeout)
 	}
@@ -131,8 +139,9 @@ type Adapter struct {
 }
 
 var (
-	_ adapters.Executor = (*Adapter)(nil)
-	_ adapters.Looker   = (*Adapter)(nil)
+	_ adapters.Executor      = (*Adapter)(nil)
+	_ adapters.Looker        = (*Adapter)(nil)
+	_ adapters.LookupSettler = (*Adapter)(nil)
 )
 
 // New returns an Adapter for cfg (after WithDefaults).
@@ -150,6 +159,12 @@ func (a *Adapter) Kind() string { return Kind }
 
 // CanLookup reports whether Lookup can answer (a Lookup is configured).
 func (a *Adapter) CanLookup() bool { return a.cfg.Lookup != nil }
+
+// LookupSettle returns Config.LookupSettle, and ok false when it is unset
+// (the runtime's default applies).
+func (a *Adapter) LookupSettle() (time.Duration, bool) {
+	return a.cfg.LookupSettle, a.cfg.LookupSettle > 0
+}
 
 // DedupsOnKey reports whether the destination dedups on the Message-ID,
 // making a resend after an unknown outcome safe.
@@ -191,7 +206,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
-	reply, err := a.send(ctx, env, data)
+	reply, err := a.send(ctx, env, data, req.StillOwner)
 	if err != nil {
 		a.logger.DebugContext(ctx, "email send failed", "intent_id", req.IntentID,
 			"message_id", id, "attempt", req.Attempt, "error", err)

@@ -148,8 +148,8 @@ func (l *flakyLookup) Find(ctx context.Context, id string) (bool, map[string]any
 }
 
 // As above, but the lookup right after the drop fails as well: the runtime
-// keeps the key owned, and the redelivery — once the abandoned attempt's
-// lock expired — looks the message up, records success, and sends nothing.
+// keeps the key owned, and the redelivery looks the message up, records
+// success, and sends nothing.
 func TestRuntimeDropThenRedeliveryLooksUp(t *testing.T) {
 	t.Parallel()
 	var fl *flakyLookup
@@ -166,9 +166,9 @@ func TestRuntimeDropThenRedeliveryLooksUp(t *testing.T) {
 	if n := fl.calls.Load(); n < 2 {
 		t.Fatalf("lookups = %d; want the failed one and the redelivery's", n)
 	}
-	if rec.Attempts < 2 {
-		t.Fatalf("attempts = %d; want the redelivery to be a second attempt", rec.Attempts)
-	}
+	// (The redelivery resumes the key it still owns, waiting for proof,
+	// without counting an attempt — or, if the lock expired first, takes
+	// it over as a second one: attempts is 1 or 2. Nothing is sent twice.)
 	e.wantSent(t, key, 1)
 }
 

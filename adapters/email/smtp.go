@@ -89,7 +89,10 @@ func permanent(p Phase, err error) error {
 // the client's textproto.Conn: net/smtp's Data writer hides both the final
 // reply's text and whether a failure happened while writing the body
 // (message not accepted) or while waiting for the reply (outcome unknown).
-func (a *Adapter) send(ctx context.Context, env envelope, data []byte) (string, error) {
+//
+// stillOwner runs right before the end-of-data marker (see
+// adapters.Request.StillOwner); on its error the marker is never sent.
+func (a *Adapter) send(ctx context.Context, env envelope, data []byte, stillOwner func(context.Context) error) (string, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", a.cfg.Addr)
 	if err != nil {
@@ -160,6 +163,17 @@ func (a *Adapter) send(ctx context.Context, env envelope, data []byte) (string, 
 	w := text.DotWriter()
 	if _, err := w.Write(data); err != nil {
 		return "", classify(ctx, PhaseBody, err)
+	}
+	// The last moment the message can still be withdrawn: re-validate that
+	// this attempt owns its idempotency key. If not (taken over after our
+	// lock expired, or PostgreSQL cannot say), abort without the final dot:
+	// the deferred closes drop the connection with the body unterminated,
+	// and a server never accepts a message whose end-of-data marker it did
+	// not get (RFC 5321 §3.8: a premature close aborts the transaction).
+	// w.Close is not called: it would send the marker. Nothing happened:
+	// retryable.
+	if err := stillOwner(ctx); err != nil {
+		return "", adapters.RetryableError(&PhaseError{Phase: PhaseBody, Err: fmt.Errorf("not sending the end of data: %w", err)})
 	}
 	// Close writes the end-of-data marker and flushes. If it fails, the
 	// marker did not reach the network in full, so the server cannot have

@@ -399,6 +399,15 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	if a.beforeRename != nil {
 		a.beforeRename()
 	}
+	// The commit point is next: re-validate that this attempt still owns
+	// its idempotency key. If not, stop here — as a crash here would: the
+	// pending manifest entry does not match the file, so Lookup says not
+	// found and the next publisher drops it — and report that nothing
+	// happened.
+	if err := req.StillOwner(ctx); err != nil {
+		loc.removeStaged()
+		return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("not publishing %q: %w", target, err))
+	}
 	if err := loc.dir.Rename(loc.stagedName(), loc.name); err != nil {
 		loc.removeStaged()
 		return adapters.Outcome{}, classify("rename staged file into place", err)

@@ -121,6 +121,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		keyRet      = fs.Duration("key-retention", idempotency.DefaultRetention, "forget completed idempotency keys this long after completion")
 		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
 		execTimeout = fs.Duration("execute-timeout", 30*time.Second, "bound on one effect's execution (an SMTP send, a file publication)")
+		settle      = fs.Duration("lookup-settle", adapters.DefaultLookupSettle, "a result lookup that finds nothing is trusted as proof the effect did not happen only this long after the attempt's last I/O with the destination (until then the intent waits, its key held); size it above the longest delay with which the destination shows an effect")
 
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
@@ -198,6 +199,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			ExecuteTimeout: *execTimeout,
 			AckWait:        max(60*time.Second, 2**execTimeout),
 			Unknown:        adapters.UnknownPolicy(*unknown),
+			LookupSettle:   *settle,
 		},
 		Idempotency: idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet},
 		Retention:   outbox.SweeperConfig{MaxAge: *intentRet},
@@ -227,6 +229,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	cfg.IssuerOptions = []lease.Option{lease.WithLockTimeout(*leaseLockTO)}
+	if *settle <= 0 {
+		return a.fail(badInput("lookup_settle", "--lookup-settle must be positive"))
+	}
 	// A lock that expires while its attempt still runs would let a second
 	// attempt take the key over (Recover) mid-effect.
 	if *lockTimeout <= 2**execTimeout {

@@ -16,8 +16,10 @@ import (
 	"log"
 	"net"
 	"net/mail"
+	netsmtp "net/smtp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +55,12 @@ type Fault struct {
 	// Hang sends no reply at all; the connection stays open until the
 	// client gives up or the server is closed.
 	Hang bool
+	// StoreAfter (PhaseData only, without Code, Drop or Hang) makes the
+	// server slow to take a message: it has the whole body, waits this
+	// long, then stores it (and forwards it, see WithUpstream) and replies
+	// 250 — whether or not the client is still waiting for the reply. A
+	// destination that stores a message after the client gave up on it.
+	StoreAfter time.Duration
 }
 
 // Message is a message the Server accepted.
@@ -93,6 +101,14 @@ func WithAuth(username, password string) Option {
 	return func(s *Server) { s.user, s.pass = username, password }
 }
 
+// WithUpstream makes the server forward every message it stores to the SMTP
+// server at addr (for example a Mailpit), as a relay would: a fault-injecting
+// front for a real destination with a search API. A message the upstream
+// refuses is not stored, and the client gets a 451.
+func WithUpstream(addr string) Option {
+	return func(s *Server) { s.upstream = addr }
+}
+
 // Server is an SMTP server on 127.0.0.1 for tests. Its zero value is not
 // usable; call NewServer.
 type Server struct {
@@ -101,11 +117,14 @@ type Server struct {
 
 	tls        bool
 	user, pass string
+	upstream   string
 
 	srv       *smtp.Server
 	ln        net.Listener
 	release   chan struct{} // closed on Close: ends Hang faults
 	serveDone chan struct{}
+
+	pending atomic.Int32 // messages in a StoreAfter delay
 
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
@@ -182,6 +201,10 @@ func (s *Server) faultAt(p Phase) *Fault {
 	}
 	return nil
 }
+
+// Pending returns how many received messages are still waiting out a
+// StoreAfter delay (not yet stored nor forwarded).
+func (s *Server) Pending() int { return int(s.pending.Load()) }
 
 // Messages returns the messages accepted so far, oldest first.
 func (s *Server) Messages() []Message {
@@ -346,6 +369,21 @@ func (ss *session) Data(r io.Reader) error {
 		return err
 	}
 	f := ss.s.faultAt(PhaseData)
+	if f != nil && f.StoreAfter > 0 && f.Code == 0 && !f.Drop && !f.Hang {
+		// A slow destination: the message is taken late, after the
+		// client may have given up waiting (the timer is the behaviour
+		// under test, not a wait for something).
+		ss.s.pending.Add(1)
+		defer ss.s.pending.Add(-1)
+		t := time.NewTimer(f.StoreAfter)
+		select {
+		case <-t.C:
+		case <-ss.s.release:
+			t.Stop()
+			return errors.New("smtptest: closed before the delayed store")
+		}
+		f = nil
+	}
 	if f != nil && !f.Drop && !f.Hang {
 		// A rejected message is not stored: the reply tells the client so.
 		return ss.inject(f)
@@ -361,6 +399,11 @@ func (ss *session) Data(r io.Reader) error {
 		msg.MessageID = strings.TrimSpace(h.Get("Message-ID"))
 	}
 	_, msg.TLS = ss.conn.TLSConnectionState()
+	if ss.s.upstream != "" {
+		if err := smtpSend(ss.s.upstream, msg); err != nil {
+			return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 0, 0}, Message: "upstream: " + err.Error()}
+		}
+	}
 	ss.s.mu.Lock()
 	ss.s.messages = append(ss.s.messages, msg)
 	ss.s.mu.Unlock()
@@ -370,6 +413,11 @@ func (ss *session) Data(r io.Reader) error {
 		return ss.inject(f)
 	}
 	return nil
+}
+
+// smtpSend forwards msg to the SMTP server at addr.
+func smtpSend(addr string, msg Message) error {
+	return netsmtp.SendMail(addr, nil, msg.From, msg.To, msg.Data)
 }
 
 // inject applies f: a reply error, a dropped connection or a hang.
@@ -401,6 +449,8 @@ func (f Fault) String() string {
 		return fmt.Sprintf("drop at %s", f.At)
 	case f.Hang:
 		return fmt.Sprintf("hang at %s", f.At)
+	case f.StoreAfter > 0 && f.Code == 0:
+		return fmt.Sprintf("store after %s at %s", f.StoreAfter, f.At)
 	}
 	return fmt.Sprintf("%d at %s", f.Code, f.At)
 }

@@ -257,3 +257,64 @@ func TestFrontStoresLate(t *testing.T) {
 	}
 	f.Close()
 }
+
+// StoreAfter: the server has the whole message, takes it only after the
+// delay — forwarding it to its upstream — and only then replies; a client
+// that gave up earlier never learns that it was taken.
+func TestServerStoresLateAndForwards(t *testing.T) {
+	t.Parallel()
+	upstream := smtptest.NewServer(t)
+	front := smtptest.NewServer(t, smtptest.WithUpstream(upstream.Addr))
+	const delay = 300 * time.Millisecond
+	front.SetFault(smtptest.Fault{At: smtptest.PhaseData, StoreAfter: delay})
+	start := time.Now()
+	if err := sendRaw(front.Addr, "<late@test>"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < delay {
+		t.Fatalf("the reply came after %s; want no sooner than the store delay %s", took, delay)
+	}
+	if front.Count("late@test") != 1 || upstream.Count("late@test") != 1 || front.Pending() != 0 {
+		t.Fatalf("front %d, upstream %d, pending %d; want the message at both, none pending",
+			front.Count("late@test"), upstream.Count("late@test"), front.Pending())
+	}
+
+	// A client that gives up before the delay: the message is taken anyway.
+	c, err := smtp.Dial(front.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Mail("a@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Rcpt("b@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte(rawMessage("<abandoned@test>"))); err != nil {
+		t.Fatal(err)
+	}
+	// Close sends the final dot and waits for the reply; give up at once
+	// instead by closing the connection right after the dot is out.
+	go func() { _ = w.Close() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for front.Pending() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the front never got the message")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = c.Close()
+	for front.Pending() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the delayed store never happened")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if upstream.Count("abandoned@test") != 1 {
+		t.Fatalf("upstream has %d copies of the abandoned message; want 1", upstream.Count("abandoned@test"))
+	}
+}

@@ -1,0 +1,543 @@
+package adapters_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/wire"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// slowDest is a destination at the edge of the world whose effects may
+// become visible late, whose answers may be lost, and whose Execute can be
+// held at its entry by the test.
+type slowDest struct {
+	// late is how long after Execute returns its effect becomes visible
+	// to Lookup.
+	late time.Duration
+	// unknownTimes: the first unknownTimes Executes lose their answer
+	// (unknown outcome); with effectOnUnknown false they also perform
+	// nothing.
+	unknownTimes    int
+	effectOnUnknown bool
+	// gate, when set, holds every Execute at its entry until closed;
+	// entered gets a value when an Execute arrives there.
+	gate    chan struct{}
+	entered chan struct{}
+	opened  sync.Once
+
+	mu        sync.Mutex
+	execs     []execCall
+	visibleAt map[string]time.Time
+	lookups   int
+}
+
+type execCall struct{ start, end time.Time }
+
+type slowExec struct{ d *slowDest }
+
+func (e slowExec) Kind() string { return "test" }
+
+func (e slowExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	if e.d.gate != nil {
+		select {
+		case e.d.entered <- struct{}{}:
+		default:
+		}
+		<-e.d.gate
+	}
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	start := time.Now()
+	n := len(e.d.execs) + 1
+	lost := n <= e.d.unknownTimes
+	if !lost || e.d.effectOnUnknown {
+		if _, ok := e.d.visibleAt[req.IdempotencyKey]; !ok {
+			e.d.visibleAt[req.IdempotencyKey] = time.Now().Add(e.d.late)
+		}
+	}
+	e.d.execs = append(e.d.execs, execCall{start: start, end: time.Now()})
+	if lost {
+		return adapters.Outcome{}, adapters.UnknownError(errors.New("connection dropped before the reply"))
+	}
+	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "n": n})
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, nil
+}
+
+func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	e.d.lookups++
+	at, ok := e.d.visibleAt[req.IdempotencyKey]
+	if !ok || time.Now().Before(at) {
+		return adapters.Outcome{}, false, nil
+	}
+	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "found_by": "lookup"})
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, true, nil
+}
+
+// open lets every held Execute go on; idempotent.
+func (d *slowDest) open() { d.opened.Do(func() { close(d.gate) }) }
+
+func (d *slowDest) calls() []execCall {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]execCall(nil), d.execs...)
+}
+
+func newSlowDest() *slowDest {
+	return &slowDest{visibleAt: map[string]time.Time{}, entered: make(chan struct{}, 16)}
+}
+
+type slowEnv struct {
+	*adaptertest.Env
+	dest *slowDest
+	reg  *prometheus.Registry
+}
+
+func setupSlow(t *testing.T, d *slowDest, cfg adapters.Config, lockTimeout time.Duration) slowEnv {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	e := adaptertest.NewEnv(t, adaptertest.Options{
+		Executors:   []adapters.Executor{slowExec{d}},
+		Kinds:       testKinds,
+		Runtime:     cfg,
+		LockTimeout: lockTimeout,
+	})
+	if d.gate != nil {
+		// Cleanups run last-in first-out: this one before the runtime's
+		// Stop, which waits for the held Executes, also when a test
+		// failed before opening the gate.
+		t.Cleanup(d.open)
+	}
+	return slowEnv{Env: e, dest: d, reg: reg}
+}
+
+// counter returns the value of the counter name with the given labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+type event struct{ action, from, to, note string }
+
+func events(t *testing.T, e *adaptertest.Env, id int64) []event {
+	t.Helper()
+	rows, err := e.Pool.Query(context.Background(), `SELECT action, from_status, to_status, coalesce(note, '') FROM intent_events WHERE intent_id = $1 ORDER BY event_id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []event
+	for rows.Next() {
+		var ev event
+		if err := rows.Scan(&ev.action, &ev.from, &ev.to, &ev.note); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func findEvent(evs []event, action string) *event {
+	for i := range evs {
+		if evs[i].action == action {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// The destination took the effect but shows it only a second after the
+// attempt's answer was lost. The lookup right after finds nothing; that is
+// not proof, so the runtime waits (default settle window: 10 minutes) and
+// records the effect once the lookup finds it. (Before: it re-executed at
+// once, two effects.)
+func TestLateEffectIsFoundNotRepeated(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.late, d.unknownTimes, d.effectOnUnknown = time.Second, 1, true
+	e := setupSlow(t, d, adapters.Config{MaxAttempts: 5}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
+	var res map[string]any
+	_ = json.Unmarshal(rec.Result, &res)
+	if res["found_by"] != "lookup" {
+		t.Fatalf("result %s; want found by lookup", rec.Result)
+	}
+	if n := len(d.calls()); n != 1 {
+		t.Fatalf("executed %d times; want 1", n)
+	}
+}
+
+// Two deliveries of one fence-execute intent, and the resource moves on
+// between the first delivery's read of the intent and its fence check,
+// while the second delivery is performing the effect. The first may not
+// record superseded from its stale read (attempts 0): the effect happened.
+func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	var loads atomic.Int32
+	firstLoaded, hold := make(chan struct{}), make(chan struct{})
+	var unhold sync.Once
+	release := func() { unhold.Do(func() { close(hold) }) }
+	cfg := adapters.Config{AfterLoad: func(req adapters.Request) {
+		if loads.Add(1) == 1 {
+			close(firstLoaded)
+			<-hold
+		}
+	}}
+	e := setupSlow(t, d, cfg, 0)
+	t.Cleanup(release)
+	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
+	e.Release(t, id)
+	waitChan(t, firstLoaded, "the first delivery to load the intent")
+	// The second delivery: a duplicate of the message.
+	publishDuplicate(t, e.Env, id)
+	waitChan(t, d.entered, "the second delivery to start executing")
+	e.Advance(t, e.Epoch()+1)
+	release()
+	// The first delivery decides: superseded (the bug), or it goes
+	// through the key and finds it busy (the second delivery owns it).
+	busy := func() float64 {
+		return counter(t, e.reg, "fencegate_adapter_outcomes_total", map[string]string{"kind": "test", "outcome": "busy"})
+	}
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for !e.Get(t, id).Status.Terminal() && busy() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first delivery neither recorded an outcome nor came back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.open()
+	rec := e.WaitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded || len(d.calls()) != 1 {
+		t.Fatalf("intent %s after %d effects; want succeeded, the effect that happened (%s)", rec.Status, len(d.calls()), adaptertest.Describe(rec))
+	}
+}
+
+// An operator cancels an intent while its effect is being performed. The
+// cancel stands, and the effect's outcome, which can no longer be recorded
+// on the intent, is kept in its history and counted.
+func TestOutcomeOnFinalIntentRecordedInHistory(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	e := setupSlow(t, d, adapters.Config{}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	waitChan(t, d.entered, "the attempt to start executing")
+	if _, err := e.Pool.Exec(context.Background(), `UPDATE intents SET status = 'cancelled', completed_at = now(), updated_at = now() WHERE intent_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	d.open()
+	ev := waitEvent(t, e.Env, id, idempotency.EventOutcomeNotRecorded)
+	if ev.from != "cancelled" || ev.to != "cancelled" || !strings.Contains(ev.note, "succeeded") {
+		t.Fatalf("event %+v; want the succeeded outcome noted on the cancelled intent", ev)
+	}
+	if rec := e.Get(t, id); rec.Status != outbox.StatusCancelled {
+		t.Fatalf("status %s; want the cancel to stand", rec.Status)
+	}
+	if k := e.Key(t, "test", "k"); k == nil || k.State != idempotency.StateCompleted {
+		t.Fatalf("key %+v; want completed (the effect happened)", k)
+	}
+	if n := counter(t, e.reg, "fencegate_adapter_outcome_not_recorded_total", map[string]string{"kind": "test"}); n != 1 {
+		t.Fatalf("fencegate_adapter_outcome_not_recorded_total = %v, want 1", n)
+	}
+}
+
+// An attempt that runs past its lock is taken over; when its effect then
+// completes, the runtime cannot record it under the key, and says so on the
+// intent (history, metric) rather than dropping it.
+func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	const lock = 300 * time.Millisecond
+	e := setupSlow(t, d, adapters.Config{}, lock)
+	payload := json.RawMessage(`{"mode":"ok"}`)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
+	waitChan(t, d.entered, "the attempt to start executing")
+	// Another attempt takes the key over once the lock expired.
+	var dec idempotency.Decision
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		var err error
+		dec, err = e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Outcome == idempotency.OutcomeRecover {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("begin = %+v; want a takeover", dec)
+		}
+		time.Sleep(lock / 4)
+	}
+	d.open()
+	ev := waitEvent(t, e.Env, id, idempotency.EventEffectAfterLostOwnership)
+	if !strings.Contains(ev.note, "succeeded") {
+		t.Fatalf("event %+v; want the outcome in the note", ev)
+	}
+	if n := counter(t, e.reg, "fencegate_effect_after_lost_ownership_total", map[string]string{"kind": "test"}); n != 1 {
+		t.Fatalf("fencegate_effect_after_lost_ownership_total = %v, want 1", n)
+	}
+}
+
+func waitChan(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(adaptertest.WaitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func waitEvent(t *testing.T, e *adaptertest.Env, id int64, action string) event {
+	t.Helper()
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		evs := events(t, e, id)
+		if ev := findEvent(evs, action); ev != nil {
+			return *ev
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("intent %d: no %s event after %s; history %+v (%s)", id, action, adaptertest.WaitTimeout, evs, adaptertest.Describe(e.Get(t, id)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// publishDuplicate publishes the intent's message again, as a duplicate
+// delivery, without waiting for it to be handled.
+func publishDuplicate(t *testing.T, e *adaptertest.Env, id int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), adaptertest.WaitTimeout)
+	defer cancel()
+	js, err := jetstream.New(e.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(wire.Subject("test"))
+	msg.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
+	msg.Header.Set(nats.MsgIdHdr, wire.MsgID(id, 999))
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatalf("publish duplicate of intent %d: %v", id, err)
+	}
+}
+
+func lastErr(rec *outbox.Record) string {
+	if rec.LastError == nil {
+		return ""
+	}
+	return *rec.LastError
+}
+
+// The answer of the first attempt is lost, and nothing happened at the
+// destination. Its lookup finds nothing, which is proof only once the settle
+// window has passed since the attempt's last I/O: until then the intent
+// waits — relayed, its key owned, saying so in last_error and its history —
+// and nothing is executed; after it, the runtime executes again.
+func TestNegativeLookupWaitsForSettleWindow(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes = 1
+	const settle = 2 * time.Second
+	e := setupSlow(t, d, adapters.Config{LookupSettle: settle}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool {
+		return strings.HasPrefix(lastErr(r), "waiting for proof: lookup found nothing; a negative lookup is trusted after ")
+	})
+	// (Relayed, or still pending when the runtime got the message before
+	// the dispatcher marked it relayed: never terminal.)
+	if rec.Status.Terminal() || len(d.calls()) != 1 {
+		t.Fatalf("while waiting: %s, %d executions; want relayed, 1", adaptertest.Describe(rec), len(d.calls()))
+	}
+	if k := e.Key(t, "test", "k"); k == nil || k.State != idempotency.StateStarted || k.LastIOAt == nil {
+		t.Fatalf("key while waiting = %+v; want started (owned) with its last I/O recorded", k)
+	}
+	if ev := findEvent(events(t, e.Env, id), idempotency.EventWaitingForProof); ev == nil || ev.from != ev.to || outbox.Status(ev.to).Terminal() || ev.note != lastErr(rec) {
+		t.Fatalf("history %+v; want a waiting_for_proof event with the message", events(t, e.Env, id))
+	}
+	rec = e.WaitStatus(t, id, outbox.StatusSucceeded)
+	calls := d.calls()
+	if len(calls) != 2 {
+		t.Fatalf("executions = %d; want 2 (the first lost, the second after the window)", len(calls))
+	}
+	if gap := calls[1].start.Sub(calls[0].end); gap < settle {
+		t.Fatalf("executed again %s after the first attempt's I/O ended; want no sooner than the settle window %s", gap, settle)
+	}
+	if rec.Attempts != 2 {
+		t.Fatalf("attempts = %d, want 2 (waiting counts none)", rec.Attempts)
+	}
+}
+
+// An attempt was abandoned (its process died) and its last I/O is unknown:
+// the window is measured from the takeover, the latest moment it could have
+// done I/O. Its lookup finds nothing; the effect is executed only a settle
+// window after the takeover.
+func TestAbandonedAttemptWaitsFromTakeover(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	const lock, settle = 300 * time.Millisecond, 1500 * time.Millisecond
+	e := setupSlow(t, d, adapters.Config{LookupSettle: settle}, lock)
+	payload := json.RawMessage(`{"mode":"ok"}`)
+	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", payload))
+	start := time.Now()
+	if dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id); err != nil || dec.Outcome != idempotency.OutcomeExecute {
+		t.Fatalf("begin = %+v, %v", dec, err)
+	}
+	e.Release(t, id)
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	if n := len(d.calls()); n != 0 {
+		t.Fatalf("executed %d times while waiting", n)
+	}
+	e.WaitStatus(t, id, outbox.StatusSucceeded)
+	calls := d.calls()
+	if len(calls) != 1 {
+		t.Fatalf("executions = %d, want 1", len(calls))
+	}
+	if after := calls[0].start.Sub(start); after < lock+settle {
+		t.Fatalf("executed %s after the abandoned attempt began; want no sooner than its lock (%s) plus the settle window (%s)", after, lock, settle)
+	}
+}
+
+// The wait survives a crash: the moment of the last I/O is on the key, so
+// a runtime that takes over from a crashed one keeps waiting until the same
+// deadline instead of starting a window of its own or trusting at once.
+func TestWaitForProofSurvivesCrash(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes = 1
+	const settle = 3 * time.Second
+	e := adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds, LockTimeout: 500 * time.Millisecond})
+	cfg := adapters.Config{LookupSettle: settle, ExecuteTimeout: time.Second, AckWait: 2 * time.Second}
+	a := e.StartProcess(t, cfg, slowExec{d})
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	k := e.Key(t, "test", "k")
+	if k == nil || k.LastIOAt == nil {
+		t.Fatalf("key = %+v; want the last I/O recorded", k)
+	}
+	a.Crash()
+	e.StartRuntime(t, cfg, slowExec{d})
+	e.WaitStatus(t, id, outbox.StatusSucceeded)
+	calls := d.calls()
+	if len(calls) != 2 {
+		t.Fatalf("executions = %d; want 2", len(calls))
+	}
+	if gap := calls[1].start.Sub(calls[0].end); gap < settle {
+		t.Fatalf("the second runtime executed %s after the first attempt's I/O; want no sooner than %s", gap, settle)
+	}
+}
+
+// A positive lookup is trusted at once, however long the window.
+func TestPositiveLookupTrustedAtOnce(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes, d.effectOnUnknown = 1, true
+	e := setupSlow(t, d, adapters.Config{LookupSettle: time.Hour}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
+	if !strings.Contains(string(rec.Result), "lookup") || len(d.calls()) != 1 {
+		t.Fatalf("%s after %d executions; want found by lookup after 1", adaptertest.Describe(rec), len(d.calls()))
+	}
+}
+
+// StillOwner, as the runtime builds it, fails once the key was taken over.
+type checkingExec struct {
+	slowExec
+	checked chan error
+}
+
+func (e checkingExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	if e.d.gate != nil {
+		select {
+		case e.d.entered <- struct{}{}:
+		default:
+		}
+		<-e.d.gate
+	}
+	err := req.StillOwner(ctx)
+	e.checked <- err
+	if err != nil {
+		return adapters.Outcome{}, adapters.RetryableError(err)
+	}
+	return e.slowExec.Execute(ctx, req)
+}
+
+func TestStillOwnerFailsAfterTakeover(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.gate = make(chan struct{})
+	const lock = 300 * time.Millisecond
+	ex := checkingExec{slowExec{d}, make(chan error, 4)}
+	e := adaptertest.NewEnv(t, adaptertest.Options{Executors: []adapters.Executor{ex}, Kinds: testKinds, LockTimeout: lock})
+	t.Cleanup(d.open)
+	payload := json.RawMessage(`{"mode":"ok"}`)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
+	waitChan(t, d.entered, "the attempt to start executing")
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Outcome == idempotency.OutcomeRecover {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("begin = %+v; want a takeover", dec)
+		}
+		time.Sleep(lock / 4)
+	}
+	d.open()
+	select {
+	case err := <-ex.checked:
+		if !errors.Is(err, adapters.ErrNotOwner) || !errors.Is(err, idempotency.ErrLostOwnership) {
+			t.Fatalf("StillOwner after the takeover: %v; want ErrNotOwner (lost ownership)", err)
+		}
+	case <-time.After(adaptertest.WaitTimeout):
+		t.Fatal("Execute never checked")
+	}
+	if n := len(d.calls()); n != 0 {
+		t.Fatalf("the effect ran %d times after a failed owner check", n)
+	}
+}

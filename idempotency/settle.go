@@ -1,0 +1,258 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// BeginRecording is Begin, and for the answers that never execute — Done,
+// Conflict, and Busy on a held key — it also records the intent's final
+// status in the same transaction, while the key's row is locked: the status
+// recorded is the key's state at that instant, never a stale reading of it
+// (Begin and a later CompleteIntent are two transactions, and between them
+// the key can be swept and started again by another delivery of the same
+// intent). Done records the key's status and result; Conflict records
+// failed; a held key records unknown. Decision.IntentRecorded says whether
+// the intent was updated; when it already had a final status, that status
+// stays and the outcome goes into its history (EventOutcomeNotRecorded).
+func (s *Store) BeginRecording(ctx context.Context, kind, key, fingerprint string, intentID int64) (Decision, error) {
+	if err := checkKey(kind, key); err != nil {
+		return Decision{}, err
+	}
+	if err := checkName("fingerprint", fingerprint, MaxFingerprintLen); err != nil {
+		return Decision{}, err
+	}
+	if intentID < 1 {
+		return Decision{}, invalid("intent_id", "must be at least 1, got %d", intentID)
+	}
+	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, true)
+}
+
+// ConflictMessage is the last_error BeginRecording records on an intent
+// whose key is used by owner with different content.
+func ConflictMessage(key string, owner int64) string {
+	return fmt.Sprintf("idempotency key %q is used by intent %d with different content; not executed", key, owner)
+}
+
+// HeldMessage is the last_error BeginRecording records on an intent whose
+// key is held with an unknown outcome of owner's attempt.
+func HeldMessage(key string, owner int64) string {
+	return fmt.Sprintf("idempotency key %q is held with an unknown outcome (intent %d); resolve that intent", key, owner)
+}
+
+// recordUnexecuted records the intent's final status for a decision that
+// never executes, in Begin's transaction (the key's row is locked).
+func recordUnexecuted(ctx context.Context, tx pgx.Tx, key string, d *Decision, intentID int64) error {
+	var err error
+	switch {
+	case d.Outcome == OutcomeDone:
+		d.IntentRecorded, err = completeIntent(ctx, tx, intentID, d.Status, d.Result, "")
+	case d.Outcome == OutcomeConflict:
+		d.IntentRecorded, err = completeIntent(ctx, tx, intentID, outbox.StatusFailed, nil, ConflictMessage(key, d.OwnerIntentID))
+	case d.Outcome == OutcomeBusy && d.Held:
+		d.IntentRecorded, err = completeIntent(ctx, tx, intentID, outbox.StatusUnknown, d.Result, HeldMessage(key, d.OwnerIntentID))
+	}
+	return err
+}
+
+// SupersedeUnstarted records an intent as superseded without executing it —
+// its resource's epoch moved past the intent's — only while no attempt of it
+// has begun (attempts = 0) and it has no final status. It is one UPDATE of
+// the intent's row: PostgreSQL re-checks the condition on the row as it is
+// once it holds the row's lock, so a Begin that counted an attempt first
+// (under the same row lock) makes it match nothing, and a Begin after it is
+// refused (the intent is final). It returns the resource's epoch and whether
+// the intent was superseded. A stale read of attempts in the caller can
+// therefore never record superseded while another delivery of the same
+// intent is performing the effect.
+func (s *Store) SupersedeUnstarted(ctx context.Context, intentID int64) (current int64, superseded bool, err error) {
+	if intentID < 1 {
+		return 0, false, invalid("intent_id", "must be at least 1, got %d", intentID)
+	}
+	err = s.pool.QueryRow(ctx, `
+		UPDATE intents i
+		SET status = 'superseded',
+		    result = jsonb_build_object('superseded_by_epoch', r.epoch, 'fenced_at', 'execute'),
+		    last_error = NULL, completed_at = now(), updated_at = now()
+		FROM resources r
+		WHERE i.intent_id = $1 AND r.resource_id = i.resource_id
+		  AND i.attempts = 0 AND i.status <> ALL($2::text[]) AND r.epoch > i.epoch
+		RETURNING r.epoch`, intentID, terminalStatuses).Scan(&current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("idempotency: supersede intent %d: %w", intentID, err)
+	}
+	return current, true, nil
+}
+
+// EndIO records that the attempt owning (kind, key) with token has ended
+// its I/O with the destination (its Execute returned): from now on it only
+// looks the outcome up. It returns the recorded moment (PostgreSQL's clock).
+// If token no longer owns the key, it returns an *OwnershipError.
+func (s *Store) EndIO(ctx context.Context, kind, key string, token int64) (time.Time, error) {
+	if err := checkKey(kind, key); err != nil {
+		return time.Time{}, err
+	}
+	var at time.Time
+	err := s.pool.QueryRow(ctx, `
+		UPDATE idempotency_keys SET last_io_at = clock_timestamp(), updated_at = now()
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'
+		RETURNING last_io_at`, kind, key, token).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, s.ownershipError(ctx, kind, key, token)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("idempotency: end I/O %s/%q: %w", kind, key, err)
+	}
+	return at, nil
+}
+
+// BeginIO is called by the owner of a key it recovered, once a lookup proved
+// the effect did not happen, right before it executes: it clears last_io_at
+// (I/O may now be in progress, so a takeover measures from its own time)
+// and renews the lock to LockTimeout from now. With countAttempt (an owner
+// that resumed its key, whose Begin counted no attempt) it also counts an
+// attempt on intentID, in the same transaction; it returns the intent's
+// attempts (0 without countAttempt). It must commit before any I/O: a
+// takeover either committed first — then this matches nothing and returns
+// an *OwnershipError, and the caller must not execute — or it comes after
+// and sees the I/O as possibly in progress.
+func (s *Store) BeginIO(ctx context.Context, kind, key string, token, intentID int64, countAttempts bool) (int, error) {
+	if err := checkKey(kind, key); err != nil {
+		return 0, err
+	}
+	var attempts int
+	var lost bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE idempotency_keys
+			SET last_io_at = NULL, locked_until = clock_timestamp() + $4::interval, updated_at = now()
+			WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`,
+			kind, key, token, interval(s.cfg.LockTimeout))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			lost = true
+			return nil
+		}
+		if countAttempts {
+			attempts, err = countAttempt(ctx, tx, intentID)
+		}
+		return err
+	})
+	var ie *IntentTerminalError
+	if errors.As(err, &ie) {
+		return 0, err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("idempotency: begin I/O %s/%q: %w", kind, key, err)
+	}
+	if lost {
+		return 0, s.ownershipError(ctx, kind, key, token)
+	}
+	return attempts, nil
+}
+
+// Proof is AwaitProof's answer.
+type Proof struct {
+	// Settled: the settle window has passed since LastIOAt, so a lookup
+	// started now that finds nothing proves the effect did not happen.
+	Settled bool
+	// LastIOAt is the last moment any attempt under the key could have
+	// done I/O with the destination (PostgreSQL's clock).
+	LastIOAt time.Time
+	// TrustedAfter is LastIOAt plus the settle window.
+	TrustedAfter time.Time
+	// Remaining is how long until TrustedAfter, by PostgreSQL's clock;
+	// zero when Settled.
+	Remaining time.Duration
+	// LockedUntil is the owner's lock after the renewal.
+	LockedUntil time.Time
+}
+
+// AwaitProof is called by the owner of a key (token) that has ended its I/O
+// (EndIO) or recovered it (Recover), before each lookup: it says whether a
+// negative lookup started now is proof — whether settle has passed since the
+// key's last_io_at, by PostgreSQL's clock — and renews the owner's lock to
+// LockTimeout from now (never shortening it), so that no other attempt takes
+// the key over while this one waits for proof. Ask before looking up, never
+// after: a lookup that ran before the window passed proves nothing even if
+// the answer arrives after it. When last_io_at is unset (the owner's I/O was
+// never declared over) it is set to now. If token no longer owns the key, it
+// returns an *OwnershipError.
+func (s *Store) AwaitProof(ctx context.Context, kind, key string, token int64, settle time.Duration) (Proof, error) {
+	if err := checkKey(kind, key); err != nil {
+		return Proof{}, err
+	}
+	if settle < 0 {
+		return Proof{}, invalid("settle", "must not be negative, got %s", settle)
+	}
+	var p Proof
+	var remaining int64
+	err := s.pool.QueryRow(ctx, `
+		UPDATE idempotency_keys
+		SET locked_until = greatest(locked_until, clock_timestamp() + $4::interval),
+		    last_io_at = coalesce(last_io_at, clock_timestamp()), updated_at = now()
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'
+		RETURNING last_io_at, last_io_at + $5::interval, clock_timestamp() >= last_io_at + $5::interval,
+		          (extract(epoch FROM greatest(last_io_at + $5::interval - clock_timestamp(), interval '0')) * 1000000)::bigint,
+		          locked_until`,
+		kind, key, token, interval(s.cfg.LockTimeout), interval(settle)).Scan(
+		&p.LastIOAt, &p.TrustedAfter, &p.Settled, &remaining, &p.LockedUntil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Proof{}, s.ownershipError(ctx, kind, key, token)
+	}
+	if err != nil {
+		return Proof{}, fmt.Errorf("idempotency: await proof %s/%q: %w", kind, key, err)
+	}
+	if !p.Settled {
+		p.Remaining = time.Duration(remaining) * time.Microsecond
+	}
+	return p, nil
+}
+
+// CheckOwner reports whether token still owns (kind, key) with a live lock,
+// by PostgreSQL's clock: nil if so, an error matching ErrLostOwnership if
+// not (taken over, released, completed, or the lock expired — an expired
+// lock can be taken over at any moment). One indexed read. An attempt calls
+// it right before the irrevocable step of its effect: an attempt that lost
+// its key stops there, and one that passes has until its lock expires
+// before anyone can take over — the margin for a pause between the check
+// and the step.
+func (s *Store) CheckOwner(ctx context.Context, kind, key string, token int64) error {
+	if err := checkKey(kind, key); err != nil {
+		return err
+	}
+	var (
+		state   string
+		current int64
+		live    bool
+		until   *time.Time
+	)
+	err := s.pool.QueryRow(ctx, `
+		SELECT state, token, coalesce(locked_until > clock_timestamp(), false), locked_until
+		FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, kind, key).Scan(&state, &current, &live, &until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &OwnershipError{Kind: kind, Key: key, Token: token}
+	}
+	if err != nil {
+		return fmt.Errorf("idempotency: check owner %s/%q: %w", kind, key, err)
+	}
+	if current != token || State(state) != StateStarted {
+		return &OwnershipError{Kind: kind, Key: key, Token: token, CurrentToken: current, State: State(state)}
+	}
+	if !live {
+		return fmt.Errorf("idempotency key %s/%q: attempt token %d: %w: its lock expired at %s",
+			kind, key, token, ErrLostOwnership, until.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
