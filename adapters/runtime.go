@@ -732,7 +732,10 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 	case err == nil:
 		out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)
 		r.m.outcomes.WithLabelValues(ex.Kind(), string(out.Status)).Inc()
-		log.Info("adapters: executed", "status", out.Status, "attempt", req.Attempt)
+		// Debug: the outcome of every intent is in PostgreSQL (status,
+		// history); a line per effect at info costs a formatted write per
+		// intent at thousands a second.
+		log.Debug("adapters: executed", "status", out.Status, "attempt", req.Attempt)
 		return r.record(ctx, req, d, out, "", true)
 	case IsUnknown(err):
 		log.Warn("adapters: outcome unknown", "error", err)
