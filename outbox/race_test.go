@@ -31,7 +31,8 @@ type op struct {
 // lower than one whose grant completed before that enqueue started, as an
 // outside observer sees it; the commit-order one proves each intent's epoch
 // was current when it committed. With the epoch check outside the enqueue's
-// transaction the commit-order checker fails (see the README).
+// transaction the commit-order checker fails (see docs/guarantees.md, "How
+// we test the fence").
 func TestNoStaleEnqueueUnderConcurrentTakeovers(t *testing.T) {
 	t.Parallel()
 	duration := 3 * time.Second
