@@ -69,34 +69,63 @@ type Outcome struct {
 	Result json.RawMessage
 }
 
+// Capabilities is what an executor's destination can do, declared once as
+// one value (Executor.Capabilities) and read by the runtime when it is
+// made.
+type Capabilities struct {
+	// Lookup: the destination can tell whether the effect of an
+	// idempotency key already happened; the executor implements Looker.
+	// The runtime then looks an unknown outcome up instead of holding it.
+	Lookup bool
+	// DedupsOnKey: the destination itself drops a second effect with the
+	// same idempotency key, so executing again after an unknown outcome is
+	// safe (Config.Unknown resend).
+	DedupsOnKey bool
+	// LookupSettle is how long after an attempt's last I/O with the
+	// destination a lookup that finds nothing is trusted as proof that the
+	// effect did not happen (a relay that stores a message after the final
+	// dot, an eventually consistent API). Zero: the runtime's
+	// Config.LookupSettle.
+	LookupSettle time.Duration
+}
+
 // Executor performs the external effect of one kind of intent.
+//
+// Execute's error says what became of the effect, and only the adapter can
+// tell, so it must say it explicitly:
+//   - RetryableError: the effect did not happen, and trying again may
+//     succeed (a refusal such as an SMTP 4xx, a disk error before the
+//     write). The key is released and the intent retried.
+//   - PermanentError: the effect did not happen and never will with this
+//     payload (a 5xx, a bad payload). The intent fails for good.
+//   - UnknownError: the effect may or may not have happened (the
+//     connection dropped after the request was sent).
+//
+// Any other error — one the adapter did not classify, such as a plain
+// fmt.Errorf around a connection reset — is taken as an unknown outcome:
+// looked up where the destination can (Capabilities.Lookup), held for an
+// operator otherwise. Never as a failure: a request that may have reached
+// the destination must not be recorded as one that did not.
 type Executor interface {
 	// Kind is the intent kind this executor serves ("email", "file").
 	Kind() string
-	// Execute performs the effect once. An error that implements
-	// Retryable() bool and says true is retried; any other error is
-	// permanent and fails the intent.
+	// Capabilities declares what the destination can do.
+	Capabilities() Capabilities
+	// Execute performs the effect once; see the type's doc for its errors.
 	Execute(ctx context.Context, req Request) (Outcome, error)
 }
 
 // Looker is implemented by executors whose destination can tell whether the
-// effect of an idempotency key already happened (result lookup). It is used
-// when an earlier attempt started and its outcome was lost. A found effect is
-// trusted at once; found=false is trusted as proof that the effect did not
-// happen only once the settle window (Config.LookupSettle, LookupSettler)
-// has passed since the last I/O with the destination.
+// effect of an idempotency key already happened (result lookup), and that
+// declare Capabilities.Lookup. It is used when an earlier attempt started
+// and its outcome was lost. A found effect is trusted at once; found=false
+// is trusted as proof that the effect did not happen only once the settle
+// window (Capabilities.LookupSettle, Config.LookupSettle) has passed since
+// the last I/O with the destination.
 type Looker interface {
 	// Lookup returns the outcome of req's idempotency key at the
 	// destination, and found=false when the destination has no trace of it.
 	Lookup(ctx context.Context, req Request) (out Outcome, found bool, err error)
-}
-
-// LookupSettler is implemented by executors that know how long their
-// destination may take to show an effect after the attempt's last I/O with
-// it (a relay that stores a message after the final dot, an eventually
-// consistent API). ok false: the runtime's Config.LookupSettle applies.
-type LookupSettler interface {
-	LookupSettle() (d time.Duration, ok bool)
 }
 
 // Retryable is implemented by errors that say whether a retry may succeed.
@@ -147,7 +176,16 @@ func PermanentError(err error) error { return &Error{Err: err} }
 // UnknownError wraps err as an attempt whose outcome is unknown.
 func UnknownError(err error) error { return &Error{Err: err, Unknown: true} }
 
-// IsUnknown reports whether err marks an unknown outcome.
+// IsPermanent reports whether err was classified permanent (PermanentError):
+// the effect did not happen and never will with this payload.
+func IsPermanent(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && !e.Retry && !e.Unknown
+}
+
+// IsUnknown reports whether err marks an unknown outcome explicitly
+// (UnknownError). The runtime also takes an error that is neither
+// retryable nor permanent as unknown.
 func IsUnknown(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Unknown

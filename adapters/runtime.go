@@ -45,19 +45,6 @@ const (
 	UnknownResend UnknownPolicy = "resend"
 )
 
-// KeyDeduper is implemented by executors that can say whether their
-// destination itself deduplicates on our idempotency key.
-type KeyDeduper interface {
-	DedupsOnKey() bool
-}
-
-// LookupCapable is implemented by executors whose result lookup is optional
-// (configured or not); an executor implementing Looker without it is taken
-// to always support lookup.
-type LookupCapable interface {
-	CanLookup() bool
-}
-
 // DefaultLookupSettle is Config.LookupSettle's default: 10 minutes, RFC
 // 5321's timeout for the reply to the end-of-data marker (§4.5.3.2.6) — a
 // destination may still take a message that long after the final dot.
@@ -100,7 +87,8 @@ type Config struct {
 	// owned (never released), its lock renewed, and it is looked up again
 	// with backoff — neither executed again nor released. The moment of the
 	// last I/O is kept on the key, so the wait survives a crash. Default
-	// DefaultLookupSettle; an executor may set its own (LookupSettler).
+	// DefaultLookupSettle; an executor may declare its own
+	// (Capabilities.LookupSettle).
 	LookupSettle time.Duration
 	// DurablePrefix names the durable consumers: <prefix><kind>.
 	// Default "fencegate-".
@@ -145,6 +133,13 @@ func (c Config) validate() error {
 			return fmt.Errorf("adapters: two executors for kind %q", e.Kind())
 		}
 		seen[e.Kind()] = true
+		caps := e.Capabilities()
+		if _, ok := e.(Looker); caps.Lookup && !ok {
+			return fmt.Errorf("adapters: executor for kind %q declares Lookup and does not implement Looker", e.Kind())
+		}
+		if caps.LookupSettle < 0 {
+			return fmt.Errorf("adapters: executor for kind %q declares a negative LookupSettle (%s)", e.Kind(), caps.LookupSettle)
+		}
 	}
 	if c.Concurrency < 1 || c.MaxAttempts < 1 || c.MaxDeliver < 1 {
 		return errors.New("adapters: Concurrency, MaxAttempts and MaxDeliver must be at least 1")
@@ -180,6 +175,8 @@ type Runtime struct {
 	outbox *outbox.Client
 	m      *runtimeMetrics
 
+	// caps are the executors' declared capabilities, by kind.
+	caps map[string]Capabilities
 	// loads batches the intent reads of concurrent deliveries (one
 	// statement for many; a read, so no guarantee rests on it).
 	loads *group.Batcher[int64, *outbox.Record]
@@ -200,7 +197,11 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, stopped: make(chan struct{})}
+	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, stopped: make(chan struct{}),
+		caps: map[string]Capabilities{}}
+	for _, ex := range cfg.Executors {
+		r.caps[ex.Kind()] = ex.Capabilities() // declared once, read once
+	}
 	r.loads = group.New(group.Config{MaxBatch: 256, Flushers: 2, Timeout: 10 * time.Second}, r.loadBatch)
 	return r, nil
 }
@@ -538,20 +539,14 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 }
 
 func (r *Runtime) canLookup(ex Executor) (Looker, bool) {
+	if !r.caps[ex.Kind()].Lookup {
+		return nil, false
+	}
 	l, ok := ex.(Looker)
-	if !ok {
-		return nil, false
-	}
-	if c, ok := ex.(LookupCapable); ok && !c.CanLookup() {
-		return nil, false
-	}
-	return l, true
+	return l, ok
 }
 
-func (r *Runtime) dedups(ex Executor) bool {
-	d, ok := ex.(KeyDeduper)
-	return ok && d.DedupsOnKey()
-}
+func (r *Runtime) dedups(ex Executor) bool { return r.caps[ex.Kind()].DedupsOnKey }
 
 func (r *Runtime) recoverAttempt(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
 	if l, ok := r.canLookup(ex); ok {
@@ -592,12 +587,7 @@ func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d
 
 // settleFor is the settle window of ex's destination.
 func (r *Runtime) settleFor(ex Executor) time.Duration {
-	if s, ok := ex.(LookupSettler); ok {
-		if d, ok := s.LookupSettle(); ok {
-			return max(d, 0)
-		}
-	}
-	return r.cfg.LookupSettle
+	return cmp.Or(r.caps[ex.Kind()].LookupSettle, r.cfg.LookupSettle)
 }
 
 // lookupOrWait looks the outcome of the key's earlier attempts up, as the
@@ -737,8 +727,15 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 		// intent at thousands a second.
 		log.Debug("adapters: executed", "status", out.Status, "attempt", req.Attempt)
 		return r.record(ctx, req, d, out, "", true)
-	case IsUnknown(err):
-		log.Warn("adapters: outcome unknown", "error", err)
+	case IsUnknown(err) || (!IsRetryable(err) && !IsPermanent(err)):
+		// Explicitly unknown, or not classified at all: an error the
+		// adapter did not classify may come after the request reached the
+		// destination, so it is never taken as "did not happen".
+		if IsUnknown(err) {
+			log.Warn("adapters: outcome unknown", "error", err)
+		} else {
+			log.Warn("adapters: executor error not classified (RetryableError, PermanentError or UnknownError); taken as an unknown outcome", "error", err)
+		}
 		if l, ok := r.canLookup(ex); ok {
 			// Execute returned: this attempt's I/O with the destination is
 			// over. Record when, on the key, before looking up: the settle

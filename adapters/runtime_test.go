@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +55,12 @@ func (e testExec) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		}
 	case "permanent":
 		return adapters.Outcome{}, adapters.PermanentError(errors.New("mailbox does not exist"))
+	case "plain":
+		// What an adapter author writes on a connection reset: a plain
+		// error, not classified — after the request reached the
+		// destination (the effect happened).
+		e.d.effects[req.IdempotencyKey]++
+		return adapters.Outcome{}, fmt.Errorf("post: %w", errors.New("connection reset by peer"))
 	case "lost-response":
 		// The effect happens, the answer is lost.
 		if e.d.effects[req.IdempotencyKey] == 0 {
@@ -66,8 +73,9 @@ func (e testExec) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, nil
 }
 
-func (e testExec) CanLookup() bool   { return e.d.lookup }
-func (e testExec) DedupsOnKey() bool { return e.d.dedups }
+func (e testExec) Capabilities() adapters.Capabilities {
+	return adapters.Capabilities{Lookup: e.d.lookup, DedupsOnKey: e.d.dedups}
+}
 
 func (e testExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
 	e.d.mu.Lock()
@@ -229,6 +237,41 @@ func TestPermanentFails(t *testing.T) {
 	if rec.Status != outbox.StatusFailed || rec.Attempts != 1 || rec.LastError == nil {
 		t.Fatalf("record = %+v", rec)
 	}
+}
+
+// An error the executor did not classify is an unknown outcome, never a
+// permanent failure: without a lookup the intent is held unknown (its key
+// held, nothing executed again); with one it is looked up, found and
+// recorded as succeeded — one effect either way.
+func TestPlainErrorIsUnknown(t *testing.T) {
+	t.Parallel()
+	t.Run("no lookup: held", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, opts{})
+		id := e.enqueue(t, "op", "k", `{"mode":"plain"}`)
+		rec := e.waitTerminal(t, id)
+		if rec.Status != outbox.StatusUnknown || rec.LastError == nil || !strings.Contains(*rec.LastError, "connection reset") {
+			t.Fatalf("record = %+v, want unknown with the error", rec)
+		}
+		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
+			t.Fatalf("key state %s, want held", k.State)
+		}
+		if n := e.dest.count("k"); n != 1 {
+			t.Fatalf("executed %d times, want 1", n)
+		}
+	})
+	t.Run("lookup: recovered", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, opts{lookup: true})
+		id := e.enqueue(t, "op", "k", `{"mode":"plain"}`)
+		rec := e.waitTerminal(t, id)
+		if rec.Status != outbox.StatusSucceeded || !strings.Contains(string(rec.Result), "lookup") {
+			t.Fatalf("record = %+v, want succeeded by lookup", rec)
+		}
+		if n := e.dest.count("k"); n != 1 {
+			t.Fatalf("executed %d times, want 1", n)
+		}
+	})
 }
 
 // Lost response, destination with lookup: the effect is found and recorded,

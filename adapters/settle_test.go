@@ -52,6 +52,8 @@ type slowExec struct{ d *slowDest }
 
 func (e slowExec) Kind() string { return "test" }
 
+func (e slowExec) Capabilities() adapters.Capabilities { return adapters.Capabilities{Lookup: true} }
+
 func (e slowExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
 	if e.d.gate != nil {
 		select {

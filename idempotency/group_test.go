@@ -139,8 +139,10 @@ func groupScenario(t *testing.T, f *fixture) (answers []string, state []string) 
 	answers = append(answers, cgot...)
 	slices.Sort(answers)
 
+	// Rows name intents by key, not id: which of two concurrent calls of
+	// one key wins (executes) is not deterministic, and either is right.
 	rows, err := f.pool.Query(f.ctx, `
-		SELECT 'intent ' || intent_id || ' ' || status || ' attempts=' || attempts || ' result=' || coalesce(result::text, '-') ||
+		SELECT 'intent ' || idempotency_key || ' ' || status || ' attempts=' || attempts || ' result=' || coalesce(result::text, '-') ||
 		       ' error=' || coalesce(last_error, '-') || ' completed=' || (completed_at IS NOT NULL)
 		FROM intents
 		UNION ALL
@@ -148,7 +150,8 @@ func groupScenario(t *testing.T, f *fixture) (answers []string, state []string) 
 		       ' error=' || coalesce(last_error, '-') || ' attempts=' || attempts || ' locked=' || (locked_until IS NOT NULL)
 		FROM idempotency_keys
 		UNION ALL
-		SELECT 'event ' || intent_id || ' ' || action FROM intent_events WHERE action <> 'enqueued'`)
+		SELECT 'event ' || i.idempotency_key || ' ' || e.action FROM intent_events e JOIN intents i USING (intent_id)
+		WHERE e.action <> 'enqueued'`)
 	if err != nil {
 		t.Fatal(err)
 	}

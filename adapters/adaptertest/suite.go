@@ -30,7 +30,7 @@ type Harness struct {
 	// destination. Required.
 	Effects func(t *testing.T, req adapters.Request) int
 	// HasLookup says the executor is an adapters.Looker whose lookup is
-	// available (CanLookup true, if it has that method). The suite checks
+	// declared (Capabilities().Lookup). The suite checks
 	// the claim, then checks Lookup, and recovery of a crash between the
 	// effect and its record through the runtime.
 	HasLookup bool
@@ -66,8 +66,8 @@ func Run(t *testing.T, h Harness) {
 }
 
 // Counting wraps an executor and counts its Execute calls per idempotency
-// key. It keeps the wrapped executor's Looker, LookupCapable and KeyDeduper
-// behaviour, so the runtime treats it as it would the executor.
+// key. It keeps the wrapped executor's Capabilities and Lookup, so the
+// runtime treats it as it would the executor.
 type Counting struct {
 	adapters.Executor
 
@@ -80,12 +80,7 @@ func NewCounting(ex adapters.Executor) *Counting {
 	return &Counting{Executor: ex, calls: map[string]int{}}
 }
 
-var (
-	_ adapters.Looker        = (*Counting)(nil)
-	_ adapters.LookupCapable = (*Counting)(nil)
-	_ adapters.KeyDeduper    = (*Counting)(nil)
-	_ adapters.LookupSettler = (*Counting)(nil)
-)
+var _ adapters.Looker = (*Counting)(nil)
 
 // Execute counts the call and runs the wrapped executor.
 func (c *Counting) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
@@ -111,32 +106,9 @@ func (c *Counting) Lookup(ctx context.Context, req adapters.Request) (adapters.O
 	return l.Lookup(ctx, req)
 }
 
-// CanLookup reports what the runtime would conclude for the wrapped executor.
-func (c *Counting) CanLookup() bool { return canLookup(c.Executor) }
-
-// DedupsOnKey reports the wrapped executor's DedupsOnKey, false without one.
-func (c *Counting) DedupsOnKey() bool {
-	d, ok := c.Executor.(adapters.KeyDeduper)
-	return ok && d.DedupsOnKey()
-}
-
-// LookupSettle reports the wrapped executor's settle window, ok false
-// without one.
-func (c *Counting) LookupSettle() (time.Duration, bool) {
-	if s, ok := c.Executor.(adapters.LookupSettler); ok {
-		return s.LookupSettle()
-	}
-	return 0, false
-}
-
 func canLookup(ex adapters.Executor) bool {
-	if _, ok := ex.(adapters.Looker); !ok {
-		return false
-	}
-	if c, ok := ex.(adapters.LookupCapable); ok {
-		return c.CanLookup()
-	}
-	return true
+	_, ok := ex.(adapters.Looker)
+	return ok && ex.Capabilities().Lookup
 }
 
 // UniqueKey returns an idempotency key no other test uses.

@@ -36,8 +36,8 @@
 //
 // The Adapter always has a Lookup method (adapters.Looker), but it can only
 // answer when Config.Lookup is set; otherwise it returns
-// ErrLookupUnavailable. The runtime asks CanLookup before relying on it, and
-// DedupsOnKey to decide, for an unknown outcome without lookup, between
+// ErrLookupUnavailable. Capabilities declares Lookup only then, and
+// DedupsOnKey, which the runtime uses to decide, for an unknown outcome without lookup, between
 // holding the intent as "unknown" (false, the default: plain SMTP and
 // Mailpit do not dedup on Message-ID) and re-sending it with the same
 // Message-ID (true).

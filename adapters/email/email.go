@@ -139,9 +139,8 @@ type Adapter struct {
 }
 
 var (
-	_ adapters.Executor      = (*Adapter)(nil)
-	_ adapters.Looker        = (*Adapter)(nil)
-	_ adapters.LookupSettler = (*Adapter)(nil)
+	_ adapters.Executor = (*Adapter)(nil)
+	_ adapters.Looker   = (*Adapter)(nil)
 )
 
 // New returns an Adapter for cfg (after WithDefaults).
@@ -157,18 +156,13 @@ func New(cfg Config) (*Adapter, error) {
 // Kind returns "email".
 func (a *Adapter) Kind() string { return Kind }
 
-// CanLookup reports whether Lookup can answer (a Lookup is configured).
-func (a *Adapter) CanLookup() bool { return a.cfg.Lookup != nil }
-
-// LookupSettle returns Config.LookupSettle, and ok false when it is unset
-// (the runtime's default applies).
-func (a *Adapter) LookupSettle() (time.Duration, bool) {
-	return a.cfg.LookupSettle, a.cfg.LookupSettle > 0
+// Capabilities declares the destination's: Lookup when Config.Lookup is
+// set (Mailpit's search by Message-ID), DedupsOnKey as configured (a
+// destination that drops a second message with the same Message-ID), and
+// Config.LookupSettle (zero: the runtime's).
+func (a *Adapter) Capabilities() adapters.Capabilities {
+	return adapters.Capabilities{Lookup: a.cfg.Lookup != nil, DedupsOnKey: a.cfg.DedupsOnKey, LookupSettle: max(a.cfg.LookupSettle, 0)}
 }
-
-// DedupsOnKey reports whether the destination dedups on the Message-ID,
-// making a resend after an unknown outcome safe.
-func (a *Adapter) DedupsOnKey() bool { return a.cfg.DedupsOnKey }
 
 // MessageID returns the Message-ID this adapter sends for an idempotency
 // key.
@@ -229,7 +223,8 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 
 // Lookup asks the configured Lookup whether the message for req's
 // idempotency key arrived. Without one it returns ErrLookupUnavailable
-// (check CanLookup first). A failure to ask is retryable.
+// (Capabilities declares Lookup only with one). A failure to ask is
+// retryable.
 func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
 	if a.cfg.Lookup == nil {
 		return adapters.Outcome{}, false, ErrLookupUnavailable

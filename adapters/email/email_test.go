@@ -144,8 +144,8 @@ func TestMailpitSendAndLookup(t *testing.T) {
 		Addr:   mp.SMTPAddr,
 		Lookup: &email.MailpitLookup{BaseURL: mp.BaseURL, Client: noKeepAlive()},
 	})
-	if !a.CanLookup() || a.DedupsOnKey() {
-		t.Fatalf("CanLookup=%v DedupsOnKey=%v, want true, false", a.CanLookup(), a.DedupsOnKey())
+	if c := a.Capabilities(); !c.Lookup || c.DedupsOnKey {
+		t.Fatalf("Capabilities = %+v, want Lookup, not DedupsOnKey", c)
 	}
 
 	key := uniqueKey(t)
@@ -470,8 +470,8 @@ func TestBadPayloadIsPermanent(t *testing.T) {
 func TestLookupUnavailable(t *testing.T) {
 	t.Parallel()
 	a := newAdapter(t, email.Config{Addr: "127.0.0.1:25"})
-	if a.CanLookup() {
-		t.Error("CanLookup = true without a Lookup")
+	if a.Capabilities().Lookup {
+		t.Error("Capabilities().Lookup = true without a Lookup")
 	}
 	_, _, err := a.Lookup(context.Background(), request("k", nil))
 	if !errors.Is(err, email.ErrLookupUnavailable) {

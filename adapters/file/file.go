@@ -158,6 +158,9 @@ func New(cfg Config) (*Adapter, error) {
 // Kind returns "file".
 func (a *Adapter) Kind() string { return Kind }
 
+// Capabilities declares the destination's: the manifest answers Lookup.
+func (a *Adapter) Capabilities() adapters.Capabilities { return adapters.Capabilities{Lookup: true} }
+
 // Root returns the root directory, absolute with symbolic links resolved.
 func (a *Adapter) Root() string { return a.root }
 

@@ -763,6 +763,8 @@ type noopExecutor struct{}
 
 func (noopExecutor) Kind() string { return "noop" }
 
+func (noopExecutor) Capabilities() adapters.Capabilities { return adapters.Capabilities{} }
+
 func (noopExecutor) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
 	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: json.RawMessage(`{}`)}, nil
 }
