@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -61,16 +61,8 @@ func TestCodeTable(t *testing.T) {
 	}
 }
 
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+// closedPort is a local address nothing listens on.
+func closedPort(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)) }
 
 const emailPayload = `{"to":["alice@example.com"],"from":"reports@example.com","subject":"Nightly report","text":"all good"}`
 
