@@ -25,6 +25,7 @@ import (
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
+	"github.com/fencegate/fencegate/internal/group"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -62,11 +63,18 @@ type LookupCapable interface {
 // destination may still take a message that long after the final dot.
 const DefaultLookupSettle = 10 * time.Minute
 
+// DefaultConcurrency is Config.Concurrency's default: enough intents in
+// flight per kind for the idempotency store's group commit to share its
+// transactions among many (measured: 8 settled ~700 intents/s with the
+// no-op adapter, 64 several times that).
+const DefaultConcurrency = 64
+
 // Config configures a Runtime.
 type Config struct {
 	// Executors to run, one per kind. Required.
 	Executors []Executor
-	// Concurrency bounds the intents executed at once per kind. Default 8.
+	// Concurrency bounds the intents executed at once per kind. Default
+	// DefaultConcurrency.
 	Concurrency int
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// Default 60s; must exceed ExecuteTimeout.
@@ -111,7 +119,7 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	c.Concurrency = cmp.Or(c.Concurrency, 8)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.AckWait = cmp.Or(c.AckWait, 60*time.Second)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
@@ -160,8 +168,9 @@ func (c Config) validate() error {
 // it); skip it if it is terminal; for fence policy execute, record
 // superseded if the resource's epoch moved on; then Begin on the key and
 // execute, return the stored result, look up, or hold. The message is acked
-// (a double ack, confirmed by the server) only after the outcome is
-// committed in PostgreSQL: a crash before that commit means redelivery, and
+// only after the outcome is committed in PostgreSQL (a plain ack: if it is
+// lost, the redelivery finds the intent terminal and acks again): a crash
+// before that commit means redelivery, and
 // the key's state makes the redelivery look up instead of executing twice.
 type Runtime struct {
 	pool   *pgxpool.Pool
@@ -170,6 +179,10 @@ type Runtime struct {
 	store  *idempotency.Store
 	outbox *outbox.Client
 	m      *runtimeMetrics
+
+	// loads batches the intent reads of concurrent deliveries (one
+	// statement for many; a read, so no guarantee rests on it).
+	loads *group.Batcher[int64, *outbox.Record]
 
 	cancel   context.CancelFunc
 	stopped  chan struct{}
@@ -187,7 +200,32 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, stopped: make(chan struct{})}, nil
+	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, stopped: make(chan struct{})}
+	r.loads = group.New(group.Config{MaxBatch: 256, Flushers: 2, Timeout: 10 * time.Second}, r.loadBatch)
+	return r, nil
+}
+
+// loadBatch reads a batch of intents in one statement; an id that names no
+// intent gets outbox.ErrNotFound.
+func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[*outbox.Record] {
+	out := make([]group.Result[*outbox.Record], len(ids))
+	if len(ids) == 1 {
+		rec, err := r.outbox.Get(ctx, ids[0])
+		out[0] = group.Result[*outbox.Record]{Value: rec, Err: err}
+		return out
+	}
+	recs, err := r.outbox.GetMany(ctx, ids)
+	for i, id := range ids {
+		switch rec, ok := recs[id]; {
+		case err != nil:
+			out[i].Err = err
+		case !ok:
+			out[i].Err = outbox.ErrNotFound
+		default:
+			out[i].Value = rec
+		}
+	}
+	return out
 }
 
 // Start creates (or updates) a durable pull consumer per kind and starts
@@ -323,12 +361,11 @@ func (r *Runtime) handle(ctx context.Context, ex Executor, msg jetstream.Msg) {
 	}
 	switch v {
 	case ack:
-		actx, cancel := context.WithTimeout(wctx, 10*time.Second)
-		defer cancel()
 		// The ack comes only now, after the outcome is committed in
-		// PostgreSQL. DoubleAck waits for the server's confirmation; if it
-		// is lost, the redelivery finds the intent terminal and acks again.
-		if err := msg.DoubleAck(actx); err != nil {
+		// PostgreSQL. A plain ack (not waiting for the server's
+		// confirmation): if it is lost, the redelivery finds the intent
+		// terminal and acks again — PostgreSQL, not the ack, is the truth.
+		if err := msg.Ack(); err != nil {
 			log.Warn("adapters: ack failed; the redelivery will find the intent terminal", "error", err)
 		}
 	case retry:
@@ -361,7 +398,7 @@ func (r *Runtime) delay(msg jetstream.Msg) time.Duration {
 const tracerName = "github.com/fencegate/fencegate/adapters"
 
 func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.Logger) (v verdict, delay time.Duration, err error) {
-	rec, err := r.outbox.Get(ctx, id)
+	rec, err := r.loads.Do(ctx, id)
 	if errors.Is(err, outbox.ErrNotFound) {
 		log.Warn("adapters: intent not in the outbox (swept or never committed); dropping message")
 		return term, 0, nil

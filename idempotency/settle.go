@@ -31,6 +31,14 @@ func (s *Store) BeginRecording(ctx context.Context, kind, key, fingerprint strin
 	if intentID < 1 {
 		return Decision{}, invalid("intent_id", "must be at least 1, got %d", intentID)
 	}
+	if s.begins != nil {
+		// Group commit: a new key is begun in a shared transaction; any
+		// other case comes back to be decided alone, here.
+		d, err := s.begins.Do(ctx, beginCall{kind: kind, key: key, fingerprint: fingerprint, intentID: intentID})
+		if !errors.Is(err, errAlone) {
+			return d, err
+		}
+	}
 	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, true)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/durable"
+	"github.com/fencegate/fencegate/internal/group"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -50,7 +51,24 @@ type Config struct {
 	// Logger receives the sweeper's reports and takeovers of abandoned
 	// attempts. Nil: discard.
 	Logger *slog.Logger
+	// GroupCommit makes the BeginRecording and CompleteOutcome calls of
+	// concurrent attempts share durable transactions (see group.go): the
+	// same answers and guarantees, one commit per batch. Begin, Complete
+	// and the other calls always run alone.
+	GroupCommit bool
+	// GroupMaxBatch bounds the calls of one shared transaction. Default
+	// DefaultGroupMaxBatch.
+	GroupMaxBatch int
+	// GroupFlushers bounds the shared transactions of each kind (Begins,
+	// Completes) running at once. Default DefaultGroupFlushers.
+	GroupFlushers int
 }
+
+// Group commit defaults.
+const (
+	DefaultGroupMaxBatch = 128
+	DefaultGroupFlushers = 2
+)
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -58,6 +76,8 @@ func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	c.SweepBatch = cmp.Or(c.SweepBatch, DefaultSweepBatch)
+	c.GroupMaxBatch = cmp.Or(c.GroupMaxBatch, DefaultGroupMaxBatch)
+	c.GroupFlushers = cmp.Or(c.GroupFlushers, DefaultGroupFlushers)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -74,6 +94,10 @@ func (c Config) validate() error {
 		return invalid("sweep_interval", "must be at least 1ms, got %s", c.SweepInterval)
 	case c.SweepBatch < 1 || c.SweepBatch > 100_000:
 		return invalid("sweep_batch", "must be between 1 and 100000, got %d", c.SweepBatch)
+	case c.GroupMaxBatch < 1 || c.GroupMaxBatch > 10_000:
+		return invalid("group_max_batch", "must be between 1 and 10000, got %d", c.GroupMaxBatch)
+	case c.GroupFlushers < 1 || c.GroupFlushers > 64:
+		return invalid("group_flushers", "must be between 1 and 64, got %d", c.GroupFlushers)
 	}
 	return nil
 }
@@ -82,6 +106,10 @@ func (c Config) validate() error {
 type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
+	// begins and completes are the group commit batchers (nil without
+	// Config.GroupCommit).
+	begins    *group.Batcher[beginCall, Decision]
+	completes *group.Batcher[Completion, CompleteResult]
 }
 
 // New returns a Store over pool, which must point at the primary: ownership
@@ -94,7 +122,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, invalid("pool", "must not be nil")
 	}
-	return &Store{pool: pool, cfg: cfg}, nil
+	s := &Store{pool: pool, cfg: cfg}
+	if cfg.GroupCommit {
+		gc := group.Config{MaxBatch: cfg.GroupMaxBatch, Flushers: cfg.GroupFlushers}
+		s.begins = group.New(gc, s.beginBatch)
+		s.completes = group.New(gc, s.completeBatch)
+	}
+	return s, nil
 }
 
 // Config returns the store's configuration, defaults filled in.
@@ -663,6 +697,12 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 	}
 	if err := checkResult(c.Result); err != nil {
 		return CompleteResult{}, err
+	}
+	if s.completes != nil {
+		res, err := s.completes.Do(ctx, c)
+		if !errors.Is(err, errAlone) {
+			return res, err
+		}
 	}
 	// Key and intent are written in one transaction so that they never
 	// disagree: nobody can see the intent succeeded while its key still

@@ -319,6 +319,29 @@ func (c *Client) Get(ctx context.Context, intentID int64) (*Record, error) {
 	return r, err
 }
 
+// GetMany returns the intents with the given ids that exist, by id, in one
+// statement (a read: what the adapters' runtime loads for a batch of
+// messages).
+func (c *Client) GetMany(ctx context.Context, ids []int64) (map[int64]*Record, error) {
+	rows, err := c.pool.Query(ctx, `SELECT `+recordColumns+` FROM intents WHERE intent_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: get %d intents: %w", len(ids), err)
+	}
+	defer rows.Close()
+	out := make(map[int64]*Record, len(ids))
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: get %d intents: %w", len(ids), err)
+		}
+		out[r.IntentID] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: get %d intents: %w", len(ids), err)
+	}
+	return out, nil
+}
+
 // Lookup returns the intent a resource's operation id committed, or
 // ErrNotFound.
 func (c *Client) Lookup(ctx context.Context, resource, operationID string) (*Record, error) {

@@ -53,6 +53,9 @@ type Options struct {
 	Runtime adapters.Config
 	// LockTimeout is the idempotency store's (default 5 minutes).
 	LockTimeout time.Duration
+	// NoGroupCommit runs the idempotency store without group commit
+	// (gateway run's default has it on, and so does the Env).
+	NoGroupCommit bool
 	// Resource is the fenced resource. Default DefaultResource.
 	Resource string
 	// RelayTimeout is the dispatcher's re-relay timeout. Default 20s.
@@ -146,7 +149,7 @@ func (e *Env) newClient(t testing.TB, pool *pgxpool.Pool) *outbox.Client {
 
 func (e *Env) newStore(t testing.TB, pool *pgxpool.Pool) *idempotency.Store {
 	t.Helper()
-	s, err := idempotency.New(pool, idempotency.Config{LockTimeout: e.opts.LockTimeout})
+	s, err := idempotency.New(pool, idempotency.Config{LockTimeout: e.opts.LockTimeout, GroupCommit: !e.opts.NoGroupCommit})
 	if err != nil {
 		t.Fatalf("adaptertest: idempotency store: %v", err)
 	}

@@ -913,7 +913,7 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]benchResult, e
 	drain := time.Now().Add(time.Minute)
 	for time.Now().Before(drain) {
 		var left bool
-		if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intents WHERE status IN ('pending', 'relayed'))`).Scan(&left); err != nil || !left {
+		if err := e.pool.QueryRow(ctx, drainLeftSQL).Scan(&left); err != nil || !left {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -25,6 +25,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/admin"
+	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/devsmtp"
 	"github.com/fencegate/fencegate/internal/pgtest"
 	"github.com/fencegate/fencegate/lease"
@@ -297,6 +298,7 @@ func (d *devEnv) start(ctx context.Context) (devReady, error) {
 		Adapters:      []string{email.Kind, file.Kind},
 		File:          file.Config{Root: root},
 		Email:         email.Config{Addr: d.smtpAddr},
+		Idempotency:   idempotency.Config{GroupCommit: true}, // as gateway run's default
 		Logger:        d.log,
 	}
 	if d.sink != nil {

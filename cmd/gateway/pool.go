@@ -2,6 +2,9 @@ package main
 
 import (
 	"net/url"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/idempotency"
 	"regexp"
 	"strings"
 )
@@ -26,6 +29,17 @@ const (
 	poolConnsSpare = 1
 	// poolConnsMin is the floor, pgxpool's own minimum default.
 	poolConnsMin = 4
+	// poolConnsGroup: with group commit the shared transactions of the
+	// idempotency store (Begins and Completes, DefaultGroupFlushers each)
+	// and the runtime's batched intent loads (2 at once), whatever the
+	// adapters' concurrency.
+	poolConnsGroup = 2*idempotency.DefaultGroupFlushers + 2
+	// poolConnsPerAdapterGrouped: with group commit an execution holds a
+	// connection of its own only for the statements outside the shared
+	// transactions (the execute fence's epoch read, a wait for proof, a
+	// release, a decision taken alone), each short: they share this many
+	// per adapter.
+	poolConnsPerAdapterGrouped = 8
 )
 
 // poolSize is the MaxConns `gateway run` gives its pool when neither
@@ -33,13 +47,17 @@ const (
 //
 //	spare (1)
 //	+ with the dispatcher: 3 (claim, mark, LISTEN) + 1 (intent sweeper)
-//	+ with adapters: the sum of every adapter's concurrency (each
-//	  execution holds at most one connection at a time) + 1 (idempotency
-//	  key sweeper)
+//	+ with adapters and group commit (the default): 6 for the shared
+//	  transactions and loads + min(concurrency, 8) per adapter + 1
+//	  (idempotency key sweeper)
+//	+ with adapters, without group commit: the sum of every adapter's
+//	  concurrency (each execution holds at most one connection at a time)
+//	  + 1 (idempotency key sweeper)
 //	+ with the admin server: 2
 //
 // and at least 4. With its defaults (dispatcher, email and file at
-// --adapter-concurrency 8, no admin server) that is 1 + 4 + 16 + 1 = 22.
+// --adapter-concurrency 64, group commit, no admin server) that is
+// 1 + 4 + 6 + 2×8 + 1 = 28.
 // Connections are opened on demand, so an idle process holds fewer.
 func (c *stackConfig) poolSize() int32 {
 	n := poolConnsSpare
@@ -50,9 +68,14 @@ func (c *stackConfig) poolSize() int32 {
 		// adapters.Config's default concurrency is 8, as the flag's.
 		per := c.Runtime.Concurrency
 		if per < 1 {
-			per = 8
+			per = adapters.DefaultConcurrency
 		}
-		n += executors*per + poolConnsSweeper
+		if c.Idempotency.GroupCommit {
+			n += poolConnsGroup + executors*min(per, poolConnsPerAdapterGrouped)
+		} else {
+			n += executors * per
+		}
+		n += poolConnsSweeper
 	}
 	if c.AdminAddr != "" {
 		n += poolConnsAdmin

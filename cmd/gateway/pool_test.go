@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/natstest"
 )
+
+var grouped = idempotency.Config{GroupCommit: true}
 
 // The pool of `gateway run` is sized from what the process runs.
 func TestPoolSize(t *testing.T) {
@@ -19,17 +22,22 @@ func TestPoolSize(t *testing.T) {
 		cfg  stackConfig
 		want int32
 	}{
-		// run's defaults: 1 spare + 3 dispatcher + 1 intent sweeper +
-		// 2 adapters × 8 + 1 key sweeper.
-		{"defaults", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(8)}, 22},
+		// Without group commit: 1 spare + 3 dispatcher + 1 intent
+		// sweeper + 2 adapters × 8 + 1 key sweeper.
+		{"alone", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(8)}, 22},
 		{"relay only", stackConfig{RunDispatcher: true}, 5},
 		{"one adapter alone", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(8)}, 10},
 		{"high concurrency with admin", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"},
 			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 4 + 64 + 1 + 2},
 		{"extra executors count as adapters", stackConfig{RunDispatcher: true, ExtraExecutors: []adapters.Executor{noopExecutor{}},
 			Runtime: runtimeConc(16)}, 1 + 4 + 16 + 1},
-		{"concurrency unset takes the runtime default", stackConfig{Adapters: []string{"file"}}, 10},
+		{"concurrency unset takes the runtime default", stackConfig{Adapters: []string{"file"}}, 1 + adapters.DefaultConcurrency + 1},
 		{"floor", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(1)}, 4},
+		// run's defaults, with group commit: 1 spare + 3 dispatcher + 1
+		// intent sweeper + 6 shared (Begins, Completes, loads) + 2
+		// adapters × min(64, 8) + 1 key sweeper.
+		{"defaults", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(64), Idempotency: grouped}, 28},
+		{"grouped, low concurrency", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 6 + 2 + 1},
 	} {
 		if got := tc.cfg.poolSize(); got != tc.want {
 			t.Errorf("%s: poolSize = %d, want %d", tc.name, got, tc.want)
@@ -69,8 +77,11 @@ func TestRunPoolMaxConns(t *testing.T) {
 		args      []string
 		want      string
 	}{
-		// 1 spare + 3 dispatcher + 1 intent sweeper + 5 + 1 key sweeper.
-		{"sized", db, nil, "11"},
+		// 1 spare + 3 dispatcher + 1 intent sweeper + 6 shared (group
+		// commit) + min(5, 8) + 1 key sweeper.
+		{"sized", db, nil, "17"},
+		// Without group commit: 1 + 3 + 1 + 5 + 1.
+		{"sized alone", db, []string{"--idempotency-group-commit=false"}, "11"},
 		{"flag", db, []string{"--db-max-conns", "9"}, "9"},
 		{"url wins", withQuery(db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3"},
 	} {

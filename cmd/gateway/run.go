@@ -115,11 +115,12 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		mailLookup  = fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit")
 		mailpitURL  = fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025")
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
-		concurrency = fs.Int("adapter-concurrency", 8, "intents executed at once, per adapter")
+		concurrency = fs.Int("adapter-concurrency", adapters.DefaultConcurrency, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
 		intentRet   = fs.Duration("intent-retention", outbox.DefaultSweepMaxAge, "delete completed intents this long after completion (unknown intents are kept for an operator); operation ids dedup this long, so it must be at least --key-retention")
 		keyRet      = fs.Duration("key-retention", idempotency.DefaultRetention, "forget completed idempotency keys this long after completion")
 		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
+		groupCommit = fs.Bool("idempotency-group-commit", true, "concurrent attempts share the durable transactions that begin and complete them (same guarantees, one commit per batch); false: one transaction each")
 		execTimeout = fs.Duration("execute-timeout", 30*time.Second, "bound on one effect's execution (an SMTP send, a file publication)")
 		settle      = fs.Duration("lookup-settle", adapters.DefaultLookupSettle, "a result lookup that finds nothing is trusted as proof the effect did not happen only this long after the attempt's last I/O with the destination (until then the intent waits, its key held); size it above the longest delay with which the destination shows an effect")
 
@@ -130,7 +131,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 
 		allowFsyncOff = a.fsyncFlag(fs)
-		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see poolSize; 22 with the defaults); a pool_max_conns in the database URL wins")
+		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see poolSize; 28 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -201,7 +202,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			Unknown:        adapters.UnknownPolicy(*unknown),
 			LookupSettle:   *settle,
 		},
-		Idempotency: idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet},
+		Idempotency: idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet, GroupCommit: *groupCommit},
 		Retention:   outbox.SweeperConfig{MaxAge: *intentRet},
 		MetricsAddr: *metricsAddr,
 		AdminAddr:   *adminAddr,
