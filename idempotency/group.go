@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/group"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -204,6 +205,9 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 				out[i] = group.Result[Decision]{Err: &IntentTerminalError{IntentID: id, Status: status}}
 			}
 		}
+		if len(newIDs) > 1 {
+			failpoint.Inject(failpoint.InsideGroupBegin) // no-op unless built with -tags failpoints
+		}
 		return nil
 	})
 	if err != nil {
@@ -378,6 +382,9 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 			if _, err := completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error); err != nil {
 				return err
 			}
+		}
+		if len(kKinds) > 1 {
+			failpoint.Inject(failpoint.InsideGroupComplete) // no-op unless built with -tags failpoints
 		}
 		return nil
 	})

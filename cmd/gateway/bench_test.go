@@ -99,10 +99,11 @@ func TestBenchDrainCasesJSON(t *testing.T) {
 		}
 	}
 	// The e2e cases run gateway run with its own pool sizing: the relay
-	// and the no-op adapter at concurrency 8.
+	// (1 spare + 3 + 1 sweeper) and the no-op adapter with group commit
+	// (6 shared + min(64, 8) + 1 key sweeper).
 	for _, name := range []string{"e2e-drain", "e2e-p50"} {
-		if note, _ := rows[name]["note"].(string); !strings.Contains(note, "db_max_conns=14") {
-			t.Errorf("row %s note = %q; want gateway run's pool of 14", name, note)
+		if note, _ := rows[name]["note"].(string); !strings.Contains(note, "db_max_conns=20") {
+			t.Errorf("row %s note = %q; want gateway run's pool of 20", name, note)
 		}
 	}
 	expectCode(t, gw(t, "", "bench", "--drain-intents", "5"), 2, "invalid_input")

@@ -42,6 +42,13 @@ const (
 	// over the target and has not marked its manifest published, nor
 	// returned, yet.
 	AfterRenameBeforeRecord = "after_rename_before_record"
+	// InsideGroupBegin: the idempotency store's group commit wrote a
+	// shared Begin of two or more attempts (keys created, attempts
+	// counted) and has not committed it yet.
+	InsideGroupBegin = "inside_group_begin"
+	// InsideGroupComplete: the group commit wrote a shared Complete of two
+	// or more outcomes (keys and intents) and has not committed it yet.
+	InsideGroupComplete = "inside_group_complete"
 
 	// BetweenCheckAndInsert is the failpoint inside fencegate_enqueue
 	// (migration 00010), after the epoch check passed and before the
