@@ -12,27 +12,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/outbox"
+	"github.com/fencegate/fencegate/internal/errmap"
 )
 
-// apiError is an error answer: status, and the body
-// {"error":{"code","message","field"?, extra…}}.
-type apiError struct {
-	status  int
-	code    string
-	message string
-	field   string
-	extra   map[string]any
-	// retryAfter, when positive, is sent as the Retry-After header
-	// (seconds).
-	retryAfter int
-}
-
-func (e *apiError) Error() string { return e.message }
+// apiError is an error answer: its code gives the status (internal/errmap,
+// the table the CLI's exit codes come from too), and the body is
+// {"error":{"code","message","field"?, extra…}}; RetryAfter, when
+// positive, is sent as the Retry-After header (seconds).
+type apiError = errmap.Error
 
 func badRequest(field, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: "invalid_input", field: field, message: fmt.Sprintf(format, args...)}
+	return errmap.Invalid(field, fmt.Sprintf(format, args...))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -46,83 +36,40 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	body := map[string]any{"code": e.code, "message": e.message}
-	if e.field != "" {
-		body["field"] = e.field
-	}
-	for k, v := range e.extra {
-		body[k] = v
-	}
-	if e.status == http.StatusUnauthorized {
+	if e.Code == errmap.Unauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
 	}
-	if e.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
-	writeJSON(w, e.status, map[string]any{"error": body})
+	writeJSON(w, e.Status(), map[string]any{"error": e.Body()})
 }
 
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+func oneLine(s string) string { return errmap.OneLine(s) }
 
-// toAPIError maps an error of the libraries to its HTTP answer, with the
-// same codes as the CLI.
+// toAPIError maps an error of the libraries to its HTTP answer through
+// errmap.Map, the CLI's mapping too, so the codes and fields are the same.
 func toAPIError(err error) *apiError {
+	ae := errmap.Map(err)
 	var (
-		ae     *apiError
-		ostale *outbox.StaleEpochError
-		lstale *lease.StaleEpochError
-		held   *lease.HeldError
-		busy   *lease.BusyError
-		conf   *outbox.ConflictError
-		oinv   *outbox.ValidationError
-		linv   *lease.InvalidError
-		inv    *InputError
-		ise    *InvalidStateError
+		inv *InputError
+		ise *InvalidStateError
 	)
 	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.As(err, &ostale):
-		return &apiError{status: http.StatusConflict, code: "stale_epoch", message: err.Error(), extra: map[string]any{
-			"resource": ostale.Resource, "supplied_epoch": ostale.Supplied, "current_epoch": ostale.Current}}
-	case errors.As(err, &lstale):
-		return &apiError{status: http.StatusConflict, code: "stale_epoch", message: err.Error(), extra: map[string]any{
-			"resource": lstale.Resource, "supplied_epoch": lstale.Supplied, "current_epoch": lstale.Current}}
-	case errors.As(err, &held):
-		return &apiError{status: http.StatusConflict, code: "lease_held", message: err.Error(), extra: map[string]any{
-			"resource": held.Resource, "holder": held.Holder, "current_epoch": held.Epoch, "expires_at": held.ExpiresAt}}
-	case errors.As(err, &busy):
-		// Retryable: the control row's lock is held by an open transaction
-		// (a paused worker); nothing was granted.
-		return &apiError{status: http.StatusServiceUnavailable, code: "busy", message: err.Error(), retryAfter: 1,
-			extra: map[string]any{"resource": busy.Resource}}
-	case errors.As(err, &conf):
-		return &apiError{status: http.StatusUnprocessableEntity, code: "conflict", message: err.Error(), extra: map[string]any{
-			"resource": conf.Resource, "operation_id": conf.OperationID, "intent_id": conf.IntentID}}
-	case errors.As(err, &oinv):
-		return badRequest(oinv.Field, "%s", err.Error())
-	case errors.As(err, &linv):
-		field := linv.Field
-		if field == "ttl" {
-			field = "ttl_ms" // the API's name for it
-		}
-		return badRequest(field, "%s: %s", field, linv.Message)
-	case errors.As(err, &inv):
-		return badRequest(inv.Field, "%s", err.Error())
-	case errors.As(err, &ise):
+	case ae.Code == errmap.InvalidInput && ae.Field == "ttl" && errors.As(err, &inv):
+		// The issuer's ttl is the API's ttl_ms.
+		return badRequest("ttl_ms", "ttl_ms: %s", inv.Message)
+	case ae.Code == errmap.Internal && errors.As(err, &ise):
+		// The admin package's own error: the CLI has no operator actions.
 		extra := map[string]any{"intent_id": ise.IntentID, "action": ise.Action, "status": ise.Status, "allowed": ise.Allowed}
 		if ise.InFlight {
 			extra["in_flight"] = true
 		}
-		return &apiError{status: http.StatusConflict, code: "invalid_state", message: err.Error(), extra: extra}
-	case errors.Is(err, outbox.ErrNotFound):
-		return &apiError{status: http.StatusNotFound, code: "not_found", message: err.Error()}
-	case errors.Is(err, ErrResourceNotFound):
-		return &apiError{status: http.StatusNotFound, code: "not_found", message: err.Error()}
-	case unavailable(err):
-		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", message: "database unavailable: " + oneLine(err.Error())}
+		return &apiError{Code: errmap.InvalidState, Message: err.Error(), Extra: extra}
+	case ae.Code == errmap.Unavailable && errmap.DatabaseUnavailable(err):
+		return &apiError{Code: ae.Code, Message: "database unavailable: " + ae.Message}
 	}
-	return &apiError{status: http.StatusInternalServerError, code: "internal", message: oneLine(err.Error())}
+	return ae
 }
 
 // handlerFunc is an API endpoint: it returns the status and body of a
@@ -137,15 +84,15 @@ func (s *Server) authorize(r *http.Request, role Role) (principal, *apiError) {
 	}
 	tok, ok := bearer(r)
 	if !ok {
-		return principal{}, &apiError{status: http.StatusUnauthorized, code: "unauthorized", message: "missing bearer token (Authorization: Bearer …)"}
+		return principal{}, errmap.New(errmap.Unauthorized, "missing bearer token (Authorization: Bearer …)")
 	}
 	p, ok := s.auth.lookup(tok)
 	if !ok {
-		return principal{}, &apiError{status: http.StatusUnauthorized, code: "unauthorized", message: "unknown token"}
+		return principal{}, errmap.New(errmap.Unauthorized, "unknown token")
 	}
 	if p.role != role {
-		return principal{}, &apiError{status: http.StatusForbidden, code: "forbidden",
-			message: fmt.Sprintf("token %q has role %s; this endpoint needs %s", p.name, p.role, role)}
+		return principal{}, errmap.New(errmap.Forbidden,
+			fmt.Sprintf("token %q has role %s; this endpoint needs %s", p.name, p.role, role))
 	}
 	return p, nil
 }
@@ -174,8 +121,8 @@ func (s *Server) api(role Role, h handlerFunc) http.Handler {
 		status, body, err := h(r, p)
 		if err != nil {
 			ae := toAPIError(err)
-			if ae.status >= 500 {
-				s.cfg.Logger.Error("admin: request failed", "method", r.Method, "path", r.URL.Path, "status", ae.status, "err", err)
+			if ae.Status() >= 500 {
+				s.cfg.Logger.Error("admin: request failed", "method", r.Method, "path", r.URL.Path, "status", ae.Status(), "err", err)
 			}
 			writeError(w, ae)
 			return
@@ -281,8 +228,8 @@ func decodeError(err error, optional bool) error {
 	)
 	switch {
 	case errors.As(err, &mbe):
-		return &apiError{status: http.StatusBadRequest, code: "body_too_large", field: "body",
-			message: fmt.Sprintf("request body is over the limit of %d bytes", mbe.Limit)}
+		return &apiError{Code: errmap.BodyTooLarge, Field: "body",
+			Message: fmt.Sprintf("request body is over the limit of %d bytes", mbe.Limit)}
 	case errors.Is(err, io.EOF):
 		if optional {
 			return nil

@@ -156,10 +156,10 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, v *viewer, 
 // pageFail answers err with the status the API would give it.
 func (s *Server) pageFail(w http.ResponseWriter, r *http.Request, err error) {
 	ae := toAPIError(err)
-	if ae.status >= 500 {
-		s.cfg.Logger.Error("admin: page failed", "method", r.Method, "path", r.URL.Path, "status", ae.status, "err", err)
+	if ae.Status() >= 500 {
+		s.cfg.Logger.Error("admin: page failed", "method", r.Method, "path", r.URL.Path, "status", ae.Status(), "err", err)
 	}
-	s.renderError(w, r, nil, ae.status, ae.message)
+	s.renderError(w, r, nil, ae.Status(), ae.Message)
 }
 
 func setPageHeaders(w http.ResponseWriter, styleHash string) {
@@ -410,10 +410,10 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 	}
 	if _, err := Apply(r.Context(), s.cfg.Pool, req); err != nil {
 		ae := toAPIError(err)
-		if ae.status >= 500 {
+		if ae.Status() >= 500 {
 			s.cfg.Logger.Error("admin: page action failed", "action", a, "intent_id", id, "err", err)
 		}
-		msg := ae.message
+		msg := ae.Message
 		var ise *InvalidStateError
 		switch {
 		case errors.As(err, &ise) && ise.InFlight:
@@ -422,7 +422,7 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 		case ise != nil:
 			msg = fmt.Sprintf("Cannot %s intent %d: it is %s now; %s applies only to %s.", a, id, ise.Status, a, joinStatuses(ise.Allowed))
 		}
-		s.showIntent(w, r, id, ae.status, &pageData{Nav: "intents", Error: msg}, req.Note)
+		s.showIntent(w, r, id, ae.Status(), &pageData{Nav: "intents", Error: msg}, req.Note)
 		return
 	}
 	s.cfg.Logger.Info("admin: operator action", "action", a, "intent_id", id, "actor", v.name)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -27,19 +27,13 @@ const (
 	MaxListLimit     = 500
 )
 
-// ErrInvalid is matched (errors.Is) by an *InputError.
-var ErrInvalid = errors.New("invalid input")
+// ErrInvalid is matched (errors.Is) by an *InputError. It is
+// fenceerr.ErrInvalid, shared with lease, outbox and idempotency.
+var ErrInvalid = fenceerr.ErrInvalid
 
-// InputError names the request field that is wrong. Nothing was stored.
-type InputError struct {
-	Field   string
-	Message string
-}
-
-func (e *InputError) Error() string { return e.Field + ": " + e.Message }
-
-// Is reports whether target is ErrInvalid.
-func (e *InputError) Is(target error) bool { return target == ErrInvalid }
+// InputError names the request field that is wrong. Nothing was stored. It
+// is fenceerr.InvalidError, the one invalid-input type of the module.
+type InputError = fenceerr.InvalidError
 
 func inputErr(field, format string, args ...any) error {
 	return &InputError{Field: field, Message: fmt.Sprintf(format, args...)}
@@ -294,8 +288,8 @@ type ResourceView struct {
 }
 
 // ErrResourceNotFound is returned by GetResource for a resource with
-// neither a control row nor intents.
-var ErrResourceNotFound = errors.New("resource not found")
+// neither a control row nor intents. It matches fenceerr.ErrNotFound.
+var ErrResourceNotFound = fenceerr.NotFound("resource not found")
 
 // GetResource returns the resource's control row and counts, or
 // ErrResourceNotFound.
@@ -340,26 +334,4 @@ func GetResource(ctx context.Context, q Querier, resource string) (*ResourceView
 		return nil, ErrResourceNotFound
 	}
 	return v, nil
-}
-
-// unavailable reports whether err means PostgreSQL could not be reached
-// (refused, timed out, shutting down) rather than a query failing.
-func unavailable(err error) bool {
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// Class 08: connection exception; 57P01-57P03: admin shutdown,
-		// crash shutdown, cannot connect now.
-		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03")
-	}
-	var netErr interface{ Timeout() bool }
-	return errors.As(err, &netErr) || isConnClosed(err)
-}
-
-func isConnClosed(err error) bool {
-	var pgconnErr interface{ SafeToRetry() bool }
-	return errors.As(err, &pgconnErr) && pgconn.SafeToRetry(err)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -285,8 +286,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// browser page elsewhere could still reach it through DNS
 		// rebinding (a name that resolves to 127.0.0.1): such requests
 		// carry that name in Host. Refuse every non-loopback Host.
-		writeError(sw, &apiError{status: http.StatusMisdirectedRequest, code: "misdirected",
-			message: "without API tokens this server answers only to a loopback Host (localhost, 127.0.0.1, [::1])"})
+		writeError(sw, &apiError{Code: errmap.Misdirected,
+			Message: "without API tokens this server answers only to a loopback Host (localhost, 127.0.0.1, [::1])"})
 		s.metrics.requests.WithLabelValues("misdirected", strconv.Itoa(sw.code)).Inc()
 		return
 	}
@@ -310,11 +311,10 @@ func (s *Server) serveUnmatched(w http.ResponseWriter, r *http.Request) {
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
-			message: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)})
+		writeError(w, errmap.New(errmap.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)))
 		return
 	}
-	writeError(w, &apiError{status: http.StatusNotFound, code: "not_found", message: "no such endpoint: " + r.URL.Path})
+	writeError(w, errmap.New(errmap.NotFound, "no such endpoint: "+r.URL.Path))
 }
 
 // headerRecorder captures the mux's own 404/405 answer.

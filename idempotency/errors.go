@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -13,23 +14,25 @@ import (
 // write the key's outcome. Nothing was written.
 var ErrLostOwnership = errors.New("attempt lost ownership of the idempotency key")
 
-// ErrNotFound is returned when no key matches.
-var ErrNotFound = errors.New("idempotency key not found")
+// ErrNotFound is returned when no key matches. It matches
+// fenceerr.ErrNotFound.
+var ErrNotFound = fenceerr.NotFound("idempotency key not found")
 
 // ErrNotHeld is returned by Unhold when the key is not held.
 var ErrNotHeld = errors.New("idempotency key is not held")
 
 // ErrIntentNotFound is returned when the intent id names no intent. Nothing
-// was written.
-var ErrIntentNotFound = errors.New("intent not found")
+// was written. It matches fenceerr.ErrNotFound.
+var ErrIntentNotFound = fenceerr.NotFound("intent not found")
 
 // ErrIntentTerminal is matched by an *IntentTerminalError: Begin refuses to
 // start an attempt for an intent that already has its final status (for
 // example cancelled by an operator). Nothing was written.
 var ErrIntentTerminal = errors.New("intent already has a final status")
 
-// ErrInvalid is matched by an *InvalidError.
-var ErrInvalid = errors.New("invalid input")
+// ErrInvalid is matched by an *InvalidError. It is fenceerr.ErrInvalid,
+// shared with lease, outbox and admin.
+var ErrInvalid = fenceerr.ErrInvalid
 
 // OwnershipError says which attempt lost the key and who holds it now.
 type OwnershipError struct {
@@ -65,17 +68,12 @@ func (e *IntentTerminalError) Error() string {
 // Is reports whether target is ErrIntentTerminal.
 func (e *IntentTerminalError) Is(target error) bool { return target == ErrIntentTerminal }
 
-// InvalidError names the argument that is wrong.
-type InvalidError struct {
-	Field   string
-	Message string
-}
+// InvalidError names the argument that is wrong. It is
+// fenceerr.InvalidError, the one invalid-input type of the module.
+type InvalidError = fenceerr.InvalidError
 
-func (e *InvalidError) Error() string { return "idempotency: " + e.Field + ": " + e.Message }
-
-// Is reports whether target is ErrInvalid.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
-
+// invalid returns an *InvalidError naming field, wrapped so that its text
+// keeps saying where it comes from ("idempotency: field: message").
 func invalid(field, format string, args ...any) error {
-	return &InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
+	return fmt.Errorf("idempotency: %w", &InvalidError{Field: field, Message: fmt.Sprintf(format, args...)})
 }

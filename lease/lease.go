@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 )
@@ -38,10 +39,13 @@ var ErrHeld = errors.New("lease held by another holder")
 
 // ErrStaleEpoch is returned (wrapped in *StaleEpochError) when the epoch a
 // caller supplied is no longer, or never was, the resource's current one.
-var ErrStaleEpoch = errors.New("stale epoch")
+// It is fenceerr.ErrStaleEpoch, the same sentinel as outbox.ErrStaleEpoch:
+// errors.Is(err, lease.ErrStaleEpoch) holds for a stale enqueue too.
+var ErrStaleEpoch = fenceerr.ErrStaleEpoch
 
-// ErrInvalid is returned (wrapped in *InvalidError) for bad arguments.
-var ErrInvalid = errors.New("invalid input")
+// ErrInvalid is returned (wrapped in *InvalidError) for bad arguments. It
+// is fenceerr.ErrInvalid, shared with outbox, idempotency and admin.
+var ErrInvalid = fenceerr.ErrInvalid
 
 // HeldError says who holds the lease and until when (PostgreSQL's clock).
 type HeldError struct {
@@ -59,26 +63,10 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
-// StaleEpochError names the resource, the epoch supplied and the current one.
-type StaleEpochError struct {
-	Resource string
-	Supplied int64
-	Current  int64
-	// Reason says why, when the epoch is current but the call still fails
-	// (for example the lease was released or belongs to another holder).
-	Reason string
-}
-
-func (e *StaleEpochError) Error() string {
-	msg := fmt.Sprintf("stale epoch for %q: supplied %d, current %d", e.Resource, e.Supplied, e.Current)
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	return msg
-}
-
-// Is reports whether target is ErrStaleEpoch.
-func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
+// StaleEpochError names the resource, the epoch supplied and the current
+// one, and why when the epoch is current but the call still fails
+// (Reason). It is fenceerr.StaleEpochError, the outbox's type too.
+type StaleEpochError = fenceerr.StaleEpochError
 
 // ErrBusy is returned (wrapped in *BusyError) when a grant (Acquire, Renew,
 // Release, Advance) gave up waiting for the resource's control-row lock
@@ -109,16 +97,9 @@ func (e *BusyError) Error() string {
 // Is reports whether target is ErrBusy.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
-// InvalidError names the argument that is wrong.
-type InvalidError struct {
-	Field   string
-	Message string
-}
-
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
-
-// Is reports whether target is ErrInvalid.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+// InvalidError names the argument that is wrong. It is
+// fenceerr.InvalidError, the one invalid-input type of the module.
+type InvalidError = fenceerr.InvalidError
 
 // Lease is a granted lease.
 type Lease struct {

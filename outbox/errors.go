@@ -3,35 +3,31 @@ package outbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fencegate/fencegate/fenceerr"
 )
 
-// ErrStaleEpoch is matched (errors.Is) by a *StaleEpochError.
-var ErrStaleEpoch = errors.New("stale epoch")
+// ErrStaleEpoch is matched (errors.Is) by a *StaleEpochError. It is
+// fenceerr.ErrStaleEpoch, the same sentinel as lease.ErrStaleEpoch:
+// errors.Is(err, outbox.ErrStaleEpoch) holds for a stale renew too.
+var ErrStaleEpoch = fenceerr.ErrStaleEpoch
 
 // ErrOperationConflict is matched by a *ConflictError: the operation id was
 // used before for different content.
 var ErrOperationConflict = errors.New("operation id reused with different content")
 
-// ErrNotFound is returned when no intent matches.
-var ErrNotFound = errors.New("intent not found")
+// ErrNotFound is returned when no intent matches. It matches
+// fenceerr.ErrNotFound.
+var ErrNotFound = fenceerr.NotFound("intent not found")
 
-// ErrInvalid is matched by a *ValidationError.
-var ErrInvalid = errors.New("invalid intent")
+// ErrInvalid is matched by a *ValidationError. It is fenceerr.ErrInvalid,
+// shared with lease, idempotency and admin.
+var ErrInvalid = fenceerr.ErrInvalid
 
 // StaleEpochError says the supplied epoch is not the resource's current one.
-// Nothing was stored.
-type StaleEpochError struct {
-	Resource string
-	Supplied int64
-	Current  int64
-}
-
-func (e *StaleEpochError) Error() string {
-	return fmt.Sprintf("stale epoch for resource %q: supplied %d, current %d", e.Resource, e.Supplied, e.Current)
-}
-
-// Is reports whether target is ErrStaleEpoch.
-func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
+// Nothing was stored. It is fenceerr.StaleEpochError, the issuer's type
+// too.
+type StaleEpochError = fenceerr.StaleEpochError
 
 // ConflictError names the existing intent that holds the operation id.
 type ConflictError struct {
@@ -48,13 +44,6 @@ func (e *ConflictError) Error() string {
 func (e *ConflictError) Is(target error) bool { return target == ErrOperationConflict }
 
 // ValidationError names the field of an intent that is wrong. Nothing was
-// stored.
-type ValidationError struct {
-	Field   string
-	Message string
-}
-
-func (e *ValidationError) Error() string { return e.Field + ": " + e.Message }
-
-// Is reports whether target is ErrInvalid.
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+// stored. It is fenceerr.InvalidError, the one invalid-input type of the
+// module.
+type ValidationError = fenceerr.InvalidError

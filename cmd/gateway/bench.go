@@ -276,7 +276,7 @@ func startBench(ctx context.Context, a *app, dbURL, natsURL string) (*benchEnv, 
 		fmt.Fprintln(a.stderr, "gateway bench: starting a throwaway PostgreSQL cluster (fsync on)…")
 		c, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
 		if err != nil {
-			return fail(&cliError{exit: exitInternal, code: "unavailable", message: "start PostgreSQL: " + oneLine(err.Error())})
+			return fail(unavailable("start PostgreSQL: " + oneLine(err.Error())))
 		}
 		cleanups = append(cleanups, func() { _ = c.Stop() })
 		dbURL = c.URL("postgres")

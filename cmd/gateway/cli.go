@@ -12,107 +12,43 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/durable"
+	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/outbox"
 )
 
-// Exit codes, part of the public contract.
+// Exit codes, part of the public contract (internal/errmap holds them with
+// the codes they answer).
 const (
-	exitOK       = 0
-	exitInternal = 1
-	exitBadInput = 2
-	exitStale    = 3
-	exitHeld     = 4
-	exitConflict = 5
+	exitOK       = errmap.ExitOK
+	exitInternal = errmap.ExitInternal
+	exitBadInput = errmap.ExitBadInput
 )
 
-// cliError is an error with its exit code and the JSON error object.
-type cliError struct {
-	exit    int
-	code    string
-	message string
-	extra   map[string]any
-}
+// cliError is an error with its code, exit code and JSON error object: the
+// contract's one error type, shared with the admin API.
+type cliError = errmap.Error
 
-func (e *cliError) Error() string { return e.message }
+func badInput(field, msg string) *cliError { return errmap.Invalid(field, msg) }
 
-func badInput(field, msg string) *cliError {
-	return &cliError{exit: exitBadInput, code: "invalid_input", message: msg, extra: map[string]any{"field": field}}
-}
+// unavailable is a dependency (PostgreSQL, NATS) that cannot be used.
+func unavailable(msg string) *cliError { return errmap.New(errmap.Unavailable, msg) }
 
-// classify maps an error to its exit code and JSON error body.
-func classify(err error) *cliError {
-	var ce *cliError
-	if errors.As(err, &ce) {
-		return ce
-	}
-	var (
-		ostale *outbox.StaleEpochError
-		lstale *lease.StaleEpochError
-		held   *lease.HeldError
-		busy   *lease.BusyError
-		conf   *outbox.ConflictError
-		oinv   *outbox.ValidationError
-		linv   *lease.InvalidError
-	)
-	switch {
-	case errors.As(err, &ostale):
-		return &cliError{exit: exitStale, code: "stale_epoch", message: err.Error(), extra: map[string]any{
-			"resource": ostale.Resource, "supplied_epoch": ostale.Supplied, "current_epoch": ostale.Current}}
-	case errors.As(err, &lstale):
-		return &cliError{exit: exitStale, code: "stale_epoch", message: err.Error(), extra: map[string]any{
-			"resource": lstale.Resource, "supplied_epoch": lstale.Supplied, "current_epoch": lstale.Current}}
-	case errors.As(err, &held):
-		return &cliError{exit: exitHeld, code: "lease_held", message: err.Error(), extra: map[string]any{
-			"resource": held.Resource, "holder": held.Holder, "current_epoch": held.Epoch, "expires_at": held.ExpiresAt}}
-	case errors.As(err, &busy):
-		// Retryable, nothing granted: the control row stayed locked by an
-		// open transaction past --lock-timeout.
-		return &cliError{exit: exitInternal, code: "busy", message: err.Error(), extra: map[string]any{"resource": busy.Resource}}
-	case errors.As(err, &conf):
-		return &cliError{exit: exitConflict, code: "conflict", message: err.Error(), extra: map[string]any{
-			"resource": conf.Resource, "operation_id": conf.OperationID, "intent_id": conf.IntentID}}
-	case errors.As(err, &oinv):
-		return badInput(oinv.Field, err.Error())
-	case errors.As(err, &linv):
-		return badInput(linv.Field, err.Error())
-	case errors.Is(err, lease.ErrStandby):
-		return &cliError{exit: exitInternal, code: "unavailable", message: oneLine(err.Error())}
-	case errors.Is(err, outbox.ErrNotFound):
-		return &cliError{exit: exitBadInput, code: "not_found", message: err.Error()}
-	}
-	code := "internal"
-	var pgErr *pgconn.PgError
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) ||
-		(!errors.As(err, &pgErr) && isNetErr(err)) {
-		code = "unavailable"
-	}
-	return &cliError{exit: exitInternal, code: code, message: oneLine(err.Error())}
-}
+// classify maps an error to its exit code and JSON error body; the admin
+// API maps through the same errmap.Map.
+func classify(err error) *cliError { return errmap.Map(err) }
 
-func isNetErr(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "connect") || strings.Contains(s, "dial") || strings.Contains(s, "connection")
-}
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+func oneLine(s string) string { return errmap.OneLine(s) }
 
 // fail writes the error object on stdout and a one-line message on stderr,
 // and returns the exit code.
 func (a *app) fail(err error) int {
 	ce := classify(err)
-	body := map[string]any{"code": ce.code, "message": ce.message}
-	for k, v := range ce.extra {
-		body[k] = v
-	}
-	a.writeJSON(map[string]any{"error": body})
-	fmt.Fprintf(a.stderr, "gateway: %s\n", oneLine(ce.message))
-	return ce.exit
+	a.writeJSON(map[string]any{"error": ce.Body()})
+	fmt.Fprintf(a.stderr, "gateway: %s\n", oneLine(ce.Message))
+	return ce.Exit()
 }
 
 func (a *app) writeJSON(v any) {
@@ -174,18 +110,16 @@ func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*
 	durable.ConfigurePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, &cliError{exit: exitInternal, code: "unavailable", message: "database: " + oneLine(err.Error())}
+		return nil, unavailable("database: " + oneLine(err.Error()))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		if errors.Is(err, lease.ErrStandby) {
-			return nil, &cliError{exit: exitInternal, code: "unavailable",
-				message: fmt.Sprintf("database at %s: %s", redactURL(dbURL), lease.ErrStandby)}
+			return nil, unavailable(fmt.Sprintf("database at %s: %s", redactURL(dbURL), lease.ErrStandby))
 		}
-		return nil, &cliError{exit: exitInternal, code: "unavailable",
-			message: fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), oneLine(err.Error()))}
+		return nil, unavailable(fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), oneLine(err.Error())))
 	}
 	return pool, nil
 }
@@ -203,7 +137,7 @@ func (a *app) fsyncFlag(fs *flag.FlagSet) *bool {
 func (a *app) requireFsync(ctx context.Context, pool *pgxpool.Pool, allow bool) error {
 	var fsync string
 	if err := pool.QueryRow(ctx, `SELECT current_setting('fsync')`).Scan(&fsync); err != nil {
-		return &cliError{exit: exitInternal, code: "unavailable", message: "database: read fsync: " + oneLine(err.Error())}
+		return unavailable("database: read fsync: " + oneLine(err.Error()))
 	}
 	if fsync == "on" {
 		return nil
@@ -212,7 +146,7 @@ func (a *app) requireFsync(ctx context.Context, pool *pgxpool.Pool, allow bool) 
 		fmt.Fprintln(a.stderr, "gateway: warning: PostgreSQL runs with fsync=off (allowed by --allow-fsync-off): a crash can lose acknowledged grants and intents")
 		return nil
 	}
-	return &cliError{exit: exitInternal, code: "unsafe_database", message: "PostgreSQL runs with fsync=off: a crash could lose acknowledged grants and intents and hand one epoch to two holders; turn fsync on (or, for a throwaway test server, pass --allow-fsync-off)"}
+	return errmap.New(errmap.UnsafeDatabase, "PostgreSQL runs with fsync=off: a crash could lose acknowledged grants and intents and hand one epoch to two holders; turn fsync on (or, for a throwaway test server, pass --allow-fsync-off)")
 }
 
 func redactURL(raw string) string {

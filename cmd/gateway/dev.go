@@ -389,7 +389,7 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 			if os.Geteuid() == 0 && kept {
 				hint = " (as root, PostgreSQL runs as the postgres user: every directory above --data-dir must be searchable by it)"
 			}
-			return &cliError{exit: exitInternal, code: "unavailable", message: "start PostgreSQL: " + oneLine(err.Error()) + hint}
+			return unavailable("start PostgreSQL: " + oneLine(err.Error()) + hint)
 		}
 		d.pg = c
 		d.add("PostgreSQL", func() {
@@ -467,11 +467,10 @@ func (d *devEnv) startNATS() error {
 		srv.WaitForShutdown()
 	})
 	if !srv.ReadyForConnections(10 * time.Second) {
-		return &cliError{exit: exitInternal, code: "unavailable",
-			message: fmt.Sprintf("embedded NATS did not start on 127.0.0.1:%d (is the port in use?)", d.opts.natsPort)}
+		return unavailable(fmt.Sprintf("embedded NATS did not start on 127.0.0.1:%d (is the port in use?)", d.opts.natsPort))
 	}
 	if !srv.JetStreamEnabled() {
-		return &cliError{exit: exitInternal, code: "unavailable", message: "embedded NATS started without JetStream"}
+		return unavailable("embedded NATS started without JetStream")
 	}
 	d.natsSrv = srv
 	d.natsURL = srv.ClientURL()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/fencegate/fencegate/lease"
@@ -33,22 +32,13 @@ func cmdLeaseHistory(ctx context.Context, a *app, args []string) int {
 	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
-		return a.fail(standby(err))
+		return a.fail(err)
 	}
 	defer pool.Close()
 	grants, err := lease.NewIssuer(pool).History(ctx, *resource, *limit)
 	if err != nil {
-		return a.fail(standby(err))
+		return a.fail(err)
 	}
 	a.writeJSON(map[string]any{"resource": *resource, "grants": grants})
 	return exitOK
-}
-
-// standby maps lease.ErrStandby to "unavailable", exit 1: the command may
-// work against the primary.
-func standby(err error) error {
-	if errors.Is(err, lease.ErrStandby) {
-		return &cliError{exit: exitInternal, code: "unavailable", message: oneLine(err.Error())}
-	}
-	return err
 }

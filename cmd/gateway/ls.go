@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/fencegate/fencegate/admin"
 )
@@ -25,7 +24,7 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 	// Bad filters are refused before connecting: exit 2 either way.
 	f, err := admin.ParseListFilter(*resource, *status, *kind, *limit, *cursor)
 	if err != nil {
-		return a.fail(lsError(err))
+		return a.fail(err)
 	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
@@ -34,17 +33,8 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 	defer pool.Close()
 	page, err := admin.ListIntents(ctx, pool, f)
 	if err != nil {
-		return a.fail(lsError(err))
+		return a.fail(err)
 	}
 	a.writeJSON(page)
 	return exitOK
-}
-
-// lsError turns the admin package's input errors into the CLI's bad input.
-func lsError(err error) error {
-	var ie *admin.InputError
-	if errors.As(err, &ie) {
-		return badInput(ie.Field, err.Error())
-	}
-	return err
 }

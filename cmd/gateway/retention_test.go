@@ -18,10 +18,10 @@ func TestStackRetentionHorizons(t *testing.T) {
 	const day = 24 * time.Hour
 	field := func(err error) any {
 		var ce *cliError
-		if !errors.As(err, &ce) || ce.exit != exitBadInput {
+		if !errors.As(err, &ce) || ce.Exit() != exitBadInput {
 			return nil
 		}
-		return ce.extra["field"]
+		return ce.Field
 	}
 	for _, c := range []struct {
 		name         string

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/chaos"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -127,11 +128,11 @@ func classify(err error) string {
 		return "ok"
 	case errors.As(err, &he):
 		return "held"
-	case errors.Is(err, lease.ErrStaleEpoch), errors.Is(err, outbox.ErrStaleEpoch):
+	case errors.Is(err, fenceerr.ErrStaleEpoch): // the issuer's and the outbox's alike
 		return "stale"
 	case errors.Is(err, outbox.ErrOperationConflict):
 		return "conflict"
-	case errors.Is(err, lease.ErrInvalid), errors.Is(err, outbox.ErrInvalid):
+	case errors.Is(err, fenceerr.ErrInvalid):
 		return "invalid"
 	}
 	return "unknown"
