@@ -924,13 +924,8 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]benchResult, e
 	out := float64(doneAfter-doneBefore) / time.Since(mstart).Seconds()
 	maxRate := math.Min(in, out)
 	// Let the backlog drain before the next case, bounded.
-	drain := time.Now().Add(time.Minute)
-	for time.Now().Before(drain) {
-		var left bool
-		if err := e.pool.QueryRow(ctx, drainLeftSQL).Scan(&left); err != nil || !left {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if _, hi, err := e.backlogRange(ctx); err == nil {
+		_ = e.waitDone(ctx, "e2e backlog", `completed_at IS NULL`, floor+1, hi, time.Now().Add(-9*time.Minute))
 	}
 
 	stopped = true
