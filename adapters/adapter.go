@@ -87,6 +87,11 @@ type Capabilities struct {
 	// dot, an eventually consistent API). Zero: the runtime's
 	// Config.LookupSettle.
 	LookupSettle time.Duration
+	// Concurrency is the most executions at once the destination should
+	// get (an SMTP server's session limit); the runtime runs
+	// min(Config.Concurrency, Concurrency) of this kind at once. Zero: no
+	// limit of its own.
+	Concurrency int
 }
 
 // Executor performs the external effect of one kind of intent.

@@ -461,3 +461,61 @@ func TestExecuteFenceAfterAbandonedAttempt(t *testing.T) {
 		})
 	}
 }
+
+// boundedExec declares Capabilities.Concurrency and records the most
+// Execute calls it saw at once; each call takes a while, as a destination
+// does.
+type boundedExec struct {
+	limit        int
+	mu           sync.Mutex
+	inside, most int
+	done         map[string]bool
+}
+
+func (e *boundedExec) Kind() string { return "test" }
+
+func (e *boundedExec) Capabilities() adapters.Capabilities {
+	return adapters.Capabilities{Concurrency: e.limit}
+}
+
+func (e *boundedExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	e.mu.Lock()
+	e.inside++
+	e.most = max(e.most, e.inside)
+	e.mu.Unlock()
+	select {
+	case <-time.After(20 * time.Millisecond): // the destination's latency
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	e.inside--
+	e.done[req.IdempotencyKey] = true
+	e.mu.Unlock()
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: json.RawMessage(`{}`)}, nil
+}
+
+// An executor's declared Concurrency bounds its executions below the
+// runtime's (much higher) Config.Concurrency.
+func TestDeclaredConcurrencyBounds(t *testing.T) {
+	t.Parallel()
+	ex := &boundedExec{limit: 2, done: map[string]bool{}}
+	e := adaptertest.NewEnv(t, adaptertest.Options{
+		Executors: []adapters.Executor{ex},
+		Kinds:     testKinds,
+		Runtime:   adapters.Config{Concurrency: 64},
+	})
+	var ids []int64
+	for i := range 16 {
+		ids = append(ids, e.Enqueue(t, e.Intent("test", fmt.Sprintf("op-%d", i), fmt.Sprintf("k-%d", i), json.RawMessage(`{}`))))
+	}
+	for _, id := range ids {
+		if rec := e.WaitTerminal(t, id); rec.Status != outbox.StatusSucceeded {
+			t.Fatalf("intent %d: %+v", id, rec)
+		}
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.most > 2 || ex.most < 1 {
+		t.Fatalf("at most %d executions at once, want 1-2 (declared Concurrency 2)", ex.most)
+	}
+}

@@ -67,7 +67,7 @@ type Config struct {
 // Group commit defaults.
 const (
 	DefaultGroupMaxBatch = 128
-	DefaultGroupFlushers = 2
+	DefaultGroupFlushers = 4
 )
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -23,6 +23,10 @@ const (
 	DefaultDomain    = "fencegate.local"
 	DefaultTimeout   = 30 * time.Second
 	DefaultLocalName = "localhost"
+	// DefaultMaxSessions is Config.MaxSessions' default: SMTP servers
+	// limit the sessions one client may hold open (often 10-20 per
+	// address); the runtime's own default concurrency is far higher.
+	DefaultMaxSessions = 16
 )
 
 // STARTTLS modes of Config.StartTLS.
@@ -69,6 +73,9 @@ type Config struct {
 	// Timeout bounds one whole attempt, from dial to the final reply.
 	// Default 30s.
 	Timeout time.Duration
+	// MaxSessions bounds the SMTP sessions open at once (declared to the
+	// runtime as Capabilities.Concurrency). Default DefaultMaxSessions.
+	MaxSessions int
 	// Lookup enables result lookup (Adapter.Lookup). Default nil: none.
 	Lookup Lookup
 	// LookupSettle is how long after an attempt's last I/O with the SMTP
@@ -93,6 +100,7 @@ func (c Config) WithDefaults() Config {
 	c.LocalName = cmp.Or(c.LocalName, DefaultLocalName)
 	c.StartTLS = cmp.Or(c.StartTLS, StartTLSOpportunistic)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.MaxSessions = cmp.Or(c.MaxSessions, DefaultMaxSessions)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -121,6 +129,9 @@ func (c Config) validate() error {
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("email: Timeout must be positive, got %s", c.Timeout)
+	}
+	if c.MaxSessions < 1 {
+		return fmt.Errorf("email: MaxSessions must be at least 1, got %d", c.MaxSessions)
 	}
 	if strings.ContainsAny(c.Domain, "<>@ \t\r\n") {
 		return fmt.Errorf("email: Domain %q is not a valid Message-ID domain", c.Domain)
@@ -158,10 +169,12 @@ func (a *Adapter) Kind() string { return Kind }
 
 // Capabilities declares the destination's: Lookup when Config.Lookup is
 // set (Mailpit's search by Message-ID), DedupsOnKey as configured (a
-// destination that drops a second message with the same Message-ID), and
-// Config.LookupSettle (zero: the runtime's).
+// destination that drops a second message with the same Message-ID),
+// Config.LookupSettle (zero: the runtime's) and Config.MaxSessions as its
+// concurrency.
 func (a *Adapter) Capabilities() adapters.Capabilities {
-	return adapters.Capabilities{Lookup: a.cfg.Lookup != nil, DedupsOnKey: a.cfg.DedupsOnKey, LookupSettle: max(a.cfg.LookupSettle, 0)}
+	return adapters.Capabilities{Lookup: a.cfg.Lookup != nil, DedupsOnKey: a.cfg.DedupsOnKey,
+		LookupSettle: max(a.cfg.LookupSettle, 0), Concurrency: a.cfg.MaxSessions}
 }
 
 // MessageID returns the Message-ID this adapter sends for an idempotency

@@ -47,7 +47,7 @@ const (
 //
 //	spare (1)
 //	+ with the dispatcher: 3 (claim, mark, LISTEN) + 1 (intent sweeper)
-//	+ with adapters and group commit (the default): 6 for the shared
+//	+ with adapters and group commit (the default): 10 for the shared
 //	  transactions and loads + min(concurrency, 8) per adapter + 1
 //	  (idempotency key sweeper)
 //	+ with adapters, without group commit: the sum of every adapter's
@@ -55,9 +55,8 @@ const (
 //	  + 1 (idempotency key sweeper)
 //	+ with the admin server: 2
 //
-// and at least 4. With its defaults (dispatcher, email and file at
-// --adapter-concurrency 64, group commit, no admin server) that is
-// 1 + 4 + 6 + 2×8 + 1 = 28.
+// and at least 4. With its defaults (dispatcher, email and file, group
+// commit, no admin server) that is 1 + 4 + 10 + 2×8 + 1 = 32.
 // Connections are opened on demand, so an idle process holds fewer.
 func (c *stackConfig) poolSize() int32 {
 	n := poolConnsSpare

@@ -34,10 +34,10 @@ func TestPoolSize(t *testing.T) {
 		{"concurrency unset takes the runtime default", stackConfig{Adapters: []string{"file"}}, 1 + adapters.DefaultConcurrency + 1},
 		{"floor", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(1)}, 4},
 		// run's defaults, with group commit: 1 spare + 3 dispatcher + 1
-		// intent sweeper + 6 shared (Begins, Completes, loads) + 2
-		// adapters × min(64, 8) + 1 key sweeper.
-		{"defaults", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(64), Idempotency: grouped}, 28},
-		{"grouped, low concurrency", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 6 + 2 + 1},
+		// intent sweeper + 10 shared (4 Begin and 4 Complete flushers, 2
+		// loads) + 2 adapters × min(256, 8) + 1 key sweeper.
+		{"defaults", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(256), Idempotency: grouped}, 32},
+		{"grouped, low concurrency", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 10 + 2 + 1},
 	} {
 		if got := tc.cfg.poolSize(); got != tc.want {
 			t.Errorf("%s: poolSize = %d, want %d", tc.name, got, tc.want)
@@ -77,9 +77,9 @@ func TestRunPoolMaxConns(t *testing.T) {
 		args      []string
 		want      string
 	}{
-		// 1 spare + 3 dispatcher + 1 intent sweeper + 6 shared (group
+		// 1 spare + 3 dispatcher + 1 intent sweeper + 10 shared (group
 		// commit) + min(5, 8) + 1 key sweeper.
-		{"sized", db, nil, "17"},
+		{"sized", db, nil, "21"},
 		// Without group commit: 1 + 3 + 1 + 5 + 1.
 		{"sized alone", db, []string{"--idempotency-group-commit=false"}, "11"},
 		{"flag", db, []string{"--db-max-conns", "9"}, "9"},

@@ -111,6 +111,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		smtpPass    = fs.String("smtp-password", a.getenv("GATEWAY_SMTP_PASSWORD"), "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD)")
 		smtpInsec   = fs.Bool("smtp-insecure-skip-verify", false, "do not verify the SMTP server's TLS certificate (tests only)")
 		smtpDedups  = fs.Bool("smtp-dedups-on-message-id", false, "the SMTP destination drops a second message with the same Message-ID (lets --unknown-outcome resend resend email)")
+		smtpMaxSess = fs.Int("smtp-max-sessions", email.DefaultMaxSessions, "SMTP sessions open at once at most (the email adapter's concurrency, below --adapter-concurrency)")
 		mailDomain  = fs.String("mail-domain", email.DefaultDomain, "right-hand side of generated Message-IDs")
 		mailLookup  = fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit")
 		mailpitURL  = fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025")
@@ -131,7 +132,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 
 		allowFsyncOff = a.fsyncFlag(fs)
-		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see poolSize; 28 with the defaults); a pool_max_conns in the database URL wins")
+		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see poolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -191,6 +192,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			InsecureSkipVerify: *smtpInsec,
 			DedupsOnKey:        *smtpDedups,
 			Domain:             *mailDomain,
+			MaxSessions:        *smtpMaxSess,
 		},
 		MailLookup: *mailLookup,
 		MailpitURL: *mailpitURL,
@@ -219,6 +221,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	if *concurrency < 1 {
 		return a.fail(badInput("adapter_concurrency", "--adapter-concurrency must be at least 1"))
+	}
+	if *smtpMaxSess < 1 {
+		return a.fail(badInput("smtp_max_sessions", "--smtp-max-sessions must be at least 1"))
 	}
 	if *maxAttempts < 1 {
 		return a.fail(badInput("max_attempts", "--max-attempts must be at least 1"))
