@@ -145,67 +145,63 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 	decided := map[int]bool{}
 	err := s.inGroupTx(ctx, func(tx pgx.Tx) error {
 		clear(decided)
-		// 1. Create the keys that are new, in the lock order (the rows
-		//    come in ordinality order, sorted above). As in Begin, the
+		// One statement, one round trip:
+		// 1. ins: create the keys that are new, in the lock order (the
+		//    rows come in ordinality order, sorted above). As in Begin, the
 		//    primary key is the arbiter: of concurrent Begins of a new key
 		//    exactly one inserts. A key that exists is answered alone.
+		// 2. l, upd: count the attempts, in the same transaction as the
+		//    keys, only on intents without a final status, locked in id
+		//    order. The sort below FOR UPDATE consumes all of ins before
+		//    the first intent is locked, so every key is taken before any
+		//    intent: the single path's key-then-intent order. The lock
+		//    orders the count with an operator's cancel, as countAttempt
+		//    does.
 		rows, err := tx.Query(ctx, `
-			INSERT INTO idempotency_keys
-				(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until)
-			SELECT t.kind, t.key, t.fp, 'started', t.id, t.id, clock_timestamp() + $5::interval
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(kind, key, fp, id, ord)
-			ORDER BY t.ord
-			ON CONFLICT (kind, idempotency_key) DO NOTHING
-			RETURNING owner_intent_id, token, locked_until`,
-			kinds, keys, fps, ids, interval(s.cfg.LockTimeout))
+			WITH ins AS (
+				INSERT INTO idempotency_keys
+					(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until)
+				SELECT t.kind, t.key, t.fp, 'started', t.id, t.id, clock_timestamp() + $5::interval
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(kind, key, fp, id, ord)
+				ORDER BY t.ord
+				ON CONFLICT (kind, idempotency_key) DO NOTHING
+				RETURNING owner_intent_id, token, locked_until
+			), l AS (
+				SELECT intent_id FROM intents
+				WHERE intent_id IN (SELECT owner_intent_id FROM ins) AND status <> ALL($6::text[])
+				ORDER BY intent_id
+				FOR UPDATE
+			), upd AS (
+				UPDATE intents i SET attempts = i.attempts + 1, updated_at = now()
+				FROM l WHERE i.intent_id = l.intent_id
+				RETURNING i.intent_id, i.attempts
+			)
+			SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts
+			FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`,
+			kinds, keys, fps, ids, interval(s.cfg.LockTimeout), terminalStatuses)
 		if err != nil {
-			return fmt.Errorf("insert keys: %w", err)
+			return fmt.Errorf("begin keys: %w", err)
 		}
 		inserted := map[int64]Decision{}
+		counted := map[int64]int{}
 		var newIDs []int64
 		for rows.Next() {
 			var id int64
 			var d Decision
-			if err := rows.Scan(&id, &d.Token, &d.LockedUntil); err != nil {
+			var n *int
+			if err := rows.Scan(&id, &d.Token, &d.LockedUntil, &n); err != nil {
 				rows.Close()
 				return err
 			}
 			d.Outcome, d.OwnerIntentID = OutcomeExecute, id
 			inserted[id] = d
 			newIDs = append(newIDs, id)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("insert keys: %w", err)
-		}
-		// 2. Count the attempts, in the same transaction as the keys, only
-		//    on intents without a final status, locked in id order (after
-		//    the keys: the single path's order). The lock orders the count
-		//    with an operator's cancel, as countAttempt does.
-		rows, err = tx.Query(ctx, `
-			WITH l AS (
-				SELECT intent_id FROM intents
-				WHERE intent_id = ANY($1) AND status <> ALL($2::text[])
-				ORDER BY intent_id
-				FOR UPDATE
-			)
-			UPDATE intents i SET attempts = i.attempts + 1, updated_at = now()
-			FROM l WHERE i.intent_id = l.intent_id
-			RETURNING i.intent_id, i.attempts`, newIDs, terminalStatuses)
-		if err != nil {
-			return fmt.Errorf("count attempts: %w", err)
-		}
-		counted := map[int64]int{}
-		for rows.Next() {
-			var id int64
-			var n int
-			if err := rows.Scan(&id, &n); err != nil {
-				rows.Close()
-				return err
+			if n != nil {
+				counted[id] = *n
 			}
-			counted[id] = n
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("count attempts: %w", err)
+			return fmt.Errorf("begin keys: %w", err)
 		}
 		for _, id := range newIDs {
 			i := byIntent[id]
@@ -275,89 +271,78 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 	decided := map[int]CompleteResult{}
 	err := s.inGroupTx(ctx, func(tx pgx.Tx) error {
 		clear(decided)
-		// 1. Lock the keys, in the lock order: kind by kind (candidates
-		//    are sorted by kind), each kind's keys sorted (ORDER BY is
-		//    applied before the rows are locked). kind = $1 AND key =
-		//    ANY($2) is one index scan of the primary key; a join to
-		//    unnest() was planned as a scan of the table (6.5 ms a batch,
-		//    pg_stat_statements). The token check and the writes below are
-		//    one atomic step under these locks, as in Complete: no Begin
-		//    can take a key over between them.
+		// 1. Lock the keys, then the candidates' intents, in one round
+		//    trip: the statements are pipelined, and PostgreSQL runs them
+		//    one after the other in this order — the lock order: kind by
+		//    kind (candidates are sorted by kind), each kind's keys sorted
+		//    (ORDER BY is applied before the rows are locked), then the
+		//    intents by id (the single path's key-then-intent order).
+		//    kind = $1 AND key = ANY($2) is one index scan of the primary
+		//    key (a join to unnest() was planned as a scan of the table).
+		//    The token check and the writes below are one atomic step under
+		//    these locks, as in Complete: no Begin can take a key over
+		//    between them.
 		type keyRow struct {
 			state        string
 			token, owner int64
 		}
 		found := map[keyID]keyRow{}
+		statuses := map[int64]outbox.Status{}
+		ids := make([]int64, 0, len(cand))
+		for _, i := range cand {
+			ids = append(ids, calls[i].IntentID)
+		}
+		var b pgx.Batch
 		for _, kk := range byKind(kinds, keys) {
-			rows, err := tx.Query(ctx, `
+			b.Queue(`
 				SELECT idempotency_key, state, token, owner_intent_id
 				FROM idempotency_keys
 				WHERE kind = $1 AND idempotency_key = ANY($2)
 				ORDER BY idempotency_key COLLATE "C"
-				FOR UPDATE`, kk.kind, kk.keys)
-			if err != nil {
-				return fmt.Errorf("lock keys: %w", err)
-			}
-			for rows.Next() {
-				k := keyID{kind: kk.kind}
-				var r keyRow
-				if err := rows.Scan(&k.key, &r.state, &r.token, &r.owner); err != nil {
-					rows.Close()
-					return err
+				FOR UPDATE`, kk.kind, kk.keys).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					k := keyID{kind: kk.kind}
+					var r keyRow
+					if err := rows.Scan(&k.key, &r.state, &r.token, &r.owner); err != nil {
+						return err
+					}
+					found[k] = r
 				}
-				found[k] = r
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("lock keys: %w", err)
-			}
+				return rows.Err()
+			})
 		}
-		// Owned: started, with this attempt's token, by its intent. Any
-		// other case (lost, a retry after a lost answer, a wrong intent)
-		// is answered alone, which tells them apart.
-		var owned []int
-		var ids []int64
-		for _, i := range cand {
-			c := calls[i]
-			r, ok := found[keyID{c.Kind, c.Key}]
-			if ok && State(r.state) == StateStarted && r.token == c.Token && r.owner == c.IntentID {
-				owned = append(owned, i)
-				ids = append(ids, c.IntentID)
-			}
+		b.Queue(`SELECT intent_id, status FROM intents WHERE intent_id = ANY($1) ORDER BY intent_id FOR UPDATE`, ids).
+			Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var id int64
+					var st string
+					if err := rows.Scan(&id, &st); err != nil {
+						return err
+					}
+					statuses[id] = outbox.Status(st)
+				}
+				return rows.Err()
+			})
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("lock keys and intents: %w", err)
 		}
-		if len(owned) == 0 {
-			return nil
-		}
-		// 2. Lock their intents, by id, after the keys (the single path's
-		//    order), and read their statuses under the lock.
-		rows, err := tx.Query(ctx, `SELECT intent_id, status FROM intents WHERE intent_id = ANY($1) ORDER BY intent_id FOR UPDATE`, ids)
-		if err != nil {
-			return fmt.Errorf("lock intents: %w", err)
-		}
-		statuses := map[int64]outbox.Status{}
-		for rows.Next() {
-			var id int64
-			var st string
-			if err := rows.Scan(&id, &st); err != nil {
-				rows.Close()
-				return err
-			}
-			statuses[id] = outbox.Status(st)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("lock intents: %w", err)
-		}
-		// 3. Write the keys' outcomes, and the intents' where they have no
-		//    final status, in this one transaction: key and intent never
-		//    disagree. An intent that is gone is answered alone (nothing
-		//    of it written here).
+		// 2. Decide. Owned: started, with this attempt's token, by its
+		//    intent, and the intent exists. Any other case (lost, a retry
+		//    after a lost answer, a wrong intent, an intent gone) is
+		//    answered alone, which tells them apart; nothing of it is
+		//    written here.
 		var kKinds, kKeys, kStatus []string
 		var kResult, kErr []*string
 		var iIDs []int64
 		var iStatus []string
 		var iResult, iErr []*string
 		var final []int
-		for _, i := range owned {
+		for _, i := range cand {
 			c := calls[i]
+			r, ok := found[keyID{c.Kind, c.Key}]
+			if !ok || State(r.state) != StateStarted || r.token != c.Token || r.owner != c.IntentID {
+				continue
+			}
 			st, ok := statuses[c.IntentID]
 			if !ok {
 				continue
@@ -377,31 +362,34 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		if len(kKinds) == 0 {
 			return nil
 		}
+		// 3. Write the keys' outcomes, and the intents' where they have no
+		//    final status, in this one transaction (key and intent never
+		//    disagree), pipelined in one round trip.
+		b = pgx.Batch{}
 		for lo := 0; lo < len(kKinds); {
 			hi := lo
 			for hi < len(kKinds) && kKinds[hi] == kKinds[lo] {
 				hi++
 			}
-			if _, err := tx.Exec(ctx, `
+			b.Queue(`
 				UPDATE idempotency_keys k
 				SET state = 'completed', status = t.status, locked_until = NULL,
 				    result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
 				FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(key, status, result, err)
 				WHERE k.kind = $1 AND k.idempotency_key = ANY($2) AND k.idempotency_key = t.key`,
-				kKinds[lo], kKeys[lo:hi], kStatus[lo:hi], kResult[lo:hi], kErr[lo:hi]); err != nil {
-				return fmt.Errorf("record key outcomes: %w", err)
-			}
+				kKinds[lo], kKeys[lo:hi], kStatus[lo:hi], kResult[lo:hi], kErr[lo:hi])
 			lo = hi
 		}
 		if len(iIDs) > 0 {
-			if _, err := tx.Exec(ctx, `
+			b.Queue(`
 				UPDATE intents i
 				SET status = t.status, result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
 				FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS t(id, status, result, err)
 				WHERE i.intent_id = ANY($1) AND i.intent_id = t.id`,
-				iIDs, iStatus, iResult, iErr); err != nil {
-				return fmt.Errorf("record intent outcomes: %w", err)
-			}
+				iIDs, iStatus, iResult, iErr)
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("record outcomes: %w", err)
 		}
 		// An intent that already had a final status keeps it; the outcome
 		// goes into its history, as alone (completeIntent matches no row
