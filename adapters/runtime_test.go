@@ -519,3 +519,40 @@ func TestDeclaredConcurrencyBounds(t *testing.T) {
 		t.Fatalf("at most %d executions at once, want 1-2 (declared Concurrency 2)", ex.most)
 	}
 }
+
+// The shared transactions of group commit and the dispatcher's writes to
+// the same intents (the mark after each PubAck, which adapters race with)
+// lock rows in one order: no shared transaction fails, on a deadlock or
+// otherwise, while a burst is relayed and settled at once.
+func TestGroupCommitNoDeadlockWithRelay(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	ctx := context.Background()
+	const batches, per = 100, 100
+	var ids []int64
+	for b := range batches {
+		var in []outbox.Intent
+		for i := range per {
+			n := b*per + i
+			in = append(in, e.Intent("test", fmt.Sprintf("op-%d", n), fmt.Sprintf("k-%d", n), json.RawMessage(`{"mode":"ok"}`)))
+		}
+		res, err := e.Client.EnqueueBatch(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			ids = append(ids, r.IntentID)
+		}
+	}
+	for _, id := range ids {
+		if rec := e.WaitTerminal(t, id); rec.Status != outbox.StatusSucceeded {
+			t.Fatalf("intent %d: %+v", id, rec)
+		}
+	}
+	if n := e.Store.GroupFailures(); n != 0 {
+		t.Fatalf("%d shared transactions failed (see the log: a deadlock with the dispatcher's mark?)", n)
+	}
+}

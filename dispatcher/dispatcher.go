@@ -600,18 +600,41 @@ func cmpErr(first, err error) error {
 // claim: only the claim holder increments it, here. An adapter may have
 // recorded an outcome already (it does not look at claims); a terminal
 // status is kept.
+//
+// Lock order: the rows are locked in intent id order (the CTE's ORDER BY
+// below FOR UPDATE) before any is written. The adapters' shared
+// transactions (idempotency group commit) lock the intents of a batch in
+// id order too, and they race with this mark (an adapter may settle an
+// intent before its mark). A plain "UPDATE … WHERE intent_id = ANY($1)"
+// locks in the order its plan visits the rows — a bitmap heap scan visits
+// them in physical order — and deadlocked with them (PostgreSQL aborted
+// one side after deadlock_timeout: a second's stall; adapters' test
+// TestGroupCommitNoDeadlockWithRelay).
 const markRelayedSQL = `
-UPDATE intents SET
-	status = CASE WHEN status IN ('pending', 'relayed') THEN 'relayed' ELSE status END,
-	relayed_at = CASE WHEN status IN ('pending', 'relayed') THEN now() ELSE relayed_at END,
-	relay_count = relay_count + 1,
+WITH l AS (
+	SELECT intent_id FROM intents WHERE intent_id = ANY($1) AND claimed_by = $2
+	ORDER BY intent_id
+	FOR UPDATE
+)
+UPDATE intents i SET
+	status = CASE WHEN i.status IN ('pending', 'relayed') THEN 'relayed' ELSE i.status END,
+	relayed_at = CASE WHEN i.status IN ('pending', 'relayed') THEN now() ELSE i.relayed_at END,
+	relay_count = i.relay_count + 1,
 	claimed_by = NULL, claim_expires_at = NULL, updated_at = now()
-WHERE intent_id = ANY($1) AND claimed_by = $2 AND ` + durable.Where
+FROM l
+WHERE i.intent_id = l.intent_id AND i.claimed_by = $2 AND ` + durable.Where
 
-// releaseSQL returns claims without relaying.
+// releaseSQL returns claims without relaying, locking in id order as
+// markRelayedSQL does.
 const releaseSQL = `
-UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL
-WHERE intent_id = ANY($1) AND claimed_by = $2`
+WITH l AS (
+	SELECT intent_id FROM intents WHERE intent_id = ANY($1) AND claimed_by = $2
+	ORDER BY intent_id
+	FOR UPDATE
+)
+UPDATE intents i SET claimed_by = NULL, claim_expires_at = NULL
+FROM l
+WHERE i.intent_id = l.intent_id AND i.claimed_by = $2`
 
 func (d *Dispatcher) markRelayed(ctx context.Context, b *batch, ids []int64) {
 	n, err := d.execUntil(ctx, b, "mark intents relayed", markRelayedSQL, ids, d.cfg.ID)
@@ -670,9 +693,16 @@ func minTime(a, b time.Time) time.Time {
 // releaseAllSQL returns every claim of dispatcher $1. Only pending and
 // relayed intents are ever claimed, and the status predicates let PostgreSQL
 // find them through the small partial indexes instead of scanning the table.
+// Rows are locked in id order, as in markRelayedSQL.
 const releaseAllSQL = `
-UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL
-WHERE claimed_by = $1 AND (status = 'pending' OR status = 'relayed')`
+WITH l AS (
+	SELECT intent_id FROM intents WHERE claimed_by = $1 AND (status = 'pending' OR status = 'relayed')
+	ORDER BY intent_id
+	FOR UPDATE
+)
+UPDATE intents i SET claimed_by = NULL, claim_expires_at = NULL
+FROM l
+WHERE i.intent_id = l.intent_id AND i.claimed_by = $1`
 
 // releaseAll returns every claim held under our id. It runs once both loops
 // have ended, so nothing can claim after it.

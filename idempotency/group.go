@@ -108,8 +108,19 @@ func byKey[T any](items []T, key func(T) keyID) (order []int, dup []bool) {
 	return order, dup
 }
 
-// batchFailed answers every call of a batch whose transaction failed.
-func batchFailed[T any](out []group.Result[T], err error, what string) {
+// noteBatchFailed counts and logs a shared transaction that failed.
+func (s *Store) noteBatchFailed(err error, what string) {
+	s.groupFailures.Add(1)
+	s.cfg.Logger.Warn("idempotency: a shared transaction failed; its calls run alone", "what", what, "error", err)
+}
+
+// GroupFailures returns how many shared transactions (group commit) have
+// failed since the store was made — a deadlock with another writer, any
+// server error — each call of which then ran alone. Zero is the normal.
+func (s *Store) GroupFailures() int64 { return s.groupFailures.Load() }
+
+// failBatch answers every call of a batch whose transaction failed.
+func failBatch[T any](out []group.Result[T], err error, what string) {
 	var pgErr *pgconn.PgError
 	alone := errors.As(err, &pgErr) // rejected by the server: nothing committed
 	for i := range out {
@@ -236,7 +247,8 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 		return nil
 	})
 	if err != nil {
-		batchFailed(out, err, "begin")
+		s.noteBatchFailed(err, "begin")
+		failBatch(out, err, "begin")
 		return out
 	}
 	for _, i := range byIntent {
@@ -406,7 +418,8 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		return nil
 	})
 	if err != nil {
-		batchFailed(out, err, "complete")
+		s.noteBatchFailed(err, "complete")
+		failBatch(out, err, "complete")
 		return out
 	}
 	for i, r := range decided {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,6 +111,8 @@ type Store struct {
 	// Config.GroupCommit).
 	begins    *group.Batcher[beginCall, Decision]
 	completes *group.Batcher[Completion, CompleteResult]
+	// groupFailures counts failed shared transactions (GroupFailures).
+	groupFailures atomic.Int64
 }
 
 // New returns a Store over pool, which must point at the primary: ownership

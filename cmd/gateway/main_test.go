@@ -21,7 +21,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gatewayBin = filepath.Join(dir, "gateway")
-	build := exec.Command("go", "build", "-o", gatewayBin, ".")
+	// With the failpoints compiled in (inert unless GATEWAY_FAILPOINTS arms
+	// one): process tests pause the dispatcher at a failpoint instead of a
+	// test hook in the production binary.
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", gatewayBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "build gateway: %v\n", err)

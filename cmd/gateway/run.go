@@ -154,19 +154,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 
-	// testPause is a test hook (GATEWAY_TEST_PAUSE_BEFORE_MARK, a
-	// duration): the dispatcher pauses after each batch's PubAcks and before
-	// marking it relayed, so a test can kill the process with published
-	// intents still claimed. Unset in production.
-	var hooks dispatcher.Hooks
-	if v := a.getenv("GATEWAY_TEST_PAUSE_BEFORE_MARK"); v != "" {
-		pause, err := time.ParseDuration(v)
-		if err != nil {
-			return a.fail(badInput("GATEWAY_TEST_PAUSE_BEFORE_MARK", "not a duration: "+v))
-		}
-		hooks.Acked = func(string, []int64) { time.Sleep(pause) }
-	}
-
 	cfg := stackConfig{
 		NATSURL:       *natsURL,
 		RunDispatcher: *runDispatcher,
@@ -180,7 +167,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			PublishTimeout:  *pubTimeout,
 			StreamReplicas:  *replicas,
 			DuplicateWindow: *dupWindow,
-			Hooks:           hooks,
 		},
 		Adapters: kinds,
 		File:     file.Config{Root: *fileRoot},

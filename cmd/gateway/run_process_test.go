@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -208,7 +209,7 @@ func TestRunKill9MidBatch(t *testing.T) {
 
 	// The pause before marking makes "mid-batch" certain: at any moment the
 	// victim holds claims on intents it published but has not marked.
-	victim := startRun(t, []string{"GATEWAY_TEST_PAUSE_BEFORE_MARK=20ms"}, dbURL, srv.URL, "--dispatcher-id", "victim", "--batch-size", "10",
+	victim := startRun(t, []string{failpoint.EnvVar + "=" + failpoint.AfterPublishBeforeMark + "=sleep(20ms)"}, dbURL, srv.URL, "--dispatcher-id", "victim", "--batch-size", "10",
 		"--max-in-flight", "20", "--claim-ttl", "3s", "--publish-timeout", "1s")
 	pollUntil(t, 30*time.Second, "the victim to be mid-way with claims held", func() (bool, string) {
 		relayed := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'relayed'`)

@@ -1,0 +1,111 @@
+// Command custom-adapter is an example program with an adapter of its own:
+// kind "notify", which posts a notification to an HTTP service that
+// deduplicates on Idempotency-Key and answers lookups by key (notify.go).
+// It wires the pieces a `gateway run` has — the relay (dispatcher), the
+// adapter runtime, the idempotency store — around that one kind, and
+// enqueues one intent as a worker would, under a lease.
+//
+//	go run ./examples/custom-adapter --database-url URL --nats-url URL --endpoint http://127.0.0.1:9000
+//
+// The adapter passes the conformance suite (adaptertest) in main_test.go,
+// which is how to prove one of your own.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func main() {
+	dbURL := flag.String("database-url", os.Getenv("GATEWAY_DATABASE_URL"), "PostgreSQL URL (migrated with `gateway migrate`)")
+	natsURL := flag.String("nats-url", nats.DefaultURL, "NATS URL (JetStream enabled)")
+	endpoint := flag.String("endpoint", "http://127.0.0.1:9000", "the notification service")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *dbURL, *natsURL, *endpoint); err != nil {
+		fmt.Fprintln(os.Stderr, "custom-adapter:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, dbURL, natsURL, endpoint string) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	// The kind is registered once, with its payload's rules, next to the
+	// built-in ones.
+	kinds := outbox.DefaultKinds()
+	kinds[Kind] = KindSpec()
+	ob, err := outbox.New(pool, outbox.Config{Kinds: kinds, Logger: log})
+	if err != nil {
+		return err
+	}
+	store, err := idempotency.New(pool, idempotency.Config{GroupCommit: true, Logger: log})
+	if err != nil {
+		return err
+	}
+	d, err := dispatcher.New(pool, nc, dispatcher.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	rt, err := adapters.NewRuntime(pool, nc, store, ob, adapters.Config{
+		Executors: []adapters.Executor{&Notifier{Endpoint: endpoint}},
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	defer d.Stop()
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	defer rt.Stop()
+
+	// A worker: take the lease, enqueue with its epoch.
+	l, err := lease.NewIssuer(pool).Acquire(ctx, "ops-digest", "custom-adapter-example", time.Minute)
+	if err != nil {
+		return err
+	}
+	payload, _ := json.Marshal(Payload{Channel: "ops", Text: "nightly digest is ready"})
+	r, err := ob.Enqueue(ctx, outbox.Intent{Resource: "ops-digest", Epoch: l.Epoch,
+		OperationID: "digest-" + time.Now().UTC().Format("2006-01-02"), Kind: Kind, Payload: payload})
+	if err != nil {
+		return err
+	}
+	log.Info("enqueued", "intent_id", r.IntentID, "duplicate", r.Duplicate, "epoch", l.Epoch)
+	<-ctx.Done()
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return nil
+	}
+	return ctx.Err()
+}
