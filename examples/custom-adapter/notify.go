@@ -109,6 +109,9 @@ func (n *Notifier) Execute(ctx context.Context, req adapters.Request) (adapters.
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Idempotency-Key", req.IdempotencyKey)
 	hr.Header.Set("Fencegate-Epoch", strconv.FormatInt(req.Epoch, 10))
+	if err := ctx.Err(); err != nil {
+		return adapters.Outcome{}, adapters.RetryableError(err) // nothing sent yet
+	}
 	// The request is the irrevocable step: re-check ownership right before.
 	if err := req.StillOwner(ctx); err != nil {
 		return adapters.Outcome{}, adapters.RetryableError(err) // nothing sent
