@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -19,7 +19,7 @@ import (
 func TestEpochsSurvivePostgresRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
@@ -86,7 +86,7 @@ func TestEpochsSurvivePostgresRestart(t *testing.T) {
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// pgtest.Kill SIGKILLs the server's process group, but kill returns
+	// pgcluster.Kill SIGKILLs the server's process group, but kill returns
 	// before every backend is gone; one still attached to the old shared
 	// memory makes PostgreSQL refuse to start ("pre-existing shared memory
 	// block is still in use"). Retry until the stragglers have exited.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
@@ -23,7 +23,7 @@ func TestNeverOnAStandby(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	primary, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{
+	primary, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
 		"wal_level": "replica", "max_wal_senders": "5", "hot_standby": "on"}})
 	if err != nil {
 		t.Fatalf("start primary: %v", err)
@@ -37,7 +37,7 @@ func TestNeverOnAStandby(t *testing.T) {
 	if _, err := migrations.Up(ctx, plain, nil); err != nil {
 		t.Fatal(err)
 	}
-	standby, err := pgtest.StartStandby(ctx, primary)
+	standby, err := pgcluster.StartStandby(ctx, primary)
 	if err != nil {
 		t.Fatalf("start standby: %v", err)
 	}

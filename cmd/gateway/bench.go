@@ -31,7 +31,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/dispatcher"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
@@ -274,7 +274,7 @@ func startBench(ctx context.Context, a *app, dbURL, natsURL string) (*benchEnv, 
 	}
 	if dbURL == "" {
 		fmt.Fprintln(a.stderr, "gateway bench: starting a throwaway PostgreSQL cluster (fsync on)…")
-		c, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
 		if err != nil {
 			return fail(unavailable("start PostgreSQL: " + oneLine(err.Error())))
 		}

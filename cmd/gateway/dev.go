@@ -27,7 +27,7 @@ import (
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/devsmtp"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
@@ -226,7 +226,7 @@ type devEnv struct {
 	parts []devPart
 
 	dataDir  string
-	pg       *pgtest.Cluster // nil with --database-url
+	pg       *pgcluster.Cluster // nil with --database-url
 	dbURL    string
 	pool     *pgxpool.Pool
 	natsSrv  *natsserver.Server // nil with --nats-url
@@ -377,7 +377,7 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 	d.dbURL = d.opts.databaseURL
 	if d.dbURL == "" {
 		kept := d.opts.dataDir != ""
-		c, err := pgtest.Start(ctx, pgtest.Options{
+		c, err := pgcluster.Start(ctx, pgcluster.Options{
 			Dir: filepath.Join(d.dataDir, "postgres"),
 			// fsync on, throwaway or kept: dev shows the guarantee, and a
 			// grant must survive a crash there too (the gateway refuses

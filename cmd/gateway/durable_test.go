@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/testdb"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestAcknowledgedGrantAndEnqueueSurviveAnImmediateStop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgtest.Start(ctx, pgtest.Options{Durable: true, Settings: map[string]string{
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{
 		"synchronous_commit":    "off",
 		"wal_writer_delay":      "10000ms",
 		"autovacuum":            "off",

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/durable"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
@@ -22,9 +22,9 @@ import (
 // acknowledges commits before their WAL is flushed: synchronous_commit=off
 // at the server and a WAL writer that flushes only every 10 s. Nothing else
 // flushes WAL behind our back: no autovacuum, no background writer.
-func asyncCommitCluster(t *testing.T) *pgtest.Cluster {
+func asyncCommitCluster(t *testing.T) *pgcluster.Cluster {
 	t.Helper()
-	c, err := pgtest.Start(context.Background(), pgtest.Options{Durable: true, Settings: map[string]string{
+	c, err := pgcluster.Start(context.Background(), pgcluster.Options{Durable: true, Settings: map[string]string{
 		"synchronous_commit":    "off",
 		"wal_writer_delay":      "10000ms",
 		"autovacuum":            "off",

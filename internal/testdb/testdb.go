@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -33,7 +33,7 @@ var (
 	onceErr  error
 	baseURL  string
 	template string
-	cluster  *pgtest.Cluster
+	cluster  *pgcluster.Cluster
 	// createMu serialises CREATE DATABASE … TEMPLATE within this process;
 	// PostgreSQL refuses to copy a template another session is copying from
 	// only when someone is connected to it, but serialising keeps it cheap.
@@ -62,7 +62,7 @@ func setup() error {
 	defer cancel()
 	baseURL = os.Getenv(EnvURL)
 	if baseURL == "" {
-		c, err := pgtest.Start(ctx, pgtest.Options{})
+		c, err := pgcluster.Start(ctx, pgcluster.Options{})
 		if err != nil {
 			return fmt.Errorf("start a throwaway PostgreSQL (set %s to use a running one): %w", EnvURL, err)
 		}

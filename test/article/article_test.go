@@ -19,7 +19,7 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	ft "github.com/fencegate/fencegate/internal/faulttest"
 	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/smtptest"
 	"github.com/fencegate/fencegate/internal/testdb"
 )
@@ -436,7 +436,7 @@ func TestArticle4RestartPostgresAndNATS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// fsync on: these tests make claims about crashes and restarts.
-	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
+	cl, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
 	if err != nil {
 		t.Fatalf("start a PostgreSQL of our own (it is restarted): %v", err)
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	ft "github.com/fencegate/fencegate/internal/faulttest"
 	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/smtptest"
 )
 
@@ -169,7 +169,7 @@ func TestChaos(t *testing.T) {
 	// default (the gateway forces synchronous commit for its decisions). A
 	// longer WAL writer delay widens the window in which an asynchronous
 	// commit is lost, so a decision that is not forced shows.
-	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true, Settings: map[string]string{
+	cl, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{
 		"synchronous_commit": "off", "wal_writer_delay": "500ms"}})
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)

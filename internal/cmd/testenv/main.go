@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/pgcluster"
 )
 
 func main() { os.Exit(run()) }
@@ -33,7 +33,7 @@ func run() int {
 	ctx := context.Background()
 	env := os.Environ()
 	if os.Getenv("GATEWAY_TEST_DATABASE_URL") == "" {
-		c, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{"max_connections": "500"}})
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"max_connections": "500"}})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
 			return 1

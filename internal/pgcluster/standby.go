@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"context"
@@ -28,12 +28,12 @@ func StartStandby(ctx context.Context, primary *Cluster) (*Cluster, error) {
 	var err error
 	c.dir, err = os.MkdirTemp("", "fencegate-pg-standby-")
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
+		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	if c.cred != nil {
 		if err := os.Chown(c.dir, c.uid, c.gid); err != nil {
 			c.cleanup()
-			return nil, fmt.Errorf("pgtest: chown %s: %w", c.dir, err)
+			return nil, fmt.Errorf("pgcluster: chown %s: %w", c.dir, err)
 		}
 	}
 	c.dataDir = filepath.Join(c.dir, "data")
@@ -47,7 +47,7 @@ func StartStandby(ctx context.Context, primary *Cluster) (*Cluster, error) {
 	cmd.Dir = c.dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		c.cleanup()
-		return nil, fmt.Errorf("pgtest: pg_basebackup: %w: %s", err, lastLines(string(out), 5))
+		return nil, fmt.Errorf("pgcluster: pg_basebackup: %w: %s", err, lastLines(string(out), 5))
 	}
 	if c.port, err = freePort(); err != nil {
 		c.cleanup()

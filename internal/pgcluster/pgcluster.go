@@ -1,4 +1,4 @@
-// Package pgtest starts and stops throwaway PostgreSQL clusters from the
+// Package pgcluster starts and stops throwaway PostgreSQL clusters from the
 // machine's PostgreSQL binaries, for tests, `gateway dev` and the test
 // command. When the current user is root the cluster runs as the `postgres`
 // user, because initdb refuses to run as root.
@@ -6,7 +6,7 @@
 // The server is a direct child of this process (no pg_ctl daemon), started
 // with a parent-death signal, so a test binary that dies takes its server
 // with it, and Stop, Kill and Restart act on a known process id.
-package pgtest
+package pgcluster
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func BinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		return filepath.Dir(p), nil
 	}
-	return "", errors.New("pgtest: PostgreSQL server binaries (initdb, postgres) not found; install PostgreSQL or set PG_BINDIR")
+	return "", errors.New("pgcluster: PostgreSQL server binaries (initdb, postgres) not found; install PostgreSQL or set PG_BINDIR")
 }
 
 // Start initialises (when needed) and starts a cluster.
@@ -91,7 +91,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return nil, fmt.Errorf("pgtest: running as root needs a postgres user for initdb: %w", err)
+			return nil, fmt.Errorf("pgcluster: running as root needs a postgres user for initdb: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -102,15 +102,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.dir == "" {
 		c.dir, err = os.MkdirTemp("", "fencegate-pg-")
 		if err != nil {
-			return nil, fmt.Errorf("pgtest: %w", err)
+			return nil, fmt.Errorf("pgcluster: %w", err)
 		}
 		c.ownDir = true
 	} else if err := os.MkdirAll(c.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
+		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	if c.cred != nil {
 		if err := os.Chown(c.dir, c.uid, c.gid); err != nil {
-			return nil, fmt.Errorf("pgtest: chown %s: %w", c.dir, err)
+			return nil, fmt.Errorf("pgcluster: chown %s: %w", c.dir, err)
 		}
 	}
 	c.dataDir = filepath.Join(c.dir, "data")
@@ -141,7 +141,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	cmd.Dir = c.dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pgtest: initdb: %w: %s", err, lastLines(string(out), 5))
+		return fmt.Errorf("pgcluster: initdb: %w: %s", err, lastLines(string(out), 5))
 	}
 	return nil
 }
@@ -182,13 +182,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	if logf == nil {
 		f, err := os.OpenFile(filepath.Join(c.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return fmt.Errorf("pgtest: %w", err)
+			return fmt.Errorf("pgcluster: %w", err)
 		}
 		logf = f
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgtest: start postgres: %w", err)
+		return fmt.Errorf("pgcluster: start postgres: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -200,7 +200,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	for {
 		select {
 		case <-done:
-			return fmt.Errorf("pgtest: postgres exited during start: %s", c.tailLog())
+			return fmt.Errorf("pgcluster: postgres exited during start: %s", c.tailLog())
 		default:
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -212,7 +212,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			_ = c.Kill()
-			return fmt.Errorf("pgtest: postgres did not accept connections: %v; %s", err, c.tailLog())
+			return fmt.Errorf("pgcluster: postgres did not accept connections: %v; %s", err, c.tailLog())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -309,7 +309,7 @@ func (c *Cluster) cleanup() {
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("pgtest: find a free port: %w", err)
+		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
