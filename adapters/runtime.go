@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/group"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -186,9 +187,8 @@ type Runtime struct {
 	// statement for many; a read, so no guarantee rests on it).
 	loads *group.Batcher[int64, *outbox.Record]
 
-	cancel   context.CancelFunc
-	stopped  chan struct{}
-	stopOnce sync.Once
+	// life is the runtime's Start/Stop (internal/startstop).
+	life startstop.Lifecycle
 }
 
 // NewRuntime returns a runtime. store is the idempotency store; ob reads
@@ -202,8 +202,7 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, stopped: make(chan struct{}),
-		caps: map[string]Capabilities{}}
+	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, caps: map[string]Capabilities{}}
 	for _, ex := range cfg.Executors {
 		r.caps[ex.Kind()] = ex.Capabilities() // declared once, read once
 	}
@@ -237,7 +236,20 @@ func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[*ou
 // Start creates (or updates) a durable pull consumer per kind and starts
 // consuming. It waits for the stream to exist (the dispatcher creates it)
 // until ctx ends. It returns once consuming.
-func (r *Runtime) Start(ctx context.Context) error {
+//
+// The runtime runs until Stop, not until ctx ends (in-flight effects are
+// not cut short); a second Start is an error.
+func (r *Runtime) Start(ctx context.Context) (err error) {
+	runCtx, err := r.life.Start(context.WithoutCancel(ctx), "adapters")
+	if err != nil {
+		return err
+	}
+	started := false
+	defer func() {
+		if !started {
+			r.life.Done() // not running: Stop returns, Stopped is closed
+		}
+	}()
 	js, err := jetstream.New(r.nc)
 	if err != nil {
 		return fmt.Errorf("adapters: jetstream: %w", err)
@@ -255,8 +267,6 @@ func (r *Runtime) Start(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel = cancel
 	var consumers []jetstream.ConsumeContext
 	var wg sync.WaitGroup
 	for _, ex := range r.cfg.Executors {
@@ -274,7 +284,6 @@ func (r *Runtime) Start(ctx context.Context) error {
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
-			cancel()
 			for _, c := range consumers {
 				c.Stop()
 			}
@@ -296,7 +305,6 @@ func (r *Runtime) Start(ctx context.Context) error {
 			}()
 		}, jetstream.PullMaxMessages(n*2))
 		if err != nil {
-			cancel()
 			for _, c := range consumers {
 				c.Stop()
 			}
@@ -305,8 +313,9 @@ func (r *Runtime) Start(ctx context.Context) error {
 		consumers = append(consumers, cc)
 		r.cfg.Logger.Info("adapters: consuming", "kind", ex.Kind(), "durable", r.cfg.DurablePrefix+ex.Kind(), "concurrency", n)
 	}
+	started = true
 	go func() {
-		defer close(r.stopped)
+		defer r.life.Done()
 		<-runCtx.Done()
 		for _, c := range consumers {
 			c.Stop()
@@ -319,19 +328,10 @@ func (r *Runtime) Start(ctx context.Context) error {
 }
 
 // Stop stops consuming and waits for in-flight intents to finish.
-func (r *Runtime) Stop() {
-	r.stopOnce.Do(func() {
-		if r.cancel != nil {
-			r.cancel()
-		}
-	})
-	if r.cancel != nil {
-		<-r.stopped
-	}
-}
+func (r *Runtime) Stop() { r.life.Stop() }
 
 // Stopped is closed when the runtime has stopped.
-func (r *Runtime) Stopped() <-chan struct{} { return r.stopped }
+func (r *Runtime) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // verdict is how a message is settled after its outcome is committed.
 type verdict int

@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -555,4 +556,17 @@ func TestGroupCommitNoDeadlockWithRelay(t *testing.T) {
 	if n := e.Store.GroupFailures(); n != 0 {
 		t.Fatalf("%d shared transactions failed (see the log: a deadlock with the dispatcher's mark?)", n)
 	}
+}
+
+// The runtime's lifecycle (internal/startstop): a second Start is an error,
+// Stop waits and closes Stopped, a Stop again returns at once.
+func TestRuntimeLifecycle(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	if err := e.Runtime.Start(context.Background()); !errors.Is(err, startstop.ErrStarted) {
+		t.Fatalf("second Start = %v, want ErrStarted", err)
+	}
+	e.Runtime.Stop()
+	<-e.Runtime.Stopped()
+	e.Runtime.Stop()
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -47,11 +48,8 @@ type Dispatcher struct {
 	log  *slog.Logger
 	m    *metrics
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	stopped chan struct{}
-	stopOne sync.Once
+	// life is the dispatcher's Start/Stop (internal/startstop).
+	life startstop.Lifecycle
 
 	// wake holds at most one pending wake-up for the claim loop.
 	wake chan struct{}
@@ -99,7 +97,6 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
 		m:       m,
-		stopped: make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		slots:   make(chan struct{}, cfg.MaxInFlight),
 		// BatchSize is a validated int: formatting it into the statement
@@ -129,16 +126,10 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 // logs it and the relay loop keeps trying. The dispatcher stops when ctx is
 // cancelled or Stop is called.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.started {
-		return errors.New("dispatcher: already started")
-	}
-	if err := ctx.Err(); err != nil {
+	ctx, err := d.life.Start(ctx, "dispatcher")
+	if err != nil {
 		return err
 	}
-	d.started = true
-	ctx, d.cancel = context.WithCancel(ctx)
 	if err := d.ensureStream(ctx); err != nil {
 		d.log.Warn("dispatcher: stream not ready; will retry", "stream", wire.Stream, "error", err)
 	}
@@ -159,7 +150,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		// This also catches a claim whose reply we never read.
 		d.releaseAll()
 		d.log.Info("dispatcher: stopped")
-		d.stopOne.Do(func() { close(d.stopped) })
+		d.life.Done()
 	}()
 	d.log.Info("dispatcher: started", "batch_size", d.cfg.BatchSize, "max_in_flight", d.cfg.MaxInFlight,
 		"claim_ttl", d.cfg.ClaimTTL, "relay_timeout", d.cfg.RelayTimeout, "poll_interval", d.cfg.PollInterval)
@@ -169,22 +160,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // Stop stops claiming, waits for the PubAcks of what was published (up to
 // PublishTimeout), marks those intents relayed, returns every other claim,
 // and returns when the dispatcher has stopped.
-func (d *Dispatcher) Stop() {
-	d.mu.Lock()
-	if !d.started {
-		d.started = true
-		d.stopOne.Do(func() { close(d.stopped) })
-	}
-	cancel := d.cancel
-	d.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	<-d.stopped
-}
+func (d *Dispatcher) Stop() { d.life.Stop() }
 
 // Stopped is closed when the dispatcher has stopped.
-func (d *Dispatcher) Stopped() <-chan struct{} { return d.stopped }
+func (d *Dispatcher) Stopped() <-chan struct{} { return d.life.Stopped() }
 
 // poke wakes the claim loop, once however often it is called meanwhile.
 func (d *Dispatcher) poke() {

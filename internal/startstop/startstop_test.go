@@ -1,0 +1,69 @@
+package startstop
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestStartStop(t *testing.T) {
+	var l Lifecycle
+	ctx, err := l.Start(context.Background(), "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Start(context.Background(), "c"); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start = %v, want ErrStarted", err)
+	}
+	ended := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		close(ended)
+		l.Done()
+	}()
+	select {
+	case <-l.Stopped():
+		t.Fatal("stopped before Stop")
+	default:
+	}
+	l.Stop()
+	select {
+	case <-ended:
+	default:
+		t.Fatal("Stop returned before the work ended")
+	}
+	if c := context.Cause(ctx); !errors.Is(c, ErrStopped) {
+		t.Fatalf("cause = %v, want ErrStopped", c)
+	}
+	<-l.Stopped()
+	l.Stop() // idempotent
+}
+
+func TestStopBeforeStart(t *testing.T) {
+	var l Lifecycle
+	l.Stop()
+	<-l.Stopped()
+	if _, err := l.Start(context.Background(), "c"); !errors.Is(err, ErrStarted) {
+		t.Fatalf("Start after Stop = %v, want ErrStarted", err)
+	}
+}
+
+func TestStartWithDoneParent(t *testing.T) {
+	var l Lifecycle
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Start(ctx, "c"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start = %v, want context.Canceled", err)
+	}
+	// Not started: a Start with a live parent still works.
+	if _, err := l.Start(context.Background(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	go l.Done()
+	select {
+	case <-l.Stopped():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done did not close Stopped")
+	}
+}
