@@ -2,10 +2,10 @@ package idempotency
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/startstop"
 )
 
 // sweepTimeout bounds one Sweep run of a Sweeper.
@@ -63,51 +63,35 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 type Sweeper struct {
 	store *Store
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// life is the sweeper's Start/Stop (internal/startstop).
+	life startstop.Lifecycle
 }
 
 // NewSweeper returns a Sweeper of store's keys, not started.
 func NewSweeper(store *Store) *Sweeper {
-	return &Sweeper{store: store, done: make(chan struct{})}
+	return &Sweeper{store: store}
 }
 
 // Start starts sweeping in the background and returns once it runs. The
 // sweeper stops when ctx ends or Stop is called. A Sweeper starts once.
 func (w *Sweeper) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
-		return errors.New("idempotency: sweeper already started")
+	ctx, err := w.life.Start(ctx, "idempotency: sweeper")
+	if err != nil {
+		return err
 	}
-	w.started = true
-	ctx, w.cancel = context.WithCancel(ctx)
 	go w.loop(ctx)
 	return nil
 }
 
 // Stop stops the sweeper and waits for its current sweep to end.
-func (w *Sweeper) Stop() {
-	w.mu.Lock()
-	if !w.started {
-		// Never started: nothing runs, and it never will.
-		w.started = true
-		w.cancel = func() {}
-		close(w.done)
-	}
-	cancel := w.cancel
-	w.mu.Unlock()
-	cancel()
-	<-w.done
-}
+// Before Start it marks the sweeper stopped: it never runs.
+func (w *Sweeper) Stop() { w.life.Stop() }
 
 // Stopped is closed once the sweeper has stopped.
-func (w *Sweeper) Stopped() <-chan struct{} { return w.done }
+func (w *Sweeper) Stopped() <-chan struct{} { return w.life.Stopped() }
 
 func (w *Sweeper) loop(ctx context.Context) {
-	defer close(w.done)
+	defer w.life.Done()
 	cfg := w.store.cfg
 	ticker := time.NewTicker(cfg.SweepInterval)
 	defer ticker.Stop()

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/startstop"
 )
 
 // Defaults of SweeperConfig's fields.
@@ -110,10 +111,8 @@ type Sweeper struct {
 	pool *pgxpool.Pool
 	cfg  SweeperConfig
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// life is the sweeper's Start/Stop (internal/startstop).
+	life startstop.Lifecycle
 }
 
 // NewSweeper returns a Sweeper of the outbox behind pool, not started.
@@ -125,7 +124,7 @@ func NewSweeper(pool *pgxpool.Pool, cfg SweeperConfig) (*Sweeper, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Sweeper{pool: pool, cfg: cfg, done: make(chan struct{})}, nil
+	return &Sweeper{pool: pool, cfg: cfg}, nil
 }
 
 // sweepSQL deletes at most $2 intents completed before now() - $1 µs.
@@ -175,36 +174,22 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 // Start starts sweeping in the background and returns once it runs. The
 // sweeper stops when ctx ends or Stop is called. A Sweeper starts once.
 func (s *Sweeper) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("outbox: sweeper already started")
+	ctx, err := s.life.Start(ctx, "outbox: sweeper")
+	if err != nil {
+		return err
 	}
-	s.started = true
-	ctx, s.cancel = context.WithCancel(ctx)
 	go s.loop(ctx)
 	return nil
 }
 
 // Stop stops the sweeper and waits for its current batch to end.
-func (s *Sweeper) Stop() {
-	s.mu.Lock()
-	if !s.started {
-		s.started = true
-		s.cancel = func() {}
-		close(s.done)
-	}
-	cancel := s.cancel
-	s.mu.Unlock()
-	cancel()
-	<-s.done
-}
+func (s *Sweeper) Stop() { s.life.Stop() }
 
 // Stopped is closed once the sweeper has stopped.
-func (s *Sweeper) Stopped() <-chan struct{} { return s.done }
+func (s *Sweeper) Stopped() <-chan struct{} { return s.life.Stopped() }
 
 func (s *Sweeper) loop(ctx context.Context) {
-	defer close(s.done)
+	defer s.life.Done()
 	log := s.cfg.Logger.With("component", "outbox_sweeper")
 	ticker := time.NewTicker(s.cfg.Interval)
 	defer ticker.Stop()
