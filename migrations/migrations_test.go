@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -79,5 +80,21 @@ func TestUpConcurrentAndIdempotent(t *testing.T) {
 	again, err := migrations.Up(ctx, pool, nil)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second run: applied %v, err %v; want nothing", again, err)
+	}
+}
+
+// Production stays production: the migrated fencegate_enqueue carries no
+// failpoint (migration 00015 removed the one 00010 added; the fault test
+// installs its own version in its own database).
+func TestNoFailpointInProduction(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	var def string
+	if err := pool.QueryRow(context.Background(),
+		`SELECT pg_get_functiondef('fencegate_enqueue'::regproc)`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(def, "fencegate.failpoint") || strings.Contains(def, "pg_advisory_lock") {
+		t.Fatalf("fencegate_enqueue has a failpoint:\n%s", def)
 	}
 }

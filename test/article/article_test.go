@@ -173,6 +173,15 @@ func TestArticle2PauseBetweenCheckAndInsert(t *testing.T) {
 	e := newEnv(t)
 	pool := e.pool()
 	ctx := context.Background()
+	// The failpoint lives in a test-only version of fencegate_enqueue,
+	// installed in this test's database only (production has none: 00015).
+	fpSQL, err := os.ReadFile("testdata/enqueue_failpoint.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, string(fpSQL)); err != nil {
+		t.Fatalf("install the failpoint version of fencegate_enqueue: %v", err)
+	}
 	ft.Expect(t, e.gw("", "lease", "acquire", "--resource", "r", "--holder", "A", "--ttl", "300ms"), 0, "")
 
 	// The test holds the failpoint's advisory lock: A's enqueue stops
