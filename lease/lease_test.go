@@ -203,7 +203,10 @@ func TestKeeperRenewsAndLoses(t *testing.T) {
 	t.Parallel()
 	iss, _ := setup(t)
 	ctx := context.Background()
-	const ttl = 600 * time.Millisecond
+	// 1.5 s: a renewal (three durable round trips) must fit in the trust
+	// window's slack (TTL/3 between renewals, TTL/10 margin) on a loaded
+	// shared machine; at 600 ms it lost healthy leases under load.
+	const ttl = 1500 * time.Millisecond
 	k, err := iss.Hold(ctx, "k", "A", lease.KeeperConfig{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
