@@ -111,6 +111,7 @@ func byKey[T any](items []T, key func(T) keyID) (order []int, dup []bool) {
 // noteBatchFailed counts and logs a shared transaction that failed.
 func (s *Store) noteBatchFailed(err error, what string) {
 	s.groupFailures.Add(1)
+	s.failures.WithLabelValues(what).Inc()
 	s.cfg.Logger.Warn("idempotency: a shared transaction failed; its calls run alone", "what", what, "error", err)
 }
 
@@ -153,6 +154,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 		byIntent[c.intentID] = i
 		kinds, keys, fps, ids = append(kinds, c.kind), append(keys, c.key), append(fps, c.fingerprint), append(ids, c.intentID)
 	}
+	s.batchSize.WithLabelValues("begin").Observe(float64(len(kinds)))
 	decided := map[int]bool{}
 	err := s.inGroupTx(ctx, func(tx pgx.Tx) error {
 		clear(decided)
@@ -280,6 +282,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 	if len(cand) == 0 {
 		return out
 	}
+	s.batchSize.WithLabelValues("complete").Observe(float64(len(cand)))
 	decided := map[int]CompleteResult{}
 	err := s.inGroupTx(ctx, func(tx pgx.Tx) error {
 		clear(decided)

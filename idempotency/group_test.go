@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -229,7 +231,8 @@ func diff(a, b []string) string {
 // (no two attempts own one key).
 func TestGroupCommitShares(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{GroupCommit: true})
+	reg := prometheus.NewRegistry()
+	f := setup(t, idempotency.Config{GroupCommit: true, Registerer: reg})
 	const workers, perWorker, keys = 32, 16, 96
 	ids := make([][]int64, workers)
 	for w := range workers {
@@ -283,6 +286,28 @@ func TestGroupCommitShares(t *testing.T) {
 	}
 	if rows != keys {
 		t.Fatalf("%d keys, want %d", rows, keys)
+	}
+	// The batch sizes are exported, per op; nothing failed.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "fencegate_idempotency_group_batch_size" {
+			for _, m := range mf.GetMetric() {
+				batches[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
+			}
+		}
+		if mf.GetName() == "fencegate_idempotency_group_failures_total" {
+			t.Errorf("shared transactions failed: %v", mf.GetMetric())
+		}
+	}
+	if batches["begin"] == 0 || batches["complete"] == 0 {
+		t.Errorf("batch size samples %v; want begin and complete", batches)
+	}
+	if n := f.store.GroupFailures(); n != 0 {
+		t.Errorf("GroupFailures = %d", n)
 	}
 	// Each completed key was last written by a Complete; shared
 	// transactions leave far fewer distinct writers than keys.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/group"
@@ -63,6 +64,9 @@ type Config struct {
 	// GroupFlushers bounds the shared transactions of each kind (Begins,
 	// Completes) running at once. Default DefaultGroupFlushers.
 	GroupFlushers int
+	// Registerer receives the group commit's metrics
+	// (fencegate_idempotency_group_*). Nil: none registered.
+	Registerer prometheus.Registerer
 }
 
 // Group commit defaults.
@@ -113,6 +117,10 @@ type Store struct {
 	completes *group.Batcher[Completion, CompleteResult]
 	// groupFailures counts failed shared transactions (GroupFailures).
 	groupFailures atomic.Int64
+	// batchSize and failures are the group commit's metrics, by op
+	// (begin, complete).
+	batchSize *prometheus.HistogramVec
+	failures  *prometheus.CounterVec
 }
 
 // New returns a Store over pool, which must point at the primary: ownership
@@ -125,7 +133,24 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, invalid("pool", "must not be nil")
 	}
-	s := &Store{pool: pool, cfg: cfg}
+	s := &Store{pool: pool, cfg: cfg,
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fencegate_idempotency_group_batch_size",
+			Help:    "Calls decided in one shared transaction (group commit), by op: begin, complete.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}, []string{"op"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_idempotency_group_failures_total",
+			Help: "Shared transactions (group commit) that failed — a deadlock, any server error — whose calls then ran alone, by op.",
+		}, []string{"op"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{s.batchSize, s.failures} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("idempotency: register metrics: %w", err)
+			}
+		}
+	}
 	if cfg.GroupCommit {
 		gc := group.Config{MaxBatch: cfg.GroupMaxBatch, Flushers: cfg.GroupFlushers}
 		s.begins = group.New(gc, s.beginBatch)

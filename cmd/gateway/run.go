@@ -679,6 +679,9 @@ func (s *stack) startAdapters(ctx context.Context, cfg stackConfig, log *slog.Lo
 func (s *stack) clients(cfg stackConfig, log *slog.Logger, reg *prometheus.Registry) error {
 	icfg := cfg.Idempotency
 	icfg.Logger = cmp.Or(icfg.Logger, log)
+	if icfg.Registerer == nil {
+		icfg.Registerer = reg
+	}
 	store, err := idempotency.New(cfg.Pool, icfg)
 	if err != nil {
 		return badInput("flags", err.Error())
