@@ -45,7 +45,7 @@ func CheckPrimary(ctx context.Context, db Querier) error {
 // base backup or pg_rewind, and a shutdown closes every connection, so no
 // connection that passed this check can ever find itself on a standby.
 // (What a pool cannot see is a failover to a different server behind the
-// same address: see the README on why epochs come from one place.)
+// same address: see docs/guarantees.md, "Why epochs come from one place".)
 func RequirePrimary(cfg *pgxpool.Config) {
 	prev := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {

@@ -3,7 +3,7 @@
 // nemesis pauses workers past their TTL, kills and restarts `gateway run`
 // processes, and restarts NATS and PostgreSQL; afterwards a checker
 // verifies the invariants I1–I6 and the linearizability of the lease/epoch
-// register from the logged history (see the README, "Guarantees and how we test them"). The run
+// register from the logged history (see docs/guarantees.md, "Guarantees and how we test them"). The run
 // itself is the test in test/chaos (make chaos SEED=… DURATION=…).
 package chaos
 
