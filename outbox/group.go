@@ -2,7 +2,8 @@ package outbox
 
 import (
 	"context"
-	"sync"
+
+	"github.com/fencegate/fencegate/internal/group"
 )
 
 // grouper is group commit (Config.GroupCommit): concurrent Enqueue calls of
@@ -28,29 +29,25 @@ import (
 //     transaction runs to its end (bounded by GroupTimeout) and the caller's
 //     error means "unknown", as for a cancelled Enqueue.
 //
-// Batching is natural, without a timer: an idle Client sends a call at
-// once, alone; while a shared transaction runs, calls queue up and leave
-// together in the next one. A further transaction starts only when the
-// queue holds groupBacklog calls, up to GroupFlushers at once.
+// Batching is natural, without a timer (internal/group): an idle Client
+// sends a call at once, alone; while a shared transaction runs, calls queue
+// up and leave together in the next one. A further transaction starts only
+// when the queue holds groupBacklog calls, up to GroupFlushers at once.
 type grouper struct {
 	c *Client
-
-	mu      sync.Mutex
-	queue   []*groupCall
-	running int
+	b *group.Batcher[Intent, Result]
 }
 
-// groupCall is one Enqueue waiting for its shared transaction.
-type groupCall struct {
-	in   Intent
-	done chan struct{}
-	// sent and abandoned are guarded by grouper.mu.
-	sent, abandoned bool
-	res             Result
-	err             error
+func newGrouper(c *Client) *grouper {
+	g := &grouper{c: c}
+	g.b = group.New(group.Config{
+		MaxBatch: c.cfg.GroupMaxBatch,
+		Flushers: c.cfg.GroupFlushers,
+		Backlog:  groupBacklog,
+		Timeout:  c.cfg.GroupTimeout,
+	}, g.run)
+	return g
 }
-
-func newGrouper(c *Client) *grouper { return &grouper{c: c} }
 
 // groupBacklog is how many queued calls it takes to start one more shared
 // transaction while one already runs (GroupMaxBatch, if smaller). Starting
@@ -61,91 +58,38 @@ func newGrouper(c *Client) *grouper { return &grouper{c: c} }
 // transaction and leave together in the next one.
 const groupBacklog = 16
 
-// enqueue queues a validated intent and waits for its answer.
+// enqueue queues a validated intent and waits for its answer. A caller
+// whose context ends while its intent is still queued gets the context's
+// error and the intent is never sent; once sent, the error means "unknown",
+// as for a cancelled Enqueue (internal/group).
 func (g *grouper) enqueue(ctx context.Context, in Intent) (Result, error) {
-	call := &groupCall{in: in, done: make(chan struct{})}
-	g.mu.Lock()
-	g.queue = append(g.queue, call)
-	start := g.running == 0 ||
-		(g.running < g.c.cfg.GroupFlushers && len(g.queue) >= min(groupBacklog, g.c.cfg.GroupMaxBatch))
-	if start {
-		g.running++
-	}
-	g.mu.Unlock()
-	if start {
-		go g.flush()
-	}
-	select {
-	case <-call.done:
-		return call.res, call.err
-	case <-ctx.Done():
-		g.mu.Lock()
-		if !call.sent {
-			call.abandoned = true
-			g.mu.Unlock()
-			return Result{}, ctx.Err()
-		}
-		g.mu.Unlock()
-		// Sent: the transaction is running; its answer may still be
-		// "committed", which the caller can learn by retrying.
-		return Result{}, ctx.Err()
-	}
+	return g.b.Do(ctx, in)
 }
 
-// flush sends queued calls in shared transactions until the queue is empty.
-func (g *grouper) flush() {
-	for {
-		g.mu.Lock()
-		var calls []*groupCall
-		for len(g.queue) > 0 && len(calls) < g.c.cfg.GroupMaxBatch {
-			call := g.queue[0]
-			g.queue[0] = nil
-			g.queue = g.queue[1:]
-			if call.abandoned {
-				continue
-			}
-			call.sent = true
-			calls = append(calls, call)
-		}
-		if len(calls) == 0 {
-			g.running--
-			g.queue = nil // drop the backing array
-			g.mu.Unlock()
-			return
-		}
-		g.mu.Unlock()
-		g.run(calls)
-	}
-}
-
-// run commits calls in one transaction and answers each.
-func (g *grouper) run(calls []*groupCall) {
+// run commits a batch of intents in one transaction and answers each.
+func (g *grouper) run(ctx context.Context, intents []Intent) []group.Result[Result] {
 	c := g.c
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.GroupTimeout)
-	defer cancel()
-	if len(calls) == 1 {
-		// Alone: the single-intent function is a little cheaper.
-		call := calls[0]
-		notify := c.notify.claim()
-		call.res, call.err = c.enqueue(ctx, c.pool, call.in, notify)
-		if !notify && mayHaveInserted(call.res, call.err) {
+	out := make([]group.Result[Result], len(intents))
+	alone := func(i int) {
+		n := c.notify.claim()
+		out[i].Value, out[i].Err = c.enqueue(ctx, c.pool, intents[i], n)
+		if !n && mayHaveInserted(out[i].Value, out[i].Err) {
 			c.notify.suppressed()
 		}
-		close(call.done)
-		return
 	}
-	intents := make([]Intent, len(calls))
-	for i, call := range calls {
-		intents[i] = call.in
+	if len(intents) == 1 {
+		// Alone: the single-intent function is a little cheaper.
+		alone(0)
+		return out
 	}
 	notify := c.notify.claim()
 	answers, err := c.runBatch(ctx, c.pool, intents, notify)
 	switch {
 	case err == nil:
 		inserted := false
-		for i, call := range calls {
-			call.res, call.err = answers[i].Result, answers[i].Err
-			inserted = inserted || (call.err == nil && !call.res.Duplicate)
+		for i := range intents {
+			out[i].Value, out[i].Err = answers[i].Result, answers[i].Err
+			inserted = inserted || (out[i].Err == nil && !out[i].Value.Duplicate)
 		}
 		if inserted && !notify {
 			c.notify.suppressed()
@@ -153,24 +97,18 @@ func (g *grouper) run(calls []*groupCall) {
 	case isServerError(err):
 		// Rejected as a whole: nothing committed. Each on its own, so only
 		// the culprit fails.
-		for _, call := range calls {
-			n := c.notify.claim()
-			call.res, call.err = c.enqueue(ctx, c.pool, call.in, n)
-			if !n && mayHaveInserted(call.res, call.err) {
-				c.notify.suppressed()
-			}
+		for i := range intents {
+			alone(i)
 		}
 	default:
 		// Unknown whether it committed: everyone learns it, as from a
 		// single Enqueue that lost its connection.
-		for _, call := range calls {
-			call.err = err
+		for i := range out {
+			out[i].Err = err
 		}
 		if !notify {
 			c.notify.suppressed()
 		}
 	}
-	for _, call := range calls {
-		close(call.done)
-	}
+	return out
 }

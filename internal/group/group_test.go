@@ -1,0 +1,109 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// Calls that arrive while a batch runs leave together in the next one; each
+// gets its own answer.
+func TestBatchesWhileRunning(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var sizes []int
+	b := New(Config{MaxBatch: 64, Flushers: 1}, func(ctx context.Context, reqs []int) []Result[int] {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			started <- struct{}{}
+			<-release // hold the first batch until the others queued
+		}
+		out := make([]Result[int], len(reqs))
+		for i, r := range reqs {
+			out[i].Value = r * 10
+		}
+		return out
+	})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if v, err := b.Do(ctx, 1); v != 10 || err != nil {
+			t.Errorf("Do(1) = %d, %v", v, err)
+		}
+	})
+	<-started
+	for i := 2; i <= 9; i++ {
+		wg.Go(func() {
+			if v, err := b.Do(ctx, i); v != i*10 || err != nil {
+				t.Errorf("Do(%d) = %d, %v", i, v, err)
+			}
+		})
+	}
+	// Let the eight queue (Do blocks until its batch ran; poll the queue).
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == 8 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	wg.Wait()
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 8 {
+		t.Fatalf("batch sizes %v, want [1 8]", sizes)
+	}
+}
+
+// A caller whose context ends while its call is queued gets the context's
+// error, and the call is never sent.
+func TestAbandonedNotSent(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var sent []int
+	var mu sync.Mutex
+	b := New(Config{Flushers: 1}, func(ctx context.Context, reqs []int) []Result[int] {
+		mu.Lock()
+		sent = append(sent, reqs...)
+		mu.Unlock()
+		select {
+		case started <- struct{}{}:
+			<-release
+		default:
+		}
+		return make([]Result[int], len(reqs))
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = b.Do(context.Background(), 1) })
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { _, err := b.Do(ctx, 2); done <- err }()
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned Do = %v, want context.Canceled", err)
+	}
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 1 || sent[0] != 1 {
+		t.Fatalf("sent %v, want [1] (the abandoned call never sent)", sent)
+	}
+}
