@@ -28,7 +28,7 @@ import (
 // checks): the bench's no-op adapter is added, and the bench learns when
 // the stack runs.
 type runHooks struct {
-	// executors run beside the built-in adapters (stackConfig.ExtraExecutors).
+	// executors run beside the built-in adapters (gateway.Config.ExtraExecutors).
 	executors []adapters.Executor
 	// started is called once the stack runs, with the process's pool.
 	started func(pool *pgxpool.Pool)

@@ -25,6 +25,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/admin"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/devsmtp"
 	"github.com/fencegate/fencegate/internal/pgcluster"
@@ -149,7 +150,7 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	case <-ctx.Done():
 		logger.Info("gateway dev: stopping", "component", "dev")
 	case <-d.stack.Stopped():
-		logger.Error("gateway dev: a component stopped unexpectedly; stopping everything", "component", "dev", "part", d.stack.cause())
+		logger.Error("gateway dev: a component stopped unexpectedly; stopping everything", "component", "dev", "part", d.stack.Cause())
 		code = exitInternal
 	}
 	stopDemo()
@@ -234,7 +235,7 @@ type devEnv struct {
 	sink     *devsmtp.Server // nil with --mailpit-url
 	smtpAddr string
 	fileRoot string
-	stack    *stack
+	stack    *gateway.Gateway
 	adminLn  net.Listener
 	adminURL string
 }
@@ -291,7 +292,7 @@ func (d *devEnv) start(ctx context.Context) (devReady, error) {
 	}
 	d.fileRoot = root
 
-	cfg := stackConfig{
+	cfg := gateway.Config{
 		Pool:          d.pool,
 		NATSURL:       d.natsURL,
 		RunDispatcher: true,
@@ -309,7 +310,7 @@ func (d *devEnv) start(ctx context.Context) (devReady, error) {
 		cfg.MailLookup = mailLookupMailpit
 		cfg.MailpitURL = d.opts.mailpitURL
 	}
-	s, err := startStack(ctx, cfg)
+	s, err := gateway.Start(ctx, cfg)
 	if err != nil {
 		return devReady{}, err
 	}
@@ -505,13 +506,13 @@ func (d *devEnv) startAdmin() error {
 	issuer := lease.NewIssuer(d.pool)
 	srv, err := admin.New(admin.Config{
 		Pool:     d.pool,
-		Outbox:   d.stack.outbox,
+		Outbox:   d.stack.Outbox(),
 		Issuer:   issuer,
-		Store:    d.stack.store,
-		Registry: d.stack.registry,
+		Store:    d.stack.Store(),
+		Registry: d.stack.Registry(),
 		NATSReady: func() error {
-			if !d.stack.nc.IsConnected() {
-				return fmt.Errorf("NATS %s", d.stack.nc.Status())
+			if !d.stack.NATS().IsConnected() {
+				return fmt.Errorf("NATS %s", d.stack.NATS().Status())
 			}
 			return nil
 		},

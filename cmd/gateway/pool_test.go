@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/natstest"
 )
@@ -19,27 +20,27 @@ func TestPoolSize(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		cfg  stackConfig
+		cfg  gateway.Config
 		want int32
 	}{
 		// Without group commit: 1 spare + 3 dispatcher + 1 intent
 		// sweeper + 2 adapters × 8 + 1 key sweeper.
-		{"alone", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(8)}, 22},
-		{"relay only", stackConfig{RunDispatcher: true}, 5},
-		{"one adapter alone", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(8)}, 10},
-		{"high concurrency with admin", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"},
+		{"alone", gateway.Config{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(8)}, 22},
+		{"relay only", gateway.Config{RunDispatcher: true}, 5},
+		{"one adapter alone", gateway.Config{Adapters: []string{"file"}, Runtime: runtimeConc(8)}, 10},
+		{"high concurrency with admin", gateway.Config{RunDispatcher: true, Adapters: []string{"email", "file"},
 			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 4 + 64 + 1 + 2},
-		{"extra executors count as adapters", stackConfig{RunDispatcher: true, ExtraExecutors: []adapters.Executor{noopExecutor{}},
+		{"extra executors count as adapters", gateway.Config{RunDispatcher: true, ExtraExecutors: []adapters.Executor{noopExecutor{}},
 			Runtime: runtimeConc(16)}, 1 + 4 + 16 + 1},
-		{"concurrency unset takes the runtime default", stackConfig{Adapters: []string{"file"}}, 1 + adapters.DefaultConcurrency + 1},
-		{"floor", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(1)}, 4},
+		{"concurrency unset takes the runtime default", gateway.Config{Adapters: []string{"file"}}, 1 + adapters.DefaultConcurrency + 1},
+		{"floor", gateway.Config{Adapters: []string{"file"}, Runtime: runtimeConc(1)}, 4},
 		// run's defaults, with group commit: 1 spare + 3 dispatcher + 1
 		// intent sweeper + 10 shared (4 Begin and 4 Complete flushers, 2
 		// loads) + 2 adapters × min(256, 8) + 1 key sweeper.
-		{"defaults", stackConfig{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(256), Idempotency: grouped}, 32},
-		{"grouped, low concurrency", stackConfig{Adapters: []string{"file"}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 10 + 2 + 1},
+		{"defaults", gateway.Config{RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(256), Idempotency: grouped}, 32},
+		{"grouped, low concurrency", gateway.Config{Adapters: []string{"file"}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 10 + 2 + 1},
 	} {
-		if got := tc.cfg.poolSize(); got != tc.want {
+		if got := tc.cfg.PoolSize(); got != tc.want {
 			t.Errorf("%s: poolSize = %d, want %d", tc.name, got, tc.want)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -35,10 +36,10 @@ func TestStackRetentionHorizons(t *testing.T) {
 		{"intents 7d, keys 30d", 7 * day, 30 * day, false},
 		{"intents default, keys longer", 0, 31 * day, false},
 	} {
-		cfg := stackConfig{RunDispatcher: true,
+		cfg := gateway.Config{RunDispatcher: true,
 			Retention:   outbox.SweeperConfig{MaxAge: c.intents},
 			Idempotency: idempotency.Config{Retention: c.key}}
-		err := cfg.validate()
+		err := cfg.Validate()
 		if c.ok && err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}

@@ -3,36 +3,26 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
-	"net/http"
-	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
 // defaultNATSURL is used when neither --nats-url nor $GATEWAY_NATS_URL is set.
-const defaultNATSURL = "nats://127.0.0.1:4222"
+const defaultNATSURL = gateway.DefaultNATSURL
 
 // stopTimeout bounds how long `gateway run` waits for its components to stop
 // after SIGTERM/SIGINT before it gives up and exits 1.
@@ -47,12 +37,12 @@ const (
 
 // Mail lookup modes (--mail-lookup).
 const (
-	mailLookupNone    = "none"
-	mailLookupMailpit = "mailpit"
+	mailLookupNone    = gateway.MailLookupNone
+	mailLookupMailpit = gateway.MailLookupMailpit
 )
 
 // builtinAdapters are the adapter kinds --adapters accepts.
-var builtinAdapters = []string{email.Kind, file.Kind}
+var builtinAdapters = gateway.BuiltinAdapters
 
 // cmdRun runs the relay and the adapters until SIGTERM or SIGINT.
 //
@@ -70,7 +60,7 @@ var builtinAdapters = []string{email.Kind, file.Kind}
 // --adapter-concurrency, --max-attempts.
 //
 // --db-max-conns bounds the database pool (default 0: sized from what the
-// process runs, see stackConfig.poolSize); a pool_max_conns in the URL
+// process runs, see gateway.Config.PoolSize); a pool_max_conns in the URL
 // wins. The "gateway: running" line reports the size as db_max_conns.
 //
 // --metrics-addr serves Prometheus /metrics there (default empty: no
@@ -132,7 +122,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 
 		allowFsyncOff = a.fsyncFlag(fs)
-		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see poolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
+		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -154,7 +144,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 
-	cfg := stackConfig{
+	cfg := gateway.Config{
 		NATSURL:       *natsURL,
 		RunDispatcher: *runDispatcher,
 		Dispatcher: dispatcher.Config{
@@ -202,7 +192,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	// Flags are checked before anything is connected: a bad value is exit 2
 	// whether or not the database is reachable.
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return a.fail(err)
 	}
 	if *concurrency < 1 {
@@ -233,7 +223,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if *dbMaxConns < 0 {
 		return a.fail(badInput("db_max_conns", "--db-max-conns must be 0 (sized automatically) or more"))
 	}
-	pool, err := a.connectSized(ctx, *dbURL, cmp.Or(int32(min(*dbMaxConns, math.MaxInt32)), cfg.poolSize()))
+	pool, err := a.connectSized(ctx, *dbURL, cmp.Or(int32(min(*dbMaxConns, math.MaxInt32)), cfg.PoolSize()))
 	if err != nil {
 		return a.fail(err)
 	}
@@ -243,7 +233,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	cfg.Pool = pool
 
-	s, err := startStack(ctx, cfg)
+	s, err := gateway.Start(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			// SIGTERM while starting (adapters wait for the stream until
@@ -264,7 +254,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	case <-ctx.Done():
 		logger.Info("gateway: stopping", "component", "gateway")
 	case <-s.Stopped():
-		logger.Error("gateway: a component stopped unexpectedly; stopping the rest", "component", "gateway", "which", s.cause())
+		logger.Error("gateway: a component stopped unexpectedly; stopping the rest", "component", "gateway", "which", s.Cause())
 		s.Stop()
 		return exitInternal
 	}
@@ -316,532 +306,6 @@ func parseAdapters(list string) ([]string, error) {
 		kinds = append(kinds, k)
 	}
 	return kinds, nil
-}
-
-// stackConfig is everything `gateway run` (and `gateway dev`) wires: the
-// relay, the adapter runtime with its adapters and the idempotency sweeper,
-// and the metrics server. Zero fields take the components' defaults.
-type stackConfig struct {
-	// Pool is the PostgreSQL pool (the primary). Required by startStack;
-	// not closed by Stop.
-	Pool *pgxpool.Pool
-	// NC is the NATS connection to use. Nil: startStack dials NATSURL
-	// (reconnecting forever) and Stop closes it. A given NC is not closed.
-	NC *nats.Conn
-	// NATSURL is dialled when NC is nil. Default defaultNATSURL.
-	NATSURL string
-
-	// RunDispatcher runs the relay (outbox → JetStream).
-	RunDispatcher bool
-	// Dispatcher configures the relay. Registerer and Logger default to the
-	// stack's.
-	Dispatcher dispatcher.Config
-
-	// Adapters lists the built-in adapters to run ("email", "file"). Empty
-	// with no ExtraExecutors: no adapter runtime.
-	Adapters []string
-	// File configures the file adapter (Root required when it runs; Logger
-	// defaults to the stack's).
-	File file.Config
-	// Email configures the email adapter (Addr required when it runs).
-	// Lookup defaults to the one MailLookup names; Logger to the stack's.
-	Email email.Config
-	// MailLookup is "none" (default) or "mailpit" (then MailpitURL is
-	// required). Ignored when Email.Lookup is set.
-	MailLookup string
-	// MailpitURL is Mailpit's web root for MailLookup "mailpit".
-	MailpitURL string
-	// Runtime configures the adapter runtime (Concurrency, MaxAttempts,
-	// Unknown, …). Its Executors are the built-in adapters followed by
-	// ExtraExecutors; Registerer and Logger default to the stack's.
-	Runtime adapters.Config
-	// ExtraExecutors run beside the built-in adapters (tests, bench).
-	ExtraExecutors []adapters.Executor
-	// Idempotency configures the idempotency store (and its sweeper, which
-	// runs whenever the adapter runtime does). Logger defaults to the
-	// stack's.
-	Idempotency idempotency.Config
-	// Retention configures the intent sweeper, which runs with the
-	// dispatcher and deletes completed intents past their age.
-	Retention outbox.SweeperConfig
-
-	// MetricsAddr serves Prometheus /metrics there. Empty: no server.
-	MetricsAddr string
-	// AdminAddr serves the admin API and pages there. Empty: no admin
-	// server. Without Tokens it must be a loopback address.
-	AdminAddr string
-	// Tokens are the admin API's tokens. None: unauthenticated, loopback
-	// only.
-	Tokens []admin.Token
-	// IssuerOptions configure the admin intake's lease.Issuer (e.g.
-	// lease.WithLockTimeout from --lock-timeout).
-	IssuerOptions []lease.Option
-	// Registry receives every component's metrics. Nil: a new registry
-	// with the Go and process collectors.
-	Registry *prometheus.Registry
-	// Logger. Nil: discard.
-	Logger *slog.Logger
-}
-
-// runsAdapters reports whether the stack runs the adapter runtime.
-func (c *stackConfig) runsAdapters() bool {
-	return len(c.Adapters) > 0 || len(c.ExtraExecutors) > 0
-}
-
-// validate checks the configuration without connecting to anything; its
-// errors are bad input naming the flag's field.
-func (c *stackConfig) validate() error {
-	if !c.RunDispatcher && !c.runsAdapters() {
-		return badInput("adapters", "nothing to run: --dispatcher=false and --adapters is empty")
-	}
-	for _, k := range c.Adapters {
-		if !slices.Contains(builtinAdapters, k) {
-			return badInput("adapters", fmt.Sprintf("unknown adapter %q (known: %s)", k, strings.Join(builtinAdapters, ", ")))
-		}
-	}
-	if slices.Contains(c.Adapters, file.Kind) && c.File.Root == "" {
-		return badInput("file_root", "--file-root must not be empty when the file adapter runs")
-	}
-	switch c.MailLookup {
-	case "", mailLookupNone:
-	case mailLookupMailpit:
-		if c.MailpitURL == "" {
-			return badInput("mailpit_url", "--mail-lookup mailpit needs --mailpit-url, e.g. http://127.0.0.1:8025")
-		}
-	default:
-		return badInput("mail_lookup", fmt.Sprintf("--mail-lookup must be none or mailpit, got %q", c.MailLookup))
-	}
-	if c.MailpitURL != "" {
-		u, err := url.Parse(c.MailpitURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return badInput("mailpit_url", "--mailpit-url must be an http:// or https:// URL, e.g. http://127.0.0.1:8025")
-		}
-	}
-	if host, port, err := net.SplitHostPort(c.Email.Addr); slices.Contains(c.Adapters, email.Kind) && (err != nil || host == "" || port == "") {
-		return badInput("smtp_addr", fmt.Sprintf("--smtp-addr must be host:port, got %q", c.Email.Addr))
-	}
-	switch c.Email.StartTLS {
-	case "", email.StartTLSNone, email.StartTLSOpportunistic, email.StartTLSRequired:
-	default:
-		return badInput("smtp_starttls", fmt.Sprintf("--smtp-starttls must be none, opportunistic or required, got %q", c.Email.StartTLS))
-	}
-	if c.Email.Password != "" && c.Email.Username == "" {
-		return badInput("smtp_user", "an SMTP password is set (--smtp-password or $GATEWAY_SMTP_PASSWORD) without --smtp-user")
-	}
-	if strings.ContainsAny(c.Email.Domain, "<>@ \t\r\n") {
-		return badInput("mail_domain", fmt.Sprintf("--mail-domain %q is not a valid Message-ID domain", c.Email.Domain))
-	}
-	switch c.Runtime.Unknown {
-	case "", adapters.UnknownHold, adapters.UnknownResend:
-	default:
-		return badInput("unknown_outcome", fmt.Sprintf("--unknown-outcome must be hold or resend, got %q", c.Runtime.Unknown))
-	}
-	if c.AdminAddr != "" {
-		if err := admin.CheckListenAddr(c.AdminAddr, c.Tokens); err != nil {
-			if errors.Is(err, admin.ErrNoTokensNonLoopback) {
-				return badInput("admin_addr", fmt.Sprintf("--admin-addr %q is not a loopback address and no admin tokens are configured "+
-					"(--tokens-file or $%s): bind 127.0.0.1 or configure tokens", c.AdminAddr, admin.EnvTokens))
-			}
-			return badInput("admin_addr", "--admin-addr must be host:port, e.g. 127.0.0.1:8080: "+oneLine(err.Error()))
-		}
-	}
-	if c.Runtime.Concurrency < 0 {
-		return badInput("adapter_concurrency", "--adapter-concurrency must be at least 1")
-	}
-	if c.Runtime.MaxAttempts < 0 {
-		return badInput("max_attempts", "--max-attempts must be at least 1")
-	}
-	// Checked whatever this process runs: the sweepers may run in different
-	// processes, which must all be given the same retentions.
-	if err := outbox.CheckRetention(c.Retention.MaxAge, c.Idempotency.WithDefaults().Retention); err != nil {
-		var ve *outbox.ValidationError
-		msg := err.Error()
-		if errors.As(err, &ve) {
-			msg = ve.Message
-		}
-		return badInput("intent_retention", "--intent-retention must not be shorter than --key-retention: "+msg)
-	}
-	return nil
-}
-
-// stack is a running set of components started by startStack.
-type stack struct {
-	log      *slog.Logger
-	registry *prometheus.Registry
-
-	nc         *nats.Conn
-	dispatcher *dispatcher.Dispatcher // nil unless RunDispatcher
-	outbox     *outbox.Client
-	store      *idempotency.Store
-	sweeper    *idempotency.Sweeper
-	runtime    *adapters.Runtime // nil unless adapters run
-	email      *email.Adapter    // nil unless the email adapter runs
-	file       *file.Adapter     // nil unless the file adapter runs
-	// metricsAddr is the address the metrics server listens on (the actual
-	// one, for ":0"); empty without a server.
-	metricsAddr string
-	// adminAddr is the address the admin server listens on (the actual
-	// one); empty without it.
-	adminAddr string
-
-	// parts are the started components in start order; Stop stops them in
-	// reverse.
-	parts    []part
-	stopping chan struct{}
-	stopOnce sync.Once
-	died     chan struct{}
-	dieOnce  sync.Once
-	mu       sync.Mutex
-	diedPart string
-}
-
-// part is one started component.
-type part struct {
-	name    string
-	stop    func()
-	stopped <-chan struct{} // nil: not watched
-}
-
-// startStack starts the configured components in dependency order — NATS
-// connection, metrics server, admin server, dispatcher, idempotency sweeper,
-// adapter runtime — and returns once they run. The adapter runtime waits for the
-// stream (which a dispatcher creates) until ctx ends. On error, whatever was
-// started is stopped again. Config errors are bad input (*cliError).
-//
-// ctx only bounds starting: the components run until Stop, so that
-// Stopped means a component died, never that ctx ended.
-func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Pool == nil {
-		return nil, errors.New("startStack: no pool")
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	reg := cfg.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-	s := &stack{log: log, registry: reg, stopping: make(chan struct{}), died: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			s.Stop()
-		}
-	}()
-	runCtx := context.WithoutCancel(ctx)
-
-	// NATS first: both the dispatcher and the adapters use it.
-	s.nc = cfg.NC
-	if s.nc == nil {
-		natsURL := cmp.Or(cfg.NATSURL, defaultNATSURL)
-		nc, err := dialNATS(natsURL, log)
-		if err != nil {
-			return nil, badInput("nats_url", "cannot use the NATS URL: "+oneLine(err.Error()))
-		}
-		s.nc = nc
-		s.add(part{name: "nats", stop: nc.Close})
-	}
-
-	// The metrics server before the components that may wait (the adapter
-	// runtime waits for the stream): it answers meanwhile.
-	if cfg.MetricsAddr != "" {
-		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
-			return nil, err
-		}
-	}
-
-	if err := s.clients(cfg, log, reg); err != nil {
-		return nil, err
-	}
-	// The admin server early too: /healthz answers while adapters wait.
-	if cfg.AdminAddr != "" {
-		if err := s.serveAdmin(cfg, log, reg); err != nil {
-			return nil, err
-		}
-	}
-
-	if cfg.RunDispatcher {
-		dcfg := cfg.Dispatcher
-		if dcfg.Registerer == nil {
-			dcfg.Registerer = reg
-		}
-		dcfg.Logger = cmp.Or(dcfg.Logger, log)
-		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
-		if err != nil {
-			return nil, badInput("flags", err.Error())
-		}
-		// Started before the adapters: it creates the stream they wait for.
-		if err := d.Start(runCtx); err != nil {
-			return nil, err
-		}
-		s.dispatcher = d
-		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
-
-		// Retention: completed intents older than their age go, in small
-		// batches (SKIP LOCKED: several processes may sweep at once).
-		rcfg := cfg.Retention
-		rcfg.KeyRetention = cfg.Idempotency.WithDefaults().Retention
-		rcfg.Logger = cmp.Or(rcfg.Logger, log)
-		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
-		if err != nil {
-			return nil, badInput("intent_retention", err.Error())
-		}
-		if err := sw.Start(runCtx); err != nil {
-			return nil, err
-		}
-		s.add(part{name: "intent_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
-	}
-
-	if cfg.runsAdapters() {
-		if err := s.startAdapters(ctx, cfg, log, reg); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-// startAdapters builds the adapters and starts the idempotency sweeper and
-// the adapter runtime.
-func (s *stack) startAdapters(ctx context.Context, cfg stackConfig, log *slog.Logger, reg *prometheus.Registry) error {
-	var execs []adapters.Executor
-	for _, k := range cfg.Adapters {
-		switch k {
-		case email.Kind:
-			ecfg := cfg.Email
-			ecfg.Logger = cmp.Or(ecfg.Logger, log)
-			if ecfg.Lookup == nil && cfg.MailLookup == mailLookupMailpit {
-				ecfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(cfg.MailpitURL, "/")}
-			}
-			e, err := email.New(ecfg)
-			if err != nil {
-				return badInput("smtp_addr", oneLine(err.Error()))
-			}
-			if ecfg.Lookup == nil && !(ecfg.DedupsOnKey && cfg.Runtime.Unknown == adapters.UnknownResend) {
-				log.Warn("gateway: email has no result lookup: an attempt whose outcome is lost is held as unknown for an operator (see --mail-lookup)",
-					"component", "gateway")
-			}
-			s.email = e
-			execs = append(execs, e)
-		case file.Kind:
-			fcfg := cfg.File
-			fcfg.Registerer = cmp.Or[prometheus.Registerer](fcfg.Registerer, reg)
-			fcfg.Logger = cmp.Or(fcfg.Logger, log)
-			f, err := file.New(fcfg)
-			if err != nil {
-				return badInput("file_root", oneLine(err.Error()))
-			}
-			s.file = f
-			execs = append(execs, f)
-		}
-	}
-	execs = append(execs, cfg.ExtraExecutors...)
-
-	store, ob := s.store, s.outbox
-
-	rcfg := cfg.Runtime
-	rcfg.Executors = execs
-	if rcfg.Registerer == nil {
-		rcfg.Registerer = reg
-	}
-	rcfg.Logger = cmp.Or(rcfg.Logger, log)
-	rt, err := adapters.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
-	if err != nil {
-		return badInput("adapters", err.Error())
-	}
-
-	// The sweeper forgets completed keys past their retention; it only
-	// matters where keys are made, so it runs with the adapters.
-	sw := idempotency.NewSweeper(store)
-	if err := sw.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	s.sweeper = sw
-	s.add(part{name: "idempotency_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
-
-	// Start waits for the stream until ctx ends: adapters started before
-	// any dispatcher (or while NATS is down) wait here.
-	if err := rt.Start(ctx); err != nil {
-		return err
-	}
-	s.runtime = rt
-	// Stopped last: in-flight executions finish before the sweeper, the
-	// dispatcher and the NATS connection go.
-	s.add(part{name: "adapters", stop: rt.Stop, stopped: rt.Stopped()})
-	return nil
-}
-
-// clients makes the idempotency store and the outbox client the adapters
-// and the admin server share.
-func (s *stack) clients(cfg stackConfig, log *slog.Logger, reg *prometheus.Registry) error {
-	icfg := cfg.Idempotency
-	icfg.Logger = cmp.Or(icfg.Logger, log)
-	if icfg.Registerer == nil {
-		icfg.Registerer = reg
-	}
-	store, err := idempotency.New(cfg.Pool, icfg)
-	if err != nil {
-		return badInput("flags", err.Error())
-	}
-	s.store = store
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Logger: log, Registerer: s.registry})
-	if err != nil {
-		return err
-	}
-	s.outbox = ob
-	return nil
-}
-
-// serveAdmin starts the admin API and pages on cfg.AdminAddr. Readiness
-// checks PostgreSQL and the stack's NATS connection.
-func (s *stack) serveAdmin(cfg stackConfig, log *slog.Logger, reg *prometheus.Registry) error {
-	acfg := admin.Config{
-		Pool:     cfg.Pool,
-		Outbox:   s.outbox,
-		Issuer:   lease.NewIssuer(cfg.Pool, append([]lease.Option{lease.WithRegisterer(reg)}, cfg.IssuerOptions...)...),
-		Store:    s.store,
-		Tokens:   cfg.Tokens,
-		Registry: reg,
-		Logger:   log,
-	}
-	if nc := s.nc; nc != nil {
-		acfg.NATSReady = func() error {
-			if st := nc.Status(); st != nats.CONNECTED {
-				return fmt.Errorf("NATS connection is %s", st)
-			}
-			return nil
-		}
-	}
-	srv, err := admin.New(acfg)
-	if err != nil {
-		return badInput("tokens", oneLine(err.Error()))
-	}
-	ln, err := srv.Listen(cfg.AdminAddr)
-	if err != nil {
-		return badInput("admin_addr", "cannot listen on --admin-addr: "+oneLine(err.Error()))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.ServeListener(ctx, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("gateway: admin server", "component", "gateway", "error", err)
-		}
-	}()
-	s.adminAddr = ln.Addr().String()
-	s.add(part{name: "admin", stopped: done, stop: func() {
-		cancel()
-		<-done
-	}})
-	log.Info("gateway: serving the admin API and pages", "component", "gateway", "addr", s.adminAddr,
-		"url", "http://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
-	return nil
-}
-
-// dialNATS connects to NATS, waiting for a server that is down at start
-// like one that goes away later.
-func dialNATS(natsURL string, log *slog.Logger) (*nats.Conn, error) {
-	return nats.Connect(natsURL,
-		nats.Name("fencegate-gateway"),
-		// A NATS server that is down at start is waited for like one that
-		// goes away later: the dispatcher backs off until it is back.
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		// No client-side buffering while disconnected: a publish fails at
-		// once, its claim is returned, and the dispatcher backs off,
-		// instead of a buffered message going out long after its claim
-		// expired.
-		nats.ReconnectBufSize(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
-		}),
-	)
-}
-
-// serveMetrics starts the Prometheus /metrics server.
-func (s *stack) serveMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return badInput("metrics_addr", "cannot listen on --metrics-addr: "+oneLine(err.Error()))
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("gateway: metrics server", "component", "gateway", "error", err)
-		}
-	}()
-	s.metricsAddr = ln.Addr().String()
-	s.add(part{name: "metrics", stopped: done, stop: func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}})
-	s.log.Info("gateway: serving metrics", "component", "gateway", "addr", s.metricsAddr)
-	return nil
-}
-
-// add records a started component and watches it: if it stops before Stop
-// was called, Stopped is closed.
-func (s *stack) add(p part) {
-	s.parts = append(s.parts, p)
-	if p.stopped == nil {
-		return
-	}
-	go func() {
-		select {
-		case <-p.stopped:
-		case <-s.stopping:
-			return
-		}
-		select {
-		case <-s.stopping:
-			// Stopped by Stop, racing this watcher: expected.
-		default:
-			s.log.Error("gateway: component stopped unexpectedly", "component", "gateway", "part", p.name)
-			s.dieOnce.Do(func() {
-				s.mu.Lock()
-				s.diedPart = p.name
-				s.mu.Unlock()
-				close(s.died)
-			})
-		}
-	}()
-}
-
-// Stop stops every component in the reverse of their start order and
-// returns when they have stopped: the adapters finish their in-flight
-// executions, the dispatcher returns its claims, then the NATS connection
-// (if the stack dialled it) closes. Safe to call more than once.
-func (s *stack) Stop() {
-	s.stopOnce.Do(func() {
-		close(s.stopping)
-		for i := len(s.parts) - 1; i >= 0; i-- {
-			s.parts[i].stop()
-		}
-	})
-}
-
-// Stopped is closed when a component stopped without Stop being called
-// (a dispatcher's own failure, the metrics server failing). The caller
-// should then Stop the rest and exit non-zero.
-func (s *stack) Stopped() <-chan struct{} { return s.died }
-
-// cause names the component whose stop closed Stopped, or "".
-func (s *stack) cause() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.diedPart
 }
 
 // redactNATS hides credentials in a NATS URL list for logging.

@@ -2,10 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/internal/natstest"
 )
 
@@ -111,50 +107,6 @@ func TestRunPartsAlone(t *testing.T) {
 		if code := p.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
 		}
-	}
-}
-
-// startStack, in process as `gateway dev` uses it: every part starts, the
-// metrics server serves the dispatcher's and the adapters' metrics, and Stop
-// stops everything without Stopped reporting a death.
-func TestStartStack(t *testing.T) {
-	t.Parallel()
-	_, pool := runPool(t)
-	srv := natstest.Start(t)
-	s, err := startStack(context.Background(), stackConfig{
-		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
-		Adapters:    []string{file.Kind},
-		File:        file.Config{Root: t.TempDir()},
-		MetricsAddr: "127.0.0.1:0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.dispatcher == nil || s.runtime == nil || s.file == nil || s.email != nil || s.sweeper == nil {
-		t.Fatalf("parts: dispatcher %v runtime %v file %v email %v sweeper %v", s.dispatcher, s.runtime, s.file, s.email, s.sweeper)
-	}
-	resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	// (The adapters' metrics are vectors: they show once something ran.)
-	for _, m := range []string{"claimed_total", "go_goroutines"} {
-		if !strings.Contains(string(body), m) {
-			t.Errorf("/metrics lacks %s", m)
-		}
-	}
-	s.Stop()
-	s.Stop() // idempotent
-	select {
-	case <-s.Stopped():
-		t.Fatalf("Stopped closed by Stop (cause %q)", s.cause())
-	default:
-	}
-
-	if _, err := startStack(context.Background(), stackConfig{Pool: pool, NATSURL: srv.URL}); err == nil {
-		t.Fatal("a stack with nothing to run started")
 	}
 }
 

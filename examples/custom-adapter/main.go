@@ -27,7 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -60,36 +60,28 @@ func run(ctx context.Context, dbURL, natsURL, endpoint string) error {
 	defer nc.Close()
 
 	// The kind is registered once, with its payload's rules, next to the
-	// built-in ones.
+	// built-in ones, for the worker's enqueues.
 	kinds := outbox.DefaultKinds()
 	kinds[Kind] = KindSpec()
 	ob, err := outbox.New(pool, outbox.Config{Kinds: kinds, Logger: log})
 	if err != nil {
 		return err
 	}
-	store, err := idempotency.New(pool, idempotency.Config{GroupCommit: true, Logger: log})
-	if err != nil {
-		return err
-	}
-	d, err := dispatcher.New(pool, nc, dispatcher.Config{Logger: log})
-	if err != nil {
-		return err
-	}
-	rt, err := adapters.NewRuntime(pool, nc, store, ob, adapters.Config{
-		Executors: []adapters.Executor{&Notifier{Endpoint: endpoint}},
-		Logger:    log,
+	// The composition root runs what `gateway run` runs — the relay, the
+	// adapter runtime with group commit, the sweepers — with this kind's
+	// executor as the only adapter.
+	g, err := gateway.Start(ctx, gateway.Config{
+		Pool:           pool,
+		NC:             nc,
+		RunDispatcher:  true,
+		ExtraExecutors: []adapters.Executor{&Notifier{Endpoint: endpoint}},
+		Idempotency:    idempotency.Config{GroupCommit: true},
+		Logger:         log,
 	})
 	if err != nil {
 		return err
 	}
-	if err := d.Start(ctx); err != nil {
-		return err
-	}
-	defer d.Stop()
-	if err := rt.Start(ctx); err != nil {
-		return err
-	}
-	defer rt.Stop()
+	defer g.Stop()
 
 	// A worker: take the lease, enqueue with its epoch.
 	l, err := lease.NewIssuer(pool).Acquire(ctx, "ops-digest", "custom-adapter-example", time.Minute)
@@ -103,7 +95,11 @@ func run(ctx context.Context, dbURL, natsURL, endpoint string) error {
 		return err
 	}
 	log.Info("enqueued", "intent_id", r.IntentID, "duplicate", r.Duplicate, "epoch", l.Epoch)
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-g.Stopped():
+		return fmt.Errorf("%s stopped unexpectedly", g.Cause())
+	}
 	if errors.Is(context.Cause(ctx), context.Canceled) {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,9 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -129,5 +132,43 @@ func TestPayloadValidate(t *testing.T) {
 	}
 	if err := spec.Validate(map[string]any{"channel": "ops", "text": "x"}); err != nil {
 		t.Errorf("a valid payload: %v", err)
+	}
+}
+
+// The program end to end: the composition root runs its kind's executor,
+// and the intent it enqueues reaches the receiver once.
+func TestProgramDelivers(t *testing.T) {
+	t.Parallel()
+	r, url := newReceiver(t)
+	db := testdb.NewURL(t)
+	ns := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, db, ns.URL, url) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r.mu.Lock()
+		n := len(r.posts)
+		r.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the program ended before delivering: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing delivered within a minute")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for key, n := range r.posts {
+		if n != 1 || !strings.HasPrefix(key, "ops-digest/digest-") {
+			t.Fatalf("key %q posted %d times, want once under ops-digest/digest-…", key, n)
+		}
 	}
 }

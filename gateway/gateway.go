@@ -1,0 +1,616 @@
+// Package gateway is fencegate's composition root: the relay (dispatcher),
+// the adapter runtime with its adapters, the idempotency store and both
+// sweepers, the admin API and pages, and the metrics server, wired from one
+// Config and started in dependency order. `gateway run` and `gateway dev`
+// are this package behind flags; a program of its own runs the same:
+//
+//	g, err := gateway.Start(ctx, gateway.Config{Pool: pool, RunDispatcher: true,
+//		Adapters: []string{"file"}, File: file.Config{Root: "/srv/reports"}})
+//	if err != nil {
+//		return err
+//	}
+//	defer g.Stop()
+//	select {
+//	case <-ctx.Done():
+//	case <-g.Stopped(): // a component died; g.Cause() names it
+//	}
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/admin"
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// DefaultNATSURL is dialled when Config has neither NC nor NATSURL.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// Mail lookup modes (Config.MailLookup, --mail-lookup).
+const (
+	MailLookupNone    = "none"
+	MailLookupMailpit = "mailpit"
+)
+
+// BuiltinAdapters are the adapter kinds Config.Adapters accepts.
+var BuiltinAdapters = []string{email.Kind, file.Kind}
+
+// Start starts the configured components in dependency order and returns
+// once they run (see start). Config errors are bad input naming the flag's
+// field (internal/errmap).
+func Start(ctx context.Context, cfg Config) (*Gateway, error) { return start(ctx, cfg) }
+
+// MetricsAddr is the address the metrics server listens on; empty without.
+func (s *Gateway) MetricsAddr() string { return s.metricsAddr }
+
+// AdminAddr is the address the admin server listens on; empty without.
+func (s *Gateway) AdminAddr() string { return s.adminAddr }
+
+// Registry is the registry every component's metrics are on.
+func (s *Gateway) Registry() *prometheus.Registry { return s.registry }
+
+// Config is everything `gateway run` (and `gateway dev`) wires: the
+// relay, the adapter runtime with its adapters and the idempotency sweeper,
+// and the metrics server. Zero fields take the components' defaults.
+type Config struct {
+	// Pool is the PostgreSQL pool (the primary). Required by start;
+	// not closed by Stop.
+	Pool *pgxpool.Pool
+	// NC is the NATS connection to use. Nil: start dials NATSURL
+	// (reconnecting forever) and Stop closes it. A given NC is not closed.
+	NC *nats.Conn
+	// NATSURL is dialled when NC is nil. Default DefaultNATSURL.
+	NATSURL string
+
+	// RunDispatcher runs the relay (outbox → JetStream).
+	RunDispatcher bool
+	// Dispatcher configures the relay. Registerer and Logger default to the
+	// stack's.
+	Dispatcher dispatcher.Config
+
+	// Adapters lists the built-in adapters to run ("email", "file"). Empty
+	// with no ExtraExecutors: no adapter runtime.
+	Adapters []string
+	// File configures the file adapter (Root required when it runs; Logger
+	// defaults to the gateway's).
+	File file.Config
+	// Email configures the email adapter (Addr required when it runs).
+	// Lookup defaults to the one MailLookup names; Logger to the gateway's.
+	Email email.Config
+	// MailLookup is "none" (default) or "mailpit" (then MailpitURL is
+	// required). Ignored when Email.Lookup is set.
+	MailLookup string
+	// MailpitURL is Mailpit's web root for MailLookup "mailpit".
+	MailpitURL string
+	// Runtime configures the adapter runtime (Concurrency, MaxAttempts,
+	// Unknown, …). Its Executors are the built-in adapters followed by
+	// ExtraExecutors; Registerer and Logger default to the gateway's.
+	Runtime adapters.Config
+	// ExtraExecutors run beside the built-in adapters: a program's own
+	// kinds (examples/custom-adapter), the benchmark's no-op one.
+	ExtraExecutors []adapters.Executor
+	// Idempotency configures the idempotency store (and its sweeper, which
+	// runs whenever the adapter runtime does). Logger defaults to the
+	// stack's.
+	Idempotency idempotency.Config
+	// Retention configures the intent sweeper, which runs with the
+	// dispatcher and deletes completed intents past their age.
+	Retention outbox.SweeperConfig
+
+	// MetricsAddr serves Prometheus /metrics there. Empty: no server.
+	MetricsAddr string
+	// AdminAddr serves the admin API and pages there. Empty: no admin
+	// server. Without Tokens it must be a loopback address.
+	AdminAddr string
+	// Tokens are the admin API's tokens. None: unauthenticated, loopback
+	// only.
+	Tokens []admin.Token
+	// IssuerOptions configure the admin intake's lease.Issuer (e.g.
+	// lease.WithLockTimeout from --lock-timeout).
+	IssuerOptions []lease.Option
+	// Registry receives every component's metrics. Nil: a new registry
+	// with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Logger. Nil: discard.
+	Logger *slog.Logger
+}
+
+// runsAdapters reports whether the gateway runs the adapter runtime.
+func (c *Config) runsAdapters() bool {
+	return len(c.Adapters) > 0 || len(c.ExtraExecutors) > 0
+}
+
+// validate checks the configuration without connecting to anything; its
+// errors are bad input naming the flag's field.
+func (c *Config) Validate() error {
+	if !c.RunDispatcher && !c.runsAdapters() {
+		return errmap.Invalid("adapters", "nothing to run: --dispatcher=false and --adapters is empty")
+	}
+	for _, k := range c.Adapters {
+		if !slices.Contains(BuiltinAdapters, k) {
+			return errmap.Invalid("adapters", fmt.Sprintf("unknown adapter %q (known: %s)", k, strings.Join(BuiltinAdapters, ", ")))
+		}
+	}
+	if slices.Contains(c.Adapters, file.Kind) && c.File.Root == "" {
+		return errmap.Invalid("file_root", "--file-root must not be empty when the file adapter runs")
+	}
+	switch c.MailLookup {
+	case "", MailLookupNone:
+	case MailLookupMailpit:
+		if c.MailpitURL == "" {
+			return errmap.Invalid("mailpit_url", "--mail-lookup mailpit needs --mailpit-url, e.g. http://127.0.0.1:8025")
+		}
+	default:
+		return errmap.Invalid("mail_lookup", fmt.Sprintf("--mail-lookup must be none or mailpit, got %q", c.MailLookup))
+	}
+	if c.MailpitURL != "" {
+		u, err := url.Parse(c.MailpitURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errmap.Invalid("mailpit_url", "--mailpit-url must be an http:// or https:// URL, e.g. http://127.0.0.1:8025")
+		}
+	}
+	if host, port, err := net.SplitHostPort(c.Email.Addr); slices.Contains(c.Adapters, email.Kind) && (err != nil || host == "" || port == "") {
+		return errmap.Invalid("smtp_addr", fmt.Sprintf("--smtp-addr must be host:port, got %q", c.Email.Addr))
+	}
+	switch c.Email.StartTLS {
+	case "", email.StartTLSNone, email.StartTLSOpportunistic, email.StartTLSRequired:
+	default:
+		return errmap.Invalid("smtp_starttls", fmt.Sprintf("--smtp-starttls must be none, opportunistic or required, got %q", c.Email.StartTLS))
+	}
+	if c.Email.Password != "" && c.Email.Username == "" {
+		return errmap.Invalid("smtp_user", "an SMTP password is set (--smtp-password or $GATEWAY_SMTP_PASSWORD) without --smtp-user")
+	}
+	if strings.ContainsAny(c.Email.Domain, "<>@ \t\r\n") {
+		return errmap.Invalid("mail_domain", fmt.Sprintf("--mail-domain %q is not a valid Message-ID domain", c.Email.Domain))
+	}
+	switch c.Runtime.Unknown {
+	case "", adapters.UnknownHold, adapters.UnknownResend:
+	default:
+		return errmap.Invalid("unknown_outcome", fmt.Sprintf("--unknown-outcome must be hold or resend, got %q", c.Runtime.Unknown))
+	}
+	if c.AdminAddr != "" {
+		if err := admin.CheckListenAddr(c.AdminAddr, c.Tokens); err != nil {
+			if errors.Is(err, admin.ErrNoTokensNonLoopback) {
+				return errmap.Invalid("admin_addr", fmt.Sprintf("--admin-addr %q is not a loopback address and no admin tokens are configured "+
+					"(--tokens-file or $%s): bind 127.0.0.1 or configure tokens", c.AdminAddr, admin.EnvTokens))
+			}
+			return errmap.Invalid("admin_addr", "--admin-addr must be host:port, e.g. 127.0.0.1:8080: "+errmap.OneLine(err.Error()))
+		}
+	}
+	if c.Runtime.Concurrency < 0 {
+		return errmap.Invalid("adapter_concurrency", "--adapter-concurrency must be at least 1")
+	}
+	if c.Runtime.MaxAttempts < 0 {
+		return errmap.Invalid("max_attempts", "--max-attempts must be at least 1")
+	}
+	// Checked whatever this process runs: the sweepers may run in different
+	// processes, which must all be given the same retentions.
+	if err := outbox.CheckRetention(c.Retention.MaxAge, c.Idempotency.WithDefaults().Retention); err != nil {
+		var ve *outbox.ValidationError
+		msg := err.Error()
+		if errors.As(err, &ve) {
+			msg = ve.Message
+		}
+		return errmap.Invalid("intent_retention", "--intent-retention must not be shorter than --key-retention: "+msg)
+	}
+	return nil
+}
+
+// Gateway is a running set of components started by Start.
+type Gateway struct {
+	log      *slog.Logger
+	registry *prometheus.Registry
+
+	nc         *nats.Conn
+	dispatcher *dispatcher.Dispatcher // nil unless RunDispatcher
+	outbox     *outbox.Client
+	store      *idempotency.Store
+	sweeper    *idempotency.Sweeper
+	runtime    *adapters.Runtime // nil unless adapters run
+	email      *email.Adapter    // nil unless the email adapter runs
+	file       *file.Adapter     // nil unless the file adapter runs
+	// metricsAddr is the address the metrics server listens on (the actual
+	// one, for ":0"); empty without a server.
+	metricsAddr string
+	// adminAddr is the address the admin server listens on (the actual
+	// one); empty without it.
+	adminAddr string
+
+	// parts are the started components in start order; Stop stops them in
+	// reverse.
+	parts    []part
+	stopping chan struct{}
+	stopOnce sync.Once
+	died     chan struct{}
+	dieOnce  sync.Once
+	mu       sync.Mutex
+	diedPart string
+}
+
+// part is one started component.
+type part struct {
+	name    string
+	stop    func()
+	stopped <-chan struct{} // nil: not watched
+}
+
+// start starts the configured components in dependency order — NATS
+// connection, metrics server, admin server, dispatcher, idempotency sweeper,
+// adapter runtime — and returns once they run. The adapter runtime waits for the
+// stream (which a dispatcher creates) until ctx ends. On error, whatever was
+// started is stopped again. Config errors are bad input (*cliError).
+//
+// ctx only bounds starting: the components run until Stop, so that
+// Stopped means a component died, never that ctx ended.
+func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Pool == nil {
+		return nil, errors.New("start: no pool")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s := &Gateway{log: log, registry: reg, stopping: make(chan struct{}), died: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	runCtx := context.WithoutCancel(ctx)
+
+	// NATS first: both the dispatcher and the adapters use it.
+	s.nc = cfg.NC
+	if s.nc == nil {
+		natsURL := cmp.Or(cfg.NATSURL, DefaultNATSURL)
+		nc, err := dialNATS(natsURL, log)
+		if err != nil {
+			return nil, errmap.Invalid("nats_url", "cannot use the NATS URL: "+errmap.OneLine(err.Error()))
+		}
+		s.nc = nc
+		s.add(part{name: "nats", stop: nc.Close})
+	}
+
+	// The metrics server before the components that may wait (the adapter
+	// runtime waits for the stream): it answers meanwhile.
+	if cfg.MetricsAddr != "" {
+		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := s.clients(cfg, log, reg); err != nil {
+		return nil, err
+	}
+	// The admin server early too: /healthz answers while adapters wait.
+	if cfg.AdminAddr != "" {
+		if err := s.serveAdmin(cfg, log, reg); err != nil {
+			return nil, err
+		}
+	}
+
+	if cfg.RunDispatcher {
+		dcfg := cfg.Dispatcher
+		if dcfg.Registerer == nil {
+			dcfg.Registerer = reg
+		}
+		dcfg.Logger = cmp.Or(dcfg.Logger, log)
+		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
+		if err != nil {
+			return nil, errmap.Invalid("flags", err.Error())
+		}
+		// Started before the adapters: it creates the stream they wait for.
+		if err := d.Start(runCtx); err != nil {
+			return nil, err
+		}
+		s.dispatcher = d
+		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
+
+		// Retention: completed intents older than their age go, in small
+		// batches (SKIP LOCKED: several processes may sweep at once).
+		rcfg := cfg.Retention
+		rcfg.KeyRetention = cfg.Idempotency.WithDefaults().Retention
+		rcfg.Logger = cmp.Or(rcfg.Logger, log)
+		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
+		if err != nil {
+			return nil, errmap.Invalid("intent_retention", err.Error())
+		}
+		if err := sw.Start(runCtx); err != nil {
+			return nil, err
+		}
+		s.add(part{name: "intent_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
+	}
+
+	if cfg.runsAdapters() {
+		if err := s.startAdapters(ctx, cfg, log, reg); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// startAdapters builds the adapters and starts the idempotency sweeper and
+// the adapter runtime.
+func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
+	var execs []adapters.Executor
+	for _, k := range cfg.Adapters {
+		switch k {
+		case email.Kind:
+			ecfg := cfg.Email
+			ecfg.Logger = cmp.Or(ecfg.Logger, log)
+			if ecfg.Lookup == nil && cfg.MailLookup == MailLookupMailpit {
+				ecfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(cfg.MailpitURL, "/")}
+			}
+			e, err := email.New(ecfg)
+			if err != nil {
+				return errmap.Invalid("smtp_addr", errmap.OneLine(err.Error()))
+			}
+			if ecfg.Lookup == nil && !(ecfg.DedupsOnKey && cfg.Runtime.Unknown == adapters.UnknownResend) {
+				log.Warn("gateway: email has no result lookup: an attempt whose outcome is lost is held as unknown for an operator (see --mail-lookup)",
+					"component", "gateway")
+			}
+			s.email = e
+			execs = append(execs, e)
+		case file.Kind:
+			fcfg := cfg.File
+			fcfg.Registerer = cmp.Or[prometheus.Registerer](fcfg.Registerer, reg)
+			fcfg.Logger = cmp.Or(fcfg.Logger, log)
+			f, err := file.New(fcfg)
+			if err != nil {
+				return errmap.Invalid("file_root", errmap.OneLine(err.Error()))
+			}
+			s.file = f
+			execs = append(execs, f)
+		}
+	}
+	execs = append(execs, cfg.ExtraExecutors...)
+
+	store, ob := s.store, s.outbox
+
+	rcfg := cfg.Runtime
+	rcfg.Executors = execs
+	if rcfg.Registerer == nil {
+		rcfg.Registerer = reg
+	}
+	rcfg.Logger = cmp.Or(rcfg.Logger, log)
+	rt, err := adapters.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
+	if err != nil {
+		return errmap.Invalid("adapters", err.Error())
+	}
+
+	// The sweeper forgets completed keys past their retention; it only
+	// matters where keys are made, so it runs with the adapters.
+	sw := idempotency.NewSweeper(store)
+	if err := sw.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	s.sweeper = sw
+	s.add(part{name: "idempotency_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
+
+	// Start waits for the stream until ctx ends: adapters started before
+	// any dispatcher (or while NATS is down) wait here.
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	s.runtime = rt
+	// Stopped last: in-flight executions finish before the sweeper, the
+	// dispatcher and the NATS connection go.
+	s.add(part{name: "adapters", stop: rt.Stop, stopped: rt.Stopped()})
+	return nil
+}
+
+// clients makes the idempotency store and the outbox client the adapters
+// and the admin server share.
+func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
+	icfg := cfg.Idempotency
+	icfg.Logger = cmp.Or(icfg.Logger, log)
+	if icfg.Registerer == nil {
+		icfg.Registerer = reg
+	}
+	store, err := idempotency.New(cfg.Pool, icfg)
+	if err != nil {
+		return errmap.Invalid("flags", err.Error())
+	}
+	s.store = store
+	ob, err := outbox.New(cfg.Pool, outbox.Config{Logger: log, Registerer: s.registry})
+	if err != nil {
+		return err
+	}
+	s.outbox = ob
+	return nil
+}
+
+// serveAdmin starts the admin API and pages on cfg.AdminAddr. Readiness
+// checks PostgreSQL and the gateway's NATS connection.
+func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
+	acfg := admin.Config{
+		Pool:     cfg.Pool,
+		Outbox:   s.outbox,
+		Issuer:   lease.NewIssuer(cfg.Pool, append([]lease.Option{lease.WithRegisterer(reg)}, cfg.IssuerOptions...)...),
+		Store:    s.store,
+		Tokens:   cfg.Tokens,
+		Registry: reg,
+		Logger:   log,
+	}
+	if nc := s.nc; nc != nil {
+		acfg.NATSReady = func() error {
+			if st := nc.Status(); st != nats.CONNECTED {
+				return fmt.Errorf("NATS connection is %s", st)
+			}
+			return nil
+		}
+	}
+	srv, err := admin.New(acfg)
+	if err != nil {
+		return errmap.Invalid("tokens", errmap.OneLine(err.Error()))
+	}
+	ln, err := srv.Listen(cfg.AdminAddr)
+	if err != nil {
+		return errmap.Invalid("admin_addr", "cannot listen on --admin-addr: "+errmap.OneLine(err.Error()))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.ServeListener(ctx, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("gateway: admin server", "component", "gateway", "error", err)
+		}
+	}()
+	s.adminAddr = ln.Addr().String()
+	s.add(part{name: "admin", stopped: done, stop: func() {
+		cancel()
+		<-done
+	}})
+	log.Info("gateway: serving the admin API and pages", "component", "gateway", "addr", s.adminAddr,
+		"url", "http://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
+	return nil
+}
+
+// dialNATS connects to NATS, waiting for a server that is down at start
+// like one that goes away later.
+func dialNATS(natsURL string, log *slog.Logger) (*nats.Conn, error) {
+	return nats.Connect(natsURL,
+		nats.Name("fencegate-gateway"),
+		// A NATS server that is down at start is waited for like one that
+		// goes away later: the dispatcher backs off until it is back.
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		// No client-side buffering while disconnected: a publish fails at
+		// once, its claim is returned, and the dispatcher backs off,
+		// instead of a buffered message going out long after its claim
+		// expired.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
+		}),
+	)
+}
+
+// serveMetrics starts the Prometheus /metrics server.
+func (s *Gateway) serveMetrics(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return errmap.Invalid("metrics_addr", "cannot listen on --metrics-addr: "+errmap.OneLine(err.Error()))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("gateway: metrics server", "component", "gateway", "error", err)
+		}
+	}()
+	s.metricsAddr = ln.Addr().String()
+	s.add(part{name: "metrics", stopped: done, stop: func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}})
+	s.log.Info("gateway: serving metrics", "component", "gateway", "addr", s.metricsAddr)
+	return nil
+}
+
+// add records a started component and watches it: if it stops before Stop
+// was called, Stopped is closed.
+func (s *Gateway) add(p part) {
+	s.parts = append(s.parts, p)
+	if p.stopped == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-p.stopped:
+		case <-s.stopping:
+			return
+		}
+		select {
+		case <-s.stopping:
+			// Stopped by Stop, racing this watcher: expected.
+		default:
+			s.log.Error("gateway: component stopped unexpectedly", "component", "gateway", "part", p.name)
+			s.dieOnce.Do(func() {
+				s.mu.Lock()
+				s.diedPart = p.name
+				s.mu.Unlock()
+				close(s.died)
+			})
+		}
+	}()
+}
+
+// Stop stops every component in the reverse of their start order and
+// returns when they have stopped: the adapters finish their in-flight
+// executions, the dispatcher returns its claims, then the NATS connection
+// (if the gateway dialled it) closes. Safe to call more than once.
+func (s *Gateway) Stop() {
+	s.stopOnce.Do(func() {
+		close(s.stopping)
+		for i := len(s.parts) - 1; i >= 0; i-- {
+			s.parts[i].stop()
+		}
+	})
+}
+
+// Stopped is closed when a component stopped without Stop being called
+// (a dispatcher's own failure, the metrics server failing). The caller
+// should then Stop the rest and exit non-zero.
+func (s *Gateway) Stopped() <-chan struct{} { return s.died }
+
+// Cause names the component whose stop closed Stopped, or "".
+func (s *Gateway) Cause() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.diedPart
+}
+
+// Outbox is the outbox client the gateway's components share.
+func (s *Gateway) Outbox() *outbox.Client { return s.outbox }
+
+// Store is the idempotency store the gateway's components share.
+func (s *Gateway) Store() *idempotency.Store { return s.store }
+
+// NATS is the gateway's NATS connection (Config.NC, or the one it dialled).
+func (s *Gateway) NATS() *nats.Conn { return s.nc }
+
+// Dispatcher is the running relay, nil unless Config.RunDispatcher.
+func (s *Gateway) Dispatcher() *dispatcher.Dispatcher { return s.dispatcher }
+
+// Runtime is the running adapter runtime, nil unless adapters run.
+func (s *Gateway) Runtime() *adapters.Runtime { return s.runtime }
