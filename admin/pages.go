@@ -271,7 +271,7 @@ type intentsBody struct {
 func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, _ *viewer) {
 	q := r.URL.Query()
 	b := intentsBody{Status: q.Get("status"), Kind: q.Get("kind"), Resource: q.Get("resource"), Limit: q.Get("limit"),
-		Statuses: Statuses, Kinds: []string{"email", "file"}}
+		Statuses: Statuses, Kinds: s.cfg.Outbox.Kinds()}
 	b.Filtered = b.Status != "" || b.Kind != "" || b.Resource != ""
 	d := &pageData{Title: "Intents", Nav: "intents", Body: &b}
 	withRefresh(d, r.URL)

@@ -110,6 +110,11 @@ type Config struct {
 	// Unknown, …). Its Executors are the built-in adapters followed by
 	// ExtraExecutors; Registerer and Logger default to the gateway's.
 	Runtime adapters.Config
+	// Kinds are intent kinds of a program's own (name → spec, with its
+	// payload's Validate), accepted beside the built-in ones by the
+	// gateway's outbox client — the admin API's intake — and listed on the
+	// admin pages. Their executors go in ExtraExecutors.
+	Kinds map[string]outbox.KindSpec
 	// ExtraExecutors run beside the built-in adapters: a program's own
 	// kinds (examples/custom-adapter), the benchmark's no-op one.
 	ExtraExecutors []adapters.Executor
@@ -443,7 +448,11 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 		return errmap.Invalid("flags", err.Error())
 	}
 	s.store = store
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Logger: log, Registerer: s.registry})
+	kinds := outbox.DefaultKinds()
+	for name, k := range cfg.Kinds {
+		kinds[name] = k
+	}
+	ob, err := outbox.New(cfg.Pool, outbox.Config{Kinds: kinds, Logger: log, Registerer: s.registry})
 	if err != nil {
 		return err
 	}

@@ -2,14 +2,21 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -55,5 +62,103 @@ func TestStart(t *testing.T) {
 
 	if _, err := Start(context.Background(), Config{Pool: pool, NATSURL: srv.URL}); err == nil {
 		t.Fatal("a stack with nothing to run started")
+	}
+}
+
+// ownKind is a program's own kind for the tests: its executor counts
+// executions.
+type ownKind struct {
+	mu   sync.Mutex
+	runs map[int64]int
+}
+
+func (k *ownKind) Kind() string                        { return "notify" }
+func (k *ownKind) Capabilities() adapters.Capabilities { return adapters.Capabilities{} }
+func (k *ownKind) Execute(_ context.Context, req adapters.Request) (adapters.Outcome, error) {
+	k.mu.Lock()
+	k.runs[req.IntentID]++
+	k.mu.Unlock()
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: json.RawMessage(`{"sent":true}`)}, nil
+}
+
+// A kind registered by the program (Config.Kinds, its executor in
+// ExtraExecutors) is accepted by the HTTP intake with its payload rules,
+// executed by the runtime, and offered on the admin pages.
+func TestOwnKindThroughIntakeAndPages(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	srv := natstest.Start(t)
+	own := &ownKind{runs: map[int64]int{}}
+	spec := outbox.KindSpec{DefaultFence: outbox.FenceCommit, Validate: func(p map[string]any) error {
+		if s, _ := p["channel"].(string); s == "" {
+			return &outbox.ValidationError{Field: "payload.channel", Message: "must not be empty"}
+		}
+		return nil
+	}}
+	g, err := Start(context.Background(), Config{
+		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+		Kinds:          map[string]outbox.KindSpec{"notify": spec},
+		ExtraExecutors: []adapters.Executor{own},
+		Idempotency:    idempotency.Config{GroupCommit: true},
+		AdminAddr:      "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	api := "http://" + g.AdminAddr() + "/api/v1"
+	post := func(path, body string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Post(api+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	code, l := post("/leases", `{"resource":"r","holder":"w","ttl_ms":60000}`)
+	if code != http.StatusCreated {
+		t.Fatalf("acquire: %d %v", code, l)
+	}
+	epoch := int64(l["epoch"].(float64))
+	code, bad := post("/intents", fmt.Sprintf(`{"resource":"r","epoch":%d,"operation_id":"n-0","kind":"notify","payload":{"text":"x"}}`, epoch))
+	if e, _ := bad["error"].(map[string]any); code != http.StatusBadRequest || e["field"] != "payload.channel" {
+		t.Fatalf("bad payload: %d %v, want 400 naming payload.channel", code, bad)
+	}
+	code, in := post("/intents", fmt.Sprintf(`{"resource":"r","epoch":%d,"operation_id":"n-1","kind":"notify","payload":{"channel":"ops"}}`, epoch))
+	if code != http.StatusCreated {
+		t.Fatalf("enqueue: %d %v", code, in)
+	}
+	id := int64(in["intent_id"].(float64))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rec, err := g.Outbox().Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status == outbox.StatusSucceeded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("intent %d still %s", id, rec.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	own.mu.Lock()
+	n := own.runs[id]
+	own.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("executed %d times, want 1", n)
+	}
+	resp, err := http.Get("http://" + g.AdminAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), ">notify<") {
+		t.Fatalf("the intents page does not offer kind notify:\n%.2000s", page)
 	}
 }

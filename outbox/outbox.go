@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,6 +135,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	return c, nil
 }
+
+// Kinds returns the names of the intent kinds the client accepts, sorted:
+// the one list the intake and the pages show.
+func (c *Client) Kinds() []string { return slices.Sorted(maps.Keys(c.cfg.Kinds)) }
 
 // Validate checks an intent as Enqueue would, without touching the database,
 // and returns it with defaults filled in.
