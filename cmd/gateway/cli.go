@@ -79,6 +79,45 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return 0, true
 }
 
+// parseWithEnv is parse for the long-running commands (run, dev): every
+// flag not given on the command line is also read from the environment, as
+// GATEWAY_<NAME> (--db-max-conns: GATEWAY_DB_MAX_CONNS). The command line
+// wins over the environment, the environment over the default. A value
+// that does not parse is bad input naming the flag's field and the
+// variable — never echoing the value, which may be a secret.
+func (a *app) parseWithEnv(fs *flag.FlagSet, args []string) (int, bool) {
+	if code, ok := a.parse(fs, args); !ok {
+		return code, false
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var bad *cliError
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || bad != nil {
+			return
+		}
+		env := EnvName(f.Name)
+		v := a.getenv(env)
+		if v == "" {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			bad = badInput(strings.ReplaceAll(f.Name, "-", "_"),
+				fmt.Sprintf("$%s is not a valid value for --%s", env, f.Name))
+		}
+	})
+	if bad != nil {
+		return a.fail(bad), false
+	}
+	return 0, true
+}
+
+// EnvName is the environment variable of a flag of run and dev:
+// GATEWAY_ and the flag's name in upper case, '-' as '_'.
+func EnvName(flagName string) string {
+	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
 // connect opens a pool and checks it can reach the database, with a bounded
 // wait, so an unreachable database is one clear line and exit 1. The pool
 // has pgxpool's default size (or the URL's pool_max_conns).

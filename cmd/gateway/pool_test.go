@@ -77,17 +77,22 @@ func TestRunPoolMaxConns(t *testing.T) {
 		name, url string
 		args      []string
 		want      string
+		env       []string
 	}{
 		// 1 spare + 3 dispatcher + 1 intent sweeper + 10 shared (group
 		// commit) + min(5, 8) + 1 key sweeper.
-		{"sized", db, nil, "21"},
+		{"sized", db, nil, "21", nil},
 		// Without group commit: 1 + 3 + 1 + 5 + 1.
-		{"sized alone", db, []string{"--idempotency-group-commit=false"}, "11"},
-		{"flag", db, []string{"--db-max-conns", "9"}, "9"},
-		{"url wins", withQuery(db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3"},
+		{"sized alone", db, []string{"--idempotency-group-commit=false"}, "11", nil},
+		{"flag", db, []string{"--db-max-conns", "9"}, "9", nil},
+		{"url wins", withQuery(db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3", nil},
+		// Every flag of run also from the environment; the command line
+		// wins over it.
+		{"env", db, nil, "9", []string{"GATEWAY_DB_MAX_CONNS=9"}},
+		{"flag over env", db, []string{"--db-max-conns", "7"}, "7", []string{"GATEWAY_DB_MAX_CONNS=9"}},
 	} {
 		args := append([]string{"--adapters", "file", "--file-root", root, "--adapter-concurrency", "5"}, tc.args...)
-		p := startRun(t, nil, tc.url, srv.URL, args...)
+		p := startRun(t, tc.env, tc.url, srv.URL, args...)
 		var got string
 		pollUntil(t, 30*time.Second, tc.name+": the running line", func() (bool, string) {
 			m := maxConns.FindStringSubmatch(p.stderr.String())

@@ -124,7 +124,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		allowFsyncOff = a.fsyncFlag(fs)
 		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
 	)
-	if code, ok := a.parse(fs, args); !ok {
+	if code, ok := a.parseWithEnv(fs, args); !ok {
 		return code
 	}
 	if err := noArgs(fs); err != nil {

@@ -44,6 +44,10 @@ func TestRunBadFlags(t *testing.T) {
 		{"empty file root", nil, []string{"--adapters", "file", "--file-root", ""}, "file_root"},
 		{"log level", nil, []string{"--log-level", "loud"}, "log_level"},
 		{"not a number", nil, []string{"--max-attempts", "many"}, "flags"},
+		// Every flag also from the environment, checked alike; a value
+		// that does not parse names the flag's field, not the value.
+		{"env concurrency", []string{"GATEWAY_ADAPTER_CONCURRENCY=0"}, nil, "adapter_concurrency"},
+		{"env not a duration", []string{"GATEWAY_LOOKUP_SETTLE=secret"}, nil, "lookup_settle"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
