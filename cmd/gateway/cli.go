@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -85,7 +86,11 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 // wins over the environment, the environment over the default. A value
 // that does not parse is bad input naming the flag's field and the
 // variable — never echoing the value, which may be a secret.
-func (a *app) parseWithEnv(fs *flag.FlagSet, args []string) (int, bool) {
+//
+// Flags named in except are not read from the environment (dev ignores
+// $GATEWAY_DATABASE_URL and $GATEWAY_NATS_URL on purpose: a shell set up
+// for production must not point a throwaway environment at it).
+func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (int, bool) {
 	if code, ok := a.parse(fs, args); !ok {
 		return code, false
 	}
@@ -93,7 +98,7 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string) (int, bool) {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var bad *cliError
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || bad != nil {
+		if given[f.Name] || bad != nil || slices.Contains(except, f.Name) {
 			return
 		}
 		env := EnvName(f.Name)

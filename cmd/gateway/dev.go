@@ -100,7 +100,7 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	fs.BoolVar(&o.demo, "demo", false, "replay the article's scenario: worker A pauses past its lease, B takes over, A's late write is fenced out")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	allowFsyncOff := a.fsyncFlag(fs)
-	if code, ok := a.parseWithEnv(fs, args); !ok {
+	if code, ok := a.parseWithEnv(fs, args, "database-url", "nats-url"); !ok {
 		return code
 	}
 	o.allowFsyncOff = *allowFsyncOff
