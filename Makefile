@@ -1,7 +1,9 @@
 .PHONY: build test dev clean chaos
 
+# -buildvcs=auto: stamp the commit (gateway --version, fencegate_build_info)
+# whatever GOFLAGS says, where git is there to ask.
 build:
-	go build -o bin/gateway ./cmd/gateway
+	go build -buildvcs=auto -o bin/gateway ./cmd/gateway
 
 # The test command: starts the services the tests need from scratch.
 test:

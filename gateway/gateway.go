@@ -42,6 +42,7 @@ import (
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -286,6 +287,14 @@ func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	// Which build runs; a registry that has it already (a program's own)
+	// keeps its own.
+	if err := reg.Register(buildinfo.Collector()); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, fmt.Errorf("gateway: register build info: %w", err)
+		}
 	}
 	s := &Gateway{log: log, registry: reg, stopping: make(chan struct{}), died: make(chan struct{})}
 	defer func() {

@@ -47,7 +47,7 @@ func TestStart(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	// (The adapters' metrics are vectors: they show once something ran.)
-	for _, m := range []string{"claimed_total", "go_goroutines"} {
+	for _, m := range []string{"claimed_total", "go_goroutines", "fencegate_build_info{"} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %s", m)
 		}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -115,6 +116,19 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 		return a.fail(bad), false
 	}
 	return 0, true
+}
+
+// newLogger is the slog logger of run and dev: text (the default) or JSON
+// lines for log pipelines (--log-format).
+func newLogger(w io.Writer, level slog.Level, format string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, badInput("log_format", "--log-format must be text or json")
 }
 
 // EnvName is the environment variable of a flag of run and dev:

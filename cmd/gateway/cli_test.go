@@ -230,3 +230,20 @@ func TestCLIUnreachableDatabase(t *testing.T) {
 	r := gw(t, "", "status", "1")
 	expectCode(t, r, 2, "invalid_input")
 }
+
+// gateway --version prints one JSON object with the build's version and Go
+// version, exit 0.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := gw(t, "", "--version")
+	expectCode(t, r, 0, "")
+	if v, _ := r.obj["version"].(string); v == "" {
+		t.Fatalf("no version: %s", r.stdout)
+	}
+	if g, _ := r.obj["go"].(string); !strings.HasPrefix(g, "go") {
+		t.Fatalf("no go version: %s", r.stdout)
+	}
+	if _, ok := r.obj["commit"]; !ok {
+		t.Fatalf("no commit field: %s", r.stdout)
+	}
+}

@@ -99,6 +99,7 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&o.fileRoot, "file-root", devDefaultFileRoot, "directory the file adapter publishes under")
 	fs.BoolVar(&o.demo, "demo", false, "replay the article's scenario: worker A pauses past its lease, B takes over, A's late write is fenced out")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log-format", "text", "log format on stderr: text or json (slog)")
 	allowFsyncOff := a.fsyncFlag(fs)
 	if code, ok := a.parseWithEnv(fs, args, "database-url", "nats-url"); !ok {
 		return code
@@ -114,7 +115,10 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return a.fail(badInput("log_level", "--log-level must be debug, info, warn or error"))
 	}
-	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	logger, err := newLogger(a.stderr, level, *logFormat)
+	if err != nil {
+		return a.fail(err)
+	}
 
 	d := &devEnv{a: a, opts: o, log: logger}
 	began := time.Now()

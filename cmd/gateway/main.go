@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/otelsetup"
 )
 
@@ -75,6 +76,10 @@ func commands() map[string]command {
 }
 
 func (a *app) main(ctx context.Context, args []string) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
+		a.writeJSON(buildinfo.Get())
+		return exitOK
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(a.stderr, usage)
 		if len(args) == 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"regexp"
 	"strings"
 	"syscall"
@@ -126,4 +127,23 @@ func withQuery(u, kv string) string {
 		return u + "&" + kv
 	}
 	return u + "?" + kv
+}
+
+// --log-format json writes slog JSON lines (here from the environment,
+// GATEWAY_LOG_FORMAT): the running line is one JSON object.
+func TestRunLogFormatJSON(t *testing.T) {
+	t.Parallel()
+	db, _ := runPool(t)
+	srv := natstest.Start(t)
+	p := startRun(t, []string{"GATEWAY_LOG_FORMAT=json"}, db, srv.URL, "--adapters", "file", "--file-root", t.TempDir())
+	pollUntil(t, 30*time.Second, "a JSON running line", func() (bool, string) {
+		out := p.stderr.String()
+		for _, line := range strings.Split(out, "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "gateway: running" && m["db_max_conns"] != nil {
+				return true, ""
+			}
+		}
+		return false, out
+	})
 }

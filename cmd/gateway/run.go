@@ -120,6 +120,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+")")
 		leaseLockTO = lockTimeoutFlag(fs)
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		logFormat   = fs.String("log-format", "text", "log format on stderr: text or json (slog)")
 
 		allowFsyncOff = a.fsyncFlag(fs)
 		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
@@ -134,7 +135,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return a.fail(badInput("log_level", "--log-level must be debug, info, warn or error"))
 	}
-	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	logger, err := newLogger(a.stderr, level, *logFormat)
+	if err != nil {
+		return a.fail(err)
+	}
 	kinds, err := parseAdapters(*adapterList)
 	if err != nil {
 		return a.fail(err)

@@ -48,6 +48,7 @@ func TestRunBadFlags(t *testing.T) {
 		// that does not parse names the flag's field, not the value.
 		{"env concurrency", []string{"GATEWAY_ADAPTER_CONCURRENCY=0"}, nil, "adapter_concurrency"},
 		{"env not a duration", []string{"GATEWAY_LOOKUP_SETTLE=secret"}, nil, "lookup_settle"},
+		{"log format", nil, []string{"--log-format", "xml"}, "log_format"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
