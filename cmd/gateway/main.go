@@ -38,8 +38,11 @@ Usage:
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
   gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
+  gateway --version            {"version","commit","go"}
 
 Every command takes --database-url (default $GATEWAY_DATABASE_URL).
+Every flag of run and dev can also be set as GATEWAY_<FLAG>
+(--db-max-conns: GATEWAY_DB_MAX_CONNS); the command line wins.
 Every lease acquire is a new, higher epoch; renew keeps it. Grants (lease
 acquire|renew|release, epoch advance; run's admin intake) wait at most
 --lock-timeout (default 5s) for a locked resource, then exit 1 "busy".
