@@ -118,6 +118,35 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 	return 0, true
 }
 
+// secretFlags are printed by --print-config only as whether they are set.
+var secretFlags = map[string]bool{"smtp-password": true}
+
+// printConfig prints every flag's effective value — from the command line,
+// the environment (GATEWAY_<FLAG>) or its default — as one JSON object
+// {"config": {flag: value}}, without connecting to anything. Secrets are
+// redacted: passwords as "(set)", credentials in URLs.
+func (a *app) printConfig(fs *flag.FlagSet) int {
+	cfg := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		v := f.Value.String()
+		switch {
+		case f.Name == "print-config":
+			return
+		case secretFlags[f.Name]:
+			if v != "" {
+				v = "(set)"
+			}
+		case f.Name == "database-url" && v != "":
+			v = redactURL(v)
+		case f.Name == "nats-url" && v != "":
+			v = redactNATS(v)
+		}
+		cfg[f.Name] = v
+	})
+	a.writeJSON(map[string]any{"config": cfg})
+	return exitOK
+}
+
 // newLogger is the slog logger of run and dev: text (the default) or JSON
 // lines for log pipelines (--log-format).
 func newLogger(w io.Writer, level slog.Level, format string) (*slog.Logger, error) {

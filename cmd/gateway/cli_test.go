@@ -247,3 +247,28 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("no commit field: %s", r.stdout)
 	}
 }
+
+// gateway run --print-config prints the effective configuration — the
+// command line over the environment over the defaults — without
+// connecting, and no secret in it.
+func TestRunPrintConfig(t *testing.T) {
+	t.Parallel()
+	r := gwEnv(t, []string{"GATEWAY_SMTP_PASSWORD=hunter2-secret", "GATEWAY_DB_MAX_CONNS=9", "GATEWAY_LOG_LEVEL=warn"},
+		"postgres://app:db-secret@db.example.com:5432/app", "run", "--print-config", "--log-level", "debug",
+		"--nats-url", "nats://u:nats-secret@127.0.0.1:4222")
+	expectCode(t, r, 0, "")
+	cfg, _ := r.obj["config"].(map[string]any)
+	for k, want := range map[string]string{"db-max-conns": "9", "log-level": "debug", "smtp-password": "(set)", "adapter-concurrency": "256"} {
+		if cfg[k] != want {
+			t.Errorf("config[%s] = %v, want %q", k, cfg[k], want)
+		}
+	}
+	for _, secret := range []string{"hunter2-secret", "db-secret", "nats-secret"} {
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("a secret leaked: %s", r.stdout)
+		}
+	}
+	if u, _ := cfg["database-url"].(string); !strings.Contains(u, "db.example.com") {
+		t.Errorf("database-url = %q, want the redacted URL", u)
+	}
+}

@@ -123,6 +123,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		logFormat   = fs.String("log-format", "text", "log format on stderr: text or json (slog)")
 
 		allowFsyncOff = a.fsyncFlag(fs)
+		printConfig   = fs.Bool("print-config", false, "print the effective configuration (command line, environment, defaults) as one JSON object, secrets redacted, and exit")
 		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	if code, ok := a.parseWithEnv(fs, args); !ok {
@@ -130,6 +131,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	if err := noArgs(fs); err != nil {
 		return a.fail(err)
+	}
+	if *printConfig {
+		return a.printConfig(fs)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
