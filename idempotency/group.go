@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/group"
 	"github.com/fencegate/fencegate/outbox"
@@ -57,21 +56,6 @@ import (
 var groupTxOptions = pgx.TxOptions{
 	IsoLevel:   pgx.ReadCommitted,
 	BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_custom_plan",
-}
-
-// inGroupTx is inTx for a shared transaction (groupTxOptions).
-func (s *Store) inGroupTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	// durable: as inTx — an attempt begun and an outcome recorded must
-	// survive a crash before anyone acts on them.
-	tx, err := durable.Begin(ctx, s.pool, groupTxOptions)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
 }
 
 // errAlone sends a call back to its caller, to be run alone.
@@ -156,7 +140,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 	}
 	s.batchSize.WithLabelValues("begin").Observe(float64(len(kinds)))
 	decided := map[int]bool{}
-	err := s.inGroupTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTxWith(ctx, groupTxOptions, func(tx pgx.Tx) error {
 		clear(decided)
 		// One statement, one round trip:
 		// 1. ins: create the keys that are new, in the lock order (the
@@ -284,7 +268,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 	}
 	s.batchSize.WithLabelValues("complete").Observe(float64(len(cand)))
 	decided := map[int]CompleteResult{}
-	err := s.inGroupTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTxWith(ctx, groupTxOptions, func(tx pgx.Tx) error {
 		clear(decided)
 		// 1. Lock the keys, then the candidates' intents, in one round
 		//    trip: the statements are pipelined, and PostgreSQL runs them

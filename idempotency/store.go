@@ -331,9 +331,14 @@ func checkResult(r json.RawMessage) error {
 // is deferred with a context that is not cancelled, so a cancelled ctx never
 // leaves a transaction open on a pooled connection.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return s.inTxWith(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+}
+
+// inTxWith is inTx with its own transaction options (group commit's).
+func (s *Store) inTxWith(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	// durable: an attempt's ownership and an outcome recorded before the
 	// message is acked must survive a crash (see internal/durable).
-	tx, err := durable.Begin(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := durable.Begin(ctx, s.pool, opts)
 	if err != nil {
 		return err
 	}

@@ -872,6 +872,14 @@ func TestBadInput(t *testing.T) {
 			_, err := idempotency.New(f.pool, idempotency.Config{SweepBatch: -1})
 			return err
 		}},
+		{"config group max batch", func() error {
+			_, err := idempotency.New(f.pool, idempotency.Config{GroupCommit: true, GroupMaxBatch: -1})
+			return err
+		}},
+		{"config group flushers", func() error {
+			_, err := idempotency.New(f.pool, idempotency.Config{GroupCommit: true, GroupFlushers: 65})
+			return err
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,8 +4,7 @@
 -- test's failpoint into fencegate_enqueue for every database. It is taken
 -- out again: the same function, the same body, without the failpoint. The
 -- fault test that pauses an enqueue between the epoch check and the insert
--- installs the failpoint version in its own database
--- (test/article/testdata/enqueue_failpoint.sql).
+-- installs 00010's version again in its own database (test/article).
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencegate_enqueue(
     p_resource text, p_epoch bigint, p_operation text, p_kind text,

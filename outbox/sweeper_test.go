@@ -3,11 +3,13 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -176,5 +178,43 @@ func TestNotifyCoalescing(t *testing.T) {
 	}
 	if d := lastAt.Sub(lastCommit); d > 2*window {
 		t.Fatalf("the trailing notification came %s after the last commit; window %s", d, window)
+	}
+}
+
+// The intents sweeper's query is served by an index (migration 00014):
+// without it every sweep read the whole outbox (168 ms and 36,000 buffers
+// at 300,000 completed intents). With sequential scans disabled, a missing
+// index still shows as a Seq Scan in the plan.
+func TestSweepQueryUsesIndex(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
+	// The sweeper's own statement, with its default age and batch.
+	rows, err := conn.Query(ctx, "EXPLAIN "+outbox.SweepSQL, outbox.DefaultSweepMaxAge.Microseconds(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "intents_sweep_idx") {
+		t.Fatalf("the sweep query does not use intents_sweep_idx:\n%s", p)
 	}
 }

@@ -925,7 +925,7 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]benchResult, e
 	maxRate := math.Min(in, out)
 	// Let the backlog drain before the next case, bounded.
 	if _, hi, err := e.backlogRange(ctx); err == nil {
-		_ = e.waitDone(ctx, "e2e backlog", `completed_at IS NULL`, floor+1, hi, time.Now().Add(-9*time.Minute))
+		_ = e.waitDone(ctx, "e2e backlog", `completed_at IS NULL`, floor+1, hi, time.Now().Add(time.Minute))
 	}
 
 	stopped = true

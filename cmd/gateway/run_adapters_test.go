@@ -49,6 +49,7 @@ func TestRunBadFlags(t *testing.T) {
 		{"env concurrency", []string{"GATEWAY_ADAPTER_CONCURRENCY=0"}, nil, "adapter_concurrency"},
 		{"env not a duration", []string{"GATEWAY_LOOKUP_SETTLE=secret"}, nil, "lookup_settle"},
 		{"log format", nil, []string{"--log-format", "xml"}, "log_format"},
+		{"smtp max sessions", nil, []string{"--smtp-max-sessions", "0"}, "smtp_max_sessions"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -50,10 +50,10 @@ const (
 	// or more outcomes (keys and intents) and has not committed it yet.
 	InsideGroupComplete = "inside_group_complete"
 
-	// BetweenCheckAndInsert is the failpoint inside the test-only version
-	// of fencegate_enqueue (test/article/testdata/enqueue_failpoint.sql,
-	// installed by the test in its own database; migration 00015 took it
-	// out of production), after the epoch check passed and before the
+	// BetweenCheckAndInsert is the failpoint inside the version of
+	// fencegate_enqueue migration 00010 created (migration 00015 took it
+	// out of production; the fault test installs it again in its own
+	// database), after the epoch check passed and before the
 	// insert, with the resource's control row locked. It is armed per
 	// session by the setting fencegate.failpoint = 'between_check_and_insert'
 	// (e.g. the connection URL parameter

@@ -3,6 +3,7 @@ package article
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/smtptest"
 	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // env is one test's services and binary.
@@ -173,13 +175,10 @@ func TestArticle2PauseBetweenCheckAndInsert(t *testing.T) {
 	e := newEnv(t)
 	pool := e.pool()
 	ctx := context.Background()
-	// The failpoint lives in a test-only version of fencegate_enqueue,
-	// installed in this test's database only (production has none: 00015).
-	fpSQL, err := os.ReadFile("testdata/enqueue_failpoint.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, string(fpSQL)); err != nil {
+	// The failpoint lives in the version of fencegate_enqueue migration
+	// 00010 created and 00015 replaced: installed again in this test's
+	// database only (production has none).
+	if _, err := pool.Exec(ctx, failpointEnqueueSQL(t)); err != nil {
 		t.Fatalf("install the failpoint version of fencegate_enqueue: %v", err)
 	}
 	ft.Expect(t, e.gw("", "lease", "acquire", "--resource", "r", "--holder", "A", "--ttl", "300ms"), 0, "")
@@ -526,4 +525,21 @@ func TestArticle4RestartPostgresAndNATS(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(root, "r.txt")); err != nil || string(b) != fmt.Sprintf("epoch %d", epoch) {
 		t.Fatalf("r.txt = %q, %v; want the last epoch's %d content", b, err, epoch)
 	}
+}
+
+// failpointEnqueueSQL is the CREATE FUNCTION of migration 00010's Up: the
+// fencegate_enqueue with the between_check_and_insert failpoint.
+func failpointEnqueueSQL(t *testing.T) string {
+	t.Helper()
+	b, err := fs.ReadFile(migrations.FS(), "00010_failpoints.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _, _ := strings.Cut(string(b), "-- +goose Down")
+	_, fn, ok := strings.Cut(up, "-- +goose StatementBegin")
+	fn, _, ok2 := strings.Cut(fn, "-- +goose StatementEnd")
+	if !ok || !ok2 || !strings.Contains(fn, "fencegate.failpoint") {
+		t.Fatal("migration 00010 no longer holds the failpoint version of fencegate_enqueue")
+	}
+	return fn
 }
