@@ -4,9 +4,12 @@
 // Config and started in dependency order. `gateway run` and `gateway dev`
 // are this package behind flags; a program of its own runs the same:
 //
-//	g, err := gateway.Start(ctx, gateway.Config{Pool: pool, RunDispatcher: true,
+//	g, err := gateway.New(pool, nc, gateway.Config{RunDispatcher: true,
 //		Adapters: []string{"file"}, File: file.Config{Root: "/srv/reports"}})
 //	if err != nil {
+//		return err // bad configuration, naming the field
+//	}
+//	if err := g.Start(ctx); err != nil {
 //		return err
 //	}
 //	defer g.Stop()
@@ -44,6 +47,7 @@ import (
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -60,10 +64,57 @@ const (
 // BuiltinAdapters are the adapter kinds Config.Adapters accepts.
 var BuiltinAdapters = []string{email.Kind, file.Kind}
 
-// Start starts the configured components in dependency order and returns
-// once they run (see start). Config errors are bad input naming the flag's
-// field (internal/errmap).
-func Start(ctx context.Context, cfg Config) (*Gateway, error) { return start(ctx, cfg) }
+// New checks cfg and returns a Gateway to Start, on pool (required; not
+// closed by Stop) and nc (nil: Start dials cfg.NATSURL and Stop closes the
+// connection; a given nc is not closed). It connects to nothing. Config
+// errors are bad input naming the flag's field (internal/errmap).
+func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Gateway, error) {
+	if pool != nil {
+		cfg.Pool = pool
+	}
+	if nc != nil {
+		cfg.NC = nc
+	}
+	if cfg.Pool == nil {
+		return nil, errors.New("gateway: no pool")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Gateway{cfg: cfg, stopping: make(chan struct{}), died: make(chan struct{})}, nil
+}
+
+// Start starts the configured components in dependency order — NATS
+// connection, metrics server, admin server, dispatcher, intent sweeper,
+// idempotency sweeper, adapter runtime — and returns once they run. The
+// adapter runtime waits for the stream (which a dispatcher creates) until
+// ctx ends. On error, whatever was started is stopped again and the Gateway
+// is done. A second Start is an error (startstop.ErrStarted).
+//
+// ctx only bounds starting: the components run until Stop, so that
+// Stopped means a component died, never that ctx ended.
+func (s *Gateway) Start(ctx context.Context) error {
+	s.mu.Lock()
+	started := s.started
+	s.started = true
+	s.mu.Unlock()
+	if started {
+		return fmt.Errorf("gateway: %w", startstop.ErrStarted)
+	}
+	return s.start(ctx)
+}
+
+// Start is New and Start in one call.
+func Start(ctx context.Context, cfg Config) (*Gateway, error) {
+	g, err := New(cfg.Pool, cfg.NC, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Start(ctx); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
 
 // MetricsAddr is the address the metrics server listens on; empty without.
 func (s *Gateway) MetricsAddr() string { return s.metricsAddr }
@@ -228,6 +279,8 @@ func (c *Config) Validate() error {
 
 // Gateway is a running set of components started by Start.
 type Gateway struct {
+	cfg      Config
+	started  bool // under mu
 	log      *slog.Logger
 	registry *prometheus.Registry
 
@@ -264,21 +317,9 @@ type part struct {
 	stopped <-chan struct{} // nil: not watched
 }
 
-// start starts the configured components in dependency order — NATS
-// connection, metrics server, admin server, dispatcher, idempotency sweeper,
-// adapter runtime — and returns once they run. The adapter runtime waits for the
-// stream (which a dispatcher creates) until ctx ends. On error, whatever was
-// started is stopped again. Config errors are bad input (*cliError).
-//
-// ctx only bounds starting: the components run until Stop, so that
-// Stopped means a component died, never that ctx ended.
-func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Pool == nil {
-		return nil, errors.New("start: no pool")
-	}
+// start does Start's work.
+func (s *Gateway) start(ctx context.Context) (err error) {
+	cfg := s.cfg
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -293,10 +334,10 @@ func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err := reg.Register(buildinfo.Collector()); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if !errors.As(err, &are) {
-			return nil, fmt.Errorf("gateway: register build info: %w", err)
+			return fmt.Errorf("gateway: register build info: %w", err)
 		}
 	}
-	s := &Gateway{log: log, registry: reg, stopping: make(chan struct{}), died: make(chan struct{})}
+	s.log, s.registry = log, reg
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -310,7 +351,7 @@ func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		natsURL := cmp.Or(cfg.NATSURL, DefaultNATSURL)
 		nc, err := dialNATS(natsURL, log)
 		if err != nil {
-			return nil, errmap.Invalid("nats_url", "cannot use the NATS URL: "+errmap.OneLine(err.Error()))
+			return errmap.Invalid("nats_url", "cannot use the NATS URL: "+errmap.OneLine(err.Error()))
 		}
 		s.nc = nc
 		s.add(part{name: "nats", stop: nc.Close})
@@ -320,17 +361,17 @@ func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	// runtime waits for the stream): it answers meanwhile.
 	if cfg.MetricsAddr != "" {
 		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
-			return nil, err
+			return err
 		}
 	}
 
 	if err := s.clients(cfg, log, reg); err != nil {
-		return nil, err
+		return err
 	}
 	// The admin server early too: /healthz answers while adapters wait.
 	if cfg.AdminAddr != "" {
 		if err := s.serveAdmin(cfg, log, reg); err != nil {
-			return nil, err
+			return err
 		}
 	}
 
@@ -342,11 +383,11 @@ func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		dcfg.Logger = cmp.Or(dcfg.Logger, log)
 		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
 		if err != nil {
-			return nil, errmap.Invalid("flags", err.Error())
+			return errmap.Invalid("flags", err.Error())
 		}
 		// Started before the adapters: it creates the stream they wait for.
 		if err := d.Start(runCtx); err != nil {
-			return nil, err
+			return err
 		}
 		s.dispatcher = d
 		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
@@ -358,20 +399,20 @@ func start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		rcfg.Logger = cmp.Or(rcfg.Logger, log)
 		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
 		if err != nil {
-			return nil, errmap.Invalid("intent_retention", err.Error())
+			return errmap.Invalid("intent_retention", err.Error())
 		}
 		if err := sw.Start(runCtx); err != nil {
-			return nil, err
+			return err
 		}
 		s.add(part{name: "intent_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
 	}
 
 	if cfg.runsAdapters() {
 		if err := s.startAdapters(ctx, cfg, log, reg); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // startAdapters builds the adapters and starts the idempotency sweeper and
@@ -598,6 +639,9 @@ func (s *Gateway) add(p part) {
 // executions, the dispatcher returns its claims, then the NATS connection
 // (if the gateway dialled it) closes. Safe to call more than once.
 func (s *Gateway) Stop() {
+	s.mu.Lock()
+	s.started = true // no Start after Stop
+	s.mu.Unlock()
 	s.stopOnce.Do(func() {
 		close(s.stopping)
 		for i := len(s.parts) - 1; i >= 0; i-- {

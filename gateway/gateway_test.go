@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -160,5 +164,53 @@ func TestOwnKindThroughIntakeAndPages(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(page), ">notify<") {
 		t.Fatalf("the intents page does not offer kind notify:\n%.2000s", page)
+	}
+}
+
+// New connects to nothing and checks the configuration; Start runs what
+// it built, once: a second Start, or a Start after Stop, is an error, and a
+// NATS connection the caller gave is not closed by Stop.
+func TestNewStartOnce(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	srv := natstest.Start(t)
+	if _, err := New(pool, nil, Config{RunDispatcher: true, Adapters: []string{"sms"}}); err == nil {
+		t.Fatal("New accepted an unknown adapter")
+	}
+	if _, err := New(nil, nil, Config{RunDispatcher: true}); err == nil {
+		t.Fatal("New accepted no pool")
+	}
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	g, err := New(pool, nc, Config{RunDispatcher: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Dispatcher() != nil {
+		t.Fatal("New started the dispatcher")
+	}
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g.Dispatcher() == nil || g.NATS() != nc {
+		t.Fatalf("after Start: dispatcher %v, NATS %v (want the given connection)", g.Dispatcher(), g.NATS())
+	}
+	if err := g.Start(context.Background()); !errors.Is(err, startstop.ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
+	}
+	g.Stop()
+	if nc.IsClosed() {
+		t.Fatal("Stop closed the caller's NATS connection")
+	}
+	g2, err := New(pool, nc, Config{RunDispatcher: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2.Stop()
+	if err := g2.Start(context.Background()); !errors.Is(err, startstop.ErrStarted) {
+		t.Fatalf("Start after Stop: %v, want ErrStarted", err)
 	}
 }

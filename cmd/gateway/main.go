@@ -1,6 +1,7 @@
 // Command gateway is fencegate's one binary: schema migrations, the lease and
 // epoch issuer, fenced enqueue and status lookups for workers and operators,
-// and the long-running relay and adapter processes.
+// and the long-running relay and adapter processes. It is package cli with
+// the built-in kinds; see `gateway --help` and docs/cli.md.
 //
 // Every command that writes JSON writes one JSON object on stdout. Exit codes:
 // 0 ok, 1 internal error or a dependency unavailable, 2 bad input (nothing
@@ -11,102 +12,24 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/buildinfo"
+	"github.com/fencegate/fencegate/cli"
 	"github.com/fencegate/fencegate/internal/otelsetup"
 )
 
-const usage = `gateway — fenced side effects, once, only while authority is held
-
-Usage:
-  gateway migrate
-  gateway lease acquire --resource R --holder H --ttl 10s
-  gateway lease renew   --resource R --holder H --epoch N --ttl 10s
-  gateway lease release --resource R --holder H --epoch N
-  gateway epoch advance --resource R --epoch N
-  gateway enqueue --resource R --epoch N --op OP --kind email|file [--key K]
-                  [--fence commit|execute] --payload JSON|@path
-  gateway status INTENT_ID
-  gateway status --resource R --op OP
-  gateway ls [--status S] [--resource R] [--kind K] [--limit N] [--cursor C]
-  gateway lease history --resource R [--limit N]
-  gateway run [flags]          relay and adapters until SIGTERM/SIGINT
-  gateway dev [--demo]         the whole system in one process, for a laptop
-  gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
-  gateway --version            {"version","commit","go"}
-
-Every command takes --database-url (default $GATEWAY_DATABASE_URL).
-Every flag of run and dev can also be set as GATEWAY_<FLAG>
-(--db-max-conns: GATEWAY_DB_MAX_CONNS); the command line wins.
-Every lease acquire is a new, higher epoch; renew keeps it. Grants (lease
-acquire|renew|release, epoch advance; run's admin intake) wait at most
---lock-timeout (default 5s) for a locked resource, then exit 1 "busy".
-Run "gateway COMMAND --help" for a command's flags.
-
-Exit codes: 0 ok, 1 internal/unavailable, 2 bad input, 3 stale epoch,
-4 lease held, 5 conflict.
-`
-
-// app carries what every command needs; tests build one with buffers.
-type app struct {
-	stdout io.Writer
-	stderr io.Writer
-	getenv func(string) string
-	// runHooks is set only for a `gateway run` that gateway bench runs in
-	// its own process; nil otherwise.
-	runHooks *runHooks
-}
-
-type command func(ctx context.Context, a *app, args []string) int
-
-func commands() map[string]command {
-	return map[string]command{
-		"migrate": cmdMigrate,
-		"lease":   cmdLease,
-		"epoch":   cmdEpoch,
-		"enqueue": cmdEnqueue,
-		"status":  cmdStatus,
-		"run":     cmdRun,
-		"dev":     cmdDev,
-		"bench":   cmdBench,
-		"ls":      cmdLs,
-	}
-}
-
-func (a *app) main(ctx context.Context, args []string) int {
-	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
-		a.writeJSON(buildinfo.Get())
-		return exitOK
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(a.stderr, usage)
-		if len(args) == 0 {
-			return exitBadInput
-		}
-		return exitOK
-	}
-	cmd, ok := commands()[args[0]]
-	if !ok {
-		return a.fail(badInput("command", fmt.Sprintf("unknown command %q; see gateway --help", args[0])))
-	}
-	return cmd(ctx, a, args[1:])
-}
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	// Tracing is off unless the standard OTEL_* variables ask for it.
 	shutdown, err := otelsetup.Setup(ctx, os.Getenv, "fencegate-gateway")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: tracing disabled: %v\n", err)
 		shutdown = func(context.Context) error { return nil }
 	}
-	code := a.main(ctx, os.Args[1:])
+	code := cli.Main(ctx, os.Args[1:], cli.Options{})
 	stop()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = shutdown(sctx) // flush spans

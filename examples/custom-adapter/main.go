@@ -1,9 +1,21 @@
 // Command custom-adapter is an example program with an adapter of its own:
 // kind "notify", which posts a notification to an HTTP service that
 // deduplicates on Idempotency-Key and answers lookups by key (notify.go).
-// It wires the pieces a `gateway run` has — the relay (dispatcher), the
-// adapter runtime, the idempotency store — around that one kind, and
-// enqueues one intent as a worker would, under a lease.
+// It is two programs in one:
+//
+// With a gateway command first it is a whole gateway binary that knows the
+// kind (package cli): the same commands and flags as `gateway`, with notify
+// enqueueable, runnable (--adapters notify; the service's URL from
+// $NOTIFY_ENDPOINT) and listed on the pages:
+//
+//	go run ./examples/custom-adapter run --adapters notify --admin-addr 127.0.0.1:8080
+//	go run ./examples/custom-adapter enqueue --resource ops-digest --epoch N --op d-1 \
+//		--kind notify --payload '{"channel":"ops","text":"ready"}'
+//
+// With flags only it wires the pieces itself through the composition root
+// (package gateway) — the relay, the adapter runtime, the idempotency
+// store — around that one kind, and enqueues one intent as a worker would,
+// under a lease:
 //
 //	go run ./examples/custom-adapter --database-url URL --nats-url URL --endpoint http://127.0.0.1:9000
 //
@@ -12,6 +24,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +33,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +41,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/cli"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/lease"
@@ -34,6 +49,12 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := cli.Main(ctx, os.Args[1:], cliOptions(cmp.Or(os.Getenv("NOTIFY_ENDPOINT"), "http://127.0.0.1:9000")))
+		stop()
+		os.Exit(code)
+	}
 	dbURL := flag.String("database-url", os.Getenv("GATEWAY_DATABASE_URL"), "PostgreSQL URL (migrated with `gateway migrate`)")
 	natsURL := flag.String("nats-url", nats.DefaultURL, "NATS URL (JetStream enabled)")
 	endpoint := flag.String("endpoint", "http://127.0.0.1:9000", "the notification service")
@@ -43,6 +64,15 @@ func main() {
 	if err := run(ctx, *dbURL, *natsURL, *endpoint); err != nil {
 		fmt.Fprintln(os.Stderr, "custom-adapter:", err)
 		os.Exit(1)
+	}
+}
+
+// cliOptions registers the kind with the gateway command line: its spec
+// for enqueue and the intake, its executor for run.
+func cliOptions(endpoint string) cli.Options {
+	return cli.Options{
+		Kinds:     map[string]outbox.KindSpec{Kind: KindSpec()},
+		Executors: []adapters.Executor{&Notifier{Endpoint: endpoint}},
 	}
 }
 

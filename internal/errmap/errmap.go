@@ -1,7 +1,7 @@
 // Package errmap is the one mapping from fencegate's errors to its public
 // contract: the error code, the CLI's exit code, the admin API's HTTP status
 // and the extra fields of the JSON error object
-// ({"error":{"code","message","field"?, …}}). The CLI (cmd/gateway) and the
+// ({"error":{"code","message","field"?, …}}). The CLI (package cli) and the
 // admin API (admin) both answer through Map and the table of codes here, so
 // the two cannot drift: a stale epoch is exit 3 and 409 stale_epoch with
 // resource, supplied_epoch and current_epoch, from the issuer or the outbox,

@@ -119,8 +119,8 @@ func (r Result) ErrCode() string {
 type Proc struct {
 	// Cmd is the process; Cmd.Process.Pid its id.
 	Cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout SyncBuffer
+	stderr SyncBuffer
 	done   chan struct{}
 	err    error
 }
@@ -266,18 +266,22 @@ func tail(s string) string {
 	return s
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for a writer and a reader on
+// different goroutines (a process's or a logger's output read by a test).
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String is what was written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

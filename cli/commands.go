@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -222,7 +222,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	}
 	in.Payload = json.RawMessage(payload)
 	// Validate before connecting: bad input is exit 2 whatever the database.
-	client, err := outbox.New(nil, outbox.Config{})
+	client, err := outbox.New(nil, a.outboxConfig())
 	if err != nil {
 		return a.fail(err)
 	}
@@ -234,7 +234,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	client, _ = outbox.New(pool, outbox.Config{})
+	client, _ = outbox.New(pool, a.outboxConfig())
 	res, err := client.Enqueue(ctx, in)
 	if err != nil {
 		return a.fail(err)
@@ -314,7 +314,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	client, err := outbox.New(pool, outbox.Config{})
+	client, err := outbox.New(pool, a.outboxConfig())
 	if err != nil {
 		return a.fail(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	// With the failpoints compiled in (inert unless GATEWAY_FAILPOINTS arms
 	// one): process tests pause the dispatcher at a failpoint instead of a
 	// test hook in the production binary.
-	build := exec.Command("go", "build", "-tags", "failpoints", "-o", gatewayBin, ".")
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", gatewayBin, "../cmd/gateway")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "build gateway: %v\n", err)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"cmp"
@@ -93,7 +93,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		replicas      = fs.Int("stream-replicas", dispatcher.DefaultStreamReplicas, "replicas of the stream "+"GATEWAY_INTENTS")
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
 
-		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file ("" runs none)`)
+		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file and a program's own kinds ("" runs none)`)
 		fileRoot    = fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)")
 		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
 		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
@@ -143,7 +143,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	kinds, err := parseAdapters(*adapterList)
+	kinds, extra, err := a.parseAdapters(*adapterList)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -195,8 +195,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Tokens:      tokens,
 		Logger:      logger,
 	}
+	cfg.Kinds = a.kinds
+	cfg.ExtraExecutors = extra // the program's own kinds (Options)
 	if h := a.runHooks; h != nil {
-		cfg.ExtraExecutors = h.executors // gateway bench's no-op adapter
+		cfg.ExtraExecutors = append(cfg.ExtraExecutors, h.executors...) // gateway bench's no-op adapter
 	}
 	// Flags are checked before anything is connected: a bad value is exit 2
 	// whether or not the database is reachable.
@@ -297,23 +299,37 @@ func loadTokens(file string, getenv func(string) string) ([]admin.Token, error) 
 	return t, nil
 }
 
-// parseAdapters parses --adapters: a comma-separated list of built-in kinds;
-// empty means none.
-func parseAdapters(list string) ([]string, error) {
+// parseAdapters parses --adapters: a comma-separated list of built-in kinds
+// and the program's own (Options.Executors); empty means none. It returns
+// the built-in ones and the program's executors to run.
+func (a *app) parseAdapters(list string) ([]string, []adapters.Executor, error) {
+	known := slices.Clone(builtinAdapters)
+	own := map[string]adapters.Executor{}
+	for _, e := range a.executors {
+		own[e.Kind()] = e
+		known = append(known, e.Kind())
+	}
 	var kinds []string
+	var extra []adapters.Executor
+	seen := map[string]bool{}
 	for k := range strings.SplitSeq(list, ",") {
 		k = strings.TrimSpace(k)
 		switch {
 		case k == "":
 			continue
-		case !slices.Contains(builtinAdapters, k):
-			return nil, badInput("adapters", fmt.Sprintf("--adapters: unknown adapter %q (known: %s)", k, strings.Join(builtinAdapters, ", ")))
-		case slices.Contains(kinds, k):
-			return nil, badInput("adapters", fmt.Sprintf("--adapters: %q given twice", k))
+		case !slices.Contains(known, k):
+			return nil, nil, badInput("adapters", fmt.Sprintf("--adapters: unknown adapter %q (known: %s)", k, strings.Join(known, ", ")))
+		case seen[k]:
+			return nil, nil, badInput("adapters", fmt.Sprintf("--adapters: %q given twice", k))
+		}
+		seen[k] = true
+		if e, ok := own[k]; ok {
+			extra = append(extra, e)
+			continue
 		}
 		kinds = append(kinds, k)
 	}
-	return kinds, nil
+	return kinds, extra, nil
 }
 
 // redactNATS hides credentials in a NATS URL list for logging.

@@ -1,0 +1,145 @@
+// Package cli is the gateway command line — migrations, the lease and epoch
+// issuer, fenced enqueue and status lookups, and the long-running run, dev and
+// bench commands — as a library: cmd/gateway is Main with the built-in kinds,
+// and a program with kinds of its own (examples/custom-adapter) is a whole
+// gateway binary that enqueues, runs and lists them:
+//
+//	os.Exit(cli.Main(ctx, os.Args[1:], cli.Options{
+//		Kinds:     map[string]outbox.KindSpec{"notify": notifySpec},
+//		Executors: []adapters.Executor{notifier},
+//	}))
+//
+// Every command that writes JSON writes one JSON object on stdout. Exit codes:
+// 0 ok, 1 internal error or a dependency unavailable, 2 bad input (nothing
+// stored), 3 stale epoch (fenced out), 4 lease held by another holder,
+// 5 conflict (an operation id or idempotency key reused with other content).
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/internal/buildinfo"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+const usage = `gateway — fenced side effects, once, only while authority is held
+
+Usage:
+  gateway migrate
+  gateway lease acquire --resource R --holder H --ttl 10s
+  gateway lease renew   --resource R --holder H --epoch N --ttl 10s
+  gateway lease release --resource R --holder H --epoch N
+  gateway epoch advance --resource R --epoch N
+  gateway enqueue --resource R --epoch N --op OP --kind email|file [--key K]
+                  [--fence commit|execute] --payload JSON|@path
+  gateway status INTENT_ID
+  gateway status --resource R --op OP
+  gateway ls [--status S] [--resource R] [--kind K] [--limit N] [--cursor C]
+  gateway lease history --resource R [--limit N]
+  gateway run [flags]          relay and adapters until SIGTERM/SIGINT
+  gateway dev [--demo]         the whole system in one process, for a laptop
+  gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
+  gateway --version            {"version","commit","go"}
+
+Every command takes --database-url (default $GATEWAY_DATABASE_URL).
+Every flag of run and dev can also be set as GATEWAY_<FLAG>
+(--db-max-conns: GATEWAY_DB_MAX_CONNS); the command line wins.
+Every lease acquire is a new, higher epoch; renew keeps it. Grants (lease
+acquire|renew|release, epoch advance; run's admin intake) wait at most
+--lock-timeout (default 5s) for a locked resource, then exit 1 "busy".
+Run "gateway COMMAND --help" for a command's flags.
+
+Exit codes: 0 ok, 1 internal/unavailable, 2 bad input, 3 stale epoch,
+4 lease held, 5 conflict.
+`
+
+// app carries what every command needs; tests build one with buffers.
+type app struct {
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+	// runHooks is set only for a `gateway run` that gateway bench runs in
+	// its own process; nil otherwise.
+	runHooks *runHooks
+	// kinds and executors are a program's own (Options).
+	kinds     map[string]outbox.KindSpec
+	executors []adapters.Executor
+}
+
+type command func(ctx context.Context, a *app, args []string) int
+
+func commands() map[string]command {
+	return map[string]command{
+		"migrate": cmdMigrate,
+		"lease":   cmdLease,
+		"epoch":   cmdEpoch,
+		"enqueue": cmdEnqueue,
+		"status":  cmdStatus,
+		"run":     cmdRun,
+		"dev":     cmdDev,
+		"bench":   cmdBench,
+		"ls":      cmdLs,
+	}
+}
+
+func (a *app) main(ctx context.Context, args []string) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
+		a.writeJSON(buildinfo.Get())
+		return exitOK
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(a.stderr, usage)
+		if len(args) == 0 {
+			return exitBadInput
+		}
+		return exitOK
+	}
+	cmd, ok := commands()[args[0]]
+	if !ok {
+		return a.fail(badInput("command", fmt.Sprintf("unknown command %q; see gateway --help", args[0])))
+	}
+	return cmd(ctx, a, args[1:])
+}
+
+// Options are what a program gives Main beside the arguments. Zero
+// fields: os.Stdout, os.Stderr, os.Getenv, the built-in kinds only.
+type Options struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	// Kinds are intent kinds of the program's own (name → spec with its
+	// payload's Validate), accepted beside the built-in ones by enqueue and
+	// by run's admin intake, and listed on the pages.
+	Kinds map[string]outbox.KindSpec
+	// Executors run the program's own kinds: `run --adapters` accepts
+	// their kinds beside the built-in adapters.
+	Executors []adapters.Executor
+}
+
+// Main runs one command line (without the program name) and returns its
+// exit code. ctx ending (SIGTERM) stops run and dev.
+func Main(ctx context.Context, args []string, opts Options) int {
+	a := &app{stdout: opts.Stdout, stderr: opts.Stderr, getenv: opts.Getenv, kinds: opts.Kinds, executors: opts.Executors}
+	if a.stdout == nil {
+		a.stdout = os.Stdout
+	}
+	if a.stderr == nil {
+		a.stderr = os.Stderr
+	}
+	if a.getenv == nil {
+		a.getenv = os.Getenv
+	}
+	return a.main(ctx, args)
+}
+
+// outboxConfig is the outbox configuration of the CLI's commands: the
+// built-in kinds and the program's own (Options.Kinds).
+func (a *app) outboxConfig() outbox.Config {
+	kinds := outbox.DefaultKinds()
+	maps.Copy(kinds, a.kinds)
+	return outbox.Config{Kinds: kinds}
+}
