@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/group"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
@@ -807,7 +808,7 @@ func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d ide
 	}
 	r.m.outcomes.WithLabelValues(ex.Kind(), "retry").Inc()
 	log.Info("adapters: retryable error; will retry", "attempt", req.Attempt, "error", cause)
-	if _, err := r.pool.Exec(ctx, `UPDATE intents SET last_error = $2, updated_at = now() WHERE intent_id = $1`, req.IntentID, cause.Error()); err != nil {
+	if err := intents.SetLastError(ctx, r.pool, req.IntentID, cause.Error()); err != nil {
 		log.Warn("adapters: record last error", "error", err)
 	}
 	return retry, 0, nil

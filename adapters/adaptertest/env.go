@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -274,7 +275,7 @@ func (e *Env) EnqueueHeldBack(t testing.TB, in outbox.Intent) int64 {
 		t.Fatalf("adaptertest: enqueue %+v: %v", in, err)
 	}
 	// Parked inside the same transaction: no dispatcher can claim it first.
-	if _, err := tx.Exec(ctx, `UPDATE intents SET claimed_by = 'parked-by-test', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
+	if err := intents.Park(ctx, tx, res.IntentID, "parked-by-test", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -286,7 +287,9 @@ func (e *Env) EnqueueHeldBack(t testing.TB, in outbox.Intent) int64 {
 // Release lets the dispatcher relay an intent parked by EnqueueHeldBack.
 func (e *Env) Release(t testing.TB, id int64) {
 	t.Helper()
-	e.exec(t, `UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`, id)
+	if err := intents.Unpark(context.Background(), e.Pool, id); err != nil {
+		t.Fatalf("adaptertest: release intent %d: %v", id, err)
+	}
 	e.exec(t, `SELECT pg_notify('fencegate_intents', '')`)
 }
 
@@ -300,13 +303,11 @@ func (e *Env) Rerelay(t testing.TB, id int64) {
 	t.Helper()
 	deadline := time.Now().Add(WaitTimeout)
 	for {
-		tag, err := e.Pool.Exec(context.Background(), `
-			UPDATE intents SET status = 'relayed', relayed_at = now() - interval '1 hour', completed_at = NULL
-			WHERE intent_id = $1 AND claimed_by IS NULL AND relay_count > 0`, id)
+		done, err := intents.Backdate(context.Background(), e.Pool, id, time.Hour)
 		if err != nil {
 			t.Fatalf("adaptertest: re-relay intent %d: %v", id, err)
 		}
-		if tag.RowsAffected() == 1 {
+		if done {
 			break
 		}
 		if time.Now().After(deadline) {
