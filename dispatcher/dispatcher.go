@@ -91,14 +91,14 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
 	return &Dispatcher{
-		pool:  pool,
-		nc:    nc,
-		js:    js,
-		cfg:   cfg,
-		log:   cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
-		m:     m,
-		wake:  make(chan struct{}, 1),
-		slots: make(chan struct{}, cfg.MaxInFlight),
+		pool:    pool,
+		nc:      nc,
+		js:      js,
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
+		m:       m,
+		wake:    make(chan struct{}, 1),
+		slots:   make(chan struct{}, cfg.MaxInFlight),
 		claimer: intents.NewClaimer(cfg.BatchSize),
 	}, nil
 }
