@@ -25,6 +25,7 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/startstop"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -60,6 +61,10 @@ type Dispatcher struct {
 	// claim loop backs off before claiming again.
 	failed      atomic.Bool
 	streamReady atomic.Bool
+
+	// hooks are the tests' hooks (internal/testhook), read from Start's
+	// context before the loops start; zero in production.
+	hooks testhook.Dispatcher
 
 	// claimer claims batches of BatchSize (internal/intents).
 	claimer intents.Claimer
@@ -128,6 +133,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.hooks = testhook.DispatcherFrom(ctx)
 	if err := d.ensureStream(ctx); err != nil {
 		d.log.Warn("dispatcher: stream not ready; will retry", "stream", wire.Stream, "error", err)
 	}
@@ -315,10 +321,10 @@ func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch, after int
 		}
 	}
 	b := &batch{intents: intents, claimedAt: time.Now()}
-	if h := d.cfg.Hooks.Claimed; h != nil {
-		claims := make([]Claim, len(intents))
+	if h := d.hooks.Claimed; h != nil {
+		claims := make([]testhook.Claim, len(intents))
 		for i, in := range intents {
-			claims[i] = Claim{IntentID: in.id, Relay: in.relayCount + 1, Rerelay: in.rerelay}
+			claims[i] = testhook.Claim{IntentID: in.id, Relay: in.relayCount + 1, Rerelay: in.rerelay}
 		}
 		h(d.cfg.ID, claims)
 	}
@@ -499,7 +505,7 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 	// before this update) publishes the same message id again, which the
 	// duplicate window absorbs.
 	if len(okIDs) > 0 {
-		if h := d.cfg.Hooks.Acked; h != nil {
+		if h := d.hooks.Acked; h != nil {
 			h(d.cfg.ID, okIDs)
 		}
 		failpoint.Inject(failpoint.AfterPublishBeforeMark) // no-op unless built with -tags failpoints
