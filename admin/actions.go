@@ -222,9 +222,8 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 
 	// Lock the key row before the intent row (the lock order of
 	// internal/intents), so an action and an adapter's attempt never
-	// deadlock. Holding the
-	// key lock also means no attempt can start, take over or complete the
-	// key between our look at it and our change to it.
+	// deadlock. Holding the key lock also means no attempt can start, take
+	// over or complete the key between our look at it and our change to it.
 	var k *keyRow
 	if req.Action != ActionCancel {
 		var row keyRow
