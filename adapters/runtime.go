@@ -26,7 +26,9 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/group"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/startstop"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -100,12 +102,6 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger. Nil: discard.
 	Logger *slog.Logger
-	// AfterEffect, when set, is called after an executor returned and
-	// before its outcome is recorded. Test-only (crash injection).
-	AfterEffect func(req Request)
-	// AfterLoad, when set, is called after an intent was loaded and before
-	// its fence is checked. Test-only (race injection).
-	AfterLoad func(req Request)
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -189,6 +185,9 @@ type Runtime struct {
 
 	// life is the runtime's Start/Stop (internal/startstop).
 	life startstop.Lifecycle
+	// hooks are the tests' hooks (internal/testhook), read from Start's
+	// context before anything runs; zero in production.
+	hooks testhook.Runtime
 }
 
 // NewRuntime returns a runtime. store is the idempotency store; ob reads
@@ -244,6 +243,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	r.hooks = testhook.RuntimeFrom(ctx)
 	started := false
 	defer func() {
 		if !started {
@@ -447,8 +447,8 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	req := Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
 	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
-	if r.cfg.AfterLoad != nil {
-		r.cfg.AfterLoad(req)
+	if h := r.hooks.AfterLoad; h != nil {
+		h(req.IntentID)
 	}
 
 	// Fence policy execute: re-check authority now. An intent whose
@@ -723,8 +723,8 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 	out, err := ex.Execute(ectx, req)
 	cancel()
 	r.m.duration.WithLabelValues(ex.Kind()).Observe(time.Since(start).Seconds())
-	if r.cfg.AfterEffect != nil {
-		r.cfg.AfterEffect(req)
+	if h := r.hooks.AfterEffect; h != nil {
+		h(req.IntentID)
 	}
 	failpoint.Inject(failpoint.AfterEffectBeforeRecord) // no-op unless built with -tags failpoints
 	switch {
@@ -807,7 +807,7 @@ func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d ide
 	}
 	r.m.outcomes.WithLabelValues(ex.Kind(), "retry").Inc()
 	log.Info("adapters: retryable error; will retry", "attempt", req.Attempt, "error", cause)
-	if _, err := r.pool.Exec(ctx, `UPDATE intents SET last_error = $2, updated_at = now() WHERE intent_id = $1`, req.IntentID, cause.Error()); err != nil {
+	if err := intents.SetLastError(ctx, r.pool, req.IntentID, cause.Error()); err != nil {
 		log.Warn("adapters: record last error", "error", err)
 	}
 	return retry, 0, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -113,14 +114,20 @@ type slowEnv struct {
 
 func setupSlow(t *testing.T, d *slowDest, cfg adapters.Config, lockTimeout time.Duration) slowEnv {
 	t.Helper()
+	return setupSlowContext(context.Background(), t, d, cfg, lockTimeout)
+}
+
+// setupSlowContext is setupSlow with the runtime started with ctx (which
+// may carry internal/testhook's hooks).
+func setupSlowContext(ctx context.Context, t *testing.T, d *slowDest, cfg adapters.Config, lockTimeout time.Duration) slowEnv {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	e := adaptertest.NewEnv(t, adaptertest.Options{
-		Executors:   []adapters.Executor{slowExec{d}},
 		Kinds:       testKinds,
-		Runtime:     cfg,
 		LockTimeout: lockTimeout,
 	})
+	e.Runtime = e.StartRuntimeContext(ctx, t, cfg, slowExec{d})
 	if d.gate != nil {
 		// Cleanups run last-in first-out: this one before the runtime's
 		// Stop, which waits for the held Executes, also when a test
@@ -220,13 +227,13 @@ func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
 	firstLoaded, hold := make(chan struct{}), make(chan struct{})
 	var unhold sync.Once
 	release := func() { unhold.Do(func() { close(hold) }) }
-	cfg := adapters.Config{AfterLoad: func(req adapters.Request) {
+	hooks := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterLoad: func(int64) {
 		if loads.Add(1) == 1 {
 			close(firstLoaded)
 			<-hold
 		}
-	}}
-	e := setupSlow(t, d, cfg, 0)
+	}})
+	e := setupSlowContext(hooks, t, d, adapters.Config{}, 0)
 	t.Cleanup(release)
 	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
 	e.Release(t, id)

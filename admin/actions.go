@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/durable"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -219,11 +220,10 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		return fmt.Errorf("read intent: %w", err)
 	}
 
-	// Lock the key row before the intent row: idempotency.Store's Begin and
-	// Complete lock key then intent, and taking them in the same order
-	// means an action and an adapter's attempt never deadlock. Holding the
-	// key lock also means no attempt can start, take over or complete the
-	// key between our look at it and our change to it.
+	// Lock the key row before the intent row (the lock order of
+	// internal/intents), so an action and an adapter's attempt never
+	// deadlock. Holding the key lock also means no attempt can start, take
+	// over or complete the key between our look at it and our change to it.
 	var k *keyRow
 	if req.Action != ActionCancel {
 		var row keyRow
@@ -280,10 +280,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		to = outbox.StatusPending
 		// Back to the dispatcher's queue as if new: no claim, no relay, no
 		// outcome. last_error is cleared here and kept in the event.
-		if _, err := tx.Exec(ctx, `UPDATE intents
-			SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, relayed_at = NULL,
-			    completed_at = NULL, result = NULL, last_error = NULL, updated_at = now()
-			WHERE intent_id = $1`, req.IntentID); err != nil {
+		if err := intents.Retry(ctx, tx, req.IntentID); err != nil {
 			return fmt.Errorf("retry: %w", err)
 		}
 		if k != nil {
@@ -329,10 +326,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		// adapter's Begin refuses to start an attempt for a cancelled
 		// intent, so a pending intent a dispatcher relays anyway is not
 		// executed.
-		if _, err := tx.Exec(ctx, `UPDATE intents
-			SET status = 'cancelled', claimed_by = NULL, claim_expires_at = NULL,
-			    completed_at = now(), updated_at = now()
-			WHERE intent_id = $1`, req.IntentID); err != nil {
+		if err := intents.Cancel(ctx, tx, req.IntentID); err != nil {
 			return fmt.Errorf("cancel: %w", err)
 		}
 	case ActionResolve:
@@ -341,9 +335,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		if to == outbox.StatusSucceeded {
 			errMsg = nil
 		}
-		if _, err := tx.Exec(ctx, `UPDATE intents
-			SET status = $2, last_error = $3, completed_at = now(), updated_at = now()
-			WHERE intent_id = $1`, req.IntentID, string(to), errMsg); err != nil {
+		if err := intents.Resolve(ctx, tx, req.IntentID, string(to), errMsg); err != nil {
 			return fmt.Errorf("resolve: %w", err)
 		}
 		if k != nil && k.state == idempotency.StateHeld {

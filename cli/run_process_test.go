@@ -22,6 +22,7 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -245,8 +246,12 @@ func TestRunKill9MidBatch(t *testing.T) {
 	var mu sync.Mutex
 	claimedAt := map[int64]time.Time{}
 	nc := natstest.Connect(t, srv.URL)
-	d, err := dispatcher.New(pool, nc, dispatcher.Config{ID: "rescuer", BatchSize: 200, Hooks: dispatcher.Hooks{
-		Claimed: func(_ string, cs []dispatcher.Claim) {
+	d, err := dispatcher.New(pool, nc, dispatcher.Config{ID: "rescuer", BatchSize: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := testhook.WithDispatcher(context.Background(), testhook.Dispatcher{
+		Claimed: func(_ string, cs []testhook.Claim) {
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
@@ -256,11 +261,8 @@ func TestRunKill9MidBatch(t *testing.T) {
 				}
 			}
 		},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
+	})
+	if err := d.Start(hooks); err != nil {
 		t.Fatal(err)
 	}
 	defer d.Stop()

@@ -79,28 +79,6 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock used for latency metrics. Default: time.Now.
 	Now func() time.Time
-	// Hooks are called at points of the relay loop, for tests. Zero: none.
-	Hooks Hooks
-}
-
-// Hooks observe the relay loop. They run on the dispatcher's goroutines and
-// must not block for long.
-type Hooks struct {
-	// Claimed is called after a claim committed, with what it claimed.
-	Claimed func(dispatcherID string, claims []Claim)
-	// Acked is called with a batch's intents that got their PubAck, before
-	// they are marked relayed: a crash here leaves published intents
-	// claimed and `pending`.
-	Acked func(dispatcherID string, intentIDs []int64)
-}
-
-// Claim is one intent a dispatcher claimed.
-type Claim struct {
-	IntentID int64
-	// Relay is the relay number the claim publishes (relay_count+1).
-	Relay int
-	// Rerelay is true when the intent had been relayed before and timed out.
-	Rerelay bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

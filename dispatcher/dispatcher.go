@@ -22,9 +22,10 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/startstop"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -61,8 +62,12 @@ type Dispatcher struct {
 	failed      atomic.Bool
 	streamReady atomic.Bool
 
-	// claimSQL is claimSQLFormat with the batch size.
-	claimSQL string
+	// hooks are the tests' hooks (internal/testhook), read from Start's
+	// context before the loops start; zero in production.
+	hooks testhook.Dispatcher
+
+	// claimer claims batches of BatchSize (internal/intents).
+	claimer intents.Claimer
 }
 
 // New returns a Dispatcher relaying the intents of the database behind pool
@@ -91,17 +96,15 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
 	return &Dispatcher{
-		pool:  pool,
-		nc:    nc,
-		js:    js,
-		cfg:   cfg,
-		log:   cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
-		m:     m,
-		wake:  make(chan struct{}, 1),
-		slots: make(chan struct{}, cfg.MaxInFlight),
-		// BatchSize is a validated int: formatting it into the statement
-		// is safe.
-		claimSQL: fmt.Sprintf(claimSQLFormat, cfg.BatchSize),
+		pool:    pool,
+		nc:      nc,
+		js:      js,
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
+		m:       m,
+		wake:    make(chan struct{}, 1),
+		slots:   make(chan struct{}, cfg.MaxInFlight),
+		claimer: intents.NewClaimer(cfg.BatchSize),
 	}, nil
 }
 
@@ -130,6 +133,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.hooks = testhook.DispatcherFrom(ctx)
 	if err := d.ensureStream(ctx); err != nil {
 		d.log.Warn("dispatcher: stream not ready; will retry", "stream", wire.Stream, "error", err)
 	}
@@ -317,10 +321,10 @@ func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch, after int
 		}
 	}
 	b := &batch{intents: intents, claimedAt: time.Now()}
-	if h := d.cfg.Hooks.Claimed; h != nil {
-		claims := make([]Claim, len(intents))
+	if h := d.hooks.Claimed; h != nil {
+		claims := make([]testhook.Claim, len(intents))
 		for i, in := range intents {
-			claims[i] = Claim{IntentID: in.id, Relay: in.relayCount + 1, Rerelay: in.rerelay}
+			claims[i] = testhook.Claim{IntentID: in.id, Relay: in.relayCount + 1, Rerelay: in.rerelay}
 		}
 		h(d.cfg.ID, claims)
 	}
@@ -331,63 +335,11 @@ func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch, after int
 	return len(intents), last, err
 }
 
-// claimSQLFormat claims up to BatchSize (the %[1]d) intents for dispatcher
-// $1 until now()+$3 µs: first relayed intents whose relay timed out ($2 µs)
-// with no outcome, then pending intents in id order from $4 on (see
-// claimLoop's cursor; 0 looks at every pending intent).
-//
-// FOR UPDATE SKIP LOCKED lets two dispatchers claim at once without waiting
-// on each other's rows, and never both the same row: a row another claim is
-// writing is skipped, and once that claim has committed the claim check
-// (claim_expires_at absent or past), re-evaluated on the newest row version,
-// rejects it. The claim is written into the row rather than held as a lock
-// because publishing outlives this statement's transaction; the expiry is
-// what hands a crashed dispatcher's claims back to the pool.
-//
-// There is no high-water mark: a pending intent is found by its status, so a
-// transaction that commits a lower id after a higher one was relayed is
-// still picked up by a claim that starts from 0.
-//
-// The batch size is a literal, not a parameter, on purpose (issue 7): with
-// "LIMIT $2 - (SELECT count(*) FROM stale)" the planner could not know how
-// many rows come out of the CTEs, guessed a tenth of the table, and joined
-// them to intents with a hash join over a sequential scan of the whole
-// table, in every claim: 48 ms for 256 rows over 40,000 intents, and the
-// cost grew with the number of completed intents kept. With literal limits
-// it is a nested loop over the primary key whatever the table's size, with
-// custom and generic plans alike. The outer LIMIT takes re-relays first and
-// tops up with pending intents; the CTEs are read lazily, so the pending
-// scan stops (and locks nothing more) once the batch is full.
-const claimSQLFormat = `
-WITH stale AS (
-	SELECT intent_id FROM intents
-	WHERE status = 'relayed'
-	  AND relayed_at < now() - $2 * interval '1 microsecond'
-	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
-	ORDER BY relayed_at
-	LIMIT %[1]d
-	FOR UPDATE SKIP LOCKED
-), pending AS (
-	SELECT intent_id FROM intents
-	WHERE status = 'pending'
-	  AND intent_id > $4
-	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
-	ORDER BY intent_id
-	LIMIT %[1]d
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE intents i
-SET claimed_by = $1, claim_expires_at = now() + $3 * interval '1 microsecond'
-FROM (SELECT intent_id FROM stale UNION ALL SELECT intent_id FROM pending LIMIT %[1]d) c
-WHERE i.intent_id = c.intent_id
-RETURNING i.intent_id, i.resource_id, i.epoch, i.kind, i.idempotency_key, i.fence,
-	i.payload::text, i.relay_count, i.status = 'relayed', i.created_at, i.trace_context::text`
-
 func (d *Dispatcher) claim(ctx context.Context, after int64) ([]intent, error) {
 	dctx, cancel := d.dbCtx(ctx)
 	defer cancel()
-	rows, err := d.pool.Query(dctx, d.claimSQL, d.cfg.ID,
-		d.cfg.RelayTimeout.Microseconds(), d.cfg.ClaimTTL.Microseconds(), after)
+	// The statement, and why it is written as it is: internal/intents.
+	rows, err := d.claimer.Claim(dctx, d.pool, d.cfg.ID, d.cfg.RelayTimeout, d.cfg.ClaimTTL, after)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
@@ -553,7 +505,7 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 	// before this update) publishes the same message id again, which the
 	// duplicate window absorbs.
 	if len(okIDs) > 0 {
-		if h := d.cfg.Hooks.Acked; h != nil {
+		if h := d.hooks.Acked; h != nil {
 			h(d.cfg.ID, okIDs)
 		}
 		failpoint.Inject(failpoint.AfterPublishBeforeMark) // no-op unless built with -tags failpoints
@@ -571,52 +523,12 @@ func cmpErr(first, err error) error {
 	return err
 }
 
-// markRelayedSQL marks acknowledged intents relayed and clears the claim.
-// It touches only rows still claimed by us ($2): if our claim expired and
-// another dispatcher took the intent meanwhile, this update leaves it alone
-// (that dispatcher publishes the same message id, deduplicated by the
-// stream, and marks it itself). relay_count cannot have moved under our
-// claim: only the claim holder increments it, here. An adapter may have
-// recorded an outcome already (it does not look at claims); a terminal
-// status is kept.
-//
-// Lock order: the rows are locked in intent id order (the CTE's ORDER BY
-// below FOR UPDATE) before any is written. The adapters' shared
-// transactions (idempotency group commit) lock the intents of a batch in
-// id order too, and they race with this mark (an adapter may settle an
-// intent before its mark). A plain "UPDATE … WHERE intent_id = ANY($1)"
-// locks in the order its plan visits the rows — a bitmap heap scan visits
-// them in physical order — and deadlocked with them (PostgreSQL aborted
-// one side after deadlock_timeout: a second's stall; adapters' test
-// TestGroupCommitNoDeadlockWithRelay).
-const markRelayedSQL = `
-WITH l AS (
-	SELECT intent_id FROM intents WHERE intent_id = ANY($1) AND claimed_by = $2
-	ORDER BY intent_id
-	FOR UPDATE
-)
-UPDATE intents i SET
-	status = CASE WHEN i.status IN ('pending', 'relayed') THEN 'relayed' ELSE i.status END,
-	relayed_at = CASE WHEN i.status IN ('pending', 'relayed') THEN now() ELSE i.relayed_at END,
-	relay_count = i.relay_count + 1,
-	claimed_by = NULL, claim_expires_at = NULL, updated_at = now()
-FROM l
-WHERE i.intent_id = l.intent_id AND i.claimed_by = $2 AND ` + durable.Where
-
-// releaseSQL returns claims without relaying, locking in id order as
-// markRelayedSQL does.
-const releaseSQL = `
-WITH l AS (
-	SELECT intent_id FROM intents WHERE intent_id = ANY($1) AND claimed_by = $2
-	ORDER BY intent_id
-	FOR UPDATE
-)
-UPDATE intents i SET claimed_by = NULL, claim_expires_at = NULL
-FROM l
-WHERE i.intent_id = l.intent_id AND i.claimed_by = $2`
-
 func (d *Dispatcher) markRelayed(ctx context.Context, b *batch, ids []int64) {
-	n, err := d.execUntil(ctx, b, "mark intents relayed", markRelayedSQL, ids, d.cfg.ID)
+	// Only rows still claimed by us are marked; a final status an adapter
+	// recorded first is kept (internal/intents.MarkRelayed).
+	n, err := d.execUntil(ctx, b, "mark intents relayed", func(ctx context.Context) (int64, error) {
+		return intents.MarkRelayed(ctx, d.pool, ids, d.cfg.ID)
+	})
 	if err != nil {
 		// The claims expire and the intents are published again under the
 		// same message ids, which the duplicate window absorbs.
@@ -631,23 +543,25 @@ func (d *Dispatcher) markRelayed(ctx context.Context, b *batch, ids []int64) {
 }
 
 func (d *Dispatcher) release(ctx context.Context, b *batch, ids []int64) {
-	if _, err := d.execUntil(ctx, b, "return claims", releaseSQL, ids, d.cfg.ID); err != nil {
+	if _, err := d.execUntil(ctx, b, "return claims", func(ctx context.Context) (int64, error) {
+		return intents.Release(ctx, d.pool, ids, d.cfg.ID)
+	}); err != nil {
 		d.log.Error("dispatcher: could not return claims; they return when they expire", "intents", len(ids), "error", err)
 	}
 }
 
-// execUntil runs a statement, retrying with backoff while the batch's claim
+// execUntil runs a statement (exec, given a context for it), retrying with backoff while the batch's claim
 // lasts (on shutdown, a few seconds at most): past the expiry the rows are
 // someone else's to handle.
-func (d *Dispatcher) execUntil(ctx context.Context, b *batch, what, sql string, args ...any) (int64, error) {
+func (d *Dispatcher) execUntil(ctx context.Context, b *batch, what string, exec func(context.Context) (int64, error)) (int64, error) {
 	deadline := b.claimedAt.Add(d.cfg.ClaimTTL)
 	bo := d.cfg.NewBackoff()
 	for {
 		dctx, cancel := d.dbCtx(ctx)
-		tag, err := d.pool.Exec(dctx, sql, args...)
+		n, err := exec(dctx)
 		cancel()
 		if err == nil {
-			return tag.RowsAffected(), nil
+			return n, nil
 		}
 		err = fmt.Errorf("%s: %w", what, err)
 		wait := bo.NextBackOff()
@@ -669,20 +583,6 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// releaseAllSQL returns every claim of dispatcher $1. Only pending and
-// relayed intents are ever claimed, and the status predicates let PostgreSQL
-// find them through the small partial indexes instead of scanning the table.
-// Rows are locked in id order, as in markRelayedSQL.
-const releaseAllSQL = `
-WITH l AS (
-	SELECT intent_id FROM intents WHERE claimed_by = $1 AND (status = 'pending' OR status = 'relayed')
-	ORDER BY intent_id
-	FOR UPDATE
-)
-UPDATE intents i SET claimed_by = NULL, claim_expires_at = NULL
-FROM l
-WHERE i.intent_id = l.intent_id AND i.claimed_by = $1`
-
 // releaseAll returns every claim held under our id. It runs once both loops
 // have ended, so nothing can claim after it.
 func (d *Dispatcher) releaseAll() {
@@ -690,10 +590,10 @@ func (d *Dispatcher) releaseAll() {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DBTimeout)
-		tag, err := d.pool.Exec(ctx, releaseAllSQL, d.cfg.ID)
+		n, err := intents.ReleaseAll(ctx, d.pool, d.cfg.ID)
 		cancel()
 		if err == nil {
-			if n := tag.RowsAffected(); n > 0 {
+			if n > 0 {
 				d.log.Info("dispatcher: returned claims at stop", "intents", n)
 			}
 			return

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 )
 
@@ -212,7 +213,7 @@ func newClaimLog() *claimLog {
 	return &claimLog{claims: map[int64][]string{}, per: map[string]int{}}
 }
 
-func (l *claimLog) hook(id string, cs []dispatcher.Claim) {
+func (l *claimLog) hook(id string, cs []testhook.Claim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, c := range cs {
@@ -230,12 +231,13 @@ func TestTwoDispatchers(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	log := newClaimLog()
-	cfg := dispatcher.Config{BatchSize: 20, MaxInFlight: 100, Hooks: dispatcher.Hooks{Claimed: log.hook}}
+	cfg := dispatcher.Config{BatchSize: 20, MaxInFlight: 100}
+	hooks := testhook.WithDispatcher(context.Background(), testhook.Dispatcher{Claimed: log.hook})
 	ids := e.backlog(1500, 200)
 	cfg.ID = "d1"
-	e.start(cfg)
+	e.startContext(hooks, cfg)
 	cfg.ID = "d2"
-	e.start(cfg)
+	e.startContext(hooks, cfg)
 	// More intents keep committing through the fenced path meanwhile.
 	epoch := e.acquire("two")
 	for j := range 200 {

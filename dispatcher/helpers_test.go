@@ -72,12 +72,19 @@ func setupWith(t testing.TB, natsURL string) *env {
 // test's end.
 func (e *env) start(cfg dispatcher.Config, opts ...nats.Option) *dispatcher.Dispatcher {
 	e.t.Helper()
+	return e.startContext(context.Background(), cfg, opts...)
+}
+
+// startContext is start with the dispatcher started with ctx (which may
+// carry internal/testhook's hooks).
+func (e *env) startContext(ctx context.Context, cfg dispatcher.Config, opts ...nats.Option) *dispatcher.Dispatcher {
+	e.t.Helper()
 	nc := natstest.Connect(e.t, e.url, opts...)
 	d, err := dispatcher.New(e.pool, nc, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := d.Start(context.Background()); err != nil {
+	if err := d.Start(ctx); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(d.Stop)

@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/intents"
 )
 
 // Actions of the history events (intent_events) the adapter runtime writes.
@@ -86,14 +88,11 @@ func (s *Store) NoteWaiting(ctx context.Context, intentID int64, msg string) (bo
 	}
 	var wrote bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-			UPDATE intents SET last_error = $2, updated_at = now()
-			WHERE intent_id = $1 AND status <> ALL($3::text[]) AND last_error IS DISTINCT FROM $2`,
-			intentID, msg, terminalStatuses)
+		changed, err := intents.NoteLastError(ctx, tx, intentID, msg, terminalStatuses)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if !changed {
 			return nil
 		}
 		wrote = true

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/group"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -35,10 +36,10 @@ import (
 //     returned without error (durable: internal/durable), so an attempt is
 //     on disk before its effect starts, and an outcome before its message
 //     is acked, exactly as alone.
-//   - Lock order: every batch locks its keys in one order (kind, key,
-//     bytewise) and only then its intents (by id) — the order of the single
-//     path (key, then intent) over many rows at once — so batches never
-//     deadlock with one another. Should PostgreSQL still abort a batch (a
+//   - Lock order: the one of internal/intents' package doc (keys kind by
+//     kind, each kind's bytewise, then intents by id), over many rows at
+//     once, so batches never deadlock with one another or with the single
+//     path. Should PostgreSQL still abort a batch (a
 //     deadlock with another writer, any server error: nothing of it
 //     committed), every call in it is retried alone.
 //   - When the outcome of the shared commit is unknown (the connection
@@ -147,13 +148,9 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 		//    rows come in ordinality order, sorted above). As in Begin, the
 		//    primary key is the arbiter: of concurrent Begins of a new key
 		//    exactly one inserts. A key that exists is answered alone.
-		// 2. l, upd: count the attempts, in the same transaction as the
-		//    keys, only on intents without a final status, locked in id
-		//    order. The sort below FOR UPDATE consumes all of ins before
-		//    the first intent is locked, so every key is taken before any
-		//    intent: the single path's key-then-intent order. The lock
-		//    orders the count with an operator's cancel, as countAttempt
-		//    does.
+		// 2. l, upd (internal/intents.CountAttemptsCTE): count the
+		//    attempts, in the same transaction as the keys, only on intents
+		//    without a final status, every key taken before any intent.
 		rows, err := tx.Query(ctx, `
 			WITH ins AS (
 				INSERT INTO idempotency_keys
@@ -163,16 +160,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 				ORDER BY t.ord
 				ON CONFLICT (kind, idempotency_key) DO NOTHING
 				RETURNING owner_intent_id, token, locked_until
-			), l AS (
-				SELECT intent_id FROM intents
-				WHERE intent_id IN (SELECT owner_intent_id FROM ins) AND status <> ALL($6::text[])
-				ORDER BY intent_id
-				FOR UPDATE
-			), upd AS (
-				UPDATE intents i SET attempts = i.attempts + 1, updated_at = now()
-				FROM l WHERE i.intent_id = l.intent_id
-				RETURNING i.intent_id, i.attempts
-			)
+			), `+intents.CountAttemptsCTE+`
 			SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts
 			FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`,
 			kinds, keys, fps, ids, interval(s.cfg.LockTimeout), terminalStatuses)
@@ -272,10 +260,10 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		clear(decided)
 		// 1. Lock the keys, then the candidates' intents, in one round
 		//    trip: the statements are pipelined, and PostgreSQL runs them
-		//    one after the other in this order — the lock order: kind by
-		//    kind (candidates are sorted by kind), each kind's keys sorted
-		//    (ORDER BY is applied before the rows are locked), then the
-		//    intents by id (the single path's key-then-intent order).
+		//    one after the other in this order — the lock order of
+		//    internal/intents: kind by kind (candidates are sorted by kind),
+		//    each kind's keys sorted (ORDER BY is applied before the rows
+		//    are locked), then the intents by id.
 		//    kind = $1 AND key = ANY($2) is one index scan of the primary
 		//    key (a join to unnest() was planned as a scan of the table).
 		//    The token check and the writes below are one atomic step under
@@ -380,12 +368,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 			lo = hi
 		}
 		if len(iIDs) > 0 {
-			b.Queue(`
-				UPDATE intents i
-				SET status = t.status, result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
-				FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS t(id, status, result, err)
-				WHERE i.intent_id = ANY($1) AND i.intent_id = t.id`,
-				iIDs, iStatus, iResult, iErr)
+			intents.QueueComplete(&b, iIDs, iStatus, iResult, iErr)
 		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return fmt.Errorf("record outcomes: %w", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -83,22 +84,11 @@ func (s *Store) SupersedeUnstarted(ctx context.Context, intentID int64) (current
 	if intentID < 1 {
 		return 0, false, invalid("intent_id", "must be at least 1, got %d", intentID)
 	}
-	err = s.pool.QueryRow(ctx, `
-		UPDATE intents i
-		SET status = 'superseded',
-		    result = jsonb_build_object('superseded_by_epoch', r.epoch, 'fenced_at', 'execute'),
-		    last_error = NULL, completed_at = now(), updated_at = now()
-		FROM resources r
-		WHERE i.intent_id = $1 AND r.resource_id = i.resource_id
-		  AND i.attempts = 0 AND i.status <> ALL($2::text[]) AND r.epoch > i.epoch
-		RETURNING r.epoch`, intentID, terminalStatuses).Scan(&current)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
+	current, superseded, err = intents.SupersedeUnstarted(ctx, s.pool, intentID, terminalStatuses)
 	if err != nil {
 		return 0, false, fmt.Errorf("idempotency: supersede intent %d: %w", intentID, err)
 	}
-	return current, true, nil
+	return current, superseded, nil
 }
 
 // EndIO records that the attempt owning (kind, key) with token has ended

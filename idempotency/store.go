@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/group"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -569,14 +570,11 @@ func currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, error
 // countAttempt increments the intent's attempts, only while the intent has
 // no final status. The UPDATE locks the intent's row, so it is ordered with
 // an operator's cancel: either the cancel committed first and we refuse, or
-// it waits for our transaction and then sees the attempt.
+// it waits for our transaction and then sees the attempt
+// (internal/intents.CountAttempt).
 func countAttempt(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
-	var attempts int
-	err := tx.QueryRow(ctx, `
-		UPDATE intents SET attempts = attempts + 1, updated_at = now()
-		WHERE intent_id = $1 AND status <> ALL($2::text[])
-		RETURNING attempts`, intentID, terminalStatuses).Scan(&attempts)
-	if errors.Is(err, pgx.ErrNoRows) {
+	attempts, ok, err := intents.CountAttempt(ctx, tx, intentID, terminalStatuses)
+	if err == nil && !ok {
 		status, err := intentStatus(ctx, tx, intentID)
 		if err != nil {
 			return 0, err
@@ -605,15 +603,11 @@ func intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status
 // status, and reports whether it did. A final status is never overwritten:
 // an operator's cancel, or the outcome another path recorded first, stays.
 func completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE intents
-		SET status = $2, result = $3::jsonb, last_error = $4, completed_at = now(), updated_at = now()
-		WHERE intent_id = $1 AND status <> ALL($5::text[])`,
-		intentID, string(status), nullJSON(result), nullString(errMsg), terminalStatuses)
+	updated, err := intents.Complete(ctx, tx, intentID, string(status), result, errMsg, terminalStatuses)
 	if err != nil {
 		return false, fmt.Errorf("record outcome of intent %d: %w", intentID, err)
 	}
-	if tag.RowsAffected() == 1 {
+	if updated {
 		return true, nil
 	}
 	current, err := intentStatus(ctx, tx, intentID)

@@ -1,4 +1,6 @@
 package outbox
 
+import "github.com/fencegate/fencegate/internal/intents"
+
 // SweepSQL is the sweeper's statement, for the plan test.
-var SweepSQL = sweepSQL
+var SweepSQL = intents.SweepSQL

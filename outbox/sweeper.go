@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/startstop"
 )
 
@@ -127,29 +128,14 @@ func NewSweeper(pool *pgxpool.Pool, cfg SweeperConfig) (*Sweeper, error) {
 	return &Sweeper{pool: pool, cfg: cfg}, nil
 }
 
-// sweepSQL deletes at most $2 intents completed before now() - $1 µs.
-//
-// FOR UPDATE SKIP LOCKED: rows are locked by the statement that deletes
-// them, so none changes between being chosen and being deleted, and a row
-// someone else holds right now (an operator's update, an adapter recording
-// an outcome again) is skipped for the next sweep instead of making the
-// sweep wait — and it waits for nobody. The batch bounds how many row locks
-// one statement holds and for how long.
-const sweepSQL = `
-DELETE FROM intents WHERE intent_id IN (
-	SELECT intent_id FROM intents
-	WHERE status IN ('succeeded', 'failed', 'superseded', 'cancelled')
-	  AND completed_at < now() - $1 * interval '1 microsecond'
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED)`
-
 // SweepOnce deletes one batch and returns how many intents it deleted.
 func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
-	tag, err := s.pool.Exec(ctx, sweepSQL, s.cfg.MaxAge.Microseconds(), s.cfg.Batch)
+	// The statement, and why it skips locked rows: internal/intents.Sweep.
+	n, err := intents.Sweep(ctx, s.pool, s.cfg.MaxAge, s.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: sweep: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // Sweep deletes batches until a batch comes back short or ctx ends, and

@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -168,16 +169,26 @@ func runtimeConfig(cfg adapters.Config, executors []adapters.Executor) adapters.
 // Options.Runtime.
 func (e *Env) StartRuntime(t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *adapters.Runtime {
 	t.Helper()
-	return startRuntime(t, e.Pool, e.NC, e.Store, e.Client, runtimeConfig(cfg, executors))
+	return e.StartRuntimeContext(context.Background(), t, cfg, executors...)
 }
 
-func startRuntime(t testing.TB, pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, client *outbox.Client, cfg adapters.Config) *adapters.Runtime {
+// StartRuntimeContext is StartRuntime with the runtime started with a
+// context carrying ctx's values (its deadline, if any, bounds the start
+// too).
+func (e *Env) StartRuntimeContext(ctx context.Context, t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *adapters.Runtime {
+	t.Helper()
+	return startRuntime(ctx, t, e.Pool, e.NC, e.Store, e.Client, runtimeConfig(cfg, executors))
+}
+
+// startRuntime starts a runtime with a context carrying parent's values
+// (the tests' hooks, internal/testhook).
+func startRuntime(parent context.Context, t testing.TB, pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, client *outbox.Client, cfg adapters.Config) *adapters.Runtime {
 	t.Helper()
 	rt, err := adapters.NewRuntime(pool, nc, store, client, cfg)
 	if err != nil {
 		t.Fatalf("adaptertest: runtime: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	ctx, cancel := context.WithTimeout(parent, WaitTimeout)
 	defer cancel()
 	if err := rt.Start(ctx); err != nil {
 		t.Fatalf("adaptertest: start runtime: %v", err)
@@ -201,18 +212,26 @@ type Process struct {
 // its own. Zero retry delays are as in Options.Runtime.
 func (e *Env) StartProcess(t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *Process {
 	t.Helper()
+	return e.StartProcessContext(context.Background(), t, cfg, executors...)
+}
+
+// StartProcessContext is StartProcess with the runtime started with a
+// context carrying ctx's values (its deadline, if any, bounds the start
+// too).
+func (e *Env) StartProcessContext(ctx context.Context, t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *Process {
+	t.Helper()
 	pool := newPool(t, e.DBURL)
 	nc := natstest.Connect(t, e.NATSURL)
 	p := &Process{Pool: pool, NC: nc, crashed: make(chan struct{})}
-	p.Runtime = startRuntime(t, pool, nc, e.newStore(t, pool), e.newClient(t, pool), runtimeConfig(cfg, executors))
+	p.Runtime = startRuntime(ctx, t, pool, nc, e.newStore(t, pool), e.newClient(t, pool), runtimeConfig(cfg, executors))
 	return p
 }
 
 // Crash cuts the process off from NATS and PostgreSQL, as if it died: from
 // here on it records nothing and acks nothing; what it had in flight is
 // redelivered to other runtimes after the consumer's AckWait. It may be
-// called from the runtime's AfterEffect hook (it holds no connection
-// there). Idempotent.
+// called from the runtime's AfterEffect hook (internal/testhook; it holds
+// no connection there). Idempotent.
 func (p *Process) Crash() {
 	p.crashOnce.Do(func() {
 		p.NC.Close()
@@ -274,7 +293,7 @@ func (e *Env) EnqueueHeldBack(t testing.TB, in outbox.Intent) int64 {
 		t.Fatalf("adaptertest: enqueue %+v: %v", in, err)
 	}
 	// Parked inside the same transaction: no dispatcher can claim it first.
-	if _, err := tx.Exec(ctx, `UPDATE intents SET claimed_by = 'parked-by-test', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
+	if err := intents.Park(ctx, tx, res.IntentID, "parked-by-test", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -286,7 +305,9 @@ func (e *Env) EnqueueHeldBack(t testing.TB, in outbox.Intent) int64 {
 // Release lets the dispatcher relay an intent parked by EnqueueHeldBack.
 func (e *Env) Release(t testing.TB, id int64) {
 	t.Helper()
-	e.exec(t, `UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`, id)
+	if err := intents.Unpark(context.Background(), e.Pool, id); err != nil {
+		t.Fatalf("adaptertest: release intent %d: %v", id, err)
+	}
 	e.exec(t, `SELECT pg_notify('fencegate_intents', '')`)
 }
 
@@ -300,13 +321,11 @@ func (e *Env) Rerelay(t testing.TB, id int64) {
 	t.Helper()
 	deadline := time.Now().Add(WaitTimeout)
 	for {
-		tag, err := e.Pool.Exec(context.Background(), `
-			UPDATE intents SET status = 'relayed', relayed_at = now() - interval '1 hour', completed_at = NULL
-			WHERE intent_id = $1 AND claimed_by IS NULL AND relay_count > 0`, id)
+		done, err := intents.Backdate(context.Background(), e.Pool, id, time.Hour)
 		if err != nil {
 			t.Fatalf("adaptertest: re-relay intent %d: %v", id, err)
 		}
-		if tag.RowsAffected() == 1 {
+		if done {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -330,12 +331,11 @@ func testCrashAfterEffect(t *testing.T, h Harness) {
 	var p *Process
 	var started sync.WaitGroup
 	started.Add(1)
-	crashCfg := cfg
-	crashCfg.AfterEffect = func(adapters.Request) {
+	crash := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterEffect: func(int64) {
 		started.Wait()
 		p.Crash()
-	}
-	p = env.StartProcess(t, crashCfg, ex)
+	}})
+	p = env.StartProcessContext(crash, t, cfg, ex)
 	started.Done()
 
 	key := UniqueKey(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -273,9 +274,8 @@ func TestRuntimeCrashThenResourceMovesOn(t *testing.T) {
 	ex := adaptertest.NewCounting(a)
 	var p *adaptertest.Process
 	ready := make(chan struct{})
-	crashing := crashRuntimeConfig()
-	crashing.AfterEffect = func(adapters.Request) { <-ready; p.Crash() }
-	p = e.StartProcess(t, crashing, ex)
+	crashing := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterEffect: func(int64) { <-ready; p.Crash() }})
+	p = e.StartProcessContext(crashing, t, crashRuntimeConfig(), ex)
 	close(ready)
 
 	id := e.Enqueue(t, e.Intent(file.Kind, "B-run", "report/B", filePayload("B's report\n")))

@@ -1,0 +1,141 @@
+package intents
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The idempotency store's and the adapter runtime's statements: attempts,
+// outcomes, last errors. final is the list of final (terminal) statuses,
+// after which nothing changes an intent automatically; the callers pass the
+// list derived from outbox.Status.Terminal, so the two never disagree.
+
+// CountAttempt increments the attempts of intent id, only while it has no
+// final status, and returns the new count; ok is false when no row matched
+// (the intent has a final status or does not exist). The UPDATE locks the
+// intent's row, so it is ordered with an operator's cancel: either the
+// cancel committed first and it matches nothing, or the cancel waits for
+// the caller's transaction and then sees the attempt.
+func CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []string) (attempts int, ok bool, err error) {
+	err = tx.QueryRow(ctx, `
+		UPDATE intents SET attempts = attempts + 1, updated_at = now()
+		WHERE intent_id = $1 AND status <> ALL($2::text[])
+		RETURNING attempts`, id, final).Scan(&attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return attempts, err == nil, err
+}
+
+// CountAttemptsCTE is the intents half of the group commit's Begin
+// statement (idempotency/group.go), composed into it: the CTEs l and upd,
+// to follow a data-modifying CTE named ins that returns owner_intent_id;
+// $6 is the final statuses. It counts an attempt on each intent of ins
+// without a final status, locked in id order: the sort below FOR UPDATE
+// consumes all of ins before the first intent is locked, so every key is
+// taken before any intent (Lock order in the package doc). The lock orders
+// the count with an operator's cancel, as CountAttempt does. upd returns
+// intent_id and attempts.
+const CountAttemptsCTE = `l AS (
+				SELECT intent_id FROM intents
+				WHERE intent_id IN (SELECT owner_intent_id FROM ins) AND status <> ALL($6::text[])
+				ORDER BY intent_id
+				FOR UPDATE
+			), upd AS (
+				UPDATE intents i SET attempts = i.attempts + 1, updated_at = now()
+				FROM l WHERE i.intent_id = l.intent_id
+				RETURNING i.intent_id, i.attempts
+			)`
+
+// Complete sets the outcome of intent id (status, result, last error,
+// completed_at) only while it has no final status, and reports whether it
+// did. A final status is never overwritten: an operator's cancel, or the
+// outcome another path recorded first, stays. An empty result or errMsg is
+// stored as NULL.
+func Complete(ctx context.Context, tx pgx.Tx, id int64, status string, result json.RawMessage, errMsg string, final []string) (bool, error) {
+	tag, err := tx.Exec(ctx, `
+		UPDATE intents
+		SET status = $2, result = $3::jsonb, last_error = $4, completed_at = now(), updated_at = now()
+		WHERE intent_id = $1 AND status <> ALL($5::text[])`,
+		id, status, nullJSON(result), nullString(errMsg), final)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// QueueComplete queues into b, the group commit's pipelined batch, the
+// outcomes of the intents ids (parallel slices; nil result and errs are
+// NULL). The caller has locked the intents in id order in the same
+// transaction, after their keys, and checked that none has a final status:
+// this statement writes them without looking again.
+func QueueComplete(b *pgx.Batch, ids []int64, statuses []string, results, errs []*string) {
+	b.Queue(`
+				UPDATE intents i
+				SET status = t.status, result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
+				FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS t(id, status, result, err)
+				WHERE i.intent_id = ANY($1) AND i.intent_id = t.id`,
+		ids, statuses, results, errs)
+}
+
+// SupersedeUnstarted records intent id as superseded without executing it —
+// its resource's epoch moved past the intent's — only while no attempt of it
+// has begun (attempts = 0) and it has no final status, and returns the
+// resource's epoch; ok is false when it did not. It is one UPDATE of the
+// intent's row: PostgreSQL re-checks the condition on the row as it is once
+// it holds the row's lock, so a Begin that counted an attempt first (under
+// the same row lock) makes it match nothing, and a Begin after it is
+// refused (the intent is final).
+func SupersedeUnstarted(ctx context.Context, q Querier, id int64, final []string) (current int64, ok bool, err error) {
+	err = q.QueryRow(ctx, `
+		UPDATE intents i
+		SET status = 'superseded',
+		    result = jsonb_build_object('superseded_by_epoch', r.epoch, 'fenced_at', 'execute'),
+		    last_error = NULL, completed_at = now(), updated_at = now()
+		FROM resources r
+		WHERE i.intent_id = $1 AND r.resource_id = i.resource_id
+		  AND i.attempts = 0 AND i.status <> ALL($2::text[]) AND r.epoch > i.epoch
+		RETURNING r.epoch`, id, final).Scan(&current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return current, err == nil, err
+}
+
+// NoteLastError sets the last_error of intent id to msg while it has no
+// final status and msg changes it, and reports whether it did: a
+// redelivery that notes the same message again writes nothing.
+func NoteLastError(ctx context.Context, q Querier, id int64, msg string, final []string) (bool, error) {
+	tag, err := q.Exec(ctx, `
+			UPDATE intents SET last_error = $2, updated_at = now()
+			WHERE intent_id = $1 AND status <> ALL($3::text[]) AND last_error IS DISTINCT FROM $2`,
+		id, msg, final)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// SetLastError sets the last_error of intent id to msg, whatever its
+// status: the runtime's note of a retryable error before the redelivery.
+func SetLastError(ctx context.Context, q Querier, id int64, msg string) error {
+	_, err := q.Exec(ctx, `UPDATE intents SET last_error = $2, updated_at = now() WHERE intent_id = $1`, id, msg)
+	return err
+}
+
+func nullJSON(r json.RawMessage) any {
+	if len(r) == 0 {
+		return nil
+	}
+	return string(r)
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
