@@ -28,6 +28,7 @@ import (
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/devsmtp"
+	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
@@ -733,7 +734,7 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 	// It goes through the real relay and the file adapter, which compares
 	// epochs under its lock at the destination and refuses it; the outcome
 	// (superseded) is recorded on the intent, for the pages to show.
-	if _, err := d.pool.Exec(ctx, `UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`, aLateID); err != nil {
+	if err := intents.Unpark(ctx, d.pool, aLateID); err != nil {
 		return fmt.Errorf("release A's delayed publication: %w", err)
 	}
 	_, _ = d.pool.Exec(ctx, `SELECT pg_notify('fencegate_intents', '')`)
@@ -777,7 +778,7 @@ func (d *devEnv) demoEnqueueParked(ctx context.Context, ob *outbox.Client, in ou
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE intents SET claimed_by = 'demo: in transit', claim_expires_at = now() + interval '1 hour' WHERE intent_id = $1`, res.IntentID); err != nil {
+	if err := intents.Park(ctx, tx, res.IntentID, "demo: in transit", time.Hour); err != nil {
 		return 0, err
 	}
 	return res.IntentID, tx.Commit(ctx)

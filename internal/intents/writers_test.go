@@ -21,10 +21,7 @@ var allowed = map[string]string{
 	// The benchmark's physical baseline (a raw INSERT with no fence, no
 	// lock, no dedup: what an enqueue costs at least) and its reset between
 	// cases are deliberately not the gateway's statements.
-	"cmd/gateway/bench*.go": "benchmark baseline and reset",
-	// TODO: remove once cmd/gateway/dev.go is moved; the demo then parks and
-	// unparks with Park and Unpark.
-	"cmd/gateway/dev.go": "dev demo, being moved",
+	"cli/bench*.go": "benchmark baseline and reset",
 }
 
 // TestOneOwnerOfIntentSQL fails when a statement that changes intents
