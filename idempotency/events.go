@@ -44,7 +44,7 @@ func insertEvent(ctx context.Context, tx pgx.Tx, intentID int64, action, note st
 	_, err := tx.Exec(ctx, `
 		INSERT INTO intent_events (intent_id, actor, action, from_status, to_status, note, last_error)
 		SELECT intent_id, $2, $3, status, status, $4, last_error FROM intents WHERE intent_id = $1`,
-		intentID, EventActor, action, nullString(note))
+		intentID, EventActor, action, intents.NullString(note))
 	if err != nil {
 		return fmt.Errorf("record %s event of intent %d: %w", action, intentID, err)
 	}

@@ -290,20 +290,6 @@ var terminalStatuses = func() []string {
 
 func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.Microseconds()) }
 
-func nullJSON(r json.RawMessage) any {
-	if len(r) == 0 {
-		return nil
-	}
-	return string(r)
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 func checkName(field, v string, max int) error {
 	switch {
 	case v == "":
@@ -784,14 +770,14 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 				SET state = 'held', status = 'unknown', locked_until = NULL,
 				    result = $3::jsonb, last_error = $4, updated_at = now()
 				WHERE kind = $1 AND idempotency_key = $2`,
-				c.Kind, c.Key, nullJSON(c.Result), nullString(c.Error))
+				c.Kind, c.Key, intents.NullJSON(c.Result), intents.NullString(c.Error))
 		default: // succeeded, failed
 			_, err = tx.Exec(ctx, `
 				UPDATE idempotency_keys
 				SET state = 'completed', status = $3, locked_until = NULL,
 				    result = $4::jsonb, last_error = $5, completed_at = now(), updated_at = now()
 				WHERE kind = $1 AND idempotency_key = $2`,
-				c.Kind, c.Key, string(c.Status), nullJSON(c.Result), nullString(c.Error))
+				c.Kind, c.Key, string(c.Status), intents.NullJSON(c.Result), intents.NullString(c.Error))
 		}
 		if err != nil {
 			return fmt.Errorf("record key outcome: %w", err)

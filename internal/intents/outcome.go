@@ -60,7 +60,7 @@ func Complete(ctx context.Context, tx pgx.Tx, id int64, status string, result js
 		UPDATE intents
 		SET status = $2, result = $3::jsonb, last_error = $4, completed_at = now(), updated_at = now()
 		WHERE intent_id = $1 AND status <> ALL($5::text[])`,
-		id, status, nullJSON(result), nullString(errMsg), final)
+		id, status, NullJSON(result), NullString(errMsg), final)
 	if err != nil {
 		return false, err
 	}
@@ -126,14 +126,16 @@ func SetLastError(ctx context.Context, q Querier, id int64, msg string) error {
 	return err
 }
 
-func nullJSON(r json.RawMessage) any {
+// NullJSON is r as a jsonb parameter: SQL NULL when empty.
+func NullJSON(r json.RawMessage) any {
 	if len(r) == 0 {
 		return nil
 	}
 	return string(r)
 }
 
-func nullString(s string) any {
+// NullString is s as a text parameter: SQL NULL when empty.
+func NullString(s string) any {
 	if s == "" {
 		return nil
 	}
