@@ -333,6 +333,9 @@ func (r *Runtime) Stop() { r.life.Stop() }
 // Stopped is closed when the runtime has stopped.
 func (r *Runtime) Stopped() <-chan struct{} { return r.life.Stopped() }
 
+// Durable is the name of the durable JetStream consumer of kind's intents.
+func (r *Runtime) Durable(kind string) string { return r.cfg.DurablePrefix + kind }
+
 // verdict is how a message is settled after its outcome is committed.
 type verdict int
 

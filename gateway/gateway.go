@@ -101,7 +101,11 @@ func (s *Gateway) Start(ctx context.Context) error {
 	if started {
 		return fmt.Errorf("gateway: %w", startstop.ErrStarted)
 	}
-	return s.start(ctx)
+	err := s.start(ctx)
+	s.mu.Lock()
+	s.startDone = true
+	s.mu.Unlock()
+	return err
 }
 
 // Start is New and Start in one call.
@@ -279,10 +283,12 @@ func (c *Config) Validate() error {
 
 // Gateway is a running set of components started by Start.
 type Gateway struct {
-	cfg      Config
-	started  bool // under mu
-	log      *slog.Logger
-	registry *prometheus.Registry
+	cfg     Config
+	started bool // under mu
+	// startDone: Start returned (under mu), for /readyz.
+	startDone bool
+	log       *slog.Logger
+	registry  *prometheus.Registry
 
 	nc         *nats.Conn
 	dispatcher *dispatcher.Dispatcher // nil unless RunDispatcher
@@ -290,8 +296,12 @@ type Gateway struct {
 	store      *idempotency.Store
 	sweeper    *idempotency.Sweeper
 	runtime    *adapters.Runtime // nil unless adapters run
-	email      *email.Adapter    // nil unless the email adapter runs
-	file       *file.Adapter     // nil unless the file adapter runs
+	// consumers are the runtime's kinds and their durable consumers, for
+	// /readyz. dispatcher, runtime and consumers are set under mu: the
+	// metrics server answers /readyz while Start still starts them.
+	consumers []consumer
+	email     *email.Adapter // nil unless the email adapter runs
+	file      *file.Adapter  // nil unless the file adapter runs
 	// metricsAddr is the address the metrics server listens on (the actual
 	// one, for ":0"); empty without a server.
 	metricsAddr string
@@ -389,7 +399,9 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 		if err := d.Start(runCtx); err != nil {
 			return err
 		}
+		s.mu.Lock()
 		s.dispatcher = d
+		s.mu.Unlock()
 		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
 
 		// Retention: completed intents older than their age go, in small
@@ -478,7 +490,12 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
+	s.mu.Lock()
 	s.runtime = rt
+	for _, e := range execs {
+		s.consumers = append(s.consumers, consumer{kind: e.Kind(), durable: rt.Durable(e.Kind())})
+	}
+	s.mu.Unlock()
 	// Stopped last: in-flight executions finish before the sweeper, the
 	// dispatcher and the NATS connection go.
 	s.add(part{name: "adapters", stop: rt.Stop, stopped: rt.Stopped()})
@@ -588,6 +605,11 @@ func (s *Gateway) serveMetrics(addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	// Probes on every process, whatever it runs (an adapter-only process
+	// has no admin server): /healthz while the process serves, /readyz from
+	// each component's own state (probe.go).
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
