@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/internal/startstop"
 )
 
 // ErrLeaseLost is the cause of a Keeper's context when the lease can no
@@ -95,15 +97,19 @@ type Keeper struct {
 	issuer *Issuer
 	cfg    KeeperConfig
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+	// life is the Keeper's lifecycle: Stop cancels its context (cause
+	// startstop.ErrStopped) and waits for every goroutine in wg. ctx is a
+	// child of it that lose cancels with the loss's cause; either way ctx
+	// ends, and context.Cause(ctx) keeps whichever came first.
+	life startstop.Lifecycle
+	ctx  context.Context
+	lost context.CancelCauseFunc
+	wg   sync.WaitGroup
 
 	mu       sync.Mutex
 	lease    Lease
 	lastOK   time.Time // monotonic reading at the start of the last successful grant/renewal
 	pauses   PauseStats
-	stopOnce sync.Once
 	lostOnce sync.Once
 
 	pauseHist prometheus.Histogram
@@ -131,12 +137,13 @@ func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperCo
 	if err != nil {
 		return nil, err
 	}
-	return i.keep(ctx, l, start, cfg, hist), nil
+	return i.keep(ctx, l, start, cfg, hist)
 }
 
 // Keep starts a Keeper for a lease acquired at grantedAt, a time.Now()
 // reading taken just before the Acquire call (it must carry a monotonic
-// reading; it does when it comes from time.Now).
+// reading; it does when it comes from time.Now). With ctx already done it
+// starts nothing and returns ctx's error (so does Hold).
 func (i *Issuer) Keep(ctx context.Context, l Lease, grantedAt time.Time, cfg KeeperConfig) (*Keeper, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -146,26 +153,41 @@ func (i *Issuer) Keep(ctx context.Context, l Lease, grantedAt time.Time, cfg Kee
 	if err != nil {
 		return nil, err
 	}
-	return i.keep(ctx, l, grantedAt, cfg, hist), nil
+	return i.keep(ctx, l, grantedAt, cfg, hist)
 }
 
-func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg KeeperConfig, hist prometheus.Histogram) *Keeper {
-	ctx, cancel := context.WithCancelCause(parent)
-	k := &Keeper{issuer: i, cfg: cfg, ctx: ctx, cancel: cancel, done: make(chan struct{}), lease: l, lastOK: start, pauseHist: hist}
-	var wg sync.WaitGroup
-	wg.Go(k.loop)
+func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg KeeperConfig, hist prometheus.Histogram) (*Keeper, error) {
+	k := &Keeper{issuer: i, cfg: cfg, lease: l, lastOK: start, pauseHist: hist}
+	ctx, err := k.life.Start(parent, "lease: keeper")
+	if err != nil {
+		return nil, err // parent already done
+	}
+	k.ctx, k.lost = context.WithCancelCause(ctx)
+	// Every goroutine of the Keeper — the renew loop, the renewal it has in
+	// flight, the pause detector — is in wg, and life.Done (which lets Stop
+	// return and closes Stopped) waits for all of them: once Stop returns,
+	// nothing of the Keeper still runs or talks to the database.
+	k.wg.Add(1)
+	go func() { defer k.wg.Done(); k.loop() }()
 	if cfg.PauseTick > 0 {
 		// The first tick counts from now, not from whenever the goroutine
 		// first runs: a process stopped before then still shows its pause.
 		now := time.Now()
-		wg.Go(func() { k.watchPauses(now) })
+		k.wg.Add(1)
+		go func() { defer k.wg.Done(); k.watchPauses(now) }()
 	}
-	go func() { wg.Wait(); close(k.done) }()
-	return k
+	go func() {
+		k.wg.Wait()
+		k.lost(nil) // releases ctx's resources; a no-op on an ended ctx
+		k.life.Done()
+	}()
+	return k, nil
 }
 
 // Context is cancelled, with cause ErrLeaseLost (wrapped), as soon as the
-// lease can no longer be trusted, or when the Keeper is stopped.
+// lease can no longer be trusted; when the Keeper is stopped (the cause
+// then matches context.Canceled); or when the context given to Hold or Keep
+// ends (with its cause).
 func (k *Keeper) Context() context.Context { return k.ctx }
 
 // Lease returns the lease as last renewed.
@@ -178,18 +200,20 @@ func (k *Keeper) Lease() Lease {
 // Epoch returns the lease's epoch, to pass along with every side effect.
 func (k *Keeper) Epoch() int64 { return k.Lease().Epoch }
 
-// Err returns why the Keeper's context ended, or nil while it is live.
+// Err returns why the Keeper's context ended (its context.Cause), or nil
+// while it is live: an error wrapping ErrLeaseLost for a lost lease, one
+// matching context.Canceled after Stop, the parent's cause when the parent
+// ended first.
 func (k *Keeper) Err() error { return context.Cause(k.ctx) }
 
-// Stop stops renewing and cancels the context. It does not release the
-// lease; call Issuer.Release for that.
-func (k *Keeper) Stop() {
-	k.stopOnce.Do(func() { k.cancel(context.Canceled) })
-	<-k.done
-}
+// Stop stops renewing, cancels the context and waits until the Keeper's
+// goroutines, a renewal in flight included, have exited. It does not
+// release the lease; call Issuer.Release for that. Idempotent.
+func (k *Keeper) Stop() { k.life.Stop() }
 
-// Stopped is closed when the Keeper's goroutines have exited.
-func (k *Keeper) Stopped() <-chan struct{} { return k.done }
+// Stopped is closed when the Keeper's goroutines have exited: after Stop,
+// a lost lease, or the end of the context given to Hold or Keep.
+func (k *Keeper) Stopped() <-chan struct{} { return k.life.Stopped() }
 
 func (k *Keeper) trustedUntil() time.Time {
 	k.mu.Lock()
@@ -206,7 +230,7 @@ func (k *Keeper) lose(err error) {
 		}
 		l := k.Lease()
 		k.cfg.Logger.Warn("lease: keeper: lease lost", "resource", l.Resource, "holder", l.Holder, "epoch", l.Epoch, "error", err)
-		k.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		k.lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 	})
 }
 
@@ -238,7 +262,11 @@ func (k *Keeper) loop() {
 			renewing = true
 			started = time.Now()
 			l := k.Lease()
+			// In wg, so Stop waits for it too. The loop itself is counted
+			// in wg here, so this Add cannot come after wg.Wait returned.
+			k.wg.Add(1)
 			go func() {
+				defer k.wg.Done()
 				ctx, cancel := context.WithDeadline(k.ctx, k.trustedUntil())
 				defer cancel()
 				nl, err := k.issuer.Renew(ctx, l.Resource, l.Holder, l.Epoch, k.cfg.TTL)

@@ -26,8 +26,11 @@ import (
 )
 
 // ErrStopped is the cause of a component's context once Stop was called
-// (context.Cause).
-var ErrStopped = errors.New("startstop: stopped")
+// (context.Cause). It matches context.Canceled too (errors.Is), so code
+// that takes a cancellation for a clean end — and a public component whose
+// Stop used to cancel with context.Canceled, like lease.Keeper — reads a
+// Stop the same way.
+var ErrStopped = fmt.Errorf("startstop: stopped: %w", context.Canceled)
 
 // ErrStarted is matched by the error of a second Start.
 var ErrStarted = errors.New("startstop: already started")

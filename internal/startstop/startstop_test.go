@@ -33,8 +33,8 @@ func TestStartStop(t *testing.T) {
 	default:
 		t.Fatal("Stop returned before the work ended")
 	}
-	if c := context.Cause(ctx); !errors.Is(c, ErrStopped) {
-		t.Fatalf("cause = %v, want ErrStopped", c)
+	if c := context.Cause(ctx); !errors.Is(c, ErrStopped) || !errors.Is(c, context.Canceled) {
+		t.Fatalf("cause = %v, want ErrStopped, matching context.Canceled", c)
 	}
 	<-l.Stopped()
 	l.Stop() // idempotent
