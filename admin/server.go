@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -104,6 +106,11 @@ type Server struct {
 	style     template.CSS
 	styleHash string
 	cop       *http.CrossOriginProtection
+
+	// life is the lifecycle of Start/Stop; serveErr is why serving ended.
+	life     startstop.Lifecycle
+	mu       sync.Mutex
+	serveErr error
 }
 
 // New returns a Server. With no tokens it logs that the API is
@@ -224,6 +231,49 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	err := srv.Shutdown(sctx)
 	<-done
 	return err
+}
+
+// Start serves on ln in the background until Stop, or until ctx is done,
+// and returns once the server is running: ln is bound already, so
+// connections queue on it from the start. ln is not checked: use Listen to
+// get the loopback rule. A second Start — or a Start after Stop — is an
+// error (matching startstop.ErrStarted), and ln is then left to the
+// caller; otherwise the server closes it when it stops.
+func (s *Server) Start(ctx context.Context, ln net.Listener) error {
+	ctx, err := s.life.Start(ctx, "admin: server")
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer s.life.Done()
+		err := s.ServeListener(ctx, ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		// Recorded before Done: Err is set once Stopped is closed.
+		s.mu.Lock()
+		s.serveErr = err
+		s.mu.Unlock()
+	}()
+	return nil
+}
+
+// Stop shuts the server down gracefully — it stops accepting and waits up
+// to 10 s for the requests in flight — and returns once it has stopped.
+// Idempotent.
+func (s *Server) Stop() { s.life.Stop() }
+
+// Stopped is closed once the server started by Start has stopped: after
+// Stop, once Start's context is done, or when serving failed (Err).
+func (s *Server) Stopped() <-chan struct{} { return s.life.Stopped() }
+
+// Err returns why the server started by Start stopped: the listener's
+// failure, or a graceful shutdown that ran out of time. It is nil while
+// the server runs and after a clean stop.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serveErr
 }
 
 // apiMetrics are the API's own metrics.

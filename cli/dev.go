@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -526,20 +525,18 @@ func (d *devEnv) startAdmin() error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
 	ln := d.adminLn
+	if err := srv.Start(context.Background(), ln); err != nil {
+		return err
+	}
 	go func() {
-		defer close(done)
-		if err := srv.ServeListener(ctx, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		<-srv.Stopped()
+		if err := srv.Err(); err != nil {
 			d.log.Error("gateway dev: admin server", "component", "dev", "error", err)
 		}
 	}()
 	d.adminURL = "http://" + ln.Addr().String()
-	d.add("admin server", func() {
-		cancel()
-		<-done
-	})
+	d.add("admin server", srv.Stop)
 	return nil
 }
 
