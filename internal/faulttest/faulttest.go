@@ -188,7 +188,14 @@ func (p *Proc) Kill() {
 // WaitStopped waits until the process stopped itself (a pause failpoint)
 // or was stopped.
 func (p *Proc) WaitStopped(timeout time.Duration) error {
-	return failpoint.WaitStopped(p.Pid(), timeout)
+	if err := failpoint.WaitStopped(p.Pid(), timeout); err != nil {
+		// Say what the process said: why it ended instead of pausing.
+		if r, werr := p.Wait(5 * time.Second); werr == nil {
+			return fmt.Errorf("%w (exit %d); stdout %s; stderr:\n%s", err, r.Code, tail(r.Stdout), tail(r.Stderr))
+		}
+		return err
+	}
+	return nil
 }
 
 // Wait waits up to timeout for the process to exit and returns its result.
