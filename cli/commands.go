@@ -202,7 +202,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&in.Resource, "resource", "", "resource id")
 	fs.Int64Var(&in.Epoch, "epoch", 0, "the worker's fencing epoch")
 	fs.StringVar(&in.OperationID, "op", "", "operation id (dedups retries)")
-	fs.StringVar(&in.Kind, "kind", "", "intent kind: email or file")
+	fs.StringVar(&in.Kind, "kind", "", "intent kind: "+a.kindNames())
 	fs.StringVar(&in.IdempotencyKey, "key", "", "business idempotency key (default <resource>/<op>)")
 	fs.StringVar(&fence, "fence", "", "fence policy: commit or execute (default per kind)")
 	fs.StringVar(&payload, "payload", "", "payload JSON object, or @path to read it from a file")

@@ -21,6 +21,8 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/internal/buildinfo"
@@ -35,7 +37,7 @@ Usage:
   gateway lease renew   --resource R --holder H --epoch N --ttl 10s
   gateway lease release --resource R --holder H --epoch N
   gateway epoch advance --resource R --epoch N
-  gateway enqueue --resource R --epoch N --op OP --kind email|file [--key K]
+  gateway enqueue --resource R --epoch N --op OP --kind KIND [--key K]
                   [--fence commit|execute] --payload JSON|@path
   gateway status INTENT_ID
   gateway status --resource R --op OP
@@ -57,6 +59,17 @@ Run "gateway COMMAND --help" for a command's flags.
 Exit codes: 0 ok, 1 internal/unavailable, 2 bad input, 3 stale epoch,
 4 lease held, 5 conflict.
 `
+
+// usageText is usage with the kinds this program knows (the built-in ones
+// and Options.Kinds), from the one registry.
+func (a *app) usageText() string {
+	return usage + "Kinds: " + a.kindNames() + "\n"
+}
+
+// kindNames lists the kinds this program knows, sorted.
+func (a *app) kindNames() string {
+	return strings.Join(slices.Sorted(maps.Keys(a.outboxConfig().Kinds)), ", ")
+}
 
 // app carries what every command needs; tests build one with buffers.
 type app struct {
@@ -93,7 +106,7 @@ func (a *app) main(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(a.stderr, usage)
+		fmt.Fprint(a.stderr, a.usageText())
 		if len(args) == 0 {
 			return exitBadInput
 		}

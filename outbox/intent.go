@@ -2,15 +2,15 @@ package outbox
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/mail"
-	"path"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/adapters/email/emailkind"
+	"github.com/fencegate/fencegate/adapters/file/filekind"
 )
 
 // Fence is an intent's fence policy.
@@ -119,22 +119,43 @@ type Record struct {
 }
 
 // KindSpec describes an intent kind: its default fence policy and how its
-// payload is validated.
+// payload is checked. A kind's payload rules belong to the package that
+// executes it (adapters/email/emailkind, adapters/file/filekind, yours):
+// give Check its parser, the same one the adapter calls at execute, so that
+// enqueue and execute cannot disagree. TypedKind builds a KindSpec from a
+// payload type with a Validate method.
 type KindSpec struct {
 	// DefaultFence applies when an intent names none.
 	DefaultFence Fence
+	// Check checks the raw payload (a JSON object, within the size limit,
+	// valid UTF-8); it returns a *ValidationError naming the field
+	// (prefixed "payload."). When set, Validate is not used.
+	Check func(payload json.RawMessage) error
 	// Validate checks the decoded payload object; it returns a
-	// *ValidationError naming the field (prefixed "payload.").
+	// *ValidationError naming the field (prefixed "payload."). Check is
+	// the typed alternative.
 	Validate func(payload map[string]any) error
 }
 
-// DefaultKinds returns the built-in kinds, email and file.
+// DefaultKinds returns the built-in kinds, email (fence commit) and file
+// (fence execute), their payloads checked by their adapters' own parsers.
 func DefaultKinds() map[string]KindSpec {
 	return map[string]KindSpec{
-		"email": {DefaultFence: FenceCommit, Validate: validateEmail},
-		"file":  {DefaultFence: FenceExecute, Validate: validateFile},
+		emailkind.Name: {DefaultFence: FenceCommit, Check: func(raw json.RawMessage) error {
+			_, err := emailkind.Parse(raw)
+			return err
+		}},
+		filekind.Name: {DefaultFence: FenceExecute, Check: func(raw json.RawMessage) error {
+			_, err := filekind.Parse(raw)
+			return err
+		}},
 	}
 }
+
+// ValidateTarget checks a file target: a clean relative path inside the root.
+//
+// Deprecated: use filekind.ValidateTarget, where the file kind's rules live.
+func ValidateTarget(target string) error { return filekind.ValidateTarget(target) }
 
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
@@ -197,18 +218,29 @@ func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, er
 	if !utf8.Valid(in.Payload) {
 		return in, invalid("payload", "must be valid UTF-8")
 	}
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(in.Payload))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil || obj == nil {
-		return in, invalid("payload", "must be a JSON object")
-	}
-	if dec.More() {
-		return in, invalid("payload", "must be a single JSON object")
-	}
-	if spec.Validate != nil {
-		if err := spec.Validate(obj); err != nil {
-			return in, err
+	if spec.Check != nil {
+		// Check decodes the payload itself (once); a kind's parser that
+		// accepted something other than an object would still be refused.
+		if t := bytes.TrimLeft(in.Payload, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+			return in, invalid("payload", "must be a JSON object")
+		}
+		if err := spec.Check(in.Payload); err != nil {
+			return in, asInvalid(err)
+		}
+	} else {
+		var obj map[string]any
+		dec := json.NewDecoder(bytes.NewReader(in.Payload))
+		dec.UseNumber()
+		if err := dec.Decode(&obj); err != nil || obj == nil {
+			return in, invalid("payload", "must be a JSON object")
+		}
+		if dec.More() {
+			return in, invalid("payload", "must be a single JSON object")
+		}
+		if spec.Validate != nil {
+			if err := spec.Validate(obj); err != nil {
+				return in, asInvalid(err)
+			}
 		}
 	}
 	// PostgreSQL's jsonb cannot store NUL in strings.
@@ -216,6 +248,16 @@ func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, er
 		return in, invalid("payload", "must not contain NUL characters (\\u0000)")
 	}
 	return in, nil
+}
+
+// asInvalid keeps a kind's *ValidationError and makes any other error
+// from its check one naming "payload": bad input either way.
+func asInvalid(err error) error {
+	var v *ValidationError
+	if errors.As(err, &v) {
+		return err
+	}
+	return invalid("payload", "%v", err)
 }
 
 func knownKinds(kinds map[string]KindSpec) string {
@@ -230,158 +272,4 @@ func knownKinds(kinds map[string]KindSpec) string {
 		}
 	}
 	return strings.Join(names, ", ")
-}
-
-func stringField(obj map[string]any, name string, required bool) (string, error) {
-	v, ok := obj[name]
-	if !ok || v == nil {
-		if required {
-			return "", invalid("payload."+name, "is required")
-		}
-		return "", nil
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", invalid("payload."+name, "must be a string")
-	}
-	if required && strings.TrimSpace(s) == "" {
-		return "", invalid("payload."+name, "must not be empty")
-	}
-	return s, nil
-}
-
-// addressList accepts a string or an array of strings, each one address.
-func addressList(obj map[string]any, name string, required bool) error {
-	v, ok := obj[name]
-	if !ok || v == nil {
-		if required {
-			return invalid("payload."+name, "is required (at least one address)")
-		}
-		return nil
-	}
-	var list []any
-	switch t := v.(type) {
-	case string:
-		list = []any{t}
-	case []any:
-		list = t
-	default:
-		return invalid("payload."+name, "must be an address or an array of addresses")
-	}
-	if required && len(list) == 0 {
-		return invalid("payload."+name, "must hold at least one address")
-	}
-	for i, item := range list {
-		s, ok := item.(string)
-		if !ok {
-			return invalid(fmt.Sprintf("payload.%s[%d]", name, i), "must be a string")
-		}
-		if err := checkAddress(s); err != nil {
-			return invalid(fmt.Sprintf("payload.%s[%d]", name, i), "%q is not a valid email address", s)
-		}
-	}
-	return nil
-}
-
-func checkAddress(s string) error {
-	a, err := mail.ParseAddress(s)
-	if err != nil {
-		return err
-	}
-	at := strings.LastIndexByte(a.Address, '@')
-	if at <= 0 || at == len(a.Address)-1 || strings.ContainsAny(a.Address, "\r\n") {
-		return errors.New("bad address")
-	}
-	return nil
-}
-
-func validateEmail(p map[string]any) error {
-	if err := addressList(p, "to", true); err != nil {
-		return err
-	}
-	for _, f := range []string{"cc", "bcc"} {
-		if err := addressList(p, f, false); err != nil {
-			return err
-		}
-	}
-	from, err := stringField(p, "from", true)
-	if err != nil {
-		return err
-	}
-	if checkAddress(from) != nil {
-		return invalid("payload.from", "%q is not a valid email address", from)
-	}
-	subject, err := stringField(p, "subject", true)
-	if err != nil {
-		return err
-	}
-	if strings.ContainsAny(subject, "\r\n") {
-		return invalid("payload.subject", "must be one line")
-	}
-	text, err := stringField(p, "text", false)
-	if err != nil {
-		return err
-	}
-	html, err := stringField(p, "html", false)
-	if err != nil {
-		return err
-	}
-	if text == "" && html == "" {
-		return invalid("payload.text", "text or html is required")
-	}
-	return nil
-}
-
-// ValidateTarget checks a file target: a clean relative path inside the root.
-func ValidateTarget(target string) error {
-	switch {
-	case target == "":
-		return invalid("payload.target", "is required")
-	case strings.ContainsRune(target, 0):
-		return invalid("payload.target", "must not contain NUL")
-	case strings.HasPrefix(target, "/") || strings.HasPrefix(target, `\`):
-		return invalid("payload.target", "must be relative, got absolute path %q", target)
-	case !utf8.ValidString(target):
-		return invalid("payload.target", "must be valid UTF-8")
-	}
-	for _, seg := range strings.Split(target, "/") {
-		if seg == ".." {
-			return invalid("payload.target", "must not contain a \"..\" segment: %q", target)
-		}
-	}
-	if path.Clean(target) != target || target == "." {
-		return invalid("payload.target", "must be a clean relative file path (no empty or \".\" segments, no trailing slash): %q", target)
-	}
-	return nil
-}
-
-func validateFile(p map[string]any) error {
-	target, err := stringField(p, "target", true)
-	if err != nil {
-		return err
-	}
-	if err := ValidateTarget(target); err != nil {
-		return err
-	}
-	_, hasText := p["content"]
-	_, hasB64 := p["content_base64"]
-	switch {
-	case hasText && hasB64:
-		return invalid("payload.content", "give exactly one of content or content_base64, not both")
-	case !hasText && !hasB64:
-		return invalid("payload.content", "one of content or content_base64 is required")
-	case hasText:
-		if _, ok := p["content"].(string); !ok {
-			return invalid("payload.content", "must be a string")
-		}
-	default:
-		s, ok := p["content_base64"].(string)
-		if !ok {
-			return invalid("payload.content_base64", "must be a string")
-		}
-		if _, err := base64.StdEncoding.DecodeString(s); err != nil {
-			return invalid("payload.content_base64", "is not valid base64: %v", err)
-		}
-	}
-	return nil
 }

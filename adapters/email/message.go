@@ -5,13 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/mail"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/adapters/email/emailkind"
 	gomail "github.com/wneessen/go-mail"
 )
 
@@ -36,97 +35,26 @@ func MessageID(key, domain string) string {
 	return "<" + enc[:26] + "@" + domain + ">"
 }
 
-// addrList is a payload address field: one address or an array of them.
-type addrList []string
-
-func (l *addrList) UnmarshalJSON(b []byte) error {
-	var one string
-	if err := json.Unmarshal(b, &one); err == nil {
-		*l = addrList{one}
-		return nil
-	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return errors.New("must be an address or an array of addresses")
-	}
-	*l = many
-	return nil
-}
-
-// payload is an email intent's payload (outbox validates it on enqueue;
-// it is parsed again here because the adapter must not trust a row blindly).
-type payload struct {
-	To      addrList `json:"to"`
-	Cc      addrList `json:"cc"`
-	Bcc     addrList `json:"bcc"`
-	From    string   `json:"from"`
-	Subject string   `json:"subject"`
-	Text    string   `json:"text"`
-	HTML    string   `json:"html"`
-}
-
 // envelope is what goes into MAIL FROM and RCPT TO.
 type envelope struct {
 	From       string
 	Recipients []string
 }
 
-func parsePayload(raw json.RawMessage) (payload, envelope, error) {
-	var p payload
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return p, envelope{}, fmt.Errorf("decode payload: %w", err)
-	}
-	if len(p.To) == 0 {
-		return p, envelope{}, errors.New("payload.to: at least one address is required")
-	}
-	if p.From == "" {
-		return p, envelope{}, errors.New("payload.from: is required")
-	}
-	if p.Text == "" && p.HTML == "" {
-		return p, envelope{}, errors.New("payload.text: text or html is required")
-	}
-	if strings.ContainsAny(p.Subject, "\r\n") {
-		return p, envelope{}, errors.New("payload.subject: must be one line")
-	}
-	from, err := bareAddress("from", p.From)
+// parsePayload parses raw with emailkind.Parse, the rules the outbox
+// checked at enqueue: the adapter checks them again because it must not
+// trust a row blindly (an intent stored by an older version, or by hand).
+func parsePayload(raw json.RawMessage) (emailkind.Payload, envelope, error) {
+	p, err := emailkind.Parse(raw)
 	if err != nil {
 		return p, envelope{}, err
 	}
-	env := envelope{From: from}
-	seen := map[string]bool{}
-	for _, f := range []struct {
-		name string
-		list addrList
-	}{{"to", p.To}, {"cc", p.Cc}, {"bcc", p.Bcc}} {
-		for i, a := range f.list {
-			addr, err := bareAddress(fmt.Sprintf("%s[%d]", f.name, i), a)
-			if err != nil {
-				return p, envelope{}, err
-			}
-			// One RCPT per mailbox: a duplicate would make some servers
-			// deliver twice.
-			if k := strings.ToLower(addr); !seen[k] {
-				seen[k] = true
-				env.Recipients = append(env.Recipients, addr)
-			}
-		}
-	}
-	return p, env, nil
-}
-
-func bareAddress(field, s string) (string, error) {
-	a, err := mail.ParseAddress(s)
-	if err != nil {
-		return "", fmt.Errorf("payload.%s: %q is not a valid email address: %w", field, s, err)
-	}
-	if strings.ContainsAny(a.Address, "\r\n<>") || !strings.Contains(a.Address, "@") {
-		return "", fmt.Errorf("payload.%s: %q is not a valid email address", field, s)
-	}
-	return a.Address, nil
+	from, rcpts := p.Envelope()
+	return p, envelope{From: from, Recipients: rcpts}, nil
 }
 
 // compose renders the message. Bcc recipients go in the envelope only.
-func compose(p payload, req headerInfo) ([]byte, error) {
+func compose(p emailkind.Payload, req headerInfo) ([]byte, error) {
 	m := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
 	if err := m.From(p.From); err != nil {
 		return nil, fmt.Errorf("payload.from: %w", err)

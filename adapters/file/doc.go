@@ -28,7 +28,7 @@
 // recorded result, without rewriting the file. The crash orders this
 // relies on are described next to the code in Adapter.Execute.
 //
-// Targets are clean relative paths (outbox.ValidateTarget) that must stay
+// Targets are clean relative paths (filekind.ValidateTarget) that must stay
 // inside Root: "..", absolute paths and symbolic links leading out of Root
 // are permanent errors. Symbolic links to directories inside Root are
 // followed, and fencing is keyed by the real directory, so two spellings of

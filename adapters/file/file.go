@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,13 +11,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/file/filekind"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/outbox"
@@ -186,54 +184,34 @@ type SupersededResult struct {
 	CurrentIntentID int64  `json:"current_intent_id"`
 }
 
-// payload is a file intent's payload; see outbox's validateFile.
-type payload struct {
-	Target        string  `json:"target"`
-	Content       *string `json:"content"`
-	ContentBase64 *string `json:"content_base64"`
-}
-
-// decode checks req and returns the target and the content to publish.
-// Every error is permanent.
+// decode checks req with filekind.Parse, the rules the outbox checked at
+// enqueue (checked again: the adapter must not trust a row blindly), and
+// returns the target and the content to publish. Every error is
+// permanent; a target that would leave the root is ErrOutsideRoot, any
+// other defect ErrBadPayload.
 func decode(req adapters.Request) (target string, content []byte, err error) {
-	bad := func(format string, args ...any) error {
-		return adapters.PermanentError(fmt.Errorf("%w: %s", ErrBadPayload, fmt.Sprintf(format, args...)))
-	}
-	var p payload
-	if err := json.Unmarshal(req.Payload, &p); err != nil {
-		return "", nil, bad("payload must be a JSON object: %v", err)
-	}
-	if err := checkTarget(p.Target); err != nil {
-		return "", nil, err
-	}
-	switch {
-	case p.Content != nil && p.ContentBase64 != nil:
-		return "", nil, bad("give exactly one of content or content_base64, not both")
-	case p.Content != nil:
-		content = []byte(*p.Content)
-	case p.ContentBase64 != nil:
-		content, err = base64.StdEncoding.DecodeString(*p.ContentBase64)
-		if err != nil {
-			return "", nil, bad("content_base64 is not valid base64: %v", err)
-		}
-	default:
-		return "", nil, bad("one of content or content_base64 is required")
+	p, err := filekind.Parse(req.Payload)
+	if err != nil {
+		return "", nil, badPayload(p.Target, err)
 	}
 	if req.IdempotencyKey == "" {
-		return "", nil, bad("the intent has no idempotency key")
+		return "", nil, adapters.PermanentError(fmt.Errorf("%w: the intent has no idempotency key", ErrBadPayload))
 	}
-	return p.Target, content, nil
+	return p.Target, p.Data(), nil
 }
 
-// checkTarget validates target with outbox.ValidateTarget: absolute paths
-// and ".." segments are ErrOutsideRoot, other defects ErrBadPayload; both
-// permanent.
+// checkTarget validates target with filekind.ValidateTarget: a target
+// that would leave the root is ErrOutsideRoot, other defects
+// ErrBadPayload; both permanent.
 func checkTarget(target string) error {
-	err := outbox.ValidateTarget(target)
-	if err == nil {
-		return nil
+	if err := filekind.ValidateTarget(target); err != nil {
+		return badPayload(target, err)
 	}
-	if strings.HasPrefix(target, "/") || strings.HasPrefix(target, `\`) || slices.Contains(strings.Split(target, "/"), "..") {
+	return nil
+}
+
+func badPayload(target string, err error) error {
+	if filekind.Escapes(target) {
 		return adapters.PermanentError(fmt.Errorf("%w: %v", ErrOutsideRoot, err))
 	}
 	return adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))

@@ -117,20 +117,23 @@ func TestPayloadValidate(t *testing.T) {
 	t.Parallel()
 	spec := KindSpec()
 	for _, tc := range []struct {
-		payload map[string]any
+		payload string
 		field   string
 	}{
-		{map[string]any{"text": "x"}, "payload.channel"},
-		{map[string]any{"channel": "ops"}, "payload.text"},
-		{map[string]any{"channel": "ops", "text": "x", "extra": 1}, "payload"},
+		{`{"text": "x"}`, "payload.channel"},
+		{`{"channel": "ops"}`, "payload.text"},
+		{`{"channel": "ops", "text": "x", "extra": 1}`, "payload.extra"},
+		{`{"channel": 5, "text": "x"}`, "payload.channel"},
+		{`{"channel": "ops", "text": "x"} {}`, "payload"},
+		{`[]`, "payload"},
 	} {
-		err := spec.Validate(tc.payload)
+		err := spec.Check(json.RawMessage(tc.payload))
 		var ve *outbox.ValidationError
 		if !errors.As(err, &ve) || ve.Field != tc.field {
-			t.Errorf("Validate(%v) = %v, want a ValidationError naming %s", tc.payload, err, tc.field)
+			t.Errorf("Check(%s) = %v, want a ValidationError naming %s", tc.payload, err, tc.field)
 		}
 	}
-	if err := spec.Validate(map[string]any{"channel": "ops", "text": "x"}); err != nil {
+	if err := spec.Check(json.RawMessage(`{"channel": "ops", "text": "x"}`)); err != nil {
 		t.Errorf("a valid payload: %v", err)
 	}
 }

@@ -38,30 +38,12 @@ func (p Payload) Validate() error {
 	return nil
 }
 
-// KindSpec registers the kind with the outbox (outbox.Config.Kinds): fence
-// commit, and the payload's Validate.
+// KindSpec registers the kind with the outbox (outbox.Config.Kinds,
+// cli.Options.Kinds): fence commit, the payload parsed with
+// outbox.ParsePayload[Payload] (strict JSON, then Validate), the same parse
+// Execute does.
 func KindSpec() outbox.KindSpec {
-	return outbox.KindSpec{DefaultFence: outbox.FenceCommit, Validate: func(m map[string]any) error {
-		b, err := json.Marshal(m)
-		if err != nil {
-			return &outbox.ValidationError{Field: "payload", Message: err.Error()}
-		}
-		p, err := decode(b)
-		if err != nil {
-			return err
-		}
-		return p.Validate()
-	}}
-}
-
-func decode(raw json.RawMessage) (Payload, error) {
-	var p Payload
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&p); err != nil {
-		return Payload{}, &outbox.ValidationError{Field: "payload", Message: err.Error()}
-	}
-	return p, nil
+	return outbox.TypedKind[Payload](outbox.FenceCommit)
 }
 
 // Notifier posts notifications to Endpoint:
@@ -94,10 +76,7 @@ func (n *Notifier) Capabilities() adapters.Capabilities {
 // Execute posts the notification. Every error is classified: only the
 // adapter knows whether the effect may have happened.
 func (n *Notifier) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
-	p, err := decode(req.Payload)
-	if err == nil {
-		err = p.Validate()
-	}
+	p, err := outbox.ParsePayload[Payload](req.Payload)
 	if err != nil {
 		return adapters.Outcome{}, adapters.PermanentError(err) // never valid: do not retry
 	}

@@ -1,0 +1,119 @@
+// Package filekind is the file kind's payload: its typed form and its one
+// set of rules, used by the outbox when an intent is enqueued
+// (outbox.DefaultKinds) and by the file adapter when it is executed.
+//
+// It is a leaf package (it imports neither outbox nor adapters), so that
+// the outbox can register the kind without importing the adapter.
+package filekind
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"path"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/kindcheck"
+)
+
+// Name is the kind's name.
+const Name = "file"
+
+// Payload is a file intent's payload: the target path, relative to the
+// adapter's root, and its content, given as exactly one of Content (text)
+// or ContentBase64 (bytes, standard base64).
+type Payload struct {
+	Target        string  `json:"target"`
+	Content       *string `json:"content,omitempty"`
+	ContentBase64 *string `json:"content_base64,omitempty"`
+}
+
+// Parse decodes raw and validates it. Every error is a
+// *fenceerr.InvalidError naming the field ("payload.target"). On an error,
+// the Payload holds what was decoded before it.
+func Parse(raw json.RawMessage) (Payload, error) {
+	var p Payload
+	obj, err := kindcheck.Object(raw)
+	if err != nil {
+		return p, err
+	}
+	if p.Target, _, err = kindcheck.String(obj, "target"); err != nil {
+		return p, err
+	}
+	for _, f := range []struct {
+		name string
+		dst  **string
+	}{{"content", &p.Content}, {"content_base64", &p.ContentBase64}} {
+		s, ok, err := kindcheck.String(obj, f.name)
+		if err != nil {
+			return p, err
+		}
+		if ok {
+			*f.dst = &s
+		}
+	}
+	return p, p.Validate()
+}
+
+// Validate checks p: a valid Target (ValidateTarget) and exactly one of
+// Content and ContentBase64, the latter valid base64.
+func (p Payload) Validate() error {
+	if err := ValidateTarget(p.Target); err != nil {
+		return err
+	}
+	switch {
+	case p.Content != nil && p.ContentBase64 != nil:
+		return fenceerr.Invalid("payload.content", "give exactly one of content or content_base64, not both")
+	case p.Content == nil && p.ContentBase64 == nil:
+		return fenceerr.Invalid("payload.content", "one of content or content_base64 is required")
+	case p.ContentBase64 != nil:
+		if _, err := base64.StdEncoding.DecodeString(*p.ContentBase64); err != nil {
+			return fenceerr.Invalid("payload.content_base64", "is not valid base64: %v", err)
+		}
+	}
+	return nil
+}
+
+// Data returns the content to publish. p must be valid (Validate).
+func (p Payload) Data() []byte {
+	if p.Content != nil {
+		return []byte(*p.Content)
+	}
+	if p.ContentBase64 == nil {
+		return nil
+	}
+	b, _ := base64.StdEncoding.DecodeString(*p.ContentBase64)
+	return b
+}
+
+// ValidateTarget checks a file target: a clean relative path, with no ".."
+// segment, so that it stays inside the adapter's root. The error is a
+// *fenceerr.InvalidError naming "payload.target".
+func ValidateTarget(target string) error {
+	bad := func(format string, args ...any) error {
+		return fenceerr.Invalid("payload.target", format, args...)
+	}
+	switch {
+	case target == "":
+		return bad("is required")
+	case strings.ContainsRune(target, 0):
+		return bad("must not contain NUL")
+	case strings.HasPrefix(target, "/") || strings.HasPrefix(target, `\`):
+		return bad("must be relative, got absolute path %q", target)
+	case !utf8.ValidString(target):
+		return bad("must be valid UTF-8")
+	case slices.Contains(strings.Split(target, "/"), ".."):
+		return bad("must not contain a \"..\" segment: %q", target)
+	case path.Clean(target) != target || target == ".":
+		return bad("must be a clean relative file path (no empty or \".\" segments, no trailing slash): %q", target)
+	}
+	return nil
+}
+
+// Escapes reports whether target would leave the root: an absolute path
+// or one with a ".." segment (ValidateTarget refuses both).
+func Escapes(target string) bool {
+	return strings.HasPrefix(target, "/") || strings.HasPrefix(target, `\`) || slices.Contains(strings.Split(target, "/"), "..")
+}

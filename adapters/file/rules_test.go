@@ -1,0 +1,78 @@
+package file
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/file/filekind"
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// The file kind has one set of payload rules (filekind): the outbox's
+// check at enqueue and the adapter's at execute refuse the same payloads,
+// naming the same field; at execute the refusal is permanent, a target
+// that would leave the root is ErrOutsideRoot, and nothing is written.
+func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	check := outbox.DefaultKinds()[filekind.Name].Check
+	for _, tc := range []struct {
+		payload, field string
+		outside        bool
+	}{
+		{`{"content":"x"}`, "payload.target", false},
+		{`{"target":7,"content":"x"}`, "payload.target", false},
+		{`{"target":"/etc/passwd","content":"x"}`, "payload.target", true},
+		{`{"target":"a/../../etc/passwd","content":"x"}`, "payload.target", true},
+		{`{"target":"dir/","content":"x"}`, "payload.target", false},
+		{`{"target":"x"}`, "payload.content", false},
+		{`{"target":"x","content":null}`, "payload.content", false},
+		{`{"target":"x","content":"a","content_base64":"YQ=="}`, "payload.content", false},
+		{`{"target":"x","content":5}`, "payload.content", false},
+		{`{"target":"x","content_base64":"!!!"}`, "payload.content_base64", false},
+		{`"x"`, "payload", false},
+	} {
+		enqErr := check(json.RawMessage(tc.payload))
+		var inv *fenceerr.InvalidError
+		if !errors.As(enqErr, &inv) || inv.Field != tc.field {
+			t.Errorf("enqueue check of %s = %v, want an InvalidError naming %s", tc.payload, enqErr, tc.field)
+			continue
+		}
+		req := adapters.Request{IntentID: 1, Epoch: 1, IdempotencyKey: "k", Fence: outbox.FenceExecute, Payload: json.RawMessage(tc.payload)}
+		_, exErr := b.a.Execute(context.Background(), req)
+		want := ErrBadPayload
+		if tc.outside {
+			want = ErrOutsideRoot
+		}
+		if !adapters.IsPermanent(exErr) || !errors.Is(exErr, want) || !strings.Contains(exErr.Error(), enqErr.Error()) {
+			t.Errorf("execute of %s = %v, want permanent, %v, and the enqueue's error %q", tc.payload, exErr, want, enqErr)
+		}
+	}
+	if n := b.writes.Load(); n != 0 {
+		t.Errorf("%d content writes for refused payloads, want 0", n)
+	}
+	if ents, _ := os.ReadDir(b.root); len(ents) != 0 {
+		t.Errorf("the root holds %d entries after refused payloads, want none", len(ents))
+	}
+}
+
+// Data returns the content, text or base64.
+func TestTypedPayloadData(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		`{"target":"a/b.txt","content":"hello"}`:       "hello",
+		`{"target":"a/b.txt","content_base64":"aGk="}`: "hi",
+		`{"target":"a/b.txt","content":"","extra":1}`:  "",
+	} {
+		p, err := filekind.Parse(json.RawMessage(raw))
+		if err != nil || string(p.Data()) != want {
+			t.Errorf("Parse(%s) = %q, %v; want %q", raw, p.Data(), err, want)
+		}
+	}
+}
