@@ -92,6 +92,27 @@ type Capabilities struct {
 	// min(Config.Concurrency, Concurrency) of this kind at once. Zero: no
 	// limit of its own.
 	Concurrency int
+	// ForRequest, when set, says what the destination of one request can
+	// do, for an executor whose destinations differ (a webhook: some hosts
+	// dedup on the key, some payloads name a lookup URL). The runtime calls
+	// it whenever it decides about an unknown outcome of req, and uses its
+	// answer instead of Lookup and DedupsOnKey above (a request can be
+	// looked up only if Lookup is declared above too, and the executor is
+	// a Looker). A per-request DedupsOnKey is a statement about that one
+	// destination (an operator listed it), so an unknown outcome there is
+	// resent with the same key whatever Config.Unknown says. Nil: Lookup
+	// and DedupsOnKey hold for every request.
+	ForRequest func(req Request) RequestCapabilities
+}
+
+// RequestCapabilities is what one request's destination can do
+// (Capabilities.ForRequest).
+type RequestCapabilities struct {
+	// Lookup: req's outcome can be looked up (Looker.Lookup).
+	Lookup bool
+	// DedupsOnKey: req's destination drops a second effect with the same
+	// idempotency key, so an unknown outcome is resent.
+	DedupsOnKey bool
 }
 
 // Executor performs the external effect of one kind of intent.
@@ -153,6 +174,10 @@ type Error struct {
 	// sent). The runtime then looks the outcome up or applies the unknown
 	// outcome policy, instead of re-executing.
 	Unknown bool
+	// RetryAfter, on a retryable error, is the least time to wait before
+	// the next attempt (an HTTP Retry-After); the runtime waits at least
+	// that long, at most MaxRetryAfter.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -173,6 +198,12 @@ func (e *Error) Retryable() bool { return e.Retry }
 
 // RetryableError wraps err as retryable: the effect did not happen.
 func RetryableError(err error) error { return &Error{Err: err, Retry: true} }
+
+// RetryableAfter wraps err as retryable no sooner than after d (a
+// destination's Retry-After): the effect did not happen.
+func RetryableAfter(err error, d time.Duration) error {
+	return &Error{Err: err, Retry: true, RetryAfter: max(d, 0)}
+}
 
 // PermanentError wraps err as permanent: the effect did not happen and
 // never will.

@@ -48,6 +48,9 @@ const (
 	UnknownResend UnknownPolicy = "resend"
 )
 
+// MaxRetryAfter is the longest an executor's RetryAfter delays a retry.
+const MaxRetryAfter = 5 * time.Minute
+
 // DefaultLookupSettle is Config.LookupSettle's default: 10 minutes, RFC
 // 5321's timeout for the reply to the end-of-data marker (§4.5.3.2.6) — a
 // destination may still take a message that long after the final dot.
@@ -550,18 +553,32 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	return 0, 0, fmt.Errorf("begin: unexpected outcome %q", d.Outcome)
 }
 
-func (r *Runtime) canLookup(ex Executor) (Looker, bool) {
-	if !r.caps[ex.Kind()].Lookup {
+// canLookup says whether req's outcome can be looked up at its
+// destination, and with what.
+func (r *Runtime) canLookup(ex Executor, req Request) (Looker, bool) {
+	caps := r.caps[ex.Kind()]
+	if !caps.Lookup || (caps.ForRequest != nil && !caps.ForRequest(req).Lookup) {
 		return nil, false
 	}
 	l, ok := ex.(Looker)
 	return l, ok
 }
 
-func (r *Runtime) dedups(ex Executor) bool { return r.caps[ex.Kind()].DedupsOnKey }
+// resends says whether an unknown outcome of req, which cannot be looked
+// up, is executed again with the same key: only where the destination
+// dedups on it, and then under the resend policy — or always, where the
+// executor says so for this one destination (ForRequest; an operator
+// listed it).
+func (r *Runtime) resends(ex Executor, req Request) bool {
+	caps := r.caps[ex.Kind()]
+	if caps.ForRequest != nil {
+		return caps.ForRequest(req).DedupsOnKey
+	}
+	return r.cfg.Unknown == UnknownResend && caps.DedupsOnKey
+}
 
 func (r *Runtime) recoverAttempt(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
-	if l, ok := r.canLookup(ex); ok {
+	if l, ok := r.canLookup(ex, req); ok {
 		return r.lookupOrWait(ctx, ex, l, req, d, log, func() (verdict, time.Duration, error) {
 			// The destination has no trace of it, and had time to show
 			// it: the abandoned attempt did not perform the effect.
@@ -569,7 +586,7 @@ func (r *Runtime) recoverAttempt(ctx context.Context, ex Executor, req Request, 
 			return r.executeRecovered(ctx, ex, req, d, log)
 		})
 	}
-	if r.cfg.Unknown == UnknownResend && r.dedups(ex) {
+	if r.resends(ex, req) {
 		return r.executeRecovered(ctx, ex, req, d, log)
 	}
 	return r.hold(ctx, req, d, "an earlier attempt was abandoned and the destination offers no lookup", log)
@@ -585,7 +602,7 @@ func supersededResult(current int64) json.RawMessage {
 // abandoned attempt may have performed the effect. Found by lookup: that
 // is recorded; not found: superseded; no lookup: held as unknown.
 func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d idempotency.Decision, current int64, log *slog.Logger) (verdict, time.Duration, error) {
-	l, ok := r.canLookup(ex)
+	l, ok := r.canLookup(ex, req)
 	if !ok {
 		return r.hold(ctx, req, d, fmt.Sprintf("an earlier attempt was abandoned, the resource moved on to epoch %d, and the destination offers no lookup", current), log)
 	}
@@ -748,7 +765,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 		} else {
 			log.Warn("adapters: executor error not classified (RetryableError, PermanentError or UnknownError); taken as an unknown outcome", "error", err)
 		}
-		if l, ok := r.canLookup(ex); ok {
+		if l, ok := r.canLookup(ex, req); ok {
 			// Execute returned: this attempt's I/O with the destination is
 			// over. Record when, on the key, before looking up: the settle
 			// window is measured from it, by whoever looks up next, even
@@ -771,7 +788,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 				return r.retryable(ctx, ex, req, d, cause, log)
 			})
 		}
-		if r.cfg.Unknown == UnknownResend && r.dedups(ex) {
+		if r.resends(ex, req) {
 			return r.retryable(ctx, ex, req, d, err, log)
 		}
 		return r.hold(ctx, req, d, err.Error(), log)
@@ -812,6 +829,13 @@ func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d ide
 	log.Info("adapters: retryable error; will retry", "attempt", req.Attempt, "error", cause)
 	if err := intents.SetLastError(ctx, r.pool, req.IntentID, cause.Error()); err != nil {
 		log.Warn("adapters: record last error", "error", err)
+	}
+	// The destination said when to come back (Retry-After): not sooner
+	// (at most MaxRetryAfter). Zero: the usual backoff. A wait longer than
+	// the dispatcher's RelayTimeout is cut short by its re-relay.
+	var e *Error
+	if errors.As(cause, &e) && e.RetryAfter > 0 {
+		return retry, min(max(e.RetryAfter, r.cfg.RetryBase), MaxRetryAfter), nil
 	}
 	return retry, 0, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/email/emailkind"
 	"github.com/fencegate/fencegate/adapters/file/filekind"
+	"github.com/fencegate/fencegate/adapters/webhook/webhookkind"
 )
 
 // Fence is an intent's fence policy.
@@ -137,8 +138,9 @@ type KindSpec struct {
 	Validate func(payload map[string]any) error
 }
 
-// DefaultKinds returns the built-in kinds, email (fence commit) and file
-// (fence execute), their payloads checked by their adapters' own parsers.
+// DefaultKinds returns the built-in kinds, email (fence commit), file
+// (fence execute) and webhook (fence commit), their payloads checked by
+// their adapters' own parsers.
 func DefaultKinds() map[string]KindSpec {
 	return map[string]KindSpec{
 		emailkind.Name: {DefaultFence: FenceCommit, Check: func(raw json.RawMessage) error {
@@ -147,6 +149,13 @@ func DefaultKinds() map[string]KindSpec {
 		}},
 		filekind.Name: {DefaultFence: FenceExecute, Check: func(raw json.RawMessage) error {
 			_, err := filekind.Parse(raw)
+			return err
+		}},
+		// The payload's rules only: which destinations are allowed is the
+		// adapter's configuration, checked by the gateway's own intake
+		// (webhook.Adapter.KindSpec) and at execute.
+		webhookkind.Name: {DefaultFence: FenceCommit, Check: func(raw json.RawMessage) error {
+			_, err := webhookkind.Parse(raw)
 			return err
 		}},
 	}

@@ -1,0 +1,39 @@
+// Package webhook is the adapter that executes "webhook" intents: one HTTP
+// request per business idempotency key, to an allow-listed destination.
+//
+// Every request carries Idempotency-Key (the business key; the same on
+// every attempt), Fencegate-Resource, Fencegate-Epoch and
+// Fencegate-Intent-Id, so that a receiver can dedup retries and fence out a
+// stale worker (keep the highest epoch per resource, refuse older ones,
+// atomically with its write: docs/webhooks.md). With Config.Secrets it is
+// signed the Standard Webhooks way: webhook-id (stable per key),
+// webhook-timestamp, webhook-signature "v1,<base64 HMAC-SHA256>" by every
+// secret (rotation).
+//
+// # Outcomes
+//
+//   - 2xx: succeeded; the result holds the status, a safe subset of the
+//     headers, the body (up to 64 KiB, marked truncated) and elapsed_ms.
+//   - 408, 425, 429, 5xx: retryable, no sooner than the Retry-After.
+//   - 3xx (redirects are never followed) and other 4xx: failed.
+//   - No connection, DNS, TLS handshake — before any byte of the request
+//     was written: retryable.
+//   - A reset, a timeout or no reply after the request was written: the
+//     outcome is unknown. The runtime then resends with the same key where
+//     the destination is in Config.DedupsOnKey; else, where the payload has
+//     a lookup_url, a GET to it decides (2xx: succeeded, found_by lookup;
+//     404: not found, trusted once the settle window has passed since the
+//     request); else the intent is held unknown for an operator.
+//
+// # Destinations
+//
+// Config.Allow lists host or host:port entries; a URL (or lookup_url)
+// whose host is not listed is refused without connecting — at enqueue
+// through the gateway's intake (KindSpec), and at execute. The address is
+// checked again when the connection is made, after DNS: a loopback,
+// private, link-local or otherwise internal address is refused unless that
+// address itself is listed, so a listed name cannot be pointed at an
+// internal service. No proxy from the environment is used; redirects are
+// not followed. At most Config.MaxConcurrencyPerHost requests are in
+// flight per host:port; each is bounded by the runtime's execute timeout.
+package webhook

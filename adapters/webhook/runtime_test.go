@@ -1,0 +1,212 @@
+package webhook_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Integration scenarios: intents enqueued in PostgreSQL, relayed over
+// JetStream, executed by the runtime with the webhook adapter against a
+// real HTTP receiver on loopback.
+
+func newEnv(t *testing.T, cfg webhook.Config, o adaptertest.Options) *adaptertest.Env {
+	t.Helper()
+	o.Executors = []adapters.Executor{newAdapter(t, cfg)}
+	o.Runtime.ExecuteTimeout = time.Second
+	o.Runtime.AckWait = 5 * time.Second
+	o.Runtime.LookupSettle = cmpOr(o.Runtime.LookupSettle, 300*time.Millisecond)
+	return adaptertest.NewEnv(t, o)
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func enqueue(t *testing.T, e *adaptertest.Env, key string, p json.RawMessage) int64 {
+	t.Helper()
+	return e.Enqueue(t, e.Intent(webhook.Kind, key, key, p))
+}
+
+// 503, then 200: retried, succeeded, one effect.
+func TestRuntime503Then200(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	rc.respond = func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			rc.undo(r.Header.Get("Idempotency-Key"))
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("done"))
+	}
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{})
+	key := adaptertest.UniqueKey(t)
+	rec := e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusSucceeded)
+	if n := len(rc.got(key)); n != 2 || rc.effectsOf(key) != 1 || rec.Attempts != 2 {
+		t.Errorf("%d requests, %d effects, %d attempts; want 2, 1, 2", n, rc.effectsOf(key), rec.Attempts)
+	}
+}
+
+// A 400 fails the intent for good, with the status in its last error.
+func TestRuntime400Fails(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		http.Error(w, "unknown customer", http.StatusBadRequest)
+	})
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{})
+	key := adaptertest.UniqueKey(t)
+	rec := e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusFailed)
+	if rec.LastError == nil || !strings.Contains(*rec.LastError, "400") {
+		t.Errorf("last error %v, want the 400", rec.LastError)
+	}
+	if n := len(rc.got(key)); n != 1 {
+		t.Errorf("%d requests, want 1 (no retry of a 400)", n)
+	}
+}
+
+// Retry-After is honoured: the second request comes no sooner.
+func TestRuntimeRetryAfter(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var at []time.Time
+	rc := newReceiver(t, nil)
+	rc.respond = func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if n == 1 {
+			rc.undo(r.Header.Get("Idempotency-Key"))
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{})
+	key := adaptertest.UniqueKey(t)
+	e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("%d requests, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < time.Second {
+		t.Errorf("the retry came %s after a 429 with Retry-After: 1, want at least 1s", gap)
+	}
+}
+
+// hangAfterBody acts on the request, then never answers: the client
+// gives up (the execute timeout) after the body was received.
+func hangAfterBody(w http.ResponseWriter, r *http.Request, n int) {
+	if n == 1 {
+		<-r.Context().Done()
+		return
+	}
+	_, _ = w.Write([]byte("second"))
+}
+
+// A reply that never comes after the body was received, to a receiver
+// listed in DedupsOnKey: resent with the same Idempotency-Key, one effect,
+// succeeded.
+func TestRuntimeUnknownResentToDedupReceiver(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, hangAfterBody)
+	rc.dedup = true
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}, DedupsOnKey: []string{rc.hostPort()}}, adaptertest.Options{})
+	key := adaptertest.UniqueKey(t)
+	e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusSucceeded)
+	got := rc.got(key)
+	if len(got) != 2 || rc.effectsOf(key) != 1 {
+		t.Fatalf("%d requests, %d effects; want 2 and 1", len(got), rc.effectsOf(key))
+	}
+	if got[0].Header.Get("Idempotency-Key") != got[1].Header.Get("Idempotency-Key") {
+		t.Error("the resend carried another Idempotency-Key")
+	}
+}
+
+// The same to a receiver that does not dedup, with no lookup_url: held
+// unknown for an operator, never sent twice.
+func TestRuntimeUnknownHeld(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, hangAfterBody)
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: adapters.Config{Unknown: adapters.UnknownResend}})
+	key := adaptertest.UniqueKey(t)
+	e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusUnknown)
+	if n := len(rc.got(key)); n != 1 {
+		t.Errorf("%d requests, want 1 (held, not resent: the receiver does not dedup)", n)
+	}
+	if k := e.Key(t, webhook.Kind, key); k == nil || k.Status != outbox.StatusUnknown {
+		t.Errorf("key %+v, want held unknown", k)
+	}
+}
+
+// The same with a lookup_url: the lookup finds the effect, succeeded with
+// found_by lookup, one request.
+func TestRuntimeUnknownFoundByLookup(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, hangAfterBody)
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{})
+	key := adaptertest.UniqueKey(t)
+	rec := e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, map[string]any{"lookup_url": rc.URL + "/lookup"})), outbox.StatusSucceeded)
+	var res webhook.Result
+	_ = json.Unmarshal(rec.Result, &res)
+	if res.FoundBy != "lookup" || len(rc.got(key)) != 1 {
+		t.Errorf("result %s after %d requests; want found_by lookup after 1", rec.Result, len(rc.got(key)))
+	}
+}
+
+// A lookup that finds nothing (404) is trusted only after the settle
+// window; then the request is sent again, once.
+func TestRuntimeLookupNotFoundAfterSettle(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	rc.respond = func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			// Never acted on, and no answer: the lookup says 404.
+			rc.undo(r.Header.Get("Idempotency-Key"))
+			<-r.Context().Done()
+		}
+	}
+	settle := 700 * time.Millisecond
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: adapters.Config{LookupSettle: settle}})
+	key := adaptertest.UniqueKey(t)
+	e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, map[string]any{"lookup_url": rc.URL + "/lookup"})), outbox.StatusSucceeded)
+	got := rc.got(key)
+	if len(got) != 2 || rc.effectsOf(key) != 1 {
+		t.Fatalf("%d requests, %d effects; want 2 and 1", len(got), rc.effectsOf(key))
+	}
+	rc.mu.Lock()
+	lookups := rc.lookups[key]
+	rc.mu.Unlock()
+	if lookups < 1 {
+		t.Errorf("%d lookups, want at least 1 before the resend", lookups)
+	}
+}
+
+// The conformance suite, against a receiver that dedups and answers
+// lookups.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	rc.dedup = true
+	adaptertest.Run(t, adaptertest.Harness{
+		New: func(t *testing.T) adapters.Executor {
+			return newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
+		},
+		Payload: func(i int) json.RawMessage {
+			return payload(rc.URL+"/hooks", map[string]any{"body": map[string]any{"i": i}, "lookup_url": rc.URL + "/lookup"})
+		},
+		Effects:   func(t *testing.T, req adapters.Request) int { return rc.effectsOf(req.IdempotencyKey) },
+		HasLookup: true,
+	})
+}

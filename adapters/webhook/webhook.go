@@ -1,0 +1,495 @@
+package webhook
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/webhook/webhookkind"
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Kind is the intent kind the adapter executes.
+const Kind = webhookkind.Name
+
+// Defaults.
+const (
+	// DefaultMaxConcurrencyPerHost is Config.MaxConcurrencyPerHost's
+	// default.
+	DefaultMaxConcurrencyPerHost = 8
+	// MaxResultBody is the most of a response body kept in the result:
+	// 64 KiB, the rest cut off and the result marked truncated.
+	MaxResultBody = 64 << 10
+)
+
+// Errors, matched with errors.Is; each is permanent (the request was not
+// sent and never will be).
+var (
+	// ErrNotAllowed: the URL's host is not in Config.Allow.
+	ErrNotAllowed = errors.New("webhook: destination not allowed")
+	// ErrInternalAddress: the host resolved to a loopback, private,
+	// link-local or otherwise internal address that is not itself in
+	// Config.Allow (no SSRF through DNS).
+	ErrInternalAddress = errors.New("webhook: destination resolves to an internal address that is not allowed")
+	// ErrBadPayload: the payload is not a valid webhook payload.
+	ErrBadPayload = errors.New("webhook: invalid payload")
+)
+
+// Config configures the adapter.
+type Config struct {
+	// Allow lists the destinations requests may go to, each "host" (any
+	// port) or "host:port"; a host is a DNS name (exact, no wildcards) or
+	// an IP address. Required: a URL whose host is not listed is refused
+	// without connecting. A listed name that resolves to a loopback,
+	// private or link-local address is refused too, unless that address
+	// is itself listed.
+	Allow []string
+	// DedupsOnKey lists destinations (same forms as Allow) that drop a
+	// second request with the same Idempotency-Key: a request to one of
+	// them whose outcome was lost is sent again with the same key.
+	DedupsOnKey []string
+	// Secrets sign every request (Standard Webhooks), each
+	// "whsec_<base64>"; several are for rotation: each request carries a
+	// signature by every one. None: requests are not signed.
+	Secrets []string
+	// MaxConcurrencyPerHost is the most requests in flight to one
+	// host:port. Default DefaultMaxConcurrencyPerHost.
+	MaxConcurrencyPerHost int
+	// LookupSettle is how long after the last request to a destination a
+	// lookup_url's 404 is trusted as proof that the request had no
+	// effect. Zero: the runtime's (adapters.Config.LookupSettle).
+	LookupSettle time.Duration
+	// UserAgent is sent with every request. Default "fencegate-webhook/1".
+	UserAgent string
+	// Logger receives warnings. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock of webhook-timestamp. Default time.Now.
+	Now func() time.Time
+}
+
+// Adapter executes webhook intents. It is safe for concurrent use.
+type Adapter struct {
+	cfg     Config
+	allow   *Hosts
+	dedups  *Hosts
+	secrets []Secret
+	client  *http.Client
+	log     *slog.Logger
+
+	mu    sync.Mutex
+	slots map[string]chan struct{} // per host:port
+}
+
+var (
+	_ adapters.Executor = (*Adapter)(nil)
+	_ adapters.Looker   = (*Adapter)(nil)
+)
+
+// New checks cfg and returns an adapter. It connects to nothing.
+func New(cfg Config) (*Adapter, error) {
+	cfg.MaxConcurrencyPerHost = cmp.Or(cfg.MaxConcurrencyPerHost, DefaultMaxConcurrencyPerHost)
+	cfg.UserAgent = cmp.Or(cfg.UserAgent, "fencegate-webhook/1")
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxConcurrencyPerHost < 1 {
+		return nil, fenceerr.Invalid("webhook_max_concurrency_per_host", "must be at least 1, got %d", cfg.MaxConcurrencyPerHost)
+	}
+	if cfg.LookupSettle < 0 {
+		return nil, fenceerr.Invalid("lookup_settle", "must not be negative, got %s", cfg.LookupSettle)
+	}
+	allow, err := ParseHosts("webhook_allow", cfg.Allow)
+	if err != nil {
+		return nil, err
+	}
+	if allow.Len() == 0 {
+		return nil, fenceerr.Invalid("webhook_allow", "the webhook adapter needs --webhook-allow: the destinations (host or host:port, comma-separated) it may call")
+	}
+	dedups, err := ParseHosts("webhook_dedups_on_key", cfg.DedupsOnKey)
+	if err != nil {
+		return nil, err
+	}
+	secrets, err := ParseSecrets("webhook_secret", cfg.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	a := &Adapter{cfg: cfg, allow: allow, dedups: dedups, secrets: secrets,
+		log: cfg.Logger.With("component", "webhook"), slots: map[string]chan struct{}{}}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: a.checkAddress}
+	a.client = &http.Client{
+		Transport: &http.Transport{
+			// No proxy from the environment: the allow-list is checked
+			// against the address actually dialled.
+			Proxy:                 nil,
+			DialContext:           dialer.DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConnsPerHost:   cfg.MaxConcurrencyPerHost,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		},
+		// Redirects are never followed: a 3xx is the answer (a failure).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return a, nil
+}
+
+// Kind returns "webhook".
+func (a *Adapter) Kind() string { return Kind }
+
+// Capabilities: lookups where a payload names an allowed lookup_url,
+// resends where the destination is in DedupsOnKey (ForRequest), at most
+// MaxConcurrencyPerHost requests per destination (enforced here).
+func (a *Adapter) Capabilities() adapters.Capabilities {
+	return adapters.Capabilities{Lookup: true, LookupSettle: a.cfg.LookupSettle, ForRequest: a.forRequest}
+}
+
+// forRequest says what req's destination can do: resend when it dedups on
+// the key (an operator listed it), else a lookup when the payload names an
+// allowed lookup_url, else nothing (an unknown outcome is held).
+func (a *Adapter) forRequest(req adapters.Request) adapters.RequestCapabilities {
+	p, err := webhookkind.Parse(req.Payload)
+	if err != nil {
+		return adapters.RequestCapabilities{}
+	}
+	if u, err := url.Parse(p.URL); err == nil {
+		if host, port := hostPort(u); a.dedups.Match(host, port) {
+			return adapters.RequestCapabilities{DedupsOnKey: true}
+		}
+	}
+	if p.LookupURL != "" {
+		if u, err := url.Parse(p.LookupURL); err == nil && a.allowed(u) {
+			return adapters.RequestCapabilities{Lookup: true}
+		}
+	}
+	return adapters.RequestCapabilities{}
+}
+
+// Allowed reports whether rawURL's host is in Config.Allow (the check at
+// enqueue; the address is checked again when connecting).
+func (a *Adapter) Allowed(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && a.allowed(u)
+}
+
+func (a *Adapter) allowed(u *url.URL) bool {
+	host, port := hostPort(u)
+	return a.allow.Match(host, port)
+}
+
+// KindSpec is the webhook kind as the gateway's own intake registers it:
+// the payload rules (webhookkind) and this adapter's allow-list, so that a
+// URL whose host is not allowed is refused at enqueue, naming the field.
+func (a *Adapter) KindSpec() outbox.KindSpec {
+	return outbox.KindSpec{DefaultFence: outbox.FenceCommit, Check: func(raw json.RawMessage) error {
+		p, err := webhookkind.Parse(raw)
+		if err != nil {
+			return err
+		}
+		return a.checkAllowed(p)
+	}}
+}
+
+func (a *Adapter) checkAllowed(p webhookkind.Payload) error {
+	for _, f := range []struct{ field, raw string }{{"payload.url", p.URL}, {"payload.lookup_url", p.LookupURL}} {
+		if f.raw == "" {
+			continue
+		}
+		u, err := url.Parse(f.raw)
+		if err != nil {
+			return fenceerr.Invalid(f.field, "is not a valid URL")
+		}
+		if !a.allowed(u) {
+			host, port := hostPort(u)
+			return fenceerr.Invalid(f.field, "host %s is not an allowed destination (--webhook-allow: %s)", net.JoinHostPort(host, strconv.Itoa(port)), a.allow)
+		}
+	}
+	return nil
+}
+
+// checkAddress runs when a connection is about to be made, after DNS
+// resolution, with the address actually dialled: an internal address is
+// refused unless it is listed itself. Checking here, not the name before
+// dialling, is what defeats a name that resolves to an internal address
+// (or is rebound to one between a check and the dial).
+func (a *Adapter) checkAddress(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrInternalAddress, address)
+	}
+	if ip := ap.Addr().Unmap(); internal(ip) && !a.allow.MatchIP(ip, int(ap.Port())) {
+		return fmt.Errorf("%w: %s", ErrInternalAddress, ap)
+	}
+	return nil
+}
+
+// Result is the JSON object recorded for a request that succeeded.
+type Result struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	// Body is the response body, up to MaxResultBody bytes; BodyBase64
+	// instead when it is not UTF-8 text.
+	Body       string `json:"body"`
+	BodyBase64 string `json:"body_base64,omitempty"`
+	Truncated  bool   `json:"truncated"`
+	ElapsedMS  int64  `json:"elapsed_ms"`
+	// FoundBy is "lookup" when the outcome was found by the lookup_url
+	// after the request's own answer was lost.
+	FoundBy string `json:"found_by,omitempty"`
+}
+
+// resultHeaders are the response headers kept in a result: none that can
+// carry a credential or a session (Set-Cookie, WWW-Authenticate, …).
+var resultHeaders = []string{"Content-Type", "Content-Length", "Date", "Etag", "Last-Modified", "Location",
+	"Retry-After", "Request-Id", "X-Request-Id", "Idempotency-Key", "Idempotent-Replayed"}
+
+// Execute sends req's request once. See the package documentation for how
+// its outcomes are classified.
+func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	p, u, err := a.parse(req)
+	if err != nil {
+		return adapters.Outcome{}, err
+	}
+	body, ctype := p.Content()
+	release, err := a.slot(ctx, u)
+	if err != nil {
+		return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("webhook: waiting for a free connection to %s: %w", u.Host, err))
+	}
+	defer release()
+	hr, err := a.request(ctx, req, p.MethodOr(), u, p.Headers, body, ctype)
+	if err != nil {
+		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))
+	}
+	// The last check before the request leaves: an attempt that lost its
+	// key must not send (the new owner decides). Not sent: retryable.
+	if err := req.StillOwner(ctx); err != nil {
+		return adapters.Outcome{}, adapters.RetryableError(err)
+	}
+	res, status, hdr, err := a.do(hr)
+	if err != nil {
+		return adapters.Outcome{}, err
+	}
+	what := fmt.Sprintf("webhook: %s %s: %d %s", hr.Method, redact(u), status, http.StatusText(status))
+	switch {
+	case status >= 200 && status < 300:
+		b, _ := json.Marshal(res)
+		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, nil
+	case status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests || status >= 500:
+		return adapters.Outcome{}, adapters.RetryableAfter(errors.New(what+excerpt(res)), retryAfter(hdr.Get("Retry-After"), a.cfg.Now()))
+	case status >= 300 && status < 400:
+		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("%s: redirects are not followed (Location %q)%s", what, redactRaw(hdr.Get("Location")), excerpt(res)))
+	default:
+		return adapters.Outcome{}, adapters.PermanentError(errors.New(what + excerpt(res)))
+	}
+}
+
+// Lookup asks the payload's lookup_url whether req's effect happened: 2xx
+// is found (the result is the lookup's answer, found_by "lookup"), 404 is
+// not found; anything else, or no answer, is an error (looked up again).
+func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
+	p, _, err := a.parse(req)
+	if err != nil {
+		return adapters.Outcome{}, false, err
+	}
+	if p.LookupURL == "" {
+		return adapters.Outcome{}, false, errors.New("webhook: the payload has no lookup_url")
+	}
+	u, err := url.Parse(p.LookupURL)
+	if err != nil || !a.allowed(u) {
+		return adapters.Outcome{}, false, fmt.Errorf("%w: lookup_url", ErrNotAllowed)
+	}
+	hr, err := a.request(ctx, req, http.MethodGet, u, p.Headers, nil, "")
+	if err != nil {
+		return adapters.Outcome{}, false, err
+	}
+	res, status, _, err := a.do(hr)
+	switch {
+	case err != nil:
+		return adapters.Outcome{}, false, fmt.Errorf("webhook: look up %s: %w", redact(u), err)
+	case status == http.StatusNotFound:
+		return adapters.Outcome{}, false, nil
+	case status >= 200 && status < 300:
+		res.FoundBy = "lookup"
+		b, _ := json.Marshal(res)
+		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, true, nil
+	}
+	return adapters.Outcome{}, false, fmt.Errorf("webhook: look up %s: %d %s%s", redact(u), status, http.StatusText(status), excerpt(res))
+}
+
+// parse checks req: a valid payload to an allowed host. Errors are
+// permanent: nothing was sent.
+func (a *Adapter) parse(req adapters.Request) (webhookkind.Payload, *url.URL, error) {
+	p, err := webhookkind.Parse(req.Payload)
+	if err != nil {
+		return p, nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))
+	}
+	if req.IdempotencyKey == "" {
+		return p, nil, adapters.PermanentError(fmt.Errorf("%w: the intent has no idempotency key", ErrBadPayload))
+	}
+	if err := a.checkAllowed(p); err != nil {
+		return p, nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrNotAllowed, err))
+	}
+	u, _ := url.Parse(p.URL) // checked by Parse
+	return p, u, nil
+}
+
+// request builds the HTTP request: the payload's headers, then the
+// gateway's own (which the payload cannot set), then the signatures.
+func (a *Adapter) request(ctx context.Context, req adapters.Request, method string, u *url.URL, headers map[string]string, body []byte, ctype string) (*http.Request, error) {
+	hr, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if body == nil {
+		hr.Body, hr.ContentLength = http.NoBody, 0
+	}
+	for k, v := range headers {
+		hr.Header.Set(k, v)
+	}
+	hr.Header.Set("User-Agent", a.cfg.UserAgent)
+	if ctype != "" {
+		hr.Header.Set("Content-Type", ctype)
+	}
+	hr.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey)
+	hr.Header.Set(HeaderResource, req.Resource)
+	hr.Header.Set(HeaderEpoch, strconv.FormatInt(req.Epoch, 10))
+	hr.Header.Set(HeaderIntentID, strconv.FormatInt(req.IntentID, 10))
+	if len(a.secrets) > 0 {
+		id, ts := WebhookID(req.IdempotencyKey), a.cfg.Now()
+		hr.Header.Set(HeaderWebhookID, id)
+		hr.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
+		hr.Header.Set(HeaderWebhookSignature, Sign(a.secrets, id, ts, body))
+	}
+	return hr, nil
+}
+
+// do sends hr and reads the answer. Its error is classified: refused
+// before the request was written (no connection, DNS, TLS) is retryable;
+// an internal address is permanent; anything after the first byte of the
+// request may have been written — a reset, a timeout, no reply — is
+// unknown: the destination may have acted on it.
+func (a *Adapter) do(hr *http.Request) (Result, int, http.Header, error) {
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{
+		// Called once the request line and a header field are in the
+		// connection's buffer: from here on, bytes may reach the server.
+		WroteHeaderField: func(string, []string) { wrote.Store(true) },
+	}
+	hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), trace))
+	start := time.Now()
+	resp, err := a.client.Do(hr)
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrInternalAddress):
+			return Result{}, 0, nil, adapters.PermanentError(err)
+		case !wrote.Load():
+			return Result{}, 0, nil, adapters.RetryableError(fmt.Errorf("webhook: %s %s: not sent: %w", hr.Method, redact(hr.URL), err))
+		}
+		return Result{}, 0, nil, adapters.UnknownError(fmt.Errorf("webhook: %s %s: the request was sent and no answer came: %w", hr.Method, redact(hr.URL), err))
+	}
+	defer resp.Body.Close()
+	res := Result{Status: resp.StatusCode, Headers: map[string]string{}}
+	for _, h := range resultHeaders {
+		if v := resp.Header.Get(h); v != "" {
+			res.Headers[h] = v
+		}
+	}
+	data, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxResultBody+1))
+	if len(data) > MaxResultBody {
+		data, res.Truncated = data[:MaxResultBody], true
+	}
+	if rerr != nil {
+		// The status line came: the destination answered. A body cut off
+		// is kept as far as it came.
+		res.Truncated = true
+		a.log.Warn("webhook: response body cut off", "url", redact(hr.URL), "status", resp.StatusCode, "error", rerr)
+	}
+	if utf8.Valid(data) {
+		res.Body = string(data)
+	} else {
+		res.BodyBase64 = base64.StdEncoding.EncodeToString(data)
+	}
+	res.ElapsedMS = time.Since(start).Milliseconds()
+	return res, resp.StatusCode, resp.Header, nil
+}
+
+// slot waits for one of the destination's MaxConcurrencyPerHost slots.
+func (a *Adapter) slot(ctx context.Context, u *url.URL) (func(), error) {
+	host, port := hostPort(u)
+	key := net.JoinHostPort(host, strconv.Itoa(port))
+	a.mu.Lock()
+	ch, ok := a.slots[key]
+	if !ok {
+		ch = make(chan struct{}, a.cfg.MaxConcurrencyPerHost)
+		a.slots[key] = ch
+	}
+	a.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// retryAfter reads a Retry-After value: seconds, or an HTTP date.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
+
+// excerpt is the start of a response body for an error message.
+func excerpt(res Result) string {
+	b := res.Body
+	if b == "" {
+		return ""
+	}
+	if len(b) > 200 {
+		b = b[:200] + "…"
+	}
+	return ": " + strconv.Quote(b)
+}
+
+// redact is a URL as it may appear in logs and errors: scheme, host and
+// path, without the query (where API keys travel) or credentials.
+func redact(u *url.URL) string {
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+func redactRaw(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return redact(u)
+}
