@@ -119,7 +119,7 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 }
 
 // secretFlags are printed by --print-config only as whether they are set.
-var secretFlags = map[string]bool{"smtp-password": true}
+var secretFlags = map[string]bool{"smtp-password": true, "webhook-secret": true}
 
 // printConfig prints every flag's effective value — from the command line,
 // the environment (GATEWAY_<FLAG>) or its default — as one JSON object

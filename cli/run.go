@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/gateway"
@@ -93,7 +95,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		replicas      = fs.Int("stream-replicas", dispatcher.DefaultStreamReplicas, "replicas of the stream "+"GATEWAY_INTENTS")
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
 
-		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file and a program's own kinds ("" runs none)`)
+		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
 		fileRoot    = fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)")
 		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
 		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
@@ -105,6 +107,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		mailDomain  = fs.String("mail-domain", email.DefaultDomain, "right-hand side of generated Message-IDs")
 		mailLookup  = fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit")
 		mailpitURL  = fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025")
+		hookAllow   = fs.String("webhook-allow", "", "destinations the webhook adapter may call, host or host:port, comma-separated (required to run it); a listed name resolving to a loopback/private/link-local address is refused unless that address is listed too")
+		hookSecret  = fs.String("webhook-secret", "", "Standard Webhooks signing secrets, whsec_<base64>, comma-separated for rotation (every request signed by each); default $GATEWAY_WEBHOOK_SECRET, none: unsigned")
+		hookDedups  = fs.String("webhook-dedups-on-key", "", "webhook destinations (host or host:port, comma-separated) that drop a second request with the same Idempotency-Key: a lost answer from them is resent with the same key")
+		hookPerHost = fs.Int("webhook-max-concurrency-per-host", webhook.DefaultMaxConcurrencyPerHost, "webhook requests in flight to one host:port at most")
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", adapters.DefaultConcurrency, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
@@ -143,7 +149,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	kinds, extra, err := a.parseAdapters(*adapterList)
+	list := *adapterList
+	if !flagSet(fs, "adapters") && *hookAllow != "" {
+		list += "," + webhook.Kind // the allow-list is the opt-in
+	}
+	kinds, extra, err := a.parseAdapters(list)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -177,6 +187,13 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			DedupsOnKey:        *smtpDedups,
 			Domain:             *mailDomain,
 			MaxSessions:        *smtpMaxSess,
+		},
+		Webhook: webhook.Config{
+			Allow:                 webhook.SplitList(*hookAllow),
+			Secrets:               webhook.SplitList(*hookSecret),
+			DedupsOnKey:           webhook.SplitList(*hookDedups),
+			MaxConcurrencyPerHost: *hookPerHost,
+			LookupSettle:          0, // the runtime's --lookup-settle
 		},
 		MailLookup: *mailLookup,
 		MailpitURL: *mailpitURL,
@@ -330,6 +347,14 @@ func (a *app) parseAdapters(list string) ([]string, []adapters.Executor, error) 
 		kinds = append(kinds, k)
 	}
 	return kinds, extra, nil
+}
+
+// flagSet reports whether name was given, on the command line or as
+// GATEWAY_<FLAG>.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // redactNATS hides credentials in a NATS URL list for logging.

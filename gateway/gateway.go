@@ -42,6 +42,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/idempotency"
@@ -62,7 +63,7 @@ const (
 )
 
 // BuiltinAdapters are the adapter kinds Config.Adapters accepts.
-var BuiltinAdapters = []string{email.Kind, file.Kind}
+var BuiltinAdapters = []string{email.Kind, file.Kind, webhook.Kind}
 
 // New checks cfg and returns a Gateway to Start, on pool (required; not
 // closed by Stop) and nc (nil: Start dials cfg.NATSURL and Stop closes the
@@ -148,7 +149,8 @@ type Config struct {
 	// stack's.
 	Dispatcher dispatcher.Config
 
-	// Adapters lists the built-in adapters to run ("email", "file"). Empty
+	// Adapters lists the built-in adapters to run ("email", "file",
+	// "webhook"). Empty
 	// with no ExtraExecutors: no adapter runtime.
 	Adapters []string
 	// File configures the file adapter (Root required when it runs; Logger
@@ -157,6 +159,10 @@ type Config struct {
 	// Email configures the email adapter (Addr required when it runs).
 	// Lookup defaults to the one MailLookup names; Logger to the gateway's.
 	Email email.Config
+	// Webhook configures the webhook adapter (Allow required when it
+	// runs; Logger defaults to the gateway's). Its allow-list is checked at
+	// the admin intake too.
+	Webhook webhook.Config
 	// MailLookup is "none" (default) or "mailpit" (then MailpitURL is
 	// required). Ignored when Email.Lookup is set.
 	MailLookup string
@@ -214,6 +220,12 @@ func (c *Config) Validate() error {
 	for _, k := range c.Adapters {
 		if !slices.Contains(BuiltinAdapters, k) {
 			return errmap.Invalid("adapters", fmt.Sprintf("unknown adapter %q (known: %s)", k, strings.Join(BuiltinAdapters, ", ")))
+		}
+	}
+	if slices.Contains(c.Adapters, webhook.Kind) {
+		// New connects to nothing: it checks the allow-lists and secrets.
+		if _, err := webhook.New(c.Webhook); err != nil {
+			return errmap.Map(err)
 		}
 	}
 	if slices.Contains(c.Adapters, file.Kind) && c.File.Root == "" {
@@ -300,8 +312,9 @@ type Gateway struct {
 	// /readyz. dispatcher, runtime and consumers are set under mu: the
 	// metrics server answers /readyz while Start still starts them.
 	consumers []consumer
-	email     *email.Adapter // nil unless the email adapter runs
-	file      *file.Adapter  // nil unless the file adapter runs
+	email     *email.Adapter   // nil unless the email adapter runs
+	file      *file.Adapter    // nil unless the file adapter runs
+	webhook   *webhook.Adapter // nil unless the webhook adapter runs
 	// metricsAddr is the address the metrics server listens on (the actual
 	// one, for ":0"); empty without a server.
 	metricsAddr string
@@ -459,6 +472,8 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 			}
 			s.file = f
 			execs = append(execs, f)
+		case webhook.Kind:
+			execs = append(execs, s.webhook) // made by clients, for the intake's kind
 		}
 	}
 	execs = append(execs, cfg.ExtraExecutors...)
@@ -516,6 +531,18 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	}
 	s.store = store
 	kinds := outbox.DefaultKinds()
+	if slices.Contains(cfg.Adapters, webhook.Kind) {
+		wcfg := cfg.Webhook
+		wcfg.Logger = cmp.Or(wcfg.Logger, log)
+		w, err := webhook.New(wcfg)
+		if err != nil {
+			return errmap.Map(err)
+		}
+		s.webhook = w
+		// The intake knows the allow-list: a URL to a host not allowed is
+		// refused at enqueue, naming the field, instead of failing later.
+		kinds[webhook.Kind] = w.KindSpec()
+	}
 	for name, k := range cfg.Kinds {
 		kinds[name] = k
 	}
