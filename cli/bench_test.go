@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -43,27 +42,6 @@ func TestBenchJSONShape(t *testing.T) {
 	// Bad input: exit 2, nothing started.
 	expectCode(t, gw(t, "", "bench", "--case", "nope"), 2, "invalid_input")
 	expectCode(t, gw(t, "", "bench", "--duration", "1ns"), 2, "invalid_input")
-}
-
-// --case takes cases and the group e2e, comma-separated: e2e is every
-// end-to-end case, whose rows include e2e-drain, e2e-p50, e2e-p99 and the
-// growth rows.
-func TestBenchCaseSelection(t *testing.T) {
-	t.Parallel()
-	for list, want := range map[string][]string{
-		"e2e":                  {"e2e-latency", "e2e-drain", "growth"},
-		"e2e-drain,file-drain": {"file-drain", "e2e-drain"},
-		"relay, e2e,growth":    {"relay", "e2e-latency", "e2e-drain", "growth"},
-		"all":                  benchCases,
-	} {
-		got, err := selectCases(list)
-		if err != nil || !slices.Equal(got, want) {
-			t.Errorf("selectCases(%q) = %v, %v; want %v", list, got, err, want)
-		}
-	}
-	if _, err := selectCases("e2e,nope"); err == nil {
-		t.Error("an unknown case was accepted")
-	}
 }
 
 // The new cases, briefly: file-drain against its raw baseline, e2e-drain

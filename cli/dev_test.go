@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/devenv"
 )
 
 // devProc is a running `gateway dev`.
@@ -26,7 +28,7 @@ type devProc struct {
 	cmd     *exec.Cmd
 	stderr  *syncBuffer
 	extra   *syncBuffer // stdout after the ready object: must stay empty
-	ready   devReady
+	ready   devenv.Ready
 	readyIn time.Duration
 	done    chan struct{}
 	err     error

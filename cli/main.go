@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -78,7 +79,7 @@ type app struct {
 	getenv func(string) string
 	// runHooks is set only for a `gateway run` that gateway bench runs in
 	// its own process; nil otherwise.
-	runHooks *runHooks
+	runHooks *bench.RunHooks
 	// kinds and executors are a program's own (Options).
 	kinds     map[string]outbox.KindSpec
 	executors []adapters.Executor

@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/natstest"
 )
 
@@ -31,7 +32,7 @@ func TestPoolSize(t *testing.T) {
 		{"one adapter alone", gateway.Config{Adapters: []string{"file"}, Runtime: runtimeConc(8)}, 10},
 		{"high concurrency with admin", gateway.Config{RunDispatcher: true, Adapters: []string{"email", "file"},
 			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 4 + 64 + 1 + 2},
-		{"extra executors count as adapters", gateway.Config{RunDispatcher: true, ExtraExecutors: []adapters.Executor{noopExecutor{}},
+		{"extra executors count as adapters", gateway.Config{RunDispatcher: true, ExtraExecutors: []adapters.Executor{bench.NoopExecutor{}},
 			Runtime: runtimeConc(16)}, 1 + 4 + 16 + 1},
 		{"concurrency unset takes the runtime default", gateway.Config{Adapters: []string{"file"}}, 1 + adapters.DefaultConcurrency + 1},
 		{"floor", gateway.Config{Adapters: []string{"file"}, Runtime: runtimeConc(1)}, 4},

@@ -215,7 +215,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	cfg.Kinds = a.kinds
 	cfg.ExtraExecutors = extra // the program's own kinds (Options)
 	if h := a.runHooks; h != nil {
-		cfg.ExtraExecutors = append(cfg.ExtraExecutors, h.executors...) // gateway bench's no-op adapter
+		cfg.ExtraExecutors = append(cfg.ExtraExecutors, h.Executors...) // gateway bench's no-op adapter
 	}
 	// Flags are checked before anything is connected: a bad value is exit 2
 	// whether or not the database is reachable.
@@ -270,8 +270,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		}
 		return a.fail(err)
 	}
-	if h := a.runHooks; h != nil && h.started != nil {
-		h.started(pool)
+	if h := a.runHooks; h != nil && h.Started != nil {
+		h.Started(pool)
 	}
 
 	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.RunDispatcher,

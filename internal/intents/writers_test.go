@@ -21,7 +21,7 @@ var allowed = map[string]string{
 	// The benchmark's physical baseline (a raw INSERT with no fence, no
 	// lock, no dedup: what an enqueue costs at least) and its reset between
 	// cases are deliberately not the gateway's statements.
-	"cli/bench*.go": "benchmark baseline and reset",
+	"internal/bench/*.go": "benchmark baseline and reset",
 }
 
 // TestOneOwnerOfIntentSQL fails when a statement that changes intents

@@ -1,4 +1,4 @@
-package cli
+package bench
 
 import (
 	"context"
@@ -19,19 +19,20 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
 
-// runHooks let gateway bench run `gateway run` in its own process, through
-// cmdRun itself (its flags' defaults, its pool sizing, its start-up
+// RunHooks let gateway bench run `gateway run` in its own process, through
+// the command itself (its flags' defaults, its pool sizing, its start-up
 // checks): the bench's no-op adapter is added, and the bench learns when
 // the stack runs.
-type runHooks struct {
-	// executors run beside the built-in adapters (gateway.Config.ExtraExecutors).
-	executors []adapters.Executor
-	// started is called once the stack runs, with the process's pool.
-	started func(pool *pgxpool.Pool)
+type RunHooks struct {
+	// Executors run beside the built-in adapters (gateway.Config.ExtraExecutors).
+	Executors []adapters.Executor
+	// Started is called once the stack runs, with the process's pool.
+	Started func(pool *pgxpool.Pool)
 }
 
 // gatewayRun is a `gateway run` running in the bench's process.
@@ -40,6 +41,8 @@ type gatewayRun struct {
 	cancel   context.CancelFunc
 	done     chan int
 	out      *tailWriter
+	// stopTimeout is how long the run waits for its components to stop.
+	stopTimeout time.Duration
 }
 
 // runGateway starts `gateway run` in this process on the benchmark's
@@ -53,17 +56,14 @@ func (e *benchEnv) runGateway(ctx context.Context, noop bool) (*gatewayRun, erro
 		args = append(args, "--allow-fsync-off")
 	}
 	started := make(chan int32, 1)
-	h := &runHooks{started: func(pool *pgxpool.Pool) { started <- pool.Config().MaxConns }}
+	h := RunHooks{Started: func(pool *pgxpool.Pool) { started <- pool.Config().MaxConns }}
 	if noop {
-		h.executors = []adapters.Executor{noopExecutor{}}
+		h.Executors = []adapters.Executor{NoopExecutor{}}
 	}
 	out := &tailWriter{max: 16 << 10}
-	// No environment: the bench's own variables (a database URL, tokens)
-	// must not reach it; everything it uses is in args.
-	inner := &app{stdout: out, stderr: out, getenv: func(string) string { return "" }, runHooks: h}
 	rctx, cancel := context.WithCancel(ctx)
-	g := &gatewayRun{cancel: cancel, done: make(chan int, 1), out: out}
-	go func() { g.done <- cmdRun(rctx, inner, args) }()
+	g := &gatewayRun{cancel: cancel, done: make(chan int, 1), out: out, stopTimeout: e.stopTimeout}
+	go func() { g.done <- e.gatewayMain(rctx, args, out, h) }()
 	t := time.NewTimer(time.Minute)
 	defer t.Stop()
 	select {
@@ -82,11 +82,11 @@ func (e *benchEnv) runGateway(ctx context.Context, noop bool) (*gatewayRun, erro
 // stop stops the run as SIGTERM does and waits for it to exit.
 func (g *gatewayRun) stop() error {
 	g.cancel()
-	t := time.NewTimer(stopTimeout + 10*time.Second)
+	t := time.NewTimer(g.stopTimeout + 10*time.Second)
 	defer t.Stop()
 	select {
 	case code := <-g.done:
-		if code != exitOK {
+		if code != errmap.ExitOK {
 			return fmt.Errorf("gateway run exited %d: %s", code, g.out.String())
 		}
 		return nil
@@ -116,7 +116,7 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 func (w *tailWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return oneLine(string(w.b))
+	return errmap.OneLine(string(w.b))
 }
 
 // waitDone polls until no intent of the backlog (ids lo..hi) is left
@@ -179,7 +179,7 @@ func (e *benchEnv) purgeNoop(ctx context.Context) error {
 // outcome is recorded, against the relay alone (`gateway run --adapters
 // ""`, every intent relayed) on the same backlog in the same run. Both are
 // timed from starting the process.
-func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]benchResult, error) {
+func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]Result, error) {
 	n := e.drainN
 	drainOnce := func(noop bool) (float64, int32, error) {
 		if err := e.reset(ctx); err != nil {
@@ -228,7 +228,7 @@ func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]benchResult, error) {
 	// Issue 12's goal: at least River's worked rate on this machine
 	// (7,700-10,600 jobs/s with a 5 ms fetch cooldown).
 	const riverRate = 7700
-	return []benchResult{{
+	return []Result{{
 		Name: "e2e-drain", Unit: "intents/s", Value: drain, Baseline: relay, Ratio: ratioOf(drain, relay),
 		Goal: ">= 7700/s (River's worked rate here)", Met: drain >= riverRate,
 		Note: fmt.Sprintf("backlog of %d committed intents drained to recorded outcomes by gateway run as shipped with the no-op adapter (db_max_conns=%d); baseline: the relay alone on the same backlog (db_max_conns=%d)",
@@ -242,7 +242,7 @@ func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]benchResult, error) {
 // shared), each a new file in one directory, against the same
 // concurrency doing the least a durable atomic publication needs: write a
 // temporary file, fsync it, rename it into place, fsync the directory.
-func (e *benchEnv) caseFileDrain(ctx context.Context) ([]benchResult, error) {
+func (e *benchEnv) caseFileDrain(ctx context.Context) ([]Result, error) {
 	a, err := file.New(file.Config{Root: filepath.Join(e.fileDir, "adapter")})
 	if err != nil {
 		return nil, err
@@ -310,7 +310,7 @@ func (e *benchEnv) caseFileDrain(ctx context.Context) ([]benchResult, error) {
 	// manifest ahead, the mark) and 2 directory fsyncs in sequence, the
 	// baseline 1 and 1, so 2/5 of the baseline if every fsync cost the
 	// same and none were shared.
-	return []benchResult{ratioResult("file-drain", "files/s", pubRate, rawRate, 0.4,
+	return []Result{ratioResult("file-drain", "files/s", pubRate, rawRate, 0.4,
 		fmt.Sprintf("%d concurrent publications of %d bytes, a new file each, into one directory (%s); baseline: write, fsync, rename, fsync the directory, same concurrency",
 			benchFileWorkers, benchPayloadBytes, fsType(e.fileDir)))}, nil
 }
