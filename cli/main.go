@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/outbox"
@@ -154,6 +155,13 @@ func Main(ctx context.Context, args []string, opts Options) int {
 // built-in kinds and the program's own (Options.Kinds).
 func (a *app) outboxConfig() outbox.Config {
 	kinds := outbox.DefaultKinds()
+	// Where the webhook allow-list is known here too ($GATEWAY_WEBHOOK_ALLOW,
+	// as the gateway's), enqueue refuses a URL to a host not on it.
+	if allow := a.getenv("GATEWAY_WEBHOOK_ALLOW"); allow != "" {
+		if w, err := webhook.New(webhook.Config{Allow: webhook.SplitList(allow)}); err == nil {
+			kinds[webhook.Kind] = w.KindSpec()
+		}
+	}
 	maps.Copy(kinds, a.kinds)
 	return outbox.Config{Kinds: kinds}
 }

@@ -149,6 +149,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
+	if *hookPerHost < 1 {
+		return a.fail(badInput("webhook_max_concurrency_per_host", "--webhook-max-concurrency-per-host must be at least 1"))
+	}
 	list := *adapterList
 	if !flagSet(fs, "adapters") && *hookAllow != "" {
 		list += "," + webhook.Kind // the allow-list is the opt-in
