@@ -254,8 +254,8 @@ func checkDemo(t *testing.T, p *devProc, intents []demoIntent, fileRoot string) 
 			kinds = append(kinds, r.kind)
 		}
 	}
-	if strings.Join(kinds, ",") != "file,email" {
-		t.Errorf("B's intents (epoch %d) are %v, want a file and an email", bEpoch, kinds)
+	if strings.Join(kinds, ",") != "file,email,webhook" {
+		t.Errorf("B's intents (epoch %d) are %v, want a file, an email and a webhook", bEpoch, kinds)
 	}
 	b, err := os.ReadFile(filepath.Join(fileRoot, "reports", "nightly.txt"))
 	if err != nil {
@@ -293,7 +293,10 @@ func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
 	}
 	// stderr is copied by another goroutine than stdout: the human lines,
 	// written just before the JSON object, may arrive a moment later.
-	for _, want := range []string{"admin", "NATS", "PostgreSQL", "SMTP", "file root", r.AdminURL, r.NATSURL, r.SMTPAddr, r.FileRoot} {
+	if !strings.HasPrefix(r.WebhookURL, "http://127.0.0.1:") {
+		t.Errorf("webhook_url %q, want the echo receiver on loopback", r.WebhookURL)
+	}
+	for _, want := range []string{"admin", "NATS", "PostgreSQL", "SMTP", "file root", "webhook", r.AdminURL, r.NATSURL, r.SMTPAddr, r.FileRoot, r.WebhookURL} {
 		deadline := time.Now().Add(10 * time.Second)
 		for !strings.Contains(p.stderr.String(), want) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
@@ -311,6 +314,9 @@ func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
 	intents := waitDemo(t, p, conn)
 	checkDemo(t, p, intents, fileRoot)
 	_ = conn.Close(ctx)
+	if !strings.Contains(p.stderr.String(), "the webhook receiver got 1 request(s)") {
+		t.Errorf("stderr does not say the webhook was received once")
+	}
 
 	// The admin API shows the same intents.
 	resp, err := http.Get(r.AdminURL + "/api/v1/intents?resource=nightly-report")
@@ -335,6 +341,7 @@ func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
 	}
 	for name, addr := range map[string]string{
 		"NATS": devNATSAddr(t, r.NATSURL), "SMTP": r.SMTPAddr, "admin": strings.TrimPrefix(r.AdminURL, "http://"),
+		"webhook": strings.TrimPrefix(r.WebhookURL, "http://"),
 	} {
 		if !devPortClosed(addr) {
 			t.Errorf("%s port %s still open", name, addr)

@@ -15,6 +15,8 @@
 //   - 2xx: succeeded; the result holds the status, a safe subset of the
 //     headers, the body (up to 64 KiB, marked truncated) and elapsed_ms.
 //   - 408, 425, 429, 5xx: retryable, no sooner than the Retry-After.
+//   - 409 with Fencegate-Current-Epoch above the request's epoch: the
+//     receiver fenced a stale request out; superseded.
 //   - 3xx (redirects are never followed) and other 4xx: failed.
 //   - No connection, DNS, TLS handshake — before any byte of the request
 //     was written: retryable.

@@ -1,10 +1,14 @@
 package webhook
 
 import (
+	"cmp"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/base64"
+	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -81,4 +85,50 @@ func Sign(secrets []Secret, id string, ts time.Time, body []byte) string {
 		sigs[i] = "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
 	}
 	return strings.Join(sigs, " ")
+}
+
+// Errors of Verify.
+var (
+	ErrNoSignature  = errors.New("webhook: webhook-id, webhook-timestamp or webhook-signature missing")
+	ErrBadTimestamp = errors.New("webhook: webhook-timestamp not within the tolerance")
+	ErrBadSignature = errors.New("webhook: no signature matches")
+)
+
+// DefaultTolerance is how far a webhook-timestamp may be from the
+// receiver's clock (Standard Webhooks: 5 minutes), against replays.
+const DefaultTolerance = 5 * time.Minute
+
+// Verify is the receiver's side, for Go receivers: it checks that h and
+// body carry a valid Standard Webhooks signature by one of secrets
+// (several during a rotation), with a webhook-timestamp within tolerance
+// of now (zero: DefaultTolerance). Verify the raw body as received, before
+// decoding it.
+func Verify(secrets []Secret, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	id, stamp, sigs := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp), h.Get(HeaderWebhookSignature)
+	if id == "" || stamp == "" || sigs == "" {
+		return ErrNoSignature
+	}
+	sec, err := strconv.ParseInt(stamp, 10, 64)
+	if err != nil {
+		return ErrBadTimestamp
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > cmp.Or(tolerance, DefaultTolerance) || -d > cmp.Or(tolerance, DefaultTolerance) {
+		return ErrBadTimestamp
+	}
+	for _, s := range secrets {
+		want := Sign([]Secret{s}, id, time.Unix(sec, 0), body)
+		for _, got := range strings.Fields(sigs) {
+			if hmac.Equal([]byte(got), []byte(want)) {
+				return nil
+			}
+		}
+	}
+	return ErrBadSignature
+}
+
+// NewSecret returns a fresh random secret, "whsec_" + base64 of 32 bytes.
+func NewSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
 }

@@ -298,6 +298,12 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, nil
 	case status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests || status >= 500:
 		return adapters.Outcome{}, adapters.RetryableAfter(errors.New(what+excerpt(res)), retryAfter(hdr.Get("Retry-After"), a.cfg.Now()))
+	case status == http.StatusConflict && fencedOut(hdr, req.Epoch) > 0:
+		// The receiver fenced this request out: it holds a newer epoch
+		// for the resource (Fencegate-Current-Epoch). That is superseded,
+		// not a failure: the stale write was refused where it mattered.
+		b, _ := json.Marshal(map[string]any{"superseded_by_epoch": fencedOut(hdr, req.Epoch), "fenced_at": "destination", "status": status})
+		return adapters.Outcome{Status: outbox.StatusSuperseded, Result: b}, nil
 	case status >= 300 && status < 400:
 		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("%s: redirects are not followed (Location %q)%s", what, redactRaw(hdr.Get("Location")), excerpt(res)))
 	default:
@@ -452,6 +458,21 @@ func (a *Adapter) slot(ctx context.Context, u *url.URL) (func(), error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+}
+
+// HeaderCurrentEpoch is the header a receiver answers a 409 with when it
+// refuses a request whose Fencegate-Epoch is older than the resource's
+// epoch it holds: the intent is then superseded.
+const HeaderCurrentEpoch = "Fencegate-Current-Epoch"
+
+// fencedOut is the newer epoch a 409 names (HeaderCurrentEpoch), or 0
+// when it names none above epoch.
+func fencedOut(h http.Header, epoch int64) int64 {
+	cur, err := strconv.ParseInt(h.Get(HeaderCurrentEpoch), 10, 64)
+	if err != nil || cur <= epoch {
+		return 0
+	}
+	return cur
 }
 
 // retryAfter reads a Retry-After value: seconds, or an HTTP date.

@@ -370,6 +370,18 @@ func TestSignaturesAndRotation(t *testing.T) {
 			t.Error("a tampered body verified")
 		}
 	}
+	// The package's own Verify agrees with the reference algorithm, and
+	// refuses a replay outside the tolerance and a tampered body.
+	both, _ := webhook.ParseSecrets("s", []string{newS})
+	if err := webhook.Verify(both, got[0].Header, got[0].Body, time.Now(), 0); err != nil {
+		t.Errorf("Verify: %v", err)
+	}
+	if err := webhook.Verify(both, got[0].Header, got[0].Body, time.Now().Add(10*time.Minute), 0); !errors.Is(err, webhook.ErrBadTimestamp) {
+		t.Errorf("Verify 10 minutes later: %v, want ErrBadTimestamp", err)
+	}
+	if err := webhook.Verify(both, got[0].Header, append(got[0].Body, ' '), time.Now(), 0); !errors.Is(err, webhook.ErrBadSignature) {
+		t.Errorf("Verify of another body: %v, want ErrBadSignature", err)
+	}
 	if got[0].Header.Get("webhook-id") != got[1].Header.Get("webhook-id") || got[0].Header.Get("webhook-id") != webhook.WebhookID(key) {
 		t.Errorf("webhook-id %q then %q, want %q on every attempt", got[0].Header.Get("webhook-id"), got[1].Header.Get("webhook-id"), webhook.WebhookID(key))
 	}

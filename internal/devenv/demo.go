@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -121,14 +122,37 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 	log.Info(fmt.Sprintf("demo: B enqueued the email to alice@example.com with epoch %d: intent %d", m, mres.IntentID),
 		"worker", "B", "intent_id", mres.IntentID, "operation_id", mailOp)
 
-	// 5. The dispatcher relays both through NATS; the adapters execute and
+	// 4b. ... and announces this publication (epoch m) with a webhook: the
+	// receiver sees B's epoch in Fencegate-Epoch, and the key is this
+	// publication's (the receiver's address differs from run to run, and
+	// the same key with other content would be a conflict).
+	hookOp := demoOpID("B", "webhook", m)
+	hookKey := fmt.Sprintf("nightly-report/%s/published-epoch-%d", day, m)
+	hres, err := ob.Enqueue(ctx, outbox.Intent{
+		Resource: demoResource, Epoch: m, OperationID: hookOp, Kind: webhook.Kind,
+		IdempotencyKey: hookKey,
+		Payload: demoJSON(map[string]any{
+			"url":        d.echo.URL() + "/hooks/report-published",
+			"body":       map[string]any{"report": demoTarget, "day": day},
+			"lookup_url": d.echo.URL() + "/lookup",
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("B's webhook intent: %w", err)
+	}
+	log.Info(fmt.Sprintf("demo: B enqueued the webhook to %s/hooks/report-published with epoch %d: intent %d", d.echo.URL(), m, hres.IntentID),
+		"worker", "B", "intent_id", hres.IntentID, "operation_id", hookOp)
+
+	// 5. The dispatcher relays them through NATS; the adapters execute and
 	// record the outcome in PostgreSQL.
 	frec, err := demoAwait(ctx, ob, log, fres.IntentID)
 	if err != nil {
 		return err
 	}
-	if _, err := demoAwait(ctx, ob, log, mres.IntentID); err != nil {
-		return err
+	for _, id := range []int64{mres.IntentID, hres.IntentID} {
+		if _, err := demoAwait(ctx, ob, log, id); err != nil {
+			return err
+		}
 	}
 	if frec.Status == outbox.StatusSuperseded {
 		log.Warn(fmt.Sprintf("demo: B's publication was superseded at the destination: %s already holds a newer epoch from an earlier run "+
@@ -187,10 +211,12 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 	if d.sink != nil {
 		log.Info(fmt.Sprintf("demo: the SMTP sink holds %d message(s)", len(d.sink.Messages())))
 	}
+	log.Info(fmt.Sprintf("demo: the webhook receiver got %d request(s) for the report's key (%s/requests)",
+		d.echo.Count(hookKey), d.echo.URL()))
 	if err := issuer.Release(ctx, demoResource, demoHolderB, m); err != nil {
 		log.Warn("demo: B could not release the lease", "error", err)
 	}
-	log.Info(fmt.Sprintf("demo: done. B's report (epoch %d) is published and mailed once; A's stale write (epoch %d) changed nothing. Browse %s; Ctrl-C to stop.",
+	log.Info(fmt.Sprintf("demo: done. B's report (epoch %d) is published, mailed and announced once; A's stale write (epoch %d) changed nothing. Browse %s; Ctrl-C to stop.",
 		m, n, d.adminURL))
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
@@ -54,6 +55,9 @@ type Ready struct {
 	DatabaseURL string `json:"database_url"`
 	SMTPAddr    string `json:"smtp_addr"`
 	FileRoot    string `json:"file_root"`
+	// WebhookURL is the built-in echo receiver, the one destination the
+	// webhook adapter may call (GET /requests lists what it received).
+	WebhookURL string `json:"webhook_url"`
 	// MailpitURL is set when mail goes to Mailpit instead of the built-in
 	// sink.
 	MailpitURL string `json:"mailpit_url,omitempty"`
@@ -214,6 +218,7 @@ type devEnv struct {
 	natsURL  string
 	sink     *devsmtp.Server // nil with --mailpit-url
 	smtpAddr string
+	echo     *echo // the built-in webhook receiver
 	fileRoot string
 	stack    *gateway.Gateway
 	adminLn  net.Listener
@@ -263,6 +268,13 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 	if err := d.startMail(); err != nil {
 		return Ready{}, err
 	}
+	// A fresh signing secret per run, known to the gateway and the echo
+	// receiver only.
+	hookSecret := webhook.NewSecret()
+	if d.echo, err = startEcho(hookSecret); err != nil {
+		return Ready{}, errmap.Invalid("webhook", "cannot start the echo receiver: "+errmap.OneLine(err.Error()))
+	}
+	d.add("webhook echo receiver", func() { _ = d.echo.Close() })
 	root, err = filepath.Abs(d.opts.FileRoot)
 	if err != nil {
 		return Ready{}, errmap.Invalid("file_root", "--file-root: "+err.Error())
@@ -276,11 +288,15 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 		Pool:          d.pool,
 		NATSURL:       d.natsURL,
 		RunDispatcher: true,
-		Adapters:      []string{email.Kind, file.Kind},
+		Adapters:      []string{email.Kind, file.Kind, webhook.Kind},
 		File:          file.Config{Root: root},
-		Email:         email.Config{Addr: d.smtpAddr},
-		Idempotency:   idempotency.Config{GroupCommit: true}, // as gateway run's default
-		Logger:        d.log,
+		// The echo receiver is the one destination allowed (its address
+		// itself: it is on loopback); it dedups on the key, so a lost
+		// answer is resent.
+		Webhook:     webhook.Config{Allow: []string{d.echo.Addr()}, DedupsOnKey: []string{d.echo.Addr()}, Secrets: []string{hookSecret}},
+		Email:       email.Config{Addr: d.smtpAddr},
+		Idempotency: idempotency.Config{GroupCommit: true}, // as gateway run's default
+		Logger:      d.log,
 	}
 	if d.sink != nil {
 		// The sink offers no STARTTLS; saying so skips the probe.
@@ -303,7 +319,7 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 
 	r := Ready{
 		AdminURL: d.adminURL, NATSURL: d.natsURL, DatabaseURL: d.dbURL, SMTPAddr: d.smtpAddr,
-		FileRoot: d.fileRoot, MailpitURL: d.opts.MailpitURL, DataDir: d.dataDir,
+		FileRoot: d.fileRoot, WebhookURL: d.echo.URL(), MailpitURL: d.opts.MailpitURL, DataDir: d.dataDir,
 		DataDirKept: d.opts.DataDir != "", Demo: d.opts.Demo,
 	}
 	if d.pg != nil {
@@ -530,6 +546,7 @@ func (d *devEnv) printReady(r Ready, took time.Duration) {
 		fmt.Fprintf(w, "  SMTP        %s (Mailpit, lookup via %s)\n", r.SMTPAddr, r.MailpitURL)
 	}
 	fmt.Fprintf(w, "  file root   %s\n", r.FileRoot)
+	fmt.Fprintf(w, "  webhook     %s (echo receiver, the one allowed destination; %s/requests lists what it got)\n", r.WebhookURL, r.WebhookURL)
 	switch {
 	case r.DataDir == "":
 	case r.DataDirKept:
