@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/migrations"
@@ -53,6 +54,20 @@ func Run(m *testing.M) int {
 	code := m.Run()
 	if cluster != nil {
 		_ = cluster.Stop()
+	}
+	return code
+}
+
+// RunLeakChecked is Run, then, when the tests passed, a check for leaked
+// goroutines (as goleak.VerifyTestMain would, but after the throwaway
+// cluster is stopped); it returns the exit code for os.Exit.
+func RunLeakChecked(m *testing.M) int {
+	code := Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
 	}
 	return code
 }
