@@ -57,6 +57,11 @@ type Config struct {
 	NATSReady func() error
 	// ReadyTimeout bounds each /readyz check. Default: 2 seconds.
 	ReadyTimeout time.Duration
+	// Ready, when set, answers /readyz instead of the server's own check
+	// (PostgreSQL and NATSReady): the gateway hands it its readiness of
+	// every part it runs, so that the admin address and the metrics
+	// address say the same.
+	Ready http.Handler
 	// Logger. Nil: discard.
 	Logger *slog.Logger
 }
@@ -409,6 +414,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // readyz checks PostgreSQL and NATS, each with its own timeout, and names
 // the one that failed.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		s.cfg.Ready.ServeHTTP(w, r)
+		return
+	}
 	checks := map[string]string{}
 	ok := true
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadyTimeout)

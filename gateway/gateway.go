@@ -554,8 +554,8 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	return nil
 }
 
-// serveAdmin starts the admin API and pages on cfg.AdminAddr. Readiness
-// checks PostgreSQL and the gateway's NATS connection.
+// serveAdmin starts the admin API and pages on cfg.AdminAddr. Its /readyz
+// is the gateway's (readyz).
 func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
 	acfg := admin.Config{
 		Pool:     cfg.Pool,
@@ -566,14 +566,9 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 		Registry: reg,
 		Logger:   log,
 	}
-	if nc := s.nc; nc != nil {
-		acfg.NATSReady = func() error {
-			if st := nc.Status(); st != nats.CONNECTED {
-				return fmt.Errorf("NATS connection is %s", st)
-			}
-			return nil
-		}
-	}
+	// One readiness for the process: the admin address's /readyz is the
+	// metrics address's (probe.go), every part this process runs.
+	acfg.Ready = http.HandlerFunc(s.readyz)
 	srv, err := admin.New(acfg)
 	if err != nil {
 		return errmap.Invalid("tokens", errmap.OneLine(err.Error()))
@@ -582,19 +577,21 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 	if err != nil {
 		return errmap.Invalid("admin_addr", "cannot listen on --admin-addr: "+errmap.OneLine(err.Error()))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	// The admin server's own lifecycle (startstop): Start returns once it
+	// serves, Stop shuts it down and waits, Stopped closes if it ends on
+	// its own (watched by add).
+	if err := srv.Start(context.Background(), ln); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	go func() {
-		defer close(done)
-		if err := srv.ServeListener(ctx, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		<-srv.Stopped()
+		if err := srv.Err(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("gateway: admin server", "component", "gateway", "error", err)
 		}
 	}()
 	s.adminAddr = ln.Addr().String()
-	s.add(part{name: "admin", stopped: done, stop: func() {
-		cancel()
-		<-done
-	}})
+	s.add(part{name: "admin", stopped: srv.Stopped(), stop: srv.Stop})
 	log.Info("gateway: serving the admin API and pages", "component", "gateway", "addr", s.adminAddr,
 		"url", "http://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
 	return nil

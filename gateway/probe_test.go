@@ -41,7 +41,7 @@ func TestProbesOnTheMetricsAddress(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	srv := natstest.Start(t)
-	relay, err := Start(context.Background(), Config{Pool: pool, NATSURL: srv.URL, RunDispatcher: true, MetricsAddr: "127.0.0.1:0"})
+	relay, err := Start(context.Background(), Config{Pool: pool, NATSURL: srv.URL, RunDispatcher: true, MetricsAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +49,10 @@ func TestProbesOnTheMetricsAddress(t *testing.T) {
 	p := getProbe(t, relay.MetricsAddr(), "/readyz")
 	if p.code != http.StatusOK || p.Checks["dispatcher"] != "running" || p.Checks["postgres"] != "ok" || p.Checks["stream"] != "ok" {
 		t.Fatalf("relay /readyz = %d %+v, want 200 with dispatcher running, postgres and stream ok", p.code, p)
+	}
+	// The admin address answers with the same readiness, every part.
+	if a := getProbe(t, relay.AdminAddr(), "/readyz"); a.code != p.code || a.Checks["dispatcher"] != "running" || a.Checks["stream"] != "ok" {
+		t.Fatalf("admin /readyz = %d %+v, want the metrics address's %d %+v", a.code, a.Checks, p.code, p.Checks)
 	}
 	if _, ok := p.Checks["adapters"]; ok {
 		t.Fatalf("a relay-only process reports adapters: %+v", p.Checks)
