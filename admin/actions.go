@@ -248,17 +248,14 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 	// Lock the intent's row: the status check below and the update are one
 	// atomic step, ordered with the dispatcher's and adapters' writes to
 	// the row (which all lock it too).
-	var status string
-	var lastError *string
-	var attempts int
-	err = tx.QueryRow(ctx, `SELECT status, last_error, attempts FROM intents WHERE intent_id = $1 FOR UPDATE`, req.IntentID).
-		Scan(&status, &lastError, &attempts)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return outbox.ErrNotFound
-	}
+	locked, found, err := intents.Lock(ctx, tx, req.IntentID)
 	if err != nil {
 		return fmt.Errorf("lock intent: %w", err)
 	}
+	if !found {
+		return outbox.ErrNotFound
+	}
+	status, lastError, attempts := locked.Status, locked.LastError, locked.Attempts
 	from := outbox.Status(status)
 	res.FromStatus, res.Status = from, from
 	if !slices.Contains(allowedFrom[req.Action], from) {

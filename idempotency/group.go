@@ -298,18 +298,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 				return rows.Err()
 			})
 		}
-		b.Queue(`SELECT intent_id, status FROM intents WHERE intent_id = ANY($1) ORDER BY intent_id FOR UPDATE`, ids).
-			Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var id int64
-					var st string
-					if err := rows.Scan(&id, &st); err != nil {
-						return err
-					}
-					statuses[id] = outbox.Status(st)
-				}
-				return rows.Err()
-			})
+		intents.QueueLockStatuses(&b, ids, func(id int64, st string) { statuses[id] = outbox.Status(st) })
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return fmt.Errorf("lock keys and intents: %w", err)
 		}

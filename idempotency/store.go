@@ -538,19 +538,17 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 // while the intent has no final status; the row lock orders it with an
 // operator's cancel as countAttempt's UPDATE does.
 func currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
-	var attempts int
-	var status string
-	err := tx.QueryRow(ctx, `SELECT attempts, status FROM intents WHERE intent_id = $1 FOR UPDATE`, intentID).Scan(&attempts, &status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
-	}
+	l, ok, err := intents.Lock(ctx, tx, intentID)
 	if err != nil {
 		return 0, fmt.Errorf("read attempts of intent %d: %w", intentID, err)
 	}
-	if outbox.Status(status).Terminal() {
-		return 0, &IntentTerminalError{IntentID: intentID, Status: outbox.Status(status)}
+	if !ok {
+		return 0, fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
 	}
-	return attempts, nil
+	if outbox.Status(l.Status).Terminal() {
+		return 0, &IntentTerminalError{IntentID: intentID, Status: outbox.Status(l.Status)}
+	}
+	return l.Attempts, nil
 }
 
 // countAttempt increments the intent's attempts, only while the intent has

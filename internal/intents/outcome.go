@@ -141,3 +141,41 @@ func NullString(s string) any {
 	}
 	return s
 }
+
+// Locked is an intent's row as a locking read returns it.
+type Locked struct {
+	Status    string
+	LastError *string
+	Attempts  int
+}
+
+// Lock locks intent id's row (FOR UPDATE) and returns its status, last
+// error and attempts; ok is false when there is no such intent. Take it
+// after the key's lock, as every writer does (the package's lock order).
+func Lock(ctx context.Context, tx pgx.Tx, id int64) (l Locked, ok bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT status, last_error, attempts FROM intents WHERE intent_id = $1 FOR UPDATE`, id).
+		Scan(&l.Status, &l.LastError, &l.Attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, false, nil
+	}
+	return l, err == nil, err
+}
+
+// QueueLockStatuses queues, on b, the locking read of the intents ids, in
+// intent_id order (the order every multi-row lock takes, so that two
+// batches never wait for each other), calling found with each one's
+// status.
+func QueueLockStatuses(b *pgx.Batch, ids []int64, found func(id int64, status string)) {
+	b.Queue(`SELECT intent_id, status FROM intents WHERE intent_id = ANY($1) ORDER BY intent_id FOR UPDATE`, ids).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				var st string
+				if err := rows.Scan(&id, &st); err != nil {
+					return err
+				}
+				found(id, st)
+			}
+			return rows.Err()
+		})
+}

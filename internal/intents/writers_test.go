@@ -10,9 +10,11 @@ import (
 	"testing"
 )
 
-// writerRE matches a statement that changes the intents table, in any case
-// and spacing (intent_events and other tables do not match).
-var writerRE = regexp.MustCompile(`(?i)\b(update|delete\s+from|insert\s+into)\s+intents\b`)
+// writerRE matches a statement that changes the intents table, or locks
+// its rows (a locking read takes part in the lock order), in any case and
+// spacing (intent_events and other tables do not match).
+var writerRE = regexp.MustCompile(`(?i)\b(update|delete\s+from|insert\s+into)\s+intents\b` +
+	"|(?is)\\bfrom\\s+intents\\b[^`;]*?\\bfor\\s+(no\\s+key\\s+)?(update|share)\\b")
 
 // allowed are the non-test files outside this package that may write the
 // intents table, by slash path from the module root (path.Match patterns),
@@ -96,6 +98,7 @@ func TestWriterRE(t *testing.T) {
 	for _, s := range []string{
 		"UPDATE intents SET", "update intents i", "DELETE FROM intents WHERE", "delete  from\n\tintents",
 		"INSERT INTO intents (", "Insert Into intents(", "UPDATE\n\tintents",
+		"SELECT status FROM intents WHERE intent_id = $1 FOR UPDATE", "select 1 from intents\n where x for no key update",
 	} {
 		if !writerRE.MatchString(s) {
 			t.Errorf("%q not recognised as a writer", s)
@@ -103,7 +106,7 @@ func TestWriterRE(t *testing.T) {
 	}
 	for _, s := range []string{
 		"SELECT * FROM intents", "INSERT INTO intent_events", "UPDATE idempotency_keys", "DELETE FROM intents_old",
-		"UPDATE myintents",
+		"UPDATE myintents", "SELECT * FROM intents WHERE a; SELECT 1 FROM keys FOR UPDATE",
 	} {
 		if writerRE.MatchString(s) {
 			t.Errorf("%q recognised as a writer", s)
