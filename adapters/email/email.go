@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/email/emailkind"
 	"github.com/fencegate/fencegate/outbox"
 )
 
 // Kind is the intent kind this adapter serves.
-const Kind = "email"
+const Kind = emailkind.Name
 
 // Defaults of Config.
 const (

@@ -23,7 +23,7 @@ import (
 )
 
 // Kind is the intent kind the adapter serves.
-const Kind = "file"
+const Kind = filekind.Name
 
 // Defaults of Config.
 const (
