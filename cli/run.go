@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
@@ -95,7 +96,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		replicas      = fs.Int("stream-replicas", dispatcher.DefaultStreamReplicas, "replicas of the stream "+"GATEWAY_INTENTS")
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
 
-		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
+		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook, s3 and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
 		fileRoot    = fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)")
 		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
 		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
@@ -111,6 +112,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		hookSecret  = fs.String("webhook-secret", "", "Standard Webhooks signing secrets, whsec_<base64>, comma-separated for rotation (every request signed by each); default $GATEWAY_WEBHOOK_SECRET, none: unsigned")
 		hookDedups  = fs.String("webhook-dedups-on-key", "", "webhook destinations (host or host:port, comma-separated) that drop a second request with the same Idempotency-Key: a lost answer from them is resent with the same key")
 		hookPerHost = fs.Int("webhook-max-concurrency-per-host", webhook.DefaultMaxConcurrencyPerHost, "webhook requests in flight to one host:port at most")
+		s3Endpoint  = fs.String("s3-endpoint", "", "URL of an S3-compatible server for the s3 adapter (default: AWS); credentials from the AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, shared config)")
+		s3PathStyle = fs.Bool("s3-path-style", false, "path-style addressing (endpoint/bucket/key); on by default when --s3-endpoint is given")
+		s3Bucket    = fs.String("s3-bucket", "", "the s3 adapter's default bucket (required to run it; probed at start: it must enforce conditional writes)")
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", adapters.DefaultConcurrency, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
@@ -198,6 +202,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			MaxConcurrencyPerHost: *hookPerHost,
 			LookupSettle:          0, // the runtime's --lookup-settle
 		},
+		S3:         s3.Config{Endpoint: *s3Endpoint, Bucket: *s3Bucket, PathStyle: s3PathStyleFlag(fs, *s3PathStyle)},
 		MailLookup: *mailLookup,
 		MailpitURL: *mailpitURL,
 		Runtime: adapters.Config{
@@ -350,6 +355,15 @@ func (a *app) parseAdapters(list string) ([]string, []adapters.Executor, error) 
 		kinds = append(kinds, k)
 	}
 	return kinds, extra, nil
+}
+
+// s3PathStyleFlag is --s3-path-style when given, else nil (the adapter's
+// default: on with an endpoint).
+func s3PathStyleFlag(fs *flag.FlagSet, v bool) *bool {
+	if !flagSet(fs, "s3-path-style") {
+		return nil
+	}
+	return &v
 }
 
 // flagSet reports whether name was given, on the command line or as

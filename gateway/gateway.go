@@ -42,6 +42,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
@@ -63,7 +64,7 @@ const (
 )
 
 // BuiltinAdapters are the adapter kinds Config.Adapters accepts.
-var BuiltinAdapters = []string{email.Kind, file.Kind, webhook.Kind}
+var BuiltinAdapters = []string{email.Kind, file.Kind, webhook.Kind, s3.Kind}
 
 // New checks cfg and returns a Gateway to Start, on pool (required; not
 // closed by Stop) and nc (nil: Start dials cfg.NATSURL and Stop closes the
@@ -150,7 +151,7 @@ type Config struct {
 	Dispatcher dispatcher.Config
 
 	// Adapters lists the built-in adapters to run ("email", "file",
-	// "webhook"). Empty
+	// "webhook", "s3"). Empty
 	// with no ExtraExecutors: no adapter runtime.
 	Adapters []string
 	// File configures the file adapter (Root required when it runs; Logger
@@ -163,6 +164,10 @@ type Config struct {
 	// runs; Logger defaults to the gateway's). Its allow-list is checked at
 	// the admin intake too.
 	Webhook webhook.Config
+	// S3 configures the s3 adapter (Bucket required when it runs: the
+	// default bucket, probed at start for enforced conditional writes;
+	// Logger defaults to the gateway's).
+	S3 s3.Config
 	// MailLookup is "none" (default) or "mailpit" (then MailpitURL is
 	// required). Ignored when Email.Lookup is set.
 	MailLookup string
@@ -227,6 +232,9 @@ func (c *Config) Validate() error {
 		if _, err := webhook.New(c.Webhook); err != nil {
 			return errmap.Map(err)
 		}
+	}
+	if slices.Contains(c.Adapters, s3.Kind) && c.S3.Bucket == "" {
+		return errmap.Invalid("s3_bucket", "--s3-bucket is required when the s3 adapter runs: the default bucket, where it checks at start that conditional writes are enforced")
 	}
 	if slices.Contains(c.Adapters, file.Kind) && c.File.Root == "" {
 		return errmap.Invalid("file_root", "--file-root must not be empty when the file adapter runs")
@@ -474,6 +482,27 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 			execs = append(execs, f)
 		case webhook.Kind:
 			execs = append(execs, s.webhook) // made by clients, for the intake's kind
+		case s3.Kind:
+			scfg := cfg.S3
+			scfg.Logger = cmp.Or(scfg.Logger, log)
+			a, err := s3.New(ctx, scfg)
+			if err != nil {
+				return errmap.Map(err)
+			}
+			// Before anything is consumed: a server that ignores
+			// conditional writes would turn the destination's fence off
+			// without a sound.
+			if err := a.Probe(ctx); err != nil {
+				if errors.Is(err, s3.ErrConditionsIgnored) {
+					return errmap.Invalid("s3_endpoint", "--s3-endpoint: "+err.Error())
+				}
+				if m := errmap.Map(err); m.Code == errmap.InvalidInput {
+					return m
+				}
+				return errmap.New(errmap.Unavailable, "s3: "+errmap.OneLine(err.Error()))
+			}
+			log.Info("gateway: s3 bucket enforces conditional writes", "component", "gateway", "bucket", scfg.Bucket)
+			execs = append(execs, a)
 		}
 	}
 	execs = append(execs, cfg.ExtraExecutors...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/email/emailkind"
 	"github.com/fencegate/fencegate/adapters/file/filekind"
+	"github.com/fencegate/fencegate/adapters/s3/s3kind"
 	"github.com/fencegate/fencegate/adapters/webhook/webhookkind"
 )
 
@@ -139,8 +140,8 @@ type KindSpec struct {
 }
 
 // DefaultKinds returns the built-in kinds, email (fence commit), file
-// (fence execute) and webhook (fence commit), their payloads checked by
-// their adapters' own parsers.
+// (fence execute), webhook (fence commit) and s3 (fence execute), their
+// payloads checked by their adapters' own parsers.
 func DefaultKinds() map[string]KindSpec {
 	return map[string]KindSpec{
 		emailkind.Name: {DefaultFence: FenceCommit, Check: func(raw json.RawMessage) error {
@@ -156,6 +157,10 @@ func DefaultKinds() map[string]KindSpec {
 		// (webhook.Adapter.KindSpec) and at execute.
 		webhookkind.Name: {DefaultFence: FenceCommit, Check: func(raw json.RawMessage) error {
 			_, err := webhookkind.Parse(raw)
+			return err
+		}},
+		s3kind.Name: {DefaultFence: FenceExecute, Check: func(raw json.RawMessage) error {
+			_, err := s3kind.Parse(raw)
 			return err
 		}},
 	}

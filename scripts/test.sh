@@ -25,6 +25,7 @@ echo "== tools"
 # fails without it. See scripts/tools.sh.
 . scripts/tools.sh
 setup_mailpit
+setup_versitygw
 setup_nats
 setup_chromium
 

@@ -9,6 +9,10 @@
 #   setup_nats      NATS_SERVER_BIN: $NATS_SERVER_BIN, or bin/nats-server
 #                   built from the module version in go.mod when missing or
 #                   older than go.mod
+#   setup_versitygw VERSITYGW_BIN: the S3-compatible server of the s3
+#                   adapter's tests: $VERSITYGW_BIN, versitygw on $PATH, or
+#                   go install's directory, built with go install when
+#                   missing (about a minute, once)
 #   setup_chromium  CHROMIUM_BIN for the admin pages' browser test,
 #                   installed from Debian's packages as root when missing
 
@@ -21,27 +25,35 @@ go_bin_dir() {
 	echo "${gopath%%:*}/bin"
 }
 
-setup_mailpit() {
-	if [ -z "${MAILPIT_BIN:-}" ]; then
-		if command -v mailpit >/dev/null 2>&1; then
-			MAILPIT_BIN="$(command -v mailpit)"
+# setup_go_tool VAR NAME MODULE: VAR's value, NAME on $PATH, or go
+# install's directory, built there with go install when missing; exported.
+setup_go_tool() {
+	local var="$1" name="$2" module="$3" path
+	path="${!var:-}"
+	if [ -z "$path" ]; then
+		if command -v "$name" >/dev/null 2>&1; then
+			path="$(command -v "$name")"
 		else
 			local gobin
 			gobin="$(go_bin_dir)"
-			if [ ! -x "$gobin/mailpit" ]; then
-				echo "building mailpit (once)…"
+			if [ ! -x "$gobin/$name" ]; then
+				echo "building $name (once)…"
 				# Outside the module, so the install cannot touch go.mod.
-				(cd /tmp && GOFLAGS=-mod=mod go install github.com/axllent/mailpit@v1.33.1)
+				(cd /tmp && GOFLAGS=-mod=mod go install "$module")
 			fi
-			MAILPIT_BIN="$gobin/mailpit"
+			path="$gobin/$name"
 		fi
 	fi
-	if [ ! -x "$MAILPIT_BIN" ]; then
-		echo "mailpit: $MAILPIT_BIN is not an executable file"; return 1
+	if [ ! -x "$path" ]; then
+		echo "$name: $path is not an executable file"; return 1
 	fi
-	export MAILPIT_BIN
-	echo "mailpit: $MAILPIT_BIN"
+	export "$var=$path"
+	echo "$name: $path"
 }
+
+setup_mailpit() { setup_go_tool MAILPIT_BIN mailpit github.com/axllent/mailpit@v1.33.1; }
+
+setup_versitygw() { setup_go_tool VERSITYGW_BIN versitygw github.com/versity/versitygw/cmd/versitygw@v1.8.0; }
 
 setup_nats() {
 	if [ -z "${NATS_SERVER_BIN:-}" ]; then

@@ -8,6 +8,7 @@ package kindcheck
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -69,4 +70,32 @@ func Strings(obj map[string]json.RawMessage, name, what string) ([]string, error
 		}
 	}
 	return list, nil
+}
+
+// Content checks a content given as exactly one of text and base64 (the
+// payload fields "content" and "content_base64").
+func Content(text, b64 *string) error {
+	switch {
+	case text != nil && b64 != nil:
+		return fenceerr.Invalid("payload.content", "give exactly one of content or content_base64, not both")
+	case text == nil && b64 == nil:
+		return fenceerr.Invalid("payload.content", "one of content or content_base64 is required")
+	case b64 != nil:
+		if _, err := base64.StdEncoding.DecodeString(*b64); err != nil {
+			return fenceerr.Invalid("payload.content_base64", "is not valid base64: %v", err)
+		}
+	}
+	return nil
+}
+
+// Bytes returns a content that passed Content.
+func Bytes(text, b64 *string) []byte {
+	if text != nil {
+		return []byte(*text)
+	}
+	if b64 == nil {
+		return nil
+	}
+	b, _ := base64.StdEncoding.DecodeString(*b64)
+	return b
 }

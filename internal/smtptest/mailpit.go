@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/toolbin"
 )
 
 // MailpitModule is the Mailpit version built when no binary is found.
@@ -44,64 +45,7 @@ func MailpitBinary() (string, error) {
 }
 
 func findOrBuildMailpit() (string, error) {
-	if p := os.Getenv("MAILPIT_BIN"); p != "" {
-		if isExecutable(p) {
-			return p, nil
-		}
-		return "", fmt.Errorf("MAILPIT_BIN=%q is not an executable file", p)
-	}
-	if p, err := exec.LookPath("mailpit"); err == nil {
-		return p, nil
-	}
-	binDir, err := goBinDir()
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(binDir, "mailpit")
-	if isExecutable(p) {
-		return p, nil
-	}
-	// Build outside any module so the install cannot touch a go.mod.
-	cmd := exec.Command("go", "install", MailpitModule)
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build mailpit (go install %s): %w\n%s", MailpitModule, err, out)
-	}
-	if !isExecutable(p) {
-		return "", fmt.Errorf("go install %s succeeded but %s is missing", MailpitModule, p)
-	}
-	return p, nil
-}
-
-func goBinDir() (string, error) {
-	out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOBIN GOPATH: %w", err)
-	}
-	return binDirFromGoEnv(string(out))
-}
-
-// binDirFromGoEnv returns where `go install` puts binaries, from the output
-// of `go env GOBIN GOPATH`: one line per variable, GOBIN first.
-func binDirFromGoEnv(out string) (string, error) {
-	// Split before trimming: with GOBIN unset the first line is empty, and
-	// trimming the whole output first would shift GOPATH into GOBIN's place.
-	lines := strings.Split(out, "\n")
-	if gobin := strings.TrimSpace(lines[0]); gobin != "" {
-		return gobin, nil
-	}
-	if len(lines) < 2 || strings.TrimSpace(lines[1]) == "" {
-		return "", errors.New("go env: neither GOBIN nor GOPATH is set")
-	}
-	// GOPATH may be a list; go install uses the first entry.
-	gopath := filepath.SplitList(strings.TrimSpace(lines[1]))[0]
-	return filepath.Join(gopath, "bin"), nil
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+	return toolbin.Find("MAILPIT_BIN", "mailpit", MailpitModule)
 }
 
 // Mailpit is a running Mailpit process with its own database.
@@ -168,7 +112,7 @@ func startMailpit(bin, db string, extra []string) (*Mailpit, error) {
 	}, extra...)...)
 	m.cmd.Stdout = &syncWriter{w: m.logs}
 	m.cmd.Stderr = m.cmd.Stdout
-	setPdeathsig(m.cmd)
+	toolbin.SetPdeathsig(m.cmd)
 	if err := m.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}

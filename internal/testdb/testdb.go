@@ -58,11 +58,15 @@ func Run(m *testing.M) int {
 	return code
 }
 
-// RunLeakChecked is Run, then, when the tests passed, a check for leaked
-// goroutines (as goleak.VerifyTestMain would, but after the throwaway
-// cluster is stopped); it returns the exit code for os.Exit.
-func RunLeakChecked(m *testing.M) int {
+// RunLeakChecked is Run, then the stops (servers the package's TestMain
+// started), then, when the tests passed, a check for leaked goroutines (as
+// goleak.VerifyTestMain would, but after the throwaway cluster and the
+// servers are stopped); it returns the exit code for os.Exit.
+func RunLeakChecked(m *testing.M, stops ...func()) int {
 	code := Run(m)
+	for _, stop := range stops {
+		stop()
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)

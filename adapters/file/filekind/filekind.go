@@ -7,7 +7,6 @@
 package filekind
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"path"
 	"slices"
@@ -63,30 +62,14 @@ func (p Payload) Validate() error {
 	if err := ValidateTarget(p.Target); err != nil {
 		return err
 	}
-	switch {
-	case p.Content != nil && p.ContentBase64 != nil:
-		return fenceerr.Invalid("payload.content", "give exactly one of content or content_base64, not both")
-	case p.Content == nil && p.ContentBase64 == nil:
-		return fenceerr.Invalid("payload.content", "one of content or content_base64 is required")
-	case p.ContentBase64 != nil:
-		if _, err := base64.StdEncoding.DecodeString(*p.ContentBase64); err != nil {
-			return fenceerr.Invalid("payload.content_base64", "is not valid base64: %v", err)
-		}
+	if err := kindcheck.Content(p.Content, p.ContentBase64); err != nil {
+		return err
 	}
 	return nil
 }
 
 // Data returns the content to publish. p must be valid (Validate).
-func (p Payload) Data() []byte {
-	if p.Content != nil {
-		return []byte(*p.Content)
-	}
-	if p.ContentBase64 == nil {
-		return nil
-	}
-	b, _ := base64.StdEncoding.DecodeString(*p.ContentBase64)
-	return b
-}
+func (p Payload) Data() []byte { return kindcheck.Bytes(p.Content, p.ContentBase64) }
 
 // ValidateTarget checks a file target: a clean relative path, with no ".."
 // segment, so that it stays inside the adapter's root. The error is a

@@ -1,11 +1,11 @@
-package smtptest
+package toolbin
 
 import (
 	"path/filepath"
 	"testing"
 )
 
-// The Mailpit finder reads `go env GOBIN GOPATH`. With GOBIN unset the
+// The finder reads `go env GOBIN GOPATH`. With GOBIN unset the
 // first line is empty, and go install puts binaries in the first GOPATH
 // entry's bin directory.
 func TestBinDirFromGoEnv(t *testing.T) {

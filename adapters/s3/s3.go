@@ -1,0 +1,493 @@
+package s3
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/s3/s3kind"
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Kind is the intent kind the adapter executes.
+const Kind = s3kind.Name
+
+// The object metadata the adapter writes with every publication
+// (x-amz-meta-…): who published it, under which epoch, with what content.
+const (
+	MetaEpoch    = "fencegate-epoch"
+	MetaResource = "fencegate-resource"
+	MetaIntentID = "fencegate-intent-id"
+	MetaKey      = "fencegate-idempotency-key" // query-escaped
+	MetaSHA256   = "fencegate-sha256"
+)
+
+// DefaultReceiptPrefix is Config.ReceiptPrefix's default.
+const DefaultReceiptPrefix = ".fencegate/receipts/"
+
+// maxCAS bounds the read-compare-write rounds of one publication: each
+// lost round means another publisher wrote in between.
+const maxCAS = 8
+
+// Errors, matched with errors.Is.
+var (
+	// ErrConditionsIgnored: the server accepted a conditional write whose
+	// condition was false: it would silently turn the fence off.
+	ErrConditionsIgnored = errors.New("s3: the server ignores conditional writes (If-Match / If-None-Match)")
+	// ErrBadPayload: the payload is not a valid s3 payload.
+	ErrBadPayload = errors.New("s3: invalid payload")
+)
+
+// Config configures the adapter.
+type Config struct {
+	// Bucket is the default bucket (a payload without "bucket"), and the
+	// one Probe checks. Required by gateway run (--s3-bucket).
+	Bucket string
+	// Endpoint is an S3-compatible server's URL (--s3-endpoint). Empty:
+	// AWS.
+	Endpoint string
+	// PathStyle addresses buckets in the path (endpoint/bucket/key).
+	// Default: on when Endpoint is set.
+	PathStyle *bool
+	// Region. Default: the AWS environment's (AWS_REGION, shared config),
+	// else us-east-1.
+	Region string
+	// Client, when set, is used as is (tests); otherwise one is made from
+	// the standard AWS environment and shared config (AWS_ACCESS_KEY_ID,
+	// AWS_SECRET_ACCESS_KEY, AWS_PROFILE, …), with TLS verification on.
+	Client *s3.Client
+	// ReceiptPrefix is where a receipt of every publication is kept, so
+	// that a lookup finds an effect after a newer publication replaced
+	// the object. Default DefaultReceiptPrefix.
+	ReceiptPrefix string
+	// LookupSettle: how long after a publication's last request a lookup
+	// that finds nothing is proof. Zero: the runtime's.
+	LookupSettle time.Duration
+	// Concurrency: publications in flight at most. Zero: the runtime's.
+	Concurrency int
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Adapter publishes objects. It is safe for concurrent use.
+type Adapter struct {
+	cfg    Config
+	client *s3.Client
+	log    *slog.Logger
+}
+
+var (
+	_ adapters.Executor = (*Adapter)(nil)
+	_ adapters.Looker   = (*Adapter)(nil)
+)
+
+// New checks cfg and makes the client. It sends no request (Probe does).
+func New(ctx context.Context, cfg Config) (*Adapter, error) {
+	cfg.ReceiptPrefix = cmp.Or(cfg.ReceiptPrefix, DefaultReceiptPrefix)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Bucket != "" {
+		if err := s3kind.CheckBucket("s3_bucket", cfg.Bucket); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Endpoint != "" {
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fenceerr.Invalid("s3_endpoint", "--s3-endpoint must be an http:// or https:// URL, got %q", cfg.Endpoint)
+		}
+	}
+	if cfg.LookupSettle < 0 || cfg.Concurrency < 0 {
+		return nil, fenceerr.Invalid("s3", "LookupSettle and Concurrency must not be negative")
+	}
+	client := cfg.Client
+	if client == nil {
+		var opts []func(*awsconfig.LoadOptions) error
+		if cfg.Region != "" {
+			opts = append(opts, awsconfig.WithRegion(cfg.Region))
+		}
+		awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+		if err != nil {
+			return nil, fenceerr.Invalid("s3", "load the AWS configuration: %v", err)
+		}
+		if awsCfg.Region == "" {
+			awsCfg.Region = "us-east-1"
+		}
+		pathStyle := cfg.Endpoint != ""
+		if cfg.PathStyle != nil {
+			pathStyle = *cfg.PathStyle
+		}
+		client = s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+			if cfg.Endpoint != "" {
+				o.BaseEndpoint = aws.String(cfg.Endpoint)
+			}
+			o.UsePathStyle = pathStyle
+			// One attempt per call: the runtime retries, and an error's
+			// class (nothing sent, refused, unknown) is decided here.
+			o.RetryMaxAttempts = 1
+		})
+	}
+	return &Adapter{cfg: cfg, client: client, log: cfg.Logger.With("component", "s3")}, nil
+}
+
+// Kind returns "s3".
+func (a *Adapter) Kind() string { return Kind }
+
+// Capabilities: the object's metadata (and the receipts) answer lookups.
+func (a *Adapter) Capabilities() adapters.Capabilities {
+	return adapters.Capabilities{Lookup: true, LookupSettle: a.cfg.LookupSettle, Concurrency: a.cfg.Concurrency}
+}
+
+// Probe checks that the server enforces conditional writes on the default
+// bucket: a write with a wrong If-Match, and one with If-None-Match: * on
+// an existing object, must both be refused (412). It writes and deletes
+// one small object under ReceiptPrefix's parent (.fencegate/probe/…). A
+// server that accepts them would silently turn the fence off: the error
+// then matches ErrConditionsIgnored, and the adapter must not run.
+func (a *Adapter) Probe(ctx context.Context) error {
+	if a.cfg.Bucket == "" {
+		return fenceerr.Invalid("s3_bucket", "the s3 adapter needs --s3-bucket: the default bucket, where it checks that conditional writes are enforced")
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	key := ".fencegate/probe/" + hex.EncodeToString(b)
+	put := func(cond func(*s3.PutObjectInput)) error {
+		in := &s3.PutObjectInput{Bucket: aws.String(a.cfg.Bucket), Key: aws.String(key), Body: bytes.NewReader([]byte("probe"))}
+		if cond != nil {
+			cond(in)
+		}
+		_, err := a.client.PutObject(ctx, in)
+		return err
+	}
+	if err := put(nil); err != nil {
+		return fmt.Errorf("s3: probe bucket %q: %w", a.cfg.Bucket, err)
+	}
+	defer func() {
+		_, _ = a.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(a.cfg.Bucket), Key: aws.String(key)})
+	}()
+	for name, cond := range map[string]func(*s3.PutObjectInput){
+		`If-Match: <a wrong ETag>`: func(in *s3.PutObjectInput) { in.IfMatch = aws.String(`"00000000000000000000000000000000"`) },
+		`If-None-Match: *`: func(in *s3.PutObjectInput) { in.IfNoneMatch = aws.String("*") },
+	} {
+		err := put(cond)
+		if err == nil {
+			return fmt.Errorf("%w: a write to bucket %q with %s on an existing object succeeded; refusing to run the s3 adapter against it", ErrConditionsIgnored, a.cfg.Bucket, name)
+		}
+		if !preconditionFailed(err) {
+			return fmt.Errorf("s3: probe bucket %q with %s: %w", a.cfg.Bucket, name, err)
+		}
+	}
+	return nil
+}
+
+// Result is the JSON object recorded for a publication.
+type Result struct {
+	Bucket    string `json:"bucket"`
+	Key       string `json:"key"`
+	ETag      string `json:"etag"`
+	VersionID string `json:"version_id,omitempty"`
+	Epoch     int64  `json:"epoch"`
+	SHA256    string `json:"sha256"`
+	Size      int    `json:"size"`
+	// FoundBy is how a lookup found it: "object" (its metadata), "receipt"
+	// or "version".
+	FoundBy string `json:"found_by,omitempty"`
+}
+
+// object is what a HEAD tells of the current object.
+type object struct {
+	exists  bool
+	etag    string
+	version string
+	epoch   int64 // 0: no epoch (not published by the gateway)
+	key     string
+	sha256  string
+}
+
+// Execute publishes req's object once, fenced by its epoch: read the
+// object's metadata, refuse (superseded) when it holds a newer epoch, else
+// write conditionally on the version read (If-Match its ETag, If-None-Match
+// * when there is none) and, when another writer got in between (412),
+// read again.
+func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
+	p, bucket, err := a.parse(req)
+	if err != nil {
+		return adapters.Outcome{}, err
+	}
+	data := p.Data()
+	sum := sha256.Sum256(data)
+	shaHex := hex.EncodeToString(sum[:])
+	for range maxCAS {
+		cur, err := a.head(ctx, bucket, p.Key)
+		if err != nil {
+			return adapters.Outcome{}, err
+		}
+		switch {
+		case cur.exists && cur.key == req.IdempotencyKey && cur.sha256 == shaHex:
+			// Ours already (an earlier attempt's answer was lost).
+			return a.succeeded(bucket, p.Key, cur.etag, cur.version, req.Epoch, shaHex, len(data), "")
+		case cur.exists && cur.epoch > req.Epoch:
+			// The fence: a newer epoch's object is in place. Never
+			// overwritten by an older one, however late this comes.
+			b, _ := json.Marshal(map[string]any{"superseded_by_epoch": cur.epoch, "rejected_epoch": req.Epoch,
+				"fenced_at": "destination", "bucket": bucket, "key": p.Key})
+			return adapters.Outcome{Status: outbox.StatusSuperseded, Result: b}, nil
+		}
+		in := &s3.PutObjectInput{
+			Bucket: aws.String(bucket), Key: aws.String(p.Key), Body: bytes.NewReader(data),
+			ContentType: aws.String(cmp.Or(p.ContentType, "application/octet-stream")),
+			Metadata:    a.metadata(req, p, shaHex),
+		}
+		// The condition is the version read above: the write lands only
+		// if nothing was written since, so the epoch comparison and the
+		// write are one atomic step at the destination.
+		if cur.exists {
+			in.IfMatch = aws.String(cur.etag)
+		} else {
+			in.IfNoneMatch = aws.String("*")
+		}
+		if err := req.StillOwner(ctx); err != nil {
+			return adapters.Outcome{}, adapters.RetryableError(err)
+		}
+		out, err := a.client.PutObject(ctx, in)
+		if preconditionFailed(err) {
+			continue // another writer got in between: read again
+		}
+		if err != nil {
+			return adapters.Outcome{}, classify(fmt.Sprintf("s3: put s3://%s/%s", bucket, p.Key), err)
+		}
+		res, rerr := a.succeeded(bucket, p.Key, aws.ToString(out.ETag), aws.ToString(out.VersionId), req.Epoch, shaHex, len(data), "")
+		a.writeReceipt(ctx, bucket, p.Key, req.IdempotencyKey, res.Result)
+		return res, rerr
+	}
+	return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("s3: s3://%s/%s: %d conditional writes in a row lost to other writers", bucket, p.Key, maxCAS))
+}
+
+// Lookup finds whether req's publication happened: the object's metadata
+// names req's key; or its receipt exists (the object was replaced by a
+// newer publication since); or, in a versioned bucket, an older version
+// names it.
+func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
+	p, bucket, err := a.parse(req)
+	if err != nil {
+		return adapters.Outcome{}, false, err
+	}
+	data := p.Data()
+	sum := sha256.Sum256(data)
+	shaHex := hex.EncodeToString(sum[:])
+	cur, err := a.head(ctx, bucket, p.Key)
+	if err != nil {
+		return adapters.Outcome{}, false, err
+	}
+	if cur.exists && cur.key == req.IdempotencyKey && cur.sha256 == shaHex {
+		out, err := a.succeeded(bucket, p.Key, cur.etag, cur.version, req.Epoch, shaHex, len(data), "object")
+		if err == nil {
+			// The attempt whose answer was lost wrote no receipt: write
+			// it now, so that a lookup after a newer publication replaced
+			// the object still finds this one.
+			a.writeReceipt(ctx, bucket, p.Key, req.IdempotencyKey, out.Result)
+		}
+		return out, err == nil, err
+	}
+	got, err := a.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(a.receiptKey(bucket, p.Key, req.IdempotencyKey))})
+	switch {
+	case err == nil:
+		defer got.Body.Close()
+		b, rerr := io.ReadAll(io.LimitReader(got.Body, 64<<10))
+		var res Result
+		if rerr == nil && json.Unmarshal(b, &res) == nil && res.SHA256 == shaHex {
+			res.FoundBy = "receipt"
+			rb, _ := json.Marshal(res)
+			return adapters.Outcome{Status: outbox.StatusSucceeded, Result: rb}, true, nil
+		}
+	case !notFound(err):
+		return adapters.Outcome{}, false, fmt.Errorf("s3: look up the receipt: %w", err)
+	}
+	// A versioned bucket keeps the replaced versions: look for ours.
+	vs, err := a.client.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(bucket), Prefix: aws.String(p.Key), MaxKeys: aws.Int32(20)})
+	if err == nil {
+		for _, v := range vs.Versions {
+			if aws.ToString(v.Key) != p.Key || v.VersionId == nil || aws.ToString(v.VersionId) == "null" {
+				continue
+			}
+			h, err := a.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(p.Key), VersionId: v.VersionId})
+			if err != nil {
+				continue
+			}
+			if o := fromHead(h.Metadata); o.key == req.IdempotencyKey && o.sha256 == shaHex {
+				out, err := a.succeeded(bucket, p.Key, aws.ToString(h.ETag), aws.ToString(v.VersionId), req.Epoch, shaHex, len(data), "version")
+				return out, err == nil, err
+			}
+		}
+	}
+	return adapters.Outcome{}, false, nil
+}
+
+func (a *Adapter) parse(req adapters.Request) (s3kind.Payload, string, error) {
+	p, err := s3kind.Parse(req.Payload)
+	if err != nil {
+		return p, "", adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))
+	}
+	if req.IdempotencyKey == "" {
+		return p, "", adapters.PermanentError(fmt.Errorf("%w: the intent has no idempotency key", ErrBadPayload))
+	}
+	bucket := cmp.Or(p.Bucket, a.cfg.Bucket)
+	if bucket == "" {
+		return p, "", adapters.PermanentError(fmt.Errorf("%w: payload.bucket: no bucket, and the adapter has no default (--s3-bucket)", ErrBadPayload))
+	}
+	return p, bucket, nil
+}
+
+func (a *Adapter) metadata(req adapters.Request, p s3kind.Payload, shaHex string) map[string]string {
+	m := make(map[string]string, len(p.Metadata)+5)
+	for k, v := range p.Metadata {
+		m[k] = v
+	}
+	m[MetaEpoch] = strconv.FormatInt(req.Epoch, 10)
+	m[MetaResource] = url.QueryEscape(req.Resource)
+	m[MetaIntentID] = strconv.FormatInt(req.IntentID, 10)
+	m[MetaKey] = url.QueryEscape(req.IdempotencyKey)
+	m[MetaSHA256] = shaHex
+	return m
+}
+
+// head reads the object's metadata; not found is exists=false.
+func (a *Adapter) head(ctx context.Context, bucket, key string) (object, error) {
+	h, err := a.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if notFound(err) {
+		return object{}, nil
+	}
+	if err != nil {
+		// Nothing was written: a read that failed is never an effect.
+		return object{}, retryOrFail(fmt.Sprintf("s3: head s3://%s/%s", bucket, key), err)
+	}
+	o := fromHead(h.Metadata)
+	o.exists, o.etag, o.version = true, aws.ToString(h.ETag), aws.ToString(h.VersionId)
+	return o, nil
+}
+
+func fromHead(md map[string]string) object {
+	var o object
+	o.epoch, _ = strconv.ParseInt(md[MetaEpoch], 10, 64)
+	o.key, _ = url.QueryUnescape(md[MetaKey])
+	o.sha256 = md[MetaSHA256]
+	return o
+}
+
+func (a *Adapter) succeeded(bucket, key, etag, version string, epoch int64, shaHex string, size int, foundBy string) (adapters.Outcome, error) {
+	b, err := json.Marshal(Result{Bucket: bucket, Key: key, ETag: etag, VersionID: version, Epoch: epoch, SHA256: shaHex, Size: size, FoundBy: foundBy})
+	if err != nil {
+		return adapters.Outcome{}, err
+	}
+	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, nil
+}
+
+// receiptKey is where the receipt of key's publication under idemKey is:
+// ReceiptPrefix + sha256(bucket/key) + "/" + sha256(idempotency key).
+func (a *Adapter) receiptKey(bucket, key, idemKey string) string {
+	o := sha256.Sum256([]byte(bucket + "/" + key))
+	k := sha256.Sum256([]byte(idemKey))
+	return a.cfg.ReceiptPrefix + hex.EncodeToString(o[:]) + "/" + hex.EncodeToString(k[:])
+}
+
+// writeReceipt records, after the object was published, that it was: a
+// lookup after a newer publication replaced the object finds it here.
+// Best effort (the object's own metadata answers until it is replaced); a
+// crash between the publication and the receipt leaves that window.
+func (a *Adapter) writeReceipt(ctx context.Context, bucket, key, idemKey string, result json.RawMessage) {
+	_, err := a.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(a.receiptKey(bucket, key, idemKey)),
+		Body: bytes.NewReader(result), ContentType: aws.String("application/json"),
+		IfNoneMatch: aws.String("*"), // a receipt is written once
+	})
+	if err != nil && !preconditionFailed(err) {
+		a.log.Warn("s3: could not write the publication's receipt; a lookup after a newer publication replaced the object will not find it",
+			"bucket", bucket, "key", key, "error", err)
+	}
+}
+
+// classify says what a failed PUT means: an answer from the server
+// refusing it (a 4xx) is permanent, a 5xx or throttling retryable (the
+// conditional write makes a retry safe: it re-reads first); no connection
+// is retryable; anything else (a timeout, a reset after the body was sent)
+// is unknown, settled by Lookup.
+func classify(what string, err error) error {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		code := re.HTTPStatusCode()
+		switch {
+		case code >= 500 || code == 429 || code == 408:
+			return adapters.RetryableError(fmt.Errorf("%s: %w", what, err))
+		case code >= 400:
+			return adapters.PermanentError(fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return adapters.RetryableError(fmt.Errorf("%s: not sent: %w", what, err))
+	}
+	return adapters.UnknownError(fmt.Errorf("%s: %w", what, err))
+}
+
+// retryOrFail classifies a failed read: access and bucket errors are
+// permanent, everything else retryable (a read has no effect).
+func retryOrFail(what string, err error) error {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 && re.HTTPStatusCode() != 429 && re.HTTPStatusCode() != 408 {
+		return adapters.PermanentError(fmt.Errorf("%s: %w", what, err))
+	}
+	return adapters.RetryableError(fmt.Errorf("%s: %w", what, err))
+}
+
+func httpStatus(err error) int {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
+}
+
+// preconditionFailed: 412 (the condition was false), or 409
+// ConditionalRequestConflict (a concurrent conditional write won).
+func preconditionFailed(err error) bool {
+	if err == nil {
+		return false
+	}
+	if s := httpStatus(err); s == 412 {
+		return true
+	}
+	var ae smithy.APIError
+	return errors.As(err, &ae) && (ae.ErrorCode() == "PreconditionFailed" || ae.ErrorCode() == "ConditionalRequestConflict")
+}
+
+func notFound(err error) bool {
+	if err == nil {
+		return false
+	}
+	if httpStatus(err) == 404 {
+		return true
+	}
+	var ae smithy.APIError
+	return errors.As(err, &ae) && (ae.ErrorCode() == "NotFound" || ae.ErrorCode() == "NoSuchKey")
+}

@@ -1,0 +1,152 @@
+// Package s3kind is the s3 kind's payload: its typed form and its one set
+// of rules, used by the outbox when an intent is enqueued
+// (outbox.DefaultKinds) and by the s3 adapter when it is executed.
+//
+// It is a leaf package (it imports neither outbox nor adapters), so that
+// the outbox can register the kind without importing the adapter.
+package s3kind
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/fencegate/fencegate/adapters/file/filekind"
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/kindcheck"
+)
+
+// Name is the kind's name.
+const Name = "s3"
+
+// MaxMetadataBytes bounds the user metadata's names and values together
+// (S3 allows 2 KiB of user metadata; the adapter adds its own fields).
+const MaxMetadataBytes = 1024
+
+// Payload is an s3 intent's payload: an object to publish.
+type Payload struct {
+	// Bucket is the bucket; empty: the adapter's default (--s3-bucket).
+	Bucket string `json:"bucket,omitempty"`
+	// Key is the object key: a clean relative path, as the file kind's
+	// target (no leading "/", no "..", "." or empty segments).
+	Key string `json:"key"`
+	// Content (text) or ContentBase64 (bytes): exactly one.
+	Content       *string `json:"content,omitempty"`
+	ContentBase64 *string `json:"content_base64,omitempty"`
+	// ContentType of the object. Default: application/octet-stream.
+	ContentType string `json:"content_type,omitempty"`
+	// Metadata is user metadata (x-amz-meta-*): lower-case names of
+	// letters, digits and '-', not starting with "fencegate-" (the
+	// adapter's own).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+var fields = []string{"bucket", "key", "content", "content_base64", "content_type", "metadata"}
+
+// Parse decodes raw and validates it. Every error is a
+// *fenceerr.InvalidError naming the field. On an error, the Payload holds
+// what was decoded before it.
+func Parse(raw json.RawMessage) (Payload, error) {
+	var p Payload
+	obj, err := kindcheck.Object(raw)
+	if err != nil {
+		return p, err
+	}
+	for name := range obj {
+		if !slices.Contains(fields, name) {
+			return p, fenceerr.Invalid("payload."+name, "is not a field of an s3 payload (fields: %s)", strings.Join(fields, ", "))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"bucket", &p.Bucket}, {"key", &p.Key}, {"content_type", &p.ContentType}} {
+		if *f.dst, _, err = kindcheck.String(obj, f.name); err != nil {
+			return p, err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  **string
+	}{{"content", &p.Content}, {"content_base64", &p.ContentBase64}} {
+		s, ok, err := kindcheck.String(obj, f.name)
+		if err != nil {
+			return p, err
+		}
+		if ok {
+			*f.dst = &s
+		}
+	}
+	if v, ok := obj["metadata"]; ok && string(v) != "null" {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(v, &m); err != nil {
+			return p, fenceerr.Invalid("payload.metadata", "must be an object of string values")
+		}
+		p.Metadata = make(map[string]string, len(m))
+		for k, mv := range m {
+			var s string
+			if err := json.Unmarshal(mv, &s); err != nil {
+				return p, fenceerr.Invalid("payload.metadata."+k, "must be a string")
+			}
+			p.Metadata[k] = s
+		}
+	}
+	return p, p.Validate()
+}
+
+// Validate checks p: a valid bucket name when given, a clean key, exactly
+// one content, valid metadata.
+func (p Payload) Validate() error {
+	if p.Bucket != "" {
+		if err := CheckBucket("payload.bucket", p.Bucket); err != nil {
+			return err
+		}
+	}
+	if err := filekind.ValidateTarget(p.Key); err != nil {
+		var inv *fenceerr.InvalidError
+		if errors.As(err, &inv) {
+			return fenceerr.Invalid("payload.key", "%s", inv.Message)
+		}
+		return err
+	}
+	if len(p.Key) > 1024 {
+		return fenceerr.Invalid("payload.key", "must be at most 1024 bytes, got %d", len(p.Key))
+	}
+	if err := kindcheck.Content(p.Content, p.ContentBase64); err != nil {
+		return err
+	}
+	if strings.ContainsAny(p.ContentType, "\r\n\x00") {
+		return fenceerr.Invalid("payload.content_type", "must not contain CR, LF or NUL")
+	}
+	size := 0
+	for k, v := range p.Metadata {
+		field := "payload.metadata." + k
+		switch {
+		case k == "" || strings.Trim(k, "abcdefghijklmnopqrstuvwxyz0123456789-") != "":
+			return fenceerr.Invalid(field, "must be a lower-case name of letters, digits and '-'")
+		case strings.HasPrefix(k, "fencegate-"):
+			return fenceerr.Invalid(field, "is the adapter's own (fencegate-*) and cannot be set")
+		case strings.ContainsAny(v, "\r\n\x00"):
+			return fenceerr.Invalid(field, "must not contain CR, LF or NUL")
+		}
+		size += len(k) + len(v)
+	}
+	if size > MaxMetadataBytes {
+		return fenceerr.Invalid("payload.metadata", "is %d bytes, over the limit of %d", size, MaxMetadataBytes)
+	}
+	return nil
+}
+
+// CheckBucket checks an S3 bucket name (3-63 characters: lower-case
+// letters, digits, '.', '-'; starting and ending with a letter or digit).
+func CheckBucket(field, b string) error {
+	if len(b) < 3 || len(b) > 63 || strings.Trim(b, "abcdefghijklmnopqrstuvwxyz0123456789.-") != "" ||
+		strings.ContainsAny(b[:1]+b[len(b)-1:], ".-") {
+		return fenceerr.Invalid(field, "%q is not a valid bucket name (3-63 of a-z, 0-9, '.', '-')", b)
+	}
+	return nil
+}
+
+// Data returns the content to publish. p must be valid (Validate).
+func (p Payload) Data() []byte { return kindcheck.Bytes(p.Content, p.ContentBase64) }

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/s3test"
+)
+
+// `gateway run --adapters s3` against a real S3-compatible server
+// (versitygw): the bucket is probed, an intent enqueued with the CLI is
+// published with its epoch in the object's metadata, and a bad payload is
+// exit 2 naming the field.
+func TestRunS3(t *testing.T) {
+	t.Parallel()
+	db, _ := runPool(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	ns := natstest.Start(t)
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	p := startRun(t, s3test.Env(), db, ns.URL, "--adapters", "s3", "--s3-endpoint", srv.Endpoint, "--s3-bucket", bucket, "--poll-interval", "200ms")
+
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "60s"), 0, "")
+	bad := gw(t, db, "enqueue", "--resource", "report", "--epoch", "1", "--op", "bad", "--kind", "s3", "--payload", `{"key":"../x","content":"a"}`)
+	expectCode(t, bad, 2, "invalid_input")
+	if bad.obj["error"].(map[string]any)["field"] != "payload.key" {
+		t.Fatalf("bad payload: %s", bad.stdout)
+	}
+	id := enqueue(t, db, "--resource", "report", "--epoch", "1", "--op", "publish-1", "--kind", "s3",
+		"--payload", `{"key":"reports/2026-12-01.txt","content":"report by A","content_type":"text/plain"}`)
+	res := resultOf(t, waitStatus(t, db, id, "succeeded"))
+	if res["bucket"] != bucket || res["key"] != "reports/2026-12-01.txt" || res["epoch"] != 1.0 {
+		t.Fatalf("result %v", res)
+	}
+	body, md, ok := srv.Get(t, bucket, "reports/2026-12-01.txt")
+	if !ok || string(body) != "report by A" || md["fencegate-epoch"] != "1" || md["fencegate-resource"] != "report" {
+		t.Fatalf("object %q %v", body, md)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.stderr.String())
+	}
+}
+
+// A server that accepts conditional writes and ignores them would turn the
+// fence off: gateway run refuses to start (exit 2 naming s3_endpoint). A
+// small fake stands for such a server.
+func TestRunS3RefusesAServerThatIgnoresConditions(t *testing.T) {
+	t.Parallel()
+	db, _ := runPool(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	ns := natstest.Start(t)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("ETag", `"abc"`)
+	}))
+	defer fake.Close()
+	p := startRun(t, s3test.Env(), db, ns.URL, "--adapters", "s3", "--s3-endpoint", fake.URL, "--s3-bucket", "reports")
+	if code := p.wait(t, 30*time.Second); code != 2 {
+		t.Fatalf("exit %d, want 2:\n%s", code, p.stderr.String())
+	}
+	if out := p.stderr.String(); !strings.Contains(out, "--s3-endpoint") || !strings.Contains(out, "ignores conditional writes") {
+		t.Fatalf("stderr %s, want an error naming --s3-endpoint", out)
+	}
+}

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package smtptest
-
-import "os/exec"
-
-func setPdeathsig(*exec.Cmd) {}
