@@ -188,7 +188,7 @@ func (a *Adapter) Probe(ctx context.Context) error {
 	}()
 	for name, cond := range map[string]func(*s3.PutObjectInput){
 		`If-Match: <a wrong ETag>`: func(in *s3.PutObjectInput) { in.IfMatch = aws.String(`"00000000000000000000000000000000"`) },
-		`If-None-Match: *`: func(in *s3.PutObjectInput) { in.IfNoneMatch = aws.String("*") },
+		`If-None-Match: *`:         func(in *s3.PutObjectInput) { in.IfNoneMatch = aws.String("*") },
 	} {
 		err := put(cond)
 		if err == nil {
