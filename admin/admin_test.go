@@ -894,7 +894,7 @@ func TestLoopbackRule(t *testing.T) {
 	}
 	r = doReq(t, base, "POST", "/api/v1/intents", "", emailIntent("r", 1, "op"), "application/json")
 	id := num(r.obj["intent_id"])
-	r = doReq(t, base, "POST", fmt.Sprintf("/api/v1/intents/%d/cancel", id), "", "", "")
+	r = doReq(t, base, "POST", fmt.Sprintf("/api/v1/intents/%d/cancel", id), "", "{}", "application/json")
 	if r.code != 200 {
 		t.Fatalf("anonymous cancel = %d %s", r.code, r.raw)
 	}
@@ -972,5 +972,47 @@ func TestNoTokensRefusesForeignHost(t *testing.T) {
 		if res.StatusCode != want {
 			t.Errorf("Host %q: status %d, want %d", host, res.StatusCode, want)
 		}
+	}
+}
+
+// No CSRF through the API: without a token, a state-changing request
+// without Content-Type: application/json — an empty form POST any web
+// page can send — is refused (400 naming content_type) and changes
+// nothing; the same with the JSON content type works.
+func TestAPIRefusesCrossSiteRequests(t *testing.T) {
+	e := setupNoTokens(t)
+	if _, err := e.issuer.Advance(context.Background(), "reports", 1); err != nil {
+		t.Fatal(err)
+	}
+	id := e.seedIntent("", "reports", "csrf", outbox.StatusPending, "")
+	path := fmt.Sprintf("/api/v1/intents/%d/cancel", id)
+	for _, ct := range []string{"", "application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x"} {
+		req, _ := http.NewRequest("POST", e.ts.URL+path, nil)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || body["error"].(map[string]any)["field"] != "content_type" {
+			t.Errorf("cancel with Content-Type %q: %d %v, want 400 naming content_type", ct, res.StatusCode, body)
+		}
+	}
+	if st := e.status(id); st != outbox.StatusPending {
+		t.Fatalf("a refused cross-site cancel changed the intent: %s", st)
+	}
+	req, _ := http.NewRequest("POST", e.ts.URL+path, nil)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || e.status(id) != outbox.StatusCancelled {
+		t.Fatalf("cancel with application/json: %d, status %s; want 200 and cancelled", res.StatusCode, e.status(id))
 	}
 }

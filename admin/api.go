@@ -117,6 +117,10 @@ func (s *Server) api(role Role, h handlerFunc) http.Handler {
 			writeError(w, e)
 			return
 		}
+		if err := checkNotCrossSite(r); err != nil {
+			writeError(w, toAPIError(err))
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		status, body, err := h(r, p)
 		if err != nil {
@@ -129,6 +133,27 @@ func (s *Server) api(role Role, h handlerFunc) http.Handler {
 		}
 		writeJSON(w, status, body)
 	})
+}
+
+// checkNotCrossSite refuses a state-changing request that a web page of
+// another site could have sent: one without an Authorization header and
+// without Content-Type: application/json, whatever its body (an empty form
+// POST included). A browser sends neither cross-site without a CORS
+// preflight, which this server never grants; so a page elsewhere cannot
+// cancel or retry intents of a no-token (loopback) server.
+func checkNotCrossSite(r *http.Request) error {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil
+	}
+	if r.Header.Get("Authorization") != "" {
+		return nil
+	}
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+		return nil
+	}
+	return badRequest("content_type", "a state-changing request needs Content-Type: application/json (or an Authorization header), whatever its body; got %q", ct)
 }
 
 // decodeBody decodes the JSON request body into dst strictly: the content
