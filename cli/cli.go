@@ -72,6 +72,18 @@ func (a *app) newFlags(name string) (*flag.FlagSet, *string) {
 func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			// A default may come from the environment (--database-url's
+			// is $GATEWAY_DATABASE_URL): print secrets as set or not, URLs
+			// without their credentials.
+			fs.VisitAll(func(f *flag.Flag) {
+				switch {
+				case f.DefValue == "":
+				case secretFlags[f.Name]:
+					f.DefValue = "(set)"
+				case strings.HasSuffix(f.Name, "-url"):
+					f.DefValue = redactNATS(f.DefValue)
+				}
+			})
 			fs.SetOutput(a.stderr)
 			fs.PrintDefaults()
 			return exitOK, false
@@ -241,7 +253,38 @@ func redactURL(raw string) string {
 	if err != nil || u.Host == "" {
 		return "(configured URL)"
 	}
+	// A NATS token travels as the user name alone (nats://TOKEN@host).
+	if u.User != nil {
+		_, hasPass := u.User.Password()
+		if !hasPass && u.User.Username() != "" && slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme) {
+			u.User = url.User("xxxxx")
+		}
+	}
+	// libpq takes credentials as parameters too (?password=, ?sslpassword=).
+	if q := u.Query(); len(q) > 0 {
+		changed := false
+		for k := range q {
+			if secretParam(k) {
+				q.Set(k, "xxxxx")
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+	}
 	return u.Redacted()
+}
+
+// secretParam reports whether a URL query parameter carries a credential.
+func secretParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, s := range []string{"password", "passwd", "pass", "token", "secret", "key", "credential", "auth"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func redactErr(err error) string {

@@ -101,7 +101,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
 		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
 		smtpUser    = fs.String("smtp-user", "", "SMTP AUTH PLAIN user (default: no AUTH)")
-		smtpPass    = fs.String("smtp-password", a.getenv("GATEWAY_SMTP_PASSWORD"), "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD)")
+		smtpPass    = fs.String("smtp-password", "", "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD; never printed)")
 		smtpInsec   = fs.Bool("smtp-insecure-skip-verify", false, "do not verify the SMTP server's TLS certificate (tests only)")
 		smtpDedups  = fs.Bool("smtp-dedups-on-message-id", false, "the SMTP destination drops a second message with the same Message-ID (lets --unknown-outcome resend resend email)")
 		smtpMaxSess = fs.Int("smtp-max-sessions", email.DefaultMaxSessions, "SMTP sessions open at once at most (the email adapter's concurrency, below --adapter-concurrency)")
