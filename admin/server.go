@@ -21,6 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/httpserver"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -217,13 +218,7 @@ func (s *Server) ListenAndServe(addr string) error {
 // ServeListener serves on ln until ctx is done. ln is not checked: use
 // Listen to get the loopback rule.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
-	}
+	srv := httpserver.New(s.Handler(), s.cfg.Logger)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -133,7 +133,8 @@ func main() {
 	if err != nil || len(secrets) == 0 {
 		log.Fatalf("WEBHOOK_SECRET must hold the gateway's --webhook-secret (whsec_...): %v", err)
 	}
-	srv := &http.Server{Addr: *addr, Handler: New(secrets), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: *addr, Handler: New(secrets), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {

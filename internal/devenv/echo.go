@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/internal/httpserver"
 )
 
 // echoMax is how many requests the echo receiver keeps for GET /requests.
@@ -59,7 +60,7 @@ func startEcho(secret string) (*echo, error) {
 	mux.HandleFunc("GET /lookup", e.lookup)
 	mux.HandleFunc("GET /requests", e.list)
 	mux.HandleFunc("/", e.receive)
-	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	e.srv = httpserver.New(mux, nil)
 	go func() { _ = e.srv.Serve(ln) }()
 	return e, nil
 }
