@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/file/filekind"
 )
 
 // errNoTrace says a read-only open found no directory, lock file or
@@ -25,7 +26,6 @@ var errNoTrace = errors.New("nothing published to the target")
 
 // Suffixes of the hidden files kept beside a target (see the package doc).
 const (
-	fencegateMark  = ".fencegate."
 	manifestSuffix = ".fencegate.json"
 	lockSuffix     = ".fencegate.lock"
 	stagedSuffix   = ".fencegate.staged"
@@ -35,7 +35,7 @@ const (
 // reserved reports whether a path segment has the shape of the adapter's
 // own hidden files, which a target may not use.
 func reserved(seg string) bool {
-	return strings.HasPrefix(seg, ".") && strings.Contains(seg, fencegateMark)
+	return filekind.Reserved(seg)
 }
 
 // location is an opened target: its directory, held by file descriptor so

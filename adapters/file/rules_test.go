@@ -31,6 +31,10 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 		{`{"target":"/etc/passwd","content":"x"}`, "payload.target", true},
 		{`{"target":"a/../../etc/passwd","content":"x"}`, "payload.target", true},
 		{`{"target":"dir/","content":"x"}`, "payload.target", false},
+		// The adapter's own files, in any case: on a case-insensitive file
+		// system this is another target's manifest.
+		{`{"target":"reports/.nightly.txt.fencegate.json","content":"x"}`, "payload.target", false},
+		{`{"target":"reports/.Nightly.txt.FENCEGATE.json","content":"x"}`, "payload.target", false},
 		{`{"target":"x"}`, "payload.content", false},
 		{`{"target":"x","content":null}`, "payload.content", false},
 		{`{"target":"x","content":"a","content_base64":"YQ=="}`, "payload.content", false},

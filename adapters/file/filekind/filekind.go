@@ -92,7 +92,21 @@ func ValidateTarget(target string) error {
 	case path.Clean(target) != target || target == ".":
 		return bad("must be a clean relative file path (no empty or \".\" segments, no trailing slash): %q", target)
 	}
+	for _, seg := range strings.Split(target, "/") {
+		if Reserved(seg) {
+			return bad("segment %q is reserved for the adapter's own files (.<name>.fencegate.*, in any case)", seg)
+		}
+	}
 	return nil
+}
+
+// Reserved reports whether a path segment names one of the file
+// adapter's own files (.<name>.fencegate.manifest, .staged, …): a dotfile
+// containing ".fencegate.", compared without case, since on a
+// case-insensitive file system ".X.FENCEGATE.manifest" is the same file as
+// ".x.fencegate.manifest" — another target's manifest.
+func Reserved(seg string) bool {
+	return strings.HasPrefix(seg, ".") && strings.Contains(strings.ToLower(seg), ".fencegate.")
 }
 
 // Escapes reports whether target would leave the root: an absolute path
