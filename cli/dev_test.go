@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,6 +311,22 @@ func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
 	conn, err := pgx.Connect(ctx, r.DatabaseURL)
 	if err != nil {
 		t.Fatalf("connect to the printed database_url: %v", err)
+	}
+	// Only with the password it prints: another local user connecting as
+	// postgres without it is refused.
+	if u, err := url.Parse(r.DatabaseURL); err != nil || u.User == nil {
+		t.Fatalf("database_url %q has no user", r.DatabaseURL)
+	} else if _, ok := u.User.Password(); !ok {
+		t.Fatalf("database_url %q has no password", r.DatabaseURL)
+	} else {
+		u.User = url.User("postgres")
+		if c2, err := pgx.Connect(ctx, u.String()); err == nil {
+			_ = c2.Close(ctx)
+			t.Fatal("connected to dev's PostgreSQL without its password")
+		}
+	}
+	if strings.Contains(p.stderr.String(), "PostgreSQL  "+r.DatabaseURL) {
+		t.Error("the PostgreSQL line shows the password (only the export line may)")
 	}
 	intents := waitDemo(t, p, conn)
 	checkDemo(t, p, intents, fileRoot)

@@ -380,6 +380,10 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 			// grant must survive a crash there too (the gateway refuses
 			// fsync=off elsewhere).
 			Durable: true,
+			// A random password for TCP: another local user cannot
+			// connect as superuser. It is in the printed database URL
+			// (the export line and the JSON): the developer's own.
+			PasswordAuth: true,
 		})
 		if err != nil {
 			hint := ""

@@ -10,6 +10,8 @@ package pgcluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -41,7 +43,15 @@ type Options struct {
 	Settings map[string]string
 	// Log receives the server's output. Nil: a file server.log in Dir.
 	Log *os.File
+	// PasswordAuth makes TCP connections need a password (scram-sha-256),
+	// generated at initdb and kept in Dir (mode 0600) for the next Start
+	// on the same Dir; URL includes it. The Unix socket, in Dir (0700),
+	// stays trust: only Dir's owner reaches it. Off: trust, for tests.
+	PasswordAuth bool
 }
+
+// passwordFile holds the generated password, in the cluster's Dir.
+const passwordFile = "postgres.password"
 
 // Cluster is a running (or stopped) throwaway PostgreSQL cluster.
 type Cluster struct {
@@ -51,6 +61,7 @@ type Cluster struct {
 	ownDir   bool
 	port     int
 	bin      string
+	password string // "" with trust authentication
 	cred     *syscall.Credential
 	uid, gid int
 
@@ -119,6 +130,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.cleanup()
 			return nil, err
 		}
+	} else if b, err := os.ReadFile(filepath.Join(c.dir, passwordFile)); err == nil {
+		// A kept cluster made with PasswordAuth: its password.
+		c.password = strings.TrimSpace(string(b))
 	}
 	c.port = opts.Port
 	if c.port == 0 {
@@ -135,8 +149,27 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) initdb(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "initdb"),
-		"-D", c.dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	args := []string{"-D", c.dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"}
+	if c.opts.PasswordAuth {
+		b := make([]byte, 18)
+		if _, err := rand.Read(b); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		c.password = hex.EncodeToString(b)
+		pw := filepath.Join(c.dir, passwordFile)
+		if err := os.WriteFile(pw, []byte(c.password+"\n"), 0o600); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+		if c.cred != nil {
+			if err := os.Chown(pw, c.uid, c.gid); err != nil {
+				return fmt.Errorf("pgcluster: %w", err)
+			}
+		}
+		// TCP needs the password; the socket in the private directory
+		// stays trust.
+		args = append(args, "--auth-host=scram-sha-256", "--auth-local=trust", "--pwfile="+pw)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "initdb"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	cmd.Dir = c.dir
 	out, err := cmd.CombinedOutput()
@@ -225,6 +258,9 @@ func (c *Cluster) tailLog() string {
 
 // URL returns a connection URL for database db on this cluster.
 func (c *Cluster) URL(db string) string {
+	if c.password != "" {
+		return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", c.password, c.port, db)
+	}
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
 }
 
