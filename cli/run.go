@@ -90,6 +90,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		batchSize     = fs.Int("batch-size", dispatcher.DefaultBatchSize, "intents claimed per batch")
 		maxInFlight   = fs.Int("max-in-flight", dispatcher.DefaultMaxInFlight, "published messages awaiting their PubAck, at most")
 		claimTTL      = fs.Duration("claim-ttl", dispatcher.DefaultClaimTTL, "how long a claim lasts; a crashed dispatcher's claims return after it")
+		natsCreds     = fs.String("nats-creds", "", "NATS credentials file (JWT and NKey seed) to authenticate with")
+		natsNKey      = fs.String("nats-nkey", "", "NATS NKey seed file to authenticate with")
+		natsTLSCA     = fs.String("nats-tls-ca", "", "CA certificates (PEM) to verify the NATS server with (default: the system's)")
+		natsTLSCert   = fs.String("nats-tls-cert", "", "client certificate (PEM) for NATS TLS, with --nats-tls-key")
+		natsTLSKey    = fs.String("nats-tls-key", "", "client certificate's key (PEM) for NATS TLS")
 		relayTimeout  = fs.Duration("relay-timeout", dispatcher.DefaultRelayTimeout, "relay an intent again when it has no outcome this long after its relay")
 		pollInterval  = fs.Duration("poll-interval", dispatcher.DefaultPollInterval, "look for work this often when no NOTIFY arrives")
 		pubTimeout    = fs.Duration("publish-timeout", dispatcher.DefaultPublishTimeout, "wait this long for a PubAck")
@@ -170,7 +175,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 
 	cfg := gateway.Config{
-		NATSURL:       *natsURL,
+		NATSURL: *natsURL,
+		NATSAuth: gateway.NATSAuth{CredsFile: *natsCreds, NKeyFile: *natsNKey,
+			TLSCAFile: *natsTLSCA, TLSCertFile: *natsTLSCert, TLSKeyFile: *natsTLSKey},
 		RunDispatcher: *runDispatcher,
 		Dispatcher: dispatcher.Config{
 			ID:              *dispatcherID,

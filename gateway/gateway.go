@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -144,6 +145,8 @@ type Config struct {
 	NC *nats.Conn
 	// NATSURL is dialled when NC is nil. Default DefaultNATSURL.
 	NATSURL string
+	// NATSAuth authenticates the connection Start dials (unused with NC).
+	NATSAuth NATSAuth
 
 	// RunDispatcher runs the relay (outbox → JetStream).
 	RunDispatcher bool
@@ -226,6 +229,11 @@ func (c *Config) Validate() error {
 	for _, k := range c.Adapters {
 		if !slices.Contains(BuiltinAdapters, k) {
 			return errmap.Invalid("adapters", fmt.Sprintf("unknown adapter %q (known: %s)", k, strings.Join(BuiltinAdapters, ", ")))
+		}
+	}
+	if c.NC == nil {
+		if _, err := c.NATSAuth.options(); err != nil {
+			return err
 		}
 	}
 	if slices.Contains(c.Adapters, webhook.Kind) {
@@ -381,7 +389,11 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	s.nc = cfg.NC
 	if s.nc == nil {
 		natsURL := cmp.Or(cfg.NATSURL, DefaultNATSURL)
-		nc, err := dialNATS(natsURL, log)
+		nc, err := dialNATS(natsURL, cfg.NATSAuth, log)
+		var me *errmap.Error
+		if errors.As(err, &me) {
+			return me
+		}
 		if err != nil {
 			return errmap.Invalid("nats_url", "cannot use the NATS URL: "+errmap.OneLine(err.Error()))
 		}
@@ -627,10 +639,78 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 	return nil
 }
 
+// NATSAuth is how the gateway authenticates to NATS: a credentials file
+// (JWT and seed, --nats-creds), or an NKey seed file (--nats-nkey); and TLS
+// with a CA to verify the server (--nats-tls-ca) and a client certificate
+// (--nats-tls-cert, --nats-tls-key). Zero: none (a tls:// URL still
+// verifies the server against the system's roots).
+type NATSAuth struct {
+	CredsFile   string
+	NKeyFile    string
+	TLSCAFile   string
+	TLSCertFile string
+	TLSKeyFile  string
+}
+
+// options checks the files and returns the connection options; errors
+// name the flag's field.
+func (a NATSAuth) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	readable := func(field, path string) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return errmap.Invalid(field, fmt.Sprintf("--%s: cannot read %s: %s", strings.ReplaceAll(field, "_", "-"), path, errmap.OneLine(err.Error())))
+		}
+		return f.Close()
+	}
+	if a.CredsFile != "" && a.NKeyFile != "" {
+		return nil, errmap.Invalid("nats_creds", "give --nats-creds or --nats-nkey, not both")
+	}
+	if a.CredsFile != "" {
+		if err := readable("nats_creds", a.CredsFile); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserCredentials(a.CredsFile))
+	}
+	if a.NKeyFile != "" {
+		if err := readable("nats_nkey", a.NKeyFile); err != nil {
+			return nil, err
+		}
+		o, err := nats.NkeyOptionFromSeed(a.NKeyFile)
+		if err != nil {
+			// The message may quote the file: say only that it is not a seed.
+			return nil, errmap.Invalid("nats_nkey", "--nats-nkey: "+a.NKeyFile+" does not hold an NKey seed")
+		}
+		opts = append(opts, o)
+	}
+	if a.TLSCAFile != "" {
+		if err := readable("nats_tls_ca", a.TLSCAFile); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.RootCAs(a.TLSCAFile))
+	}
+	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
+		return nil, errmap.Invalid("nats_tls_cert", "--nats-tls-cert and --nats-tls-key go together")
+	}
+	if a.TLSCertFile != "" {
+		for field, p := range map[string]string{"nats_tls_cert": a.TLSCertFile, "nats_tls_key": a.TLSKeyFile} {
+			if err := readable(field, p); err != nil {
+				return nil, err
+			}
+		}
+		opts = append(opts, nats.ClientCert(a.TLSCertFile, a.TLSKeyFile))
+	}
+	return opts, nil
+}
+
 // dialNATS connects to NATS, waiting for a server that is down at start
 // like one that goes away later.
-func dialNATS(natsURL string, log *slog.Logger) (*nats.Conn, error) {
-	return nats.Connect(natsURL,
+func dialNATS(natsURL string, auth NATSAuth, log *slog.Logger) (*nats.Conn, error) {
+	authOpts, err := auth.options()
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(natsURL, append(authOpts,
 		nats.Name("fencegate-gateway"),
 		// A NATS server that is down at start is waited for like one that
 		// goes away later: the dispatcher backs off until it is back.
@@ -648,7 +728,15 @@ func dialNATS(natsURL string, log *slog.Logger) (*nats.Conn, error) {
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
 		}),
-	)
+		// A refused connection (bad credentials, a TLS failure) is said,
+		// not only retried in silence.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("gateway: NATS connection attempt failed", "component", "gateway", "error", err)
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("gateway: NATS error", "component", "gateway", "error", err)
+		}),
+	)...)
 }
 
 // serveMetrics starts the Prometheus /metrics server.

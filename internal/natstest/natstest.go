@@ -38,7 +38,11 @@ type Server struct {
 
 // Start starts an embedded JetStream server on a random 127.0.0.1 port with
 // its store in t.TempDir(), shut down when the test ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartWith(t, nil) }
+
+// StartWith is Start with the server's options changed by mod (TLS,
+// authentication) before it starts.
+func StartWith(t testing.TB, mod func(*server.Options)) *Server {
 	t.Helper()
 	opts := &server.Options{
 		Host:      "127.0.0.1",
@@ -47,6 +51,9 @@ func Start(t testing.TB) *Server {
 		StoreDir:  t.TempDir(),
 		NoLog:     true,
 		NoSigs:    true,
+	}
+	if mod != nil {
+		mod(opts)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/faulttest"
+	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testdb"
+)
+
+// pki writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, each signed by the CA, as PEM files in dir.
+func pki(t *testing.T, dir string) (ca, srvCert, srvKey, cliCert, cliKey string, pool *x509.CertPool) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caParsed, _ := x509.ParseCertificate(caDER)
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	leaf := func(serial int64, usage x509.ExtKeyUsage, name string) (string, string) {
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caParsed, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, _ := x509.MarshalECPrivateKey(k)
+		return write(name+".crt", "CERTIFICATE", der), write(name+".key", "EC PRIVATE KEY", kb)
+	}
+	ca = write("ca.crt", "CERTIFICATE", caDER)
+	srvCert, srvKey = leaf(2, x509.ExtKeyUsageServerAuth, "server")
+	cliCert, cliKey = leaf(3, x509.ExtKeyUsageClientAuth, "client")
+	pool = x509.NewCertPool()
+	pool.AddCert(caParsed)
+	return
+}
+
+// The gateway authenticates to a NATS server that requires TLS with a
+// client certificate and an NKey: with --nats-tls-ca, --nats-tls-cert,
+// --nats-tls-key and --nats-nkey it relays (readyz: nats ok); without the
+// NKey it is refused and says so (readyz: nats unavailable). Bad files are
+// bad input naming the flag.
+func TestNATSAuthTLSAndNKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, srvCert, srvKey, cliCert, cliKey, pool := pki(t, dir)
+	user, _ := nkeys.CreateUser()
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	seedFile := filepath.Join(dir, "user.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srvPair, err := tls.LoadX509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := natstest.StartWith(t, func(o *server.Options) {
+		o.TLS, o.TLSVerify = true, true
+		o.TLSConfig = &tls.Config{Certificates: []tls.Certificate{srvPair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+		o.Nkeys = []*server.NkeyUser{{Nkey: pub}}
+	})
+	url := strings.Replace(ns.URL, "nats://", "tls://", 1)
+	pg := testdb.New(t)
+	good := NATSAuth{NKeyFile: seedFile, TLSCAFile: ca, TLSCertFile: cliCert, TLSKeyFile: cliKey}
+
+	g, err := Start(context.Background(), Config{Pool: pg, NATSURL: url, NATSAuth: good, RunDispatcher: true, MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	deadline := time.Now().Add(20 * time.Second)
+	for p := getProbe(t, g.MetricsAddr(), "/readyz"); p.Checks["nats"] != "ok" || p.Checks["stream"] != "ok"; p = getProbe(t, g.MetricsAddr(), "/readyz") {
+		if time.Now().After(deadline) {
+			t.Fatalf("with TLS and the NKey: /readyz %+v, want nats and stream ok", p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	noKey := good
+	noKey.NKeyFile = ""
+	var logs faulttest.SyncBuffer
+	bad, err := Start(context.Background(), Config{Pool: pg, NATSURL: url, NATSAuth: noKey, RunDispatcher: true, MetricsAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Stop()
+	for !strings.Contains(strings.ToLower(logs.String()), "authorization violation") {
+		if time.Now().After(deadline.Add(20 * time.Second)) {
+			t.Fatalf("without the NKey: no refusal logged:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p := getProbe(t, bad.MetricsAddr(), "/readyz"); p.Checks["nats"] == "ok" {
+		t.Fatalf("without the NKey: /readyz %+v, want nats unavailable", p)
+	}
+
+	for field, a := range map[string]NATSAuth{
+		"nats_nkey":     {NKeyFile: filepath.Join(dir, "missing")},
+		"nats_tls_ca":   {TLSCAFile: filepath.Join(dir, "missing")},
+		"nats_tls_cert": {TLSCertFile: cliCert},
+		"nats_creds":    {CredsFile: seedFile, NKeyFile: seedFile},
+	} {
+		_, err := New(pg, nil, Config{NATSURL: url, NATSAuth: a, RunDispatcher: true})
+		var me *errmap.Error
+		if !errors.As(err, &me) || me.Field != field {
+			t.Errorf("New with %+v: %v, want bad input naming %s", a, err, field)
+		}
+	}
+}
