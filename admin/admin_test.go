@@ -31,7 +31,7 @@ const (
 )
 
 var testTokens = []Token{
-	{Name: "w1", Role: RoleWorker, Secret: workerSecret},
+	{Name: "w1", Role: RoleWorker, Secret: workerSecret, Epochs: true},
 	{Name: "op1", Role: RoleOperator, Secret: operatorSecret},
 }
 
@@ -344,7 +344,7 @@ func TestParseTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0] != (Token{"alice", RoleOperator, operatorSecret}) || got[1].Secret != workerSecret+":with:colons" {
+	if len(got) != 2 || got[0].Name != "alice" || got[0].Role != RoleOperator || got[0].Secret != operatorSecret || got[1].Secret != workerSecret+":with:colons" {
 		t.Fatalf("lines: %+v", got)
 	}
 	got, err = ParseTokens(`[{"name":"alice","role":"operator","token":"` + operatorSecret + `"}]`)
@@ -1014,5 +1014,80 @@ func TestAPIRefusesCrossSiteRequests(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || e.status(id) != outbox.StatusCancelled {
 		t.Fatalf("cancel with application/json: %d, status %s; want 200 and cancelled", res.StatusCode, e.status(id))
+	}
+}
+
+// Scoped tokens: a worker token confined to resources and kinds, without
+// epochs, and an operator token confined to resources. Inside the scope
+// everything works; outside it, every intake route and operator read and
+// action is 403 naming what was refused, and nothing is stored.
+func TestTokenScopes(t *testing.T) {
+	t.Parallel()
+	const (
+		scopedW  = "scoped-worker-secret-0123456789"
+		scopedOp = "scoped-operator-secret-0123456"
+	)
+	toks, err := ParseTokens(`[{"name":"reports-job","role":"worker","token":"` + scopedW + `","resources":["reports/*","billing/run"],"kinds":["email"]},
+		{"name":"reports-ops","role":"operator","token":"` + scopedOp + `","resources":["reports/*"]},
+		{"name":"lock-service","role":"worker","token":"` + workerSecret + `","epochs":true}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testdb.New(t)
+	s := newServer(t, pool, toks, nil)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	do := func(method, path, token, body string) resp { return doReq(t, ts.URL, method, path, token, body, "application/json") }
+	forbid := func(r resp, field string) {
+		t.Helper()
+		if r.code != http.StatusForbidden || r.errField("field") != field {
+			t.Errorf("%d %s, want 403 naming %s", r.code, r.raw, field)
+		}
+	}
+	count := func() int {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM intents`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// Inside the scope.
+	r := do("POST", "/api/v1/leases", scopedW, `{"resource":"reports/daily","holder":"job","ttl_ms":60000}`)
+	expect(t, r, http.StatusCreated, "")
+	epoch := num(r.obj["epoch"])
+	r = do("POST", "/api/v1/intents", scopedW, emailIntent("reports/daily", epoch, "mail-1"))
+	expect(t, r, http.StatusCreated, "")
+	id := num(r.obj["intent_id"])
+
+	// Outside it: another resource, another kind, an advance.
+	forbid(do("POST", "/api/v1/leases", scopedW, `{"resource":"payroll","holder":"job","ttl_ms":60000}`), "resource")
+	forbid(do("POST", "/api/v1/leases/renew", scopedW, `{"resource":"payroll","holder":"job","epoch":1,"ttl_ms":60000}`), "resource")
+	forbid(do("POST", "/api/v1/leases/release", scopedW, `{"resource":"payroll","holder":"job","epoch":1}`), "resource")
+	forbid(do("POST", "/api/v1/intents", scopedW, emailIntent("payroll", 1, "mail-2")), "resource")
+	forbid(do("POST", "/api/v1/intents", scopedW, `{"resource":"reports/daily","epoch":`+fmt.Sprint(epoch)+`,"operation_id":"f","kind":"file","payload":{"target":"x","content":"y"}}`), "kind")
+	forbid(do("POST", "/api/v1/epochs", scopedW, `{"resource":"reports/daily","epoch":99}`), "epochs")
+	if n := count(); n != 1 {
+		t.Errorf("%d intents stored, want the 1 inside the scope", n)
+	}
+	// The lock service's token may advance.
+	expect(t, do("POST", "/api/v1/epochs", workerSecret, `{"resource":"payroll","epoch":5}`), http.StatusCreated, "")
+
+	// The scoped operator: its resources only.
+	expect(t, do("GET", fmt.Sprintf("/api/v1/intents/%d", int64(id)), scopedOp, ""), http.StatusOK, "")
+	expect(t, do("GET", "/api/v1/intents?resource=reports/daily", scopedOp, ""), http.StatusOK, "")
+	forbid(do("GET", "/api/v1/intents", scopedOp, ""), "resource")
+	forbid(do("GET", "/api/v1/intents?resource=payroll", scopedOp, ""), "resource")
+	forbid(do("GET", "/api/v1/resources/payroll", scopedOp, ""), "resource")
+	forbid(do("GET", "/api/v1/resources/payroll/epochs", scopedOp, ""), "resource")
+	r = do("POST", "/api/v1/intents", workerSecret, emailIntent("payroll", 5, "pay-1"))
+	expect(t, r, http.StatusCreated, "")
+	forbid(do("POST", fmt.Sprintf("/api/v1/intents/%d/cancel", int64(num(r.obj["intent_id"]))), scopedOp, "{}"), "resource")
+	expect(t, do("POST", fmt.Sprintf("/api/v1/intents/%d/cancel", int64(id)), scopedOp, "{}"), http.StatusOK, "")
+
+	// The line format carries the same scope.
+	lt, err := ParseTokens("job:worker:" + scopedW + ":resources=reports/*;billing/run:kinds=email:epochs=false")
+	if err != nil || lt[0].Secret != scopedW || strings.Join(lt[0].Resources, ",") != "reports/*,billing/run" || strings.Join(lt[0].Kinds, ",") != "email" || lt[0].Epochs {
+		t.Errorf("line format: %+v %v", lt, err)
 	}
 }

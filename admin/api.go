@@ -80,7 +80,7 @@ type handlerFunc func(r *http.Request, p principal) (int, any, error)
 func (s *Server) authorize(r *http.Request, role Role) (principal, *apiError) {
 	if len(s.cfg.Tokens) == 0 {
 		// Unauthenticated mode; Listen only binds loopback.
-		return principal{name: anonymous, role: role}, nil
+		return principal{name: anonymous, role: role, scope: Scope{Epochs: true}}, nil
 	}
 	tok, ok := bearer(r)
 	if !ok {
@@ -95,6 +95,30 @@ func (s *Server) authorize(r *http.Request, role Role) (principal, *apiError) {
 			fmt.Sprintf("token %q has role %s; this endpoint needs %s", p.name, p.role, role))
 	}
 	return p, nil
+}
+
+// forbidden is a 403 naming what the token's scope refused.
+func forbidden(field, format string, args ...any) error {
+	e := errmap.New(errmap.Forbidden, fmt.Sprintf(format, args...))
+	e.Field = field
+	return e
+}
+
+// resource checks that p's scope covers resource: nothing outside it is
+// read, granted, advanced or stored.
+func (p principal) resource(resource string) error {
+	if p.scope.Resource(resource) {
+		return nil
+	}
+	return forbidden("resource", "token %q may not act on resource %q (its resources: %s)", p.name, resource, strings.Join(p.scope.Resources, ", "))
+}
+
+// kind checks that p's scope covers kind.
+func (p principal) kind(kind string) error {
+	if p.scope.Kind(kind) {
+		return nil
+	}
+	return forbidden("kind", "token %q may not enqueue kind %q (its kinds: %s)", p.name, kind, strings.Join(p.scope.Kinds, ", "))
 }
 
 // require wraps a plain handler with the role check.

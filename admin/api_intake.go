@@ -32,13 +32,16 @@ func ttl(ms int64) (time.Duration, error) {
 // the lease (extending a lease and keeping its epoch is renew); 409
 // lease_held; 400 naming epoch when the resource's epochs are exhausted;
 // 503 busy when the control row stayed locked.
-func (s *Server) acquireLease(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) acquireLease(r *http.Request, p principal) (int, any, error) {
 	var req struct {
 		Resource string `json:"resource"`
 		Holder   string `json:"holder"`
 		TTLMs    int64  `json:"ttl_ms"`
 	}
 	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := p.resource(req.Resource); err != nil {
 		return 0, nil, err
 	}
 	d, err := ttl(req.TTLMs)
@@ -53,9 +56,12 @@ func (s *Server) acquireLease(r *http.Request, _ principal) (int, any, error) {
 }
 
 // renewLease: POST /api/v1/leases/renew {"resource","holder","epoch","ttl_ms"}.
-func (s *Server) renewLease(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) renewLease(r *http.Request, p principal) (int, any, error) {
 	var req leaseRequest
 	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := p.resource(req.Resource); err != nil {
 		return 0, nil, err
 	}
 	d, err := ttl(req.TTLMs)
@@ -70,13 +76,16 @@ func (s *Server) renewLease(r *http.Request, _ principal) (int, any, error) {
 }
 
 // releaseLease: POST /api/v1/leases/release {"resource","holder","epoch"}.
-func (s *Server) releaseLease(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) releaseLease(r *http.Request, p principal) (int, any, error) {
 	var req struct {
 		Resource string `json:"resource"`
 		Holder   string `json:"holder"`
 		Epoch    int64  `json:"epoch"`
 	}
 	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := p.resource(req.Resource); err != nil {
 		return 0, nil, err
 	}
 	if err := s.cfg.Issuer.Release(r.Context(), req.Resource, req.Holder, req.Epoch); err != nil {
@@ -87,12 +96,20 @@ func (s *Server) releaseLease(r *http.Request, _ principal) (int, any, error) {
 
 // advanceEpoch: POST /api/v1/epochs {"resource","epoch"}. 201 when the
 // epoch advanced, 200 when it was already that epoch, 409 when lower.
-func (s *Server) advanceEpoch(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) advanceEpoch(r *http.Request, p principal) (int, any, error) {
+	// An advance clears a live holder's lease: only a token that says so
+	// (an external lock service's) may.
+	if !p.scope.Epochs {
+		return 0, nil, forbidden("epochs", "token %q may not advance epochs (a token needs \"epochs\": true for POST /api/v1/epochs)", p.name)
+	}
 	var req struct {
 		Resource string `json:"resource"`
 		Epoch    int64  `json:"epoch"`
 	}
 	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if err := p.resource(req.Resource); err != nil {
 		return 0, nil, err
 	}
 	before, err := s.cfg.Issuer.Get(r.Context(), req.Resource)
@@ -138,9 +155,16 @@ func decodeIntent(r *http.Request, c *outbox.Client) (outbox.Intent, error) {
 
 // enqueue: POST /api/v1/intents. 201 new, 200 duplicate (the existing
 // intent), 409 stale epoch, 422 operation id reused with other content.
-func (s *Server) enqueue(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) enqueue(r *http.Request, p principal) (int, any, error) {
 	in, err := decodeIntent(r, s.cfg.Outbox)
 	if err != nil {
+		return 0, nil, err
+	}
+	// The scope before anything is stored.
+	if err := p.resource(in.Resource); err != nil {
+		return 0, nil, err
+	}
+	if err := p.kind(in.Kind); err != nil {
 		return 0, nil, err
 	}
 	res, err := s.cfg.Outbox.Enqueue(r.Context(), in)

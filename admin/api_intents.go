@@ -3,6 +3,7 @@ package admin
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -19,7 +20,7 @@ func intentID(r *http.Request) (int64, error) {
 }
 
 // listIntents: GET /api/v1/intents?resource=&status=&kind=&limit=&cursor=.
-func (s *Server) listIntents(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) listIntents(r *http.Request, p principal) (int, any, error) {
 	q := r.URL.Query()
 	for name := range q {
 		switch name {
@@ -32,6 +33,15 @@ func (s *Server) listIntents(r *http.Request, _ principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if !p.scope.allResources() {
+		// A scoped token lists one resource of its scope at a time.
+		if q.Get("resource") == "" {
+			return 0, nil, forbidden("resource", "token %q is scoped to resources %s: give resource=", p.name, strings.Join(p.scope.Resources, ", "))
+		}
+		if err := p.resource(q.Get("resource")); err != nil {
+			return 0, nil, err
+		}
+	}
 	page, err := ListIntents(r.Context(), s.cfg.Pool, f)
 	if err != nil {
 		return 0, nil, err
@@ -40,7 +50,7 @@ func (s *Server) listIntents(r *http.Request, _ principal) (int, any, error) {
 }
 
 // getIntent: GET /api/v1/intents/{id}, with history and timeline.
-func (s *Server) getIntent(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) getIntent(r *http.Request, p principal) (int, any, error) {
 	id, err := intentID(r)
 	if err != nil {
 		return 0, nil, err
@@ -49,11 +59,17 @@ func (s *Server) getIntent(r *http.Request, _ principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := p.resource(d.Resource); err != nil {
+		return 0, nil, err
+	}
 	return http.StatusOK, d, nil
 }
 
 // getResource: GET /api/v1/resources/{id}.
-func (s *Server) getResource(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) getResource(r *http.Request, p principal) (int, any, error) {
+	if err := p.resource(r.PathValue("id")); err != nil {
+		return 0, nil, err
+	}
 	v, err := GetResource(r.Context(), s.cfg.Pool, r.PathValue("id"))
 	if err != nil {
 		return 0, nil, err
@@ -64,8 +80,11 @@ func (s *Server) getResource(r *http.Request, _ principal) (int, any, error) {
 // getEpochs: GET /api/v1/resources/{id}/epochs?limit= — the resource's
 // epoch grants (lease.Issuer.History), newest first: {"resource","grants"}.
 // 404 for a resource with no grants, no control row and no intents.
-func (s *Server) getEpochs(r *http.Request, _ principal) (int, any, error) {
+func (s *Server) getEpochs(r *http.Request, p principal) (int, any, error) {
 	res := r.PathValue("id")
+	if err := p.resource(res); err != nil {
+		return 0, nil, err
+	}
 	q := r.URL.Query()
 	for name := range q {
 		if name != "limit" {
@@ -111,6 +130,16 @@ func (s *Server) action(a Action) handlerFunc {
 		}
 		if a != ActionResolve && body.Outcome != "" {
 			return 0, nil, badRequest("outcome", "only resolve takes an outcome")
+		}
+		if !p.scope.allResources() {
+			// The intent's resource never changes: read it without a lock.
+			rec, err := s.cfg.Outbox.Get(r.Context(), id)
+			if err != nil {
+				return 0, nil, err
+			}
+			if err := p.resource(rec.Resource); err != nil {
+				return 0, nil, err
+			}
 		}
 		res, err := Apply(r.Context(), s.cfg.Pool, ActionRequest{IntentID: id, Action: a, Actor: p.name, Outcome: body.Outcome, Note: body.Note})
 		if err != nil {

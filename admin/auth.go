@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -37,6 +39,47 @@ type Token struct {
 	Name   string `json:"name"`
 	Role   Role   `json:"role"`
 	Secret string `json:"token"`
+	// Resources confines the token to these resources: exact names, or
+	// "prefix*" patterns. None: every resource.
+	Resources []string `json:"resources,omitempty"`
+	// Kinds confines the token's enqueues to these intent kinds. None:
+	// every kind.
+	Kinds []string `json:"kinds,omitempty"`
+	// Epochs allows POST /api/v1/epochs (an external lock service's
+	// advance, which clears a live holder's lease). Default: no.
+	Epochs bool `json:"epochs,omitempty"`
+}
+
+// Scope is what a token may touch (Token.Resources, Kinds, Epochs).
+type Scope struct {
+	Resources []string
+	Kinds     []string
+	Epochs    bool
+}
+
+// allResources reports whether the scope covers every resource.
+func (sc Scope) allResources() bool { return len(sc.Resources) == 0 }
+
+// Resource reports whether the scope covers resource.
+func (sc Scope) Resource(resource string) bool {
+	if sc.allResources() {
+		return true
+	}
+	for _, p := range sc.Resources {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(resource, prefix) {
+				return true
+			}
+		} else if p == resource {
+			return true
+		}
+	}
+	return false
+}
+
+// Kind reports whether the scope covers kind.
+func (sc Scope) Kind(kind string) bool {
+	return len(sc.Kinds) == 0 || slices.Contains(sc.Kinds, kind)
 }
 
 func (t Token) validate() error {
@@ -49,6 +92,10 @@ func (t Token) validate() error {
 		return fmt.Errorf("admin: token %q: secret must be at least %d bytes", t.Name, MinTokenLen)
 	case strings.ContainsAny(t.Secret, " \t\r\n,"):
 		return fmt.Errorf("admin: token %q: secret must not contain whitespace or ','", t.Name)
+	case slices.Contains(t.Resources, "") || slices.Contains(t.Kinds, ""):
+		return fmt.Errorf("admin: token %q: an empty resource or kind in its scope", t.Name)
+	case slices.ContainsFunc(t.Resources, func(p string) bool { return strings.Contains(strings.TrimSuffix(p, "*"), "*") }):
+		return fmt.Errorf("admin: token %q: a resource pattern is an exact name or \"prefix*\"", t.Name)
 	}
 	return nil
 }
@@ -77,7 +124,11 @@ func ParseTokens(s string) ([]Token, error) {
 				// Don't echo the line: it may hold a secret.
 				return nil, fmt.Errorf("admin: tokens: entry %d is not name:role:token", len(out)+1)
 			}
-			out = append(out, Token{Name: parts[0], Role: Role(parts[1]), Secret: parts[2]})
+			t := Token{Name: parts[0], Role: Role(parts[1]), Secret: parts[2]}
+			if err := t.scopeFields(); err != nil {
+				return nil, fmt.Errorf("admin: tokens: entry %d: %w", len(out)+1, err)
+			}
+			out = append(out, t)
 		}
 	}
 	seen := map[string]bool{}
@@ -91,6 +142,35 @@ func ParseTokens(s string) ([]Token, error) {
 		seen[t.Secret] = true
 	}
 	return out, nil
+}
+
+// scopeFields moves the optional scope fields of the line format from the
+// end of the secret into t: name:role:token[:resources=a;b*][:kinds=email;file][:epochs=true].
+func (t *Token) scopeFields() error {
+	for {
+		i := strings.LastIndexByte(t.Secret, ':')
+		if i < 0 {
+			return nil
+		}
+		field := t.Secret[i+1:]
+		key, val, ok := strings.Cut(field, "=")
+		if !ok || (key != "resources" && key != "kinds" && key != "epochs") {
+			return nil // part of the secret
+		}
+		switch key {
+		case "resources":
+			t.Resources = strings.Split(val, ";")
+		case "kinds":
+			t.Kinds = strings.Split(val, ";")
+		case "epochs":
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return fmt.Errorf("epochs must be true or false")
+			}
+			t.Epochs = b
+		}
+		t.Secret = t.Secret[:i]
+	}
 }
 
 // LoadTokensFile reads tokens from a file in either ParseTokens format.
@@ -117,8 +197,9 @@ func TokensFromEnv(getenv func(string) string) ([]Token, error) {
 
 // principal is who made a request.
 type principal struct {
-	name string
-	role Role
+	name  string
+	role  Role
+	scope Scope
 }
 
 // anonymous is the principal of every request to a server without tokens
@@ -135,13 +216,15 @@ type authenticator struct {
 type hashedToken struct {
 	name   string
 	role   Role
+	scope  Scope
 	digest [sha256.Size]byte
 }
 
 func newAuthenticator(tokens []Token) *authenticator {
 	a := &authenticator{compare: subtle.ConstantTimeCompare}
 	for _, t := range tokens {
-		a.tokens = append(a.tokens, hashedToken{name: t.Name, role: t.Role, digest: sha256.Sum256([]byte(t.Secret))})
+		a.tokens = append(a.tokens, hashedToken{name: t.Name, role: t.Role, digest: sha256.Sum256([]byte(t.Secret)),
+			scope: Scope{Resources: t.Resources, Kinds: t.Kinds, Epochs: t.Epochs}})
 	}
 	return a
 }
@@ -163,7 +246,7 @@ func (a *authenticator) lookup(presented string) (principal, bool) {
 	if found < 0 {
 		return principal{}, false
 	}
-	return principal{name: a.tokens[found].name, role: a.tokens[found].role}, true
+	return principal{name: a.tokens[found].name, role: a.tokens[found].role, scope: a.tokens[found].scope}, true
 }
 
 // bearer returns the token of an "Authorization: Bearer …" header.
