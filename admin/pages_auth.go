@@ -5,24 +5,26 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Pages authenticate operators by a cookie, since browsers cannot easily
 // send bearer headers:
 //
-//   - With tokens configured, POST /login takes an operator token and sets
-//     it (base64url-encoded) as the session cookie: HttpOnly, SameSite=Strict,
-//     Secure over TLS. Each request looks the cookie's token up exactly like
-//     a bearer token (hashed, compared in constant time against every
-//     token). An Authorization: Bearer header works too, for scripts.
+//   - With tokens configured, POST /login takes an operator token and
+//     starts a server-side session: the cookie holds only the session's
+//     random id (never the token), HttpOnly, SameSite=Strict, Secure over
+//     TLS; the session expires after sessionMaxAge, and logout deletes it,
+//     so a copied cookie stops working. Sessions live in this process
+//     (behind several replicas, use sticky sessions or bearer headers). An
+//     Authorization: Bearer header works too, for scripts.
 //   - With no tokens (the server binds loopback only) every viewer is
 //     anonymous and no login exists; pages then answer only requests whose
 //     Host is a loopback name, so a DNS-rebinding page cannot read them.
@@ -31,7 +33,7 @@ import (
 // net/http's CrossOriginProtection (Sec-Fetch-Site / Origin against Host)
 // and a CSRF token in a hidden field. With a session the token is an HMAC
 // of a fixed string keyed by the session's secret (stateless, the same on
-// every replica, useless without the cookie); without tokens it must equal
+// process, useless without the cookie); without tokens it must equal
 // a random SameSite=Strict cookie (double submit). Bearer requests need no
 // CSRF token: a browser never adds that header on its own.
 const (
@@ -103,21 +105,67 @@ func (s *Server) pageViewer(w http.ResponseWriter, r *http.Request) (*viewer, pa
 	if err != nil {
 		return nil, authLogin
 	}
-	secret, err := base64.RawURLEncoding.DecodeString(c.Value)
-	if err != nil {
-		clearCookie(w, r, sessionCookie)
-		return nil, authLogin
-	}
-	p, ok := s.auth.lookup(string(secret))
+	p, ok := s.sessions.get(c.Value)
 	if !ok {
-		// A token removed from the configuration: the session ends.
+		// Expired, logged out, or never ours: the session ends.
 		clearCookie(w, r, sessionCookie)
 		return nil, authLogin
 	}
 	if p.role != RoleOperator {
 		return &viewer{principal: p, session: true}, authForbidden
 	}
-	return &viewer{principal: p, csrf: sessionCSRF(string(secret)), session: true}, authOK
+	return &viewer{principal: p, csrf: sessionCSRF(c.Value), session: true}, authOK
+}
+
+// sessionStore holds the pages' sessions: id → who, until when.
+type sessionStore struct {
+	mu   sync.Mutex
+	byID map[string]session
+	now  func() time.Time
+}
+
+type session struct {
+	p       principal
+	expires time.Time
+}
+
+func newSessionStore() *sessionStore {
+	return &sessionStore{byID: map[string]session{}, now: time.Now}
+}
+
+// start makes a session for p and returns its id.
+func (st *sessionStore) start(p principal) string {
+	id := randomToken()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := st.now()
+	for k, v := range st.byID { // forget the expired ones
+		if now.After(v.expires) {
+			delete(st.byID, k)
+		}
+	}
+	st.byID[id] = session{p: p, expires: now.Add(sessionMaxAge)}
+	return id
+}
+
+func (st *sessionStore) get(id string) (principal, bool) {
+	if !validCSRFCookie(id) { // the same shape: 64 hex digits
+		return principal{}, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	v, ok := st.byID[id]
+	if !ok || st.now().After(v.expires) {
+		delete(st.byID, id)
+		return principal{}, false
+	}
+	return v.p, true
+}
+
+func (st *sessionStore) end(id string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.byID, id)
 }
 
 // checkForm checks a POST form against cross-site request forgery; the
@@ -133,9 +181,9 @@ func (s *Server) checkForm(r *http.Request, v *viewer) bool {
 	return v != nil && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(v.csrf)) == 1
 }
 
-func setSession(w http.ResponseWriter, r *http.Request, secret string) {
+func setSession(w http.ResponseWriter, r *http.Request, id string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(secret)), Path: "/",
+		Name: sessionCookie, Value: id, Path: "/",
 		MaxAge: int(sessionMaxAge / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil,
 	})
@@ -232,7 +280,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 			Error: "Token " + p.name + " has role " + string(p.role) + "; the pages need an operator token.", Body: loginBody{Next: next}})
 		return
 	}
-	setSession(w, r, tok)
+	setSession(w, r, s.sessions.start(p))
 	s.cfg.Logger.Info("admin: page login", "actor", p.name, "remote", r.RemoteAddr)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -243,6 +291,9 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		setPageHeaders(w, s.styleHash)
 		s.renderError(w, r, nil, http.StatusForbidden, "Cross-site request refused.")
 		return
+	}
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.end(c.Value) // a copy of the cookie stops working too
 	}
 	clearCookie(w, r, sessionCookie)
 	target := "/login"

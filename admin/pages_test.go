@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -146,8 +147,9 @@ func TestPagesLoginCookie(t *testing.T) {
 	if ck == nil || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" || ck.MaxAge <= 0 {
 		t.Fatalf("session cookie = %+v", ck)
 	}
-	if strings.Contains(ck.Value, operatorSecret) {
-		t.Fatalf("cookie holds the token in clear text? %q (want base64url)", ck.Value)
+	// The cookie is a session id, not the long-lived token in any form.
+	if strings.Contains(ck.Value, operatorSecret) || strings.Contains(ck.Value, base64.RawURLEncoding.EncodeToString([]byte(operatorSecret))) {
+		t.Fatalf("the session cookie carries the token: %q", ck.Value)
 	}
 
 	r = c.do("GET", intentPath, nil)
@@ -221,12 +223,19 @@ func TestPagesLoginCookie(t *testing.T) {
 	b.expect(b.do("GET", "/intents", nil), http.StatusForbidden, "operator token")
 
 	// Logout needs a same-origin request, then clears the cookie.
+	sessionCopy := *c.cookies[sessionCookie]
 	r = c.do("POST", "/logout", url.Values{"csrf": {csrf}})
 	if r.code != http.StatusSeeOther || c.cookies[sessionCookie] != nil {
 		t.Fatalf("logout = %d, cookies %v", r.code, c.cookies)
 	}
 	if r := c.do("GET", "/intents", nil); r.code != http.StatusSeeOther {
 		t.Fatalf("after logout: %d", r.code)
+	}
+	// Logout ends the session on the server: a copy of the cookie taken
+	// before it no longer signs anyone in.
+	c.cookies[sessionCookie] = &sessionCopy
+	if r := c.do("GET", "/intents", nil); r.code != http.StatusSeeOther || !strings.HasPrefix(r.hdr.Get("Location"), "/login") {
+		t.Fatalf("the session cookie still works after logout: %d %s", r.code, r.hdr.Get("Location"))
 	}
 }
 

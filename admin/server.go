@@ -112,6 +112,8 @@ type Server struct {
 	style     template.CSS
 	styleHash string
 	cop       *http.CrossOriginProtection
+	// sessions are the pages' signed-in browsers (pages_auth.go).
+	sessions *sessionStore
 
 	// life is the lifecycle of Start/Stop; serveErr is why serving ended.
 	life     startstop.Lifecycle
@@ -130,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m}
+	s := &Server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m, sessions: newSessionStore()}
 	if len(cfg.Tokens) == 0 {
 		cfg.Logger.Warn("admin: no API tokens configured: requests are not authenticated; binding loopback addresses only")
 	}
