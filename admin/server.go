@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"html/template"
@@ -58,6 +59,13 @@ type Config struct {
 	NATSReady func() error
 	// ReadyTimeout bounds each /readyz check. Default: 2 seconds.
 	ReadyTimeout time.Duration
+	// TLSCertFile and TLSKeyFile (PEM) serve HTTPS (HTTP/2 too); the
+	// session cookie is then Secure. Both or neither.
+	TLSCertFile, TLSKeyFile string
+	// InsecureHTTP allows plain HTTP on an address that is not loopback
+	// (behind a TLS-terminating proxy). Without it, such an address needs
+	// TLS.
+	InsecureHTTP bool
 	// Ready, when set, answers /readyz instead of the server's own check
 	// (PostgreSQL and NATSReady): the gateway hands it its readiness of
 	// every part it runs, so that the admin address and the metrics
@@ -96,6 +104,9 @@ func (c Config) validate() error {
 			return err
 		}
 	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return errors.New("admin: TLSCertFile and TLSKeyFile go together")
+	}
 	return nil
 }
 
@@ -114,6 +125,8 @@ type Server struct {
 	cop       *http.CrossOriginProtection
 	// sessions are the pages' signed-in browsers (pages_auth.go).
 	sessions *sessionStore
+	// tls is nil for plain HTTP.
+	tls *tls.Config
 
 	// life is the lifecycle of Start/Stop; serveErr is why serving ended.
 	life     startstop.Lifecycle
@@ -133,6 +146,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m, sessions: newSessionStore()}
+	if cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, &TLSError{Err: err}
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	if len(cfg.Tokens) == 0 {
 		cfg.Logger.Warn("admin: no API tokens configured: requests are not authenticated; binding loopback addresses only")
 	}
@@ -184,6 +204,25 @@ func CheckListenAddr(addr string, tokens []Token) error {
 	return checkLoopback(addr)
 }
 
+// ErrPlainHTTPNonLoopback is matched by CheckTransport's error: tokens and
+// sessions would cross the network in clear text.
+var ErrPlainHTTPNonLoopback = errors.New("admin: plain HTTP on an address that is not loopback")
+
+// CheckTransport refuses plain HTTP on an address that is not loopback
+// unless insecure says so explicitly (a TLS-terminating proxy in front).
+func CheckTransport(addr string, useTLS, insecure bool) error {
+	if useTLS || insecure || checkLoopback(addr) == nil {
+		return nil
+	}
+	return fmt.Errorf("%w (%q): give a certificate (TLS) or, behind a TLS-terminating proxy, allow it explicitly", ErrPlainHTTPNonLoopback, addr)
+}
+
+// TLSError: the certificate or key could not be loaded.
+type TLSError struct{ Err error }
+
+func (e *TLSError) Error() string { return "admin: load the TLS certificate: " + e.Err.Error() }
+func (e *TLSError) Unwrap() error { return e.Err }
+
 // checkLoopback accepts "localhost" and loopback IPs; an empty host (all
 // interfaces) is not loopback.
 func checkLoopback(addr string) error {
@@ -222,7 +261,12 @@ func (s *Server) ListenAndServe(addr string) error {
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	srv := httpserver.New(s.Handler(), s.cfg.Logger)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	if s.tls != nil {
+		srv.TLSConfig = s.tls.Clone()
+		go func() { done <- srv.ServeTLS(ln, "", "") }() // HTTP/2 too
+	} else {
+		go func() { done <- srv.Serve(ln) }()
+	}
 	select {
 	case err := <-done:
 		return err

@@ -132,6 +132,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
+		tlsCert     = fs.String("tls-cert", "", "serve the admin API and pages over HTTPS with this certificate (PEM), with --tls-key")
+		tlsKey      = fs.String("tls-key", "", "the --tls-cert certificate's key (PEM)")
+		insecHTTP   = fs.Bool("insecure-http", false, "allow plain HTTP on an --admin-addr that is not loopback (behind a TLS-terminating proxy); otherwise such an address needs --tls-cert")
 		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+")")
 		leaseLockTO = lockTimeoutFlag(fs)
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -220,12 +223,13 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			Unknown:        adapters.UnknownPolicy(*unknown),
 			LookupSettle:   *settle,
 		},
-		Idempotency: idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet, GroupCommit: *groupCommit},
-		Retention:   outbox.SweeperConfig{MaxAge: *intentRet},
-		MetricsAddr: *metricsAddr,
-		AdminAddr:   *adminAddr,
-		Tokens:      tokens,
-		Logger:      logger,
+		Idempotency:  idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet, GroupCommit: *groupCommit},
+		Retention:    outbox.SweeperConfig{MaxAge: *intentRet},
+		MetricsAddr:  *metricsAddr,
+		AdminAddr:    *adminAddr,
+		AdminTLSCert: *tlsCert, AdminTLSKey: *tlsKey, AdminInsecureHTTP: *insecHTTP,
+		Tokens: tokens,
+		Logger: logger,
 	}
 	cfg.Kinds = a.kinds
 	cfg.ExtraExecutors = extra // the program's own kinds (Options)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testpki"
 )
 
 // freeAddr returns a loopback address with a port free a moment ago.
@@ -125,4 +127,64 @@ func TestRunAdminBadFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The admin server over TLS (--tls-cert, --tls-key): HTTPS with the CA
+// answers, plain HTTP does not; the session cookie is Secure. An address
+// that is not loopback without TLS needs --insecure-http (exit 2 naming
+// admin_addr otherwise).
+func TestRunAdminTLS(t *testing.T) {
+	t.Parallel()
+	db, _ := runPool(t)
+	srv := natstest.Start(t)
+	dir := t.TempDir()
+	_, cert, key, _, _, pool := testpki.Write(t, dir)
+	addr := freeAddr(t)
+	const secret = "op-secret-0123456789abcdef"
+	p := startRun(t, []string{"GATEWAY_TOKENS=ops:operator:" + secret}, db, srv.URL,
+		"--adapters", "", "--admin-addr", addr, "--tls-cert", cert, "--tls-key", key)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	pollUntil(t, 30*time.Second, "the admin server over HTTPS", func() (bool, string) {
+		res, err := client.Get("https://" + addr + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
+	if res, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/healthz"); err == nil {
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP answered 200 on the TLS address")
+		}
+	}
+	form := strings.NewReader("token=" + secret + "&next=/intents")
+	req, _ := http.NewRequest("POST", "https://"+addr+"/login", form)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	var secure bool
+	for _, c := range res.Cookies() {
+		if c.Name == "fencegate_session" {
+			secure = c.Secure && c.HttpOnly && c.SameSite == http.SameSiteStrictMode
+		}
+	}
+	if res.StatusCode != http.StatusSeeOther || !secure {
+		t.Fatalf("login over TLS: %d, cookies %v; want 303 and a Secure, HttpOnly, SameSite=Strict session cookie", res.StatusCode, res.Cookies())
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	tokens := []string{"GATEWAY_TOKENS=ops:operator:" + secret}
+	runBadFlags(t, tokens, []string{"--admin-addr", "0.0.0.0:8080"}, "admin_addr")
+	runBadFlags(t, tokens, []string{"--admin-addr", "127.0.0.1:0", "--tls-cert", cert}, "tls_cert")
+	runBadFlags(t, tokens, []string{"--admin-addr", "127.0.0.1:0", "--tls-cert", key, "--tls-key", cert}, "tls_cert")
 }

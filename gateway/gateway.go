@@ -22,6 +22,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -202,6 +203,11 @@ type Config struct {
 	// AdminAddr serves the admin API and pages there. Empty: no admin
 	// server. Without Tokens it must be a loopback address.
 	AdminAddr string
+	// AdminTLSCert and AdminTLSKey (PEM files) serve the admin API and
+	// pages over HTTPS. An AdminAddr that is not loopback needs them, or
+	// AdminInsecureHTTP (a TLS-terminating proxy in front).
+	AdminTLSCert, AdminTLSKey string
+	AdminInsecureHTTP         bool
 	// Tokens are the admin API's tokens. None: unauthenticated, loopback
 	// only.
 	Tokens []admin.Token
@@ -283,6 +289,18 @@ func (c *Config) Validate() error {
 		return errmap.Invalid("unknown_outcome", fmt.Sprintf("--unknown-outcome must be hold or resend, got %q", c.Runtime.Unknown))
 	}
 	if c.AdminAddr != "" {
+		if (c.AdminTLSCert == "") != (c.AdminTLSKey == "") {
+			return errmap.Invalid("tls_cert", "--tls-cert and --tls-key go together")
+		}
+		if c.AdminTLSCert != "" {
+			// Loaded now, before anything connects; admin.New loads it again.
+			if _, err := tls.LoadX509KeyPair(c.AdminTLSCert, c.AdminTLSKey); err != nil {
+				return errmap.Invalid("tls_cert", "--tls-cert/--tls-key: "+errmap.OneLine(err.Error()))
+			}
+		}
+		if err := admin.CheckTransport(c.AdminAddr, c.AdminTLSCert != "", c.AdminInsecureHTTP); err != nil {
+			return errmap.Invalid("admin_addr", fmt.Sprintf("--admin-addr %q is not a loopback address: serve it over TLS (--tls-cert, --tls-key) or, behind a TLS-terminating proxy, give --insecure-http", c.AdminAddr))
+		}
 		if err := admin.CheckListenAddr(c.AdminAddr, c.Tokens); err != nil {
 			if errors.Is(err, admin.ErrNoTokensNonLoopback) {
 				return errmap.Invalid("admin_addr", fmt.Sprintf("--admin-addr %q is not a loopback address and no admin tokens are configured "+
@@ -607,11 +625,17 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 		Tokens:   cfg.Tokens,
 		Registry: reg,
 		Logger:   log,
+
+		TLSCertFile: cfg.AdminTLSCert, TLSKeyFile: cfg.AdminTLSKey, InsecureHTTP: cfg.AdminInsecureHTTP,
 	}
 	// One readiness for the process: the admin address's /readyz is the
 	// metrics address's (probe.go), every part this process runs.
 	acfg.Ready = http.HandlerFunc(s.readyz)
 	srv, err := admin.New(acfg)
+	var tlsErr *admin.TLSError
+	if errors.As(err, &tlsErr) {
+		return errmap.Invalid("tls_cert", "--tls-cert/--tls-key: "+errmap.OneLine(tlsErr.Err.Error()))
+	}
 	if err != nil {
 		return errmap.Invalid("tokens", errmap.OneLine(err.Error()))
 	}
@@ -634,8 +658,12 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 	}()
 	s.adminAddr = ln.Addr().String()
 	s.add(part{name: "admin", stopped: srv.Stopped(), stop: srv.Stop})
+	scheme := "http"
+	if cfg.AdminTLSCert != "" {
+		scheme = "https"
+	}
 	log.Info("gateway: serving the admin API and pages", "component", "gateway", "addr", s.adminAddr,
-		"url", "http://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
+		"url", scheme+"://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
 	return nil
 }
 
