@@ -1037,7 +1037,9 @@ func TestTokenScopes(t *testing.T) {
 	s := newServer(t, pool, toks, nil)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
-	do := func(method, path, token, body string) resp { return doReq(t, ts.URL, method, path, token, body, "application/json") }
+	do := func(method, path, token, body string) resp {
+		return doReq(t, ts.URL, method, path, token, body, "application/json")
+	}
 	forbid := func(r resp, field string) {
 		t.Helper()
 		if r.code != http.StatusForbidden || r.errField("field") != field {
