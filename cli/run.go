@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,6 +105,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 
 		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook, s3 and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
 		fileRoot    = fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)")
+		fileAllow   = fs.String("file-allow", "", "targets the file adapter may publish, comma-separated globs over the whole target (reports/*.txt) or dir/** (default: any)")
+		fileDots    = fs.Bool("file-allow-dotfiles", false, "let targets have segments starting with '.' (refused by default)")
+		fileMode    = fs.String("file-mode", "0644", "mode of published files, octal, including 0600 (the process umask still applies)")
+		fileMax     = fs.Int64("file-max-bytes", 0, "largest content published to one target (0: the payload limit only)")
 		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
 		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
 		smtpUser    = fs.String("smtp-user", "", "SMTP AUTH PLAIN user (default: no AUTH)")
@@ -164,6 +170,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if *hookPerHost < 1 {
 		return a.fail(badInput("webhook_max_concurrency_per_host", "--webhook-max-concurrency-per-host must be at least 1"))
 	}
+	mode, err := parseMode(*fileMode)
+	if err != nil {
+		return a.fail(err)
+	}
 	list := *adapterList
 	if !flagSet(fs, "adapters") && *hookAllow != "" {
 		list += "," + webhook.Kind // the allow-list is the opt-in
@@ -194,7 +204,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			DuplicateWindow: *dupWindow,
 		},
 		Adapters: kinds,
-		File:     file.Config{Root: *fileRoot},
+		File:     file.Config{Root: *fileRoot, Allow: webhook.SplitList(*fileAllow), AllowDotfiles: *fileDots, FileMode: mode, MaxBytes: *fileMax},
 		Email: email.Config{
 			Addr:               *smtpAddr,
 			StartTLS:           *smtpTLS,
@@ -366,6 +376,15 @@ func (a *app) parseAdapters(list string) ([]string, []adapters.Executor, error) 
 		kinds = append(kinds, k)
 	}
 	return kinds, extra, nil
+}
+
+// parseMode reads --file-mode: octal permission bits.
+func parseMode(v string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(v, 8, 32)
+	if err != nil || m&^0o777 != 0 || m&0o600 != 0o600 {
+		return 0, badInput("file_mode", fmt.Sprintf("--file-mode must be octal permission bits including 0600, e.g. 0644; got %q", v))
+	}
+	return os.FileMode(m), nil
 }
 
 // s3PathStyleFlag is --s3-path-style when given, else nil (the adapter's

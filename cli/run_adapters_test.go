@@ -50,6 +50,9 @@ func TestRunBadFlags(t *testing.T) {
 		{"env not a duration", []string{"GATEWAY_LOOKUP_SETTLE=secret"}, nil, "lookup_settle"},
 		{"log format", nil, []string{"--log-format", "xml"}, "log_format"},
 		{"smtp max sessions", nil, []string{"--smtp-max-sessions", "0"}, "smtp_max_sessions"},
+		{"file mode not octal", nil, []string{"--file-mode", "rw-r--r--"}, "file_mode"},
+		{"file mode without owner rw", nil, []string{"--file-mode", "0444"}, "file_mode"},
+		{"file allow pattern", nil, []string{"--adapters", "file", "--file-allow", "[bad"}, "file_allow"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -48,6 +48,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/errmap"
@@ -250,6 +251,11 @@ func (c *Config) Validate() error {
 	}
 	if slices.Contains(c.Adapters, s3.Kind) && c.S3.Bucket == "" {
 		return errmap.Invalid("s3_bucket", "--s3-bucket is required when the s3 adapter runs: the default bucket, where it checks at start that conditional writes are enforced")
+	}
+	if slices.Contains(c.Adapters, file.Kind) {
+		if err := file.CheckAllow(c.File.Allow); err != nil {
+			return errmap.Map(err)
+		}
 	}
 	if slices.Contains(c.Adapters, file.Kind) && c.File.Root == "" {
 		return errmap.Invalid("file_root", "--file-root must not be empty when the file adapter runs")
@@ -502,15 +508,7 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 			s.email = e
 			execs = append(execs, e)
 		case file.Kind:
-			fcfg := cfg.File
-			fcfg.Registerer = cmp.Or[prometheus.Registerer](fcfg.Registerer, reg)
-			fcfg.Logger = cmp.Or(fcfg.Logger, log)
-			f, err := file.New(fcfg)
-			if err != nil {
-				return errmap.Invalid("file_root", errmap.OneLine(err.Error()))
-			}
-			s.file = f
-			execs = append(execs, f)
+			execs = append(execs, s.file) // made by clients, for the intake's kind
 		case webhook.Kind:
 			execs = append(execs, s.webhook) // made by clients, for the intake's kind
 		case s3.Kind:
@@ -591,6 +589,23 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	}
 	s.store = store
 	kinds := outbox.DefaultKinds()
+	if slices.Contains(cfg.Adapters, file.Kind) {
+		fcfg := cfg.File
+		fcfg.Registerer = cmp.Or[prometheus.Registerer](fcfg.Registerer, reg)
+		fcfg.Logger = cmp.Or(fcfg.Logger, log)
+		f, err := file.New(fcfg)
+		var inv *fenceerr.InvalidError
+		if errors.As(err, &inv) {
+			return errmap.Map(err)
+		}
+		if err != nil {
+			return errmap.Invalid("file_root", errmap.OneLine(err.Error()))
+		}
+		s.file = f
+		// The intake knows the target policy: a target outside it is
+		// refused at enqueue, naming the field.
+		kinds[file.Kind] = f.KindSpec()
+	}
 	if slices.Contains(cfg.Adapters, webhook.Kind) {
 		wcfg := cfg.Webhook
 		wcfg.Logger = cmp.Or(wcfg.Logger, log)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file/filekind"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/outbox"
@@ -58,6 +59,16 @@ type Config struct {
 	DirMode os.FileMode
 	// FileMode is the mode of published files and manifests. Default 0644.
 	FileMode os.FileMode
+	// Allow restricts the targets published (--file-allow): path.Match
+	// globs over the whole target ("reports/*.txt") or "dir/**" for
+	// anything under dir. None: any target.
+	Allow []string
+	// AllowDotfiles lets a target have a segment starting with "." (the
+	// adapter's own .<name>.fencegate.* names stay refused). Default: no.
+	AllowDotfiles bool
+	// MaxBytes is the largest content published to one target. Zero: no
+	// limit of its own (the outbox's payload limit applies).
+	MaxBytes int64
 	// HistoryLimit is how many earlier publications of a target the
 	// manifest remembers for Lookup, besides the current one. Default 256.
 	HistoryLimit int
@@ -97,8 +108,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("file adapter: FileMode %v must be permission bits including 0600", c.FileMode)
 	case c.HistoryLimit < 0:
 		return fmt.Errorf("file adapter: HistoryLimit must not be negative, got %d", c.HistoryLimit)
+	case c.MaxBytes < 0:
+		return fenceerr.Invalid("file_max_bytes", "must not be negative, got %d", c.MaxBytes)
 	}
-	return nil
+	return checkPatterns(c.Allow)
 }
 
 // Adapter publishes file intents under a root directory, fenced at the
@@ -189,10 +202,15 @@ type SupersededResult struct {
 // returns the target and the content to publish. Every error is
 // permanent; a target that would leave the root is ErrOutsideRoot, any
 // other defect ErrBadPayload.
-func decode(req adapters.Request) (target string, content []byte, err error) {
+func (a *Adapter) decode(req adapters.Request, policy bool) (target string, content []byte, err error) {
 	p, err := filekind.Parse(req.Payload)
 	if err != nil {
 		return "", nil, badPayload(p.Target, err)
+	}
+	// The target policy again at execute: an intent that reached the
+	// outbox another way (a Go worker, SQL) is held to it too.
+	if err := a.cfg.allowed(p.Target, len(p.Data())); policy && err != nil {
+		return "", nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrNotAllowed, err))
 	}
 	if req.IdempotencyKey == "" {
 		return "", nil, adapters.PermanentError(fmt.Errorf("%w: the intent has no idempotency key", ErrBadPayload))
@@ -242,7 +260,7 @@ func succeeded(p Publication) (adapters.Outcome, error) {
 // switch (nothing changed); unknown when the directory fsync after the
 // switch failed.
 func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
-	target, content, err := decode(req)
+	target, content, err := a.decode(req, true)
 	if err != nil {
 		return adapters.Outcome{}, err
 	}
@@ -423,7 +441,9 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 // (retryable) and a corrupt manifest (permanent). Lookup creates nothing at
 // the destination.
 func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
-	target, content, err := decode(req)
+	// Without the target policy: a lookup reads, and an effect made before
+	// the policy was tightened is still found.
+	target, content, err := a.decode(req, false)
 	if err != nil {
 		return adapters.Outcome{}, false, nil
 	}
