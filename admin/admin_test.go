@@ -1093,3 +1093,41 @@ func TestTokenScopes(t *testing.T) {
 		t.Errorf("line format: %+v %v", lt, err)
 	}
 }
+
+// GET /api/v1/intents/{id}?wait= answers when the intent reaches a final
+// status (here cancelled by an operator meanwhile), long before the wait
+// ends; a bad or too long wait is 400 naming wait.
+func TestGetIntentWaits(t *testing.T) {
+	e := setup(t)
+	if _, err := e.issuer.Advance(context.Background(), "reports", 1); err != nil {
+		t.Fatal(err)
+	}
+	id := e.seedIntent(workerSecret, "reports", "wait", outbox.StatusPending, "")
+	path := fmt.Sprintf("/api/v1/intents/%d", id)
+	expectField(t, e.do("GET", path+"?wait=forever", operatorSecret, ""), "wait")
+	expectField(t, e.do("GET", path+"?wait=61s", operatorSecret, ""), "wait")
+	expectField(t, e.do("GET", path+"?wiat=1s", operatorSecret, ""), "wiat")
+	got := make(chan resp, 1)
+	start := time.Now()
+	go func() { got <- doReq(t, e.ts.URL, "GET", path+"?wait=30s", operatorSecret, "", "") }()
+	// The long poll is under way (its listener LISTENs) before the cancel.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+outbox.OutcomeChannel+`'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll never listened")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	expect(t, e.do("POST", path+"/cancel", operatorSecret, "{}"), http.StatusOK, "")
+	r := <-got
+	if r.code != http.StatusOK || r.obj["status"] != "cancelled" || time.Since(start) > 10*time.Second {
+		t.Fatalf("long poll: %d %v after %s; want 200 cancelled, soon", r.code, r.obj["status"], time.Since(start))
+	}
+}

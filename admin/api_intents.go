@@ -1,9 +1,12 @@
 package admin
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -18,6 +21,9 @@ func intentID(r *http.Request) (int64, error) {
 	}
 	return id, nil
 }
+
+// MaxWait is the longest GET /api/v1/intents/{id}?wait= waits.
+const MaxWait = 60 * time.Second
 
 // listIntents: GET /api/v1/intents?resource=&status=&kind=&limit=&cursor=.
 func (s *Server) listIntents(r *http.Request, p principal) (int, any, error) {
@@ -55,12 +61,37 @@ func (s *Server) getIntent(r *http.Request, p principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	for name := range r.URL.Query() {
+		if name != "wait" {
+			return 0, nil, badRequest(name, "unknown query parameter %q", name)
+		}
+	}
+	var wait time.Duration
+	if raw := r.URL.Query().Get("wait"); raw != "" {
+		wait, err = time.ParseDuration(raw)
+		if err != nil || wait < 0 || wait > MaxWait {
+			return 0, nil, badRequest("wait", "wait must be a duration from 0s to %s (e.g. 30s), got %q", MaxWait, raw)
+		}
+	}
 	d, err := GetIntent(r.Context(), s.cfg.Pool, id)
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := p.resource(d.Resource); err != nil {
 		return 0, nil, err
+	}
+	if wait > 0 && !d.Status.Terminal() {
+		// Long-poll: answered when the intent reaches a final status or
+		// the wait ends, woken by the outcome notification.
+		wctx, cancel := context.WithTimeout(r.Context(), wait)
+		_, err := s.cfg.Outbox.Wait(wctx, id)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+			return 0, nil, err
+		}
+		if d, err = GetIntent(r.Context(), s.cfg.Pool, id); err != nil {
+			return 0, nil, err
+		}
 	}
 	return http.StatusOK, d, nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -280,6 +281,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("status")
 	resource := fs.String("resource", "", "resource id (with --op)")
 	op := fs.String("op", "", "operation id (with --resource)")
+	wait := fs.Duration("wait", 0, "wait up to this long for a final status (woken by PostgreSQL's notification), then print the intent as it is")
 	// Accept the intent id before or after the flags.
 	var id string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -309,6 +311,9 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	case *resource == "" || *op == "":
 		return a.fail(badInput("intent_id", "usage: gateway status INTENT_ID | gateway status --resource R --op OP"))
 	}
+	if *wait < 0 {
+		return a.fail(badInput("wait", "--wait must not be negative"))
+	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
 		return a.fail(err)
@@ -326,6 +331,19 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	}
 	if err != nil {
 		return a.fail(err)
+	}
+	if *wait > 0 && !rec.Status.Terminal() {
+		wctx, cancel := context.WithTimeout(ctx, *wait)
+		got, err := client.Wait(wctx, rec.IntentID)
+		cancel()
+		switch {
+		case err == nil || errors.Is(err, context.DeadlineExceeded):
+			if got != nil {
+				rec = got // as it is when the wait ended
+			}
+		default:
+			return a.fail(err)
+		}
 	}
 	a.writeJSON(viewOf(rec))
 	return exitOK

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -112,6 +113,9 @@ type Client struct {
 	notify *notifier
 	group  *grouper
 	stale  prometheus.Counter
+	// wait: the waiters of Wait and their listener, made on first use.
+	waitOnce sync.Once
+	wait     *waitSet
 }
 
 // countStale counts a stale-epoch rejection (metric

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/testdb"
+)
+
+// `gateway status --wait D` prints the intent once it reaches a final
+// status (woken by the outcome notification), or as it is when D has
+// passed; a negative wait is exit 2 naming wait.
+func TestStatusWait(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewURL(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "r", "--holder", "A", "--ttl", "60s"), 0, "")
+	id := enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", "o", "--kind", "file", "--payload", `{"target":"x.txt","content":"x"}`)
+	r := gw(t, db, "status", "--wait", "300ms", jsonNum(id))
+	expectCode(t, r, 0, "")
+	if r.obj["status"] != "pending" {
+		t.Fatalf("status --wait past its end: %s, want pending", r.stdout)
+	}
+	expectCode(t, gw(t, db, "status", "--wait", "-1s", jsonNum(id)), 2, "invalid_input")
+
+	done := make(chan cliResult, 1)
+	start := time.Now()
+	go func() { done <- gw(t, db, "status", "--wait", "30s", jsonNum(id)) }()
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// Once the waiting process listens, an operator cancels the intent.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN fencegate_outcomes'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gateway status --wait never listened")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := conn.Exec(context.Background(), `UPDATE intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	r = <-done
+	expectCode(t, r, 0, "")
+	if r.obj["status"] != "cancelled" || time.Since(start) > 15*time.Second {
+		t.Fatalf("status --wait: %s after %s; want cancelled, soon", r.stdout, time.Since(start))
+	}
+}

@@ -1,0 +1,198 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// OutcomeChannel is the channel PostgreSQL notifies (with an empty
+// payload) when a transaction gives intents a final status (migration
+// 00016's trigger).
+const OutcomeChannel = "fencegate_outcomes"
+
+// waitRecheck is how often the waiters re-read their intents without a
+// notification: a safety net, since notifications sent while the listener
+// reconnects are lost; it bounds how late such an outcome is seen.
+const waitRecheck = 10 * time.Second
+
+// Wait returns the intent once it has a final status (Status.Terminal), or
+// when ctx ends, with the intent as it is then and ctx's error. It is woken
+// by PostgreSQL's notification of outcomes: the client keeps one LISTEN
+// connection while anyone waits, whatever the number of waiters, and a
+// notification (one per transaction that completed intents) has each
+// waiter re-read its intent; without any, a waiter re-reads every 10 s, in
+// case a notification was lost while the listener reconnected.
+// ErrNotFound when there is no such intent.
+func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
+	w := c.waiters()
+	wake, leave, err := w.join(ctx, intentID)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	// Read after joining: an outcome committed between this read and the
+	// wait still wakes us (the listener was LISTENing before we read).
+	for {
+		rec, err := c.Get(ctx, intentID)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return rec, ctx.Err()
+		case err != nil:
+			return nil, err
+		case rec.Status.Terminal():
+			return rec, nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return rec, context.Cause(ctx)
+		}
+	}
+}
+
+// waitSet is the client's waiters and its one listener.
+type waitSet struct {
+	pool *pgxpool.Pool
+	log  func(msg string, args ...any)
+
+	mu      sync.Mutex
+	byID    map[int64]map[chan struct{}]bool
+	n       int
+	stop    context.CancelFunc // the listener's, while there are waiters
+	done    chan struct{}      // closed when that listener has exited
+	ready   chan struct{}      // closed once it is LISTENing
+	lastErr error
+}
+
+func (c *Client) waiters() *waitSet {
+	c.waitOnce.Do(func() {
+		c.wait = &waitSet{pool: c.pool, log: c.cfg.Logger.Warn, byID: map[int64]map[chan struct{}]bool{}}
+	})
+	return c.wait
+}
+
+// join registers a waiter for id and returns its wake channel, once the
+// listener is LISTENing (or failed to, then an error).
+func (w *waitSet) join(ctx context.Context, id int64) (chan struct{}, func(), error) {
+	wake := make(chan struct{}, 1)
+	w.mu.Lock()
+	if w.byID[id] == nil {
+		w.byID[id] = map[chan struct{}]bool{}
+	}
+	w.byID[id][wake] = true
+	w.n++
+	if w.stop == nil {
+		lctx, cancel := context.WithCancel(context.Background())
+		w.stop, w.done, w.ready = cancel, make(chan struct{}), make(chan struct{})
+		go w.listen(lctx, w.done, w.ready)
+	}
+	ready := w.ready
+	w.mu.Unlock()
+	leave := func() {
+		w.mu.Lock()
+		delete(w.byID[id], wake)
+		if len(w.byID[id]) == 0 {
+			delete(w.byID, id)
+		}
+		w.n--
+		var done chan struct{}
+		if w.n == 0 && w.stop != nil {
+			// The last waiter leaves: so does the listener, and its
+			// connection goes back.
+			w.stop()
+			done, w.stop = w.done, nil
+		}
+		w.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+	}
+	select {
+	case <-ready:
+		return wake, leave, nil
+	case <-ctx.Done():
+		leave()
+		return nil, nil, context.Cause(ctx)
+	}
+}
+
+// wakeAll wakes every waiter (they re-read their intents).
+func (w *waitSet) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, set := range w.byID {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default: // a wake is pending already
+			}
+		}
+	}
+}
+
+// listen holds one connection LISTENing on OutcomeChannel until ctx ends,
+// waking the waiters on every notification and every waitRecheck, and
+// reconnecting after a failure (waking them then too: notifications sent
+// meanwhile are lost).
+func (w *waitSet) listen(ctx context.Context, done, ready chan struct{}) {
+	defer close(done)
+	readyOnce := sync.OnceFunc(func() { close(ready) })
+	defer readyOnce() // a listener that never got going still lets join return
+	for ctx.Err() == nil {
+		err := w.listenOnce(ctx, readyOnce)
+		if ctx.Err() != nil {
+			return
+		}
+		w.log("outbox: waiting for outcomes: listen failed; re-reading meanwhile", "error", err)
+		readyOnce() // the waiters go on, re-reading on the timer below
+		w.wakeAll()
+		t := time.NewTimer(waitRecheck)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *waitSet) listenOnce(ctx context.Context, ready func()) error {
+	c, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	// The connection leaves the pool: it is LISTENing, and handing it to
+	// someone else would deliver them our notifications.
+	conn := c.Hijack()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+OutcomeChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	// LISTENing from here: every waiter that joined reads after this.
+	ready()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, waitRecheck)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			// No notification for a while: re-read anyway (bounds how
+			// late an outcome whose notification was lost is seen).
+		default:
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		w.wakeAll()
+	}
+}

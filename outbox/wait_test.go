@@ -1,0 +1,108 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Wait answers when the intent reaches a final status, woken by the
+// outcome notification (well before the 10 s re-read), for many waiters
+// at once on one listening connection; it returns the current record and
+// the context's error when the wait ends first; ErrNotFound for no intent.
+func TestWaitForAnOutcome(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	ob, err := outbox.New(pool, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lease.NewIssuer(pool).Acquire(ctx, "wait", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ob.Enqueue(ctx, outbox.Intent{Resource: "wait", Epoch: l.Epoch, OperationID: "op", Kind: "file",
+		Payload: []byte(`{"target":"x.txt","content":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The wait ends first: the intent as it is, and the deadline.
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	rec, err := ob.Wait(sctx, res.IntentID)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || rec == nil || rec.Status != outbox.StatusPending {
+		t.Fatalf("Wait until a deadline: %v, %v; want the pending intent and DeadlineExceeded", rec, err)
+	}
+
+	// Eight waiters; the intent is cancelled (an operator) in another
+	// transaction: every waiter answers, soon.
+	var wg sync.WaitGroup
+	got := make(chan *outbox.Record, 8)
+	for range 8 {
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			r, err := ob.Wait(wctx, res.IntentID)
+			if err != nil {
+				t.Errorf("Wait: %v", err)
+				return
+			}
+			got <- r
+		})
+	}
+	// The listener LISTENs before the waiters read (they would see an
+	// earlier outcome by that read; this checks the notification).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+outbox.OutcomeChannel+`'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections LISTENing for outcomes, want 1 for all waiters", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := intents.Cancel(ctx, tx, res.IntentID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(got)
+	n := 0
+	for r := range got {
+		n++
+		if r.Status != outbox.StatusCancelled {
+			t.Errorf("Wait returned %s, want cancelled", r.Status)
+		}
+	}
+	if took := time.Since(start); n != 8 || took > 5*time.Second {
+		t.Errorf("%d waiters answered after %s; want 8, woken by the notification (not the 10 s re-read)", n, took)
+	}
+	// A finished intent answers at once; an unknown one is not found.
+	if r, err := ob.Wait(ctx, res.IntentID); err != nil || r.Status != outbox.StatusCancelled {
+		t.Errorf("Wait on a finished intent: %v %v", r, err)
+	}
+	if _, err := ob.Wait(ctx, 999999); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("Wait on no intent: %v, want ErrNotFound", err)
+	}
+}
