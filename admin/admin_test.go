@@ -1131,3 +1131,67 @@ func TestGetIntentWaits(t *testing.T) {
 		t.Fatalf("long poll: %d %v after %s; want 200 cancelled, soon", r.code, r.obj["status"], time.Since(start))
 	}
 }
+
+// Bulk actions by filter: a dry run counts and changes nothing; the real
+// run retries exactly the matching intents (status, kind, resource prefix,
+// time range), each recorded in its history with the actor; bad filters
+// are 400 naming the field.
+func TestBulkActions(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for _, res := range []string{"reports/a", "reports/b", "billing"} {
+		if _, err := e.issuer.Advance(ctx, res, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var match, other []int64
+	for i := range 3 {
+		match = append(match, e.seedIntent(workerSecret, "reports/a", fmt.Sprintf("m%d", i), outbox.StatusFailed, "550"))
+	}
+	match = append(match, e.seedIntent(workerSecret, "reports/b", "m3", outbox.StatusFailed, "550"))
+	other = append(other, e.seedIntent(workerSecret, "billing", "o1", outbox.StatusFailed, "550"))     // another resource
+	other = append(other, e.seedIntent(workerSecret, "reports/a", "o2", outbox.StatusUnknown, "lost")) // another status
+	old := e.seedIntent(workerSecret, "reports/a", "o3", outbox.StatusFailed, "550")                   // too old
+	other = append(other, old)
+	if _, err := e.pool.Exec(ctx, `UPDATE intents SET updated_at = now() - interval '3 hours' WHERE intent_id = $1`, old); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"action":"retry","status":"failed","kind":"email","resource_prefix":"reports/","since":"2h","note":"mailbox fixed"`
+	r := e.do("POST", "/api/v1/intents/bulk", operatorSecret, body+`,"dry_run":true}`)
+	expect(t, r, http.StatusOK, "")
+	if r.obj["matched"] != 4.0 || r.obj["applied"] != 0.0 || r.obj["dry_run"] != true {
+		t.Fatalf("dry run: %s", r.raw)
+	}
+	for _, id := range match {
+		if st := e.status(id); st != outbox.StatusFailed {
+			t.Fatalf("the dry run changed intent %d to %s", id, st)
+		}
+	}
+	r = e.do("POST", "/api/v1/intents/bulk", operatorSecret, body+`,"dry_run":false}`)
+	expect(t, r, http.StatusOK, "")
+	if r.obj["matched"] != 4.0 || r.obj["applied"] != 4.0 {
+		t.Fatalf("bulk retry: %s", r.raw)
+	}
+	for _, id := range match {
+		if st := e.status(id); st != outbox.StatusPending {
+			t.Errorf("intent %d is %s after the bulk retry, want pending", id, st)
+		}
+		if n := e.count(`SELECT count(*) FROM intent_events WHERE intent_id = $1 AND actor = 'op1' AND action = 'retry'`, id); n != 1 {
+			t.Errorf("intent %d: %d retry events by op1, want 1", id, n)
+		}
+	}
+	for _, id := range other {
+		if st := e.status(id); st == outbox.StatusPending {
+			t.Errorf("intent %d outside the filter was retried", id)
+		}
+	}
+	for field, b := range map[string]string{
+		"status":  `{"action":"retry","dry_run":true}`,
+		"action":  `{"action":"explode","status":"failed","dry_run":true}`,
+		"since":   `{"action":"retry","status":"failed","since":"yesterday","dry_run":true}`,
+		"outcome": `{"action":"resolve","status":"unknown"}`,
+	} {
+		expectField(t, e.do("POST", "/api/v1/intents/bulk", operatorSecret, b), field)
+	}
+	expect(t, e.do("POST", "/api/v1/intents/bulk", workerSecret, body+`}`), http.StatusForbidden, "forbidden")
+}

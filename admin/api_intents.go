@@ -179,3 +179,25 @@ func (s *Server) action(a Action) handlerFunc {
 		return http.StatusOK, res, nil
 	}
 }
+
+// bulk: POST /api/v1/intents/bulk {"action","status","kind","resource_prefix",
+// "since","until","outcome","note","dry_run"}: 200 with what it matched,
+// applied and skipped. A token scoped to resources may not (it would reach
+// past its scope by a prefix).
+func (s *Server) bulk(r *http.Request, p principal) (int, any, error) {
+	if !p.scope.allResources() {
+		return 0, nil, forbidden("resource", "token %q is scoped to resources %s: bulk actions need an unscoped operator token", p.name, strings.Join(p.scope.Resources, ", "))
+	}
+	var req BulkRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	req.Actor = p.name
+	res, err := Bulk(r.Context(), s.cfg.Pool, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.cfg.Logger.Info("admin: bulk action", "action", req.Action, "status", req.Status, "dry_run", req.DryRun,
+		"matched", res.Matched, "applied", res.Applied, "actor", p.name)
+	return http.StatusOK, res, nil
+}

@@ -436,6 +436,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /api/v1/intents/{id}", s.api(RoleOperator, s.getIntent))
 	s.mux.Handle("GET /api/v1/resources/{id}", s.api(RoleOperator, s.getResource))
 	s.mux.Handle("GET /api/v1/resources/{id}/epochs", s.api(RoleOperator, s.getEpochs))
+	s.mux.Handle("POST /api/v1/intents/bulk", s.api(RoleOperator, s.bulk))
 	s.mux.Handle("POST /api/v1/intents/{id}/retry", s.api(RoleOperator, s.action(ActionRetry)))
 	s.mux.Handle("POST /api/v1/intents/{id}/cancel", s.api(RoleOperator, s.action(ActionCancel)))
 	s.mux.Handle("POST /api/v1/intents/{id}/resolve", s.api(RoleOperator, s.action(ActionResolve)))

@@ -26,6 +26,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/outbox"
@@ -44,6 +45,9 @@ Usage:
   gateway status INTENT_ID
   gateway status --resource R --op OP
   gateway ls [--status S] [--resource R] [--kind K] [--limit N] [--cursor C]
+  gateway retry|cancel|resolve --status S [--kind K] [--resource-prefix P]
+                  [--since 2h] [--until T] [--outcome O] [--note N] [--yes]
+                               a dry run (how many it would touch) unless --yes
   gateway lease history --resource R [--limit N]
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
@@ -99,6 +103,9 @@ func commands() map[string]command {
 		"dev":     cmdDev,
 		"bench":   cmdBench,
 		"ls":      cmdLs,
+		"retry":   bulkCommand(admin.ActionRetry),
+		"cancel":  bulkCommand(admin.ActionCancel),
+		"resolve": bulkCommand(admin.ActionResolve),
 	}
 }
 

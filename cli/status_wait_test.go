@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +57,51 @@ func TestStatusWait(t *testing.T) {
 	expectCode(t, r, 0, "")
 	if r.obj["status"] != "cancelled" || time.Since(start) > 15*time.Second {
 		t.Fatalf("status --wait: %s after %s; want cancelled, soon", r.stdout, time.Since(start))
+	}
+}
+
+// `gateway retry --status failed …` is a dry run without --yes (how many it
+// would touch, nothing changed) and does it with --yes, recording the
+// actor cli:$USER; a bad filter is exit 2 naming the field.
+func TestBulkRetryCLI(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewURL(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "reports/x", "--holder", "A", "--ttl", "60s"), 0, "")
+	var ids []string
+	for _, op := range []string{"a", "b"} {
+		ids = append(ids, jsonNum(enqueue(t, db, "--resource", "reports/x", "--epoch", "1", "--op", op, "--kind", "file", "--payload", `{"target":"`+op+`.txt","content":"x"}`)))
+	}
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `UPDATE intents SET status = 'failed', completed_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	r := gw(t, db, "retry", "--status", "failed", "--kind", "file", "--since", "1h")
+	expectCode(t, r, 0, "")
+	if r.obj["dry_run"] != true || r.obj["matched"] != 2.0 || r.obj["applied"] != 0.0 {
+		t.Fatalf("dry run: %s", r.stdout)
+	}
+	r = gw(t, db, "retry", "--status", "failed", "--kind", "file", "--since", "1h", "--note", "fixed", "--yes")
+	expectCode(t, r, 0, "")
+	if r.obj["applied"] != 2.0 {
+		t.Fatalf("retry --yes: %s", r.stdout)
+	}
+	for _, id := range ids {
+		if st := gw(t, db, "status", id); st.obj["status"] != "pending" {
+			t.Errorf("intent %s: %s, want pending", id, st.stdout)
+		}
+	}
+	var actor string
+	if err := conn.QueryRow(context.Background(), `SELECT actor FROM intent_events WHERE action = 'retry' LIMIT 1`).Scan(&actor); err != nil || !strings.HasPrefix(actor, "cli:") {
+		t.Errorf("actor %q %v, want cli:…", actor, err)
+	}
+	r = gw(t, db, "retry", "--kind", "file")
+	expectCode(t, r, 2, "invalid_input")
+	if r.obj["error"].(map[string]any)["field"] != "status" {
+		t.Errorf("no status: %s", r.stdout)
 	}
 }

@@ -1,0 +1,174 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// BulkBatch is how many intents a bulk action reads at a time; each is
+// then acted on in its own transaction (Apply), so that the locks of one
+// intent are never held while another is changed.
+const BulkBatch = 500
+
+// BulkRequest is an operator action on every intent a filter selects.
+type BulkRequest struct {
+	Action Action `json:"action"`
+	// Status is required: the status of the intents to act on (one the
+	// action applies to: retry failed or unknown, cancel pending, failed
+	// or unknown, resolve unknown).
+	Status outbox.Status `json:"status"`
+	// Kind, ResourcePrefix narrow it.
+	Kind           string `json:"kind,omitempty"`
+	ResourcePrefix string `json:"resource_prefix,omitempty"`
+	// Since and Until bound the intents' last change (updated_at): a
+	// duration back from now ("2h") or an RFC 3339 time.
+	Since string `json:"since,omitempty"`
+	Until string `json:"until,omitempty"`
+	// Outcome is resolve's; Note is recorded on every intent.
+	Outcome outbox.Status `json:"outcome,omitempty"`
+	Note    string        `json:"note,omitempty"`
+	// DryRun only counts what the action would touch.
+	DryRun bool `json:"dry_run"`
+	// Actor is who asks (set by the API from the token; the CLI's "cli").
+	Actor string `json:"-"`
+}
+
+// BulkResult says what a bulk action touched.
+type BulkResult struct {
+	Action Action `json:"action"`
+	DryRun bool   `json:"dry_run"`
+	// Matched: intents the filter selects (at the start).
+	Matched int `json:"matched"`
+	// Applied: intents the action changed; Skipped: those that had moved
+	// on meanwhile (another status, an attempt in flight), by reason.
+	Applied int            `json:"applied"`
+	Skipped map[string]int `json:"skipped"`
+}
+
+type bulkWhere struct {
+	sql  string
+	args []any
+}
+
+func (r *BulkRequest) where(now time.Time) (bulkWhere, error) {
+	if _, ok := allowedFrom[r.Action]; !ok {
+		return bulkWhere{}, inputErr("action", "must be retry, cancel or resolve, got %q", r.Action)
+	}
+	if r.Status == "" {
+		return bulkWhere{}, inputErr("status", "is required: the status of the intents to %s", r.Action)
+	}
+	ok := false
+	for _, s := range allowedFrom[r.Action] {
+		ok = ok || s == r.Status
+	}
+	if !ok {
+		return bulkWhere{}, inputErr("status", "%s applies to intents that are %s, not %s", r.Action, joinStatuses(allowedFrom[r.Action]), r.Status)
+	}
+	w := bulkWhere{sql: "status = $1", args: []any{string(r.Status)}}
+	add := func(cond string, v any) {
+		w.args = append(w.args, v)
+		w.sql += fmt.Sprintf(" AND "+cond, len(w.args))
+	}
+	if r.Kind != "" {
+		add("kind = $%d", r.Kind)
+	}
+	if r.ResourcePrefix != "" {
+		// A prefix, not a pattern: LIKE's wildcards in it are literal.
+		esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(r.ResourcePrefix)
+		add("resource_id LIKE $%d || '%%'", esc)
+	}
+	for _, b := range []struct {
+		field, raw, op string
+	}{{"since", r.Since, ">="}, {"until", r.Until, "<"}} {
+		if b.raw == "" {
+			continue
+		}
+		t, err := parseWhen(b.raw, now)
+		if err != nil {
+			return bulkWhere{}, inputErr(b.field, "must be a duration back from now (2h) or an RFC 3339 time, got %q", b.raw)
+		}
+		add("updated_at "+b.op+" $%d", t)
+	}
+	if r.Action == ActionResolve && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed && !r.DryRun {
+		return bulkWhere{}, inputErr("outcome", "resolve needs an outcome: succeeded or failed")
+	}
+	if len(r.Note) > MaxNoteLen {
+		return bulkWhere{}, inputErr("note", "must be at most %d bytes", MaxNoteLen)
+	}
+	return w, nil
+}
+
+func parseWhen(raw string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(raw); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Parse(time.RFC3339, raw)
+}
+
+// Bulk runs req: with DryRun it counts the intents the filter selects;
+// otherwise it acts on each of them with Apply (its own transaction, the
+// action recorded in the intent's history with the actor), reading them
+// in batches of BulkBatch by intent id. An intent that moved on meanwhile
+// is skipped and counted, never forced.
+func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest) (BulkResult, error) {
+	res := BulkResult{Action: req.Action, DryRun: req.DryRun, Skipped: map[string]int{}}
+	w, err := req.where(time.Now())
+	if err != nil {
+		return res, err
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE `+w.sql, w.args...).Scan(&res.Matched); err != nil {
+		return res, fmt.Errorf("admin: bulk %s: count: %w", req.Action, err)
+	}
+	if req.DryRun {
+		return res, nil
+	}
+	var after int64
+	for {
+		args := append(append([]any{}, w.args...), after, BulkBatch)
+		n := len(w.args)
+		rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT intent_id FROM intents WHERE %s AND intent_id > $%d ORDER BY intent_id LIMIT $%d`, w.sql, n+1, n+2), args...)
+		if err != nil {
+			return res, fmt.Errorf("admin: bulk %s: %w", req.Action, err)
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return res, err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return res, err
+		}
+		if len(ids) == 0 {
+			return res, nil
+		}
+		for _, id := range ids {
+			_, err := Apply(ctx, pool, ActionRequest{IntentID: id, Action: req.Action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note})
+			var ise *InvalidStateError
+			switch {
+			case err == nil:
+				res.Applied++
+			case errors.As(err, &ise) && ise.InFlight:
+				res.Skipped["in_flight"]++
+			case errors.As(err, &ise):
+				res.Skipped[string(ise.Status)]++
+			case errors.Is(err, outbox.ErrNotFound):
+				res.Skipped["gone"]++
+			default:
+				return res, err
+			}
+		}
+		after = ids[len(ids)-1]
+	}
+}
