@@ -29,9 +29,26 @@ const waitRecheck = 10 * time.Second
 // case a notification was lost while the listener reconnected.
 // ErrNotFound when there is no such intent.
 func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
+	// current is the intent as it is when the wait ends early: read even
+	// though ctx is done (briefly), so the caller learns where it stands.
+	current := func() (*Record, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		rec, err := c.Get(rctx, intentID)
+		switch {
+		case err != nil:
+			return nil, err
+		case rec.Status.Terminal():
+			return rec, nil // it made it, just in time
+		}
+		return rec, context.Cause(ctx)
+	}
 	w := c.waiters()
 	wake, leave, err := w.join(ctx, intentID)
 	if err != nil {
+		if ctx.Err() != nil {
+			return current()
+		}
 		return nil, err
 	}
 	defer leave()
@@ -41,7 +58,7 @@ func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
 		rec, err := c.Get(ctx, intentID)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return rec, ctx.Err()
+			return current()
 		case err != nil:
 			return nil, err
 		case rec.Status.Terminal():
