@@ -402,6 +402,17 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 		}
 	}
 	s.log, s.registry = log, reg
+	if cfg.RunDispatcher {
+		// The outbox's state for alerts (pending, relayed, failed, unknown
+		// by kind, and the oldest's age), on the relay's processes: every
+		// one reports the same database, so alert on max() across them.
+		if err := reg.Register(newIntentCollector(cfg.Pool, log)); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return fmt.Errorf("gateway: register intent metrics: %w", err)
+			}
+		}
+	}
 	defer func() {
 		if err != nil {
 			s.Stop()
