@@ -1195,3 +1195,39 @@ func TestBulkActions(t *testing.T) {
 	}
 	expect(t, e.do("POST", "/api/v1/intents/bulk", workerSecret, body+`}`), http.StatusForbidden, "forbidden")
 }
+
+// Who asked is recorded: the token's name on an intent enqueued through
+// the API (shown by GET, the intent page and gateway status) and on the
+// grants it made; nothing for an intent enqueued otherwise.
+func TestPrincipalRecorded(t *testing.T) {
+	e := setup(t)
+	r := e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"reports","holder":"job","ttl_ms":60000}`)
+	expect(t, r, http.StatusCreated, "")
+	r = e.do("POST", "/api/v1/intents", workerSecret, emailIntent("reports", num(r.obj["epoch"]), "p1"))
+	expect(t, r, http.StatusCreated, "")
+	id := int64(num(r.obj["intent_id"]))
+	r = e.do("GET", fmt.Sprintf("/api/v1/intents/%d", id), operatorSecret, "")
+	if r.obj["principal"] != "w1" {
+		t.Errorf("intent principal %v, want w1: %s", r.obj["principal"], r.raw)
+	}
+	expect(t, e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"reports","epoch":7}`), http.StatusCreated, "")
+	r = e.do("GET", "/api/v1/resources/reports/epochs", operatorSecret, "")
+	grants, _ := r.obj["grants"].([]any)
+	if len(grants) != 2 {
+		t.Fatalf("grants %s", r.raw)
+	}
+	for _, g := range grants {
+		if g.(map[string]any)["principal"] != "w1" {
+			t.Errorf("grant %v: want principal w1", g)
+		}
+	}
+	// Enqueued in Go (as a worker library does): no principal.
+	res, err := e.ob.Enqueue(context.Background(), outbox.Intent{Resource: "reports", Epoch: 7, OperationID: "go", Kind: "email",
+		Payload: []byte(`{"to":"a@example.com","from":"b@example.com","subject":"s","text":"t"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := e.ob.Get(context.Background(), res.IntentID); err != nil || rec.Principal != "" {
+		t.Errorf("a Go enqueue: principal %q %v, want none", rec.Principal, err)
+	}
+}

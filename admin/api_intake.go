@@ -48,7 +48,7 @@ func (s *Server) acquireLease(r *http.Request, p principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	l, err := s.cfg.Issuer.Acquire(r.Context(), req.Resource, req.Holder, d)
+	l, err := s.cfg.Issuer.Acquire(lease.WithPrincipal(r.Context(), p.name), req.Resource, req.Holder, d)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -116,7 +116,7 @@ func (s *Server) advanceEpoch(r *http.Request, p principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	res, err := s.cfg.Issuer.Advance(r.Context(), req.Resource, req.Epoch)
+	res, err := s.cfg.Issuer.Advance(lease.WithPrincipal(r.Context(), p.name), req.Resource, req.Epoch)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -167,7 +167,8 @@ func (s *Server) enqueue(r *http.Request, p principal) (int, any, error) {
 	if err := p.kind(in.Kind); err != nil {
 		return 0, nil, err
 	}
-	res, err := s.cfg.Outbox.Enqueue(r.Context(), in)
+	// Who asked, recorded on the intent in its enqueue's transaction.
+	res, err := s.cfg.Outbox.Enqueue(outbox.WithPrincipal(r.Context(), p.name), in)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -116,7 +116,7 @@ type Page struct {
 }
 
 const listColumns = `intent_id, resource_id, epoch, operation_id, kind, idempotency_key, fence,
-	status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at`
+	status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, coalesce(principal, '')`
 
 // ListIntents returns a page of intents matching f, newest (highest id)
 // first. Pagination is by keyset on intent_id, not by offset: a page starts
@@ -152,7 +152,7 @@ func ListIntents(ctx context.Context, q Querier, f ListFilter) (Page, error) {
 		var fence, status string
 		var result []byte
 		if err := rows.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
-			&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt); err != nil {
+			&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal); err != nil {
 			return Page{}, fmt.Errorf("admin: list intents: %w", err)
 		}
 		r.Fence, r.Status = outbox.Fence(fence), outbox.Status(status)
@@ -214,7 +214,7 @@ func GetIntent(ctx context.Context, q Querier, id int64) (*IntentDetail, error) 
 	var payload, result []byte
 	err := q.QueryRow(ctx, `SELECT `+listColumns+`, payload FROM intents WHERE intent_id = $1`, id).Scan(
 		&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
-		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &payload)
+		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal, &payload)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, outbox.ErrNotFound
 	}

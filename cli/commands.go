@@ -262,6 +262,8 @@ type statusView struct {
 	UpdatedAt      time.Time       `json:"updated_at"`
 	RelayedAt      *time.Time      `json:"relayed_at"`
 	CompletedAt    *time.Time      `json:"completed_at"`
+	// Principal: who enqueued it through the admin API; absent otherwise.
+	Principal string `json:"principal,omitempty"`
 }
 
 func viewOf(r *outbox.Record) statusView {
@@ -273,7 +275,7 @@ func viewOf(r *outbox.Record) statusView {
 		IntentID: r.IntentID, Resource: r.Resource, Epoch: r.Epoch, OperationID: r.OperationID,
 		Kind: r.Kind, IdempotencyKey: r.IdempotencyKey, Fence: r.Fence, Status: r.Status,
 		Attempts: r.Attempts, Result: res, LastError: r.LastError, CreatedAt: r.CreatedAt,
-		UpdatedAt: r.UpdatedAt, RelayedAt: r.RelayedAt, CompletedAt: r.CompletedAt,
+		UpdatedAt: r.UpdatedAt, RelayedAt: r.RelayedAt, CompletedAt: r.CompletedAt, Principal: r.Principal,
 	}
 }
 

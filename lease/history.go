@@ -60,6 +60,24 @@ type Grant struct {
 	// previous holder. For a takeover after expiry it is at least the TTL:
 	// how much more is how long the resource sat unowned.
 	SincePreviousRenewal *time.Duration
+	// Principal is who asked for the grant through the admin API (a
+	// token's name, WithPrincipal); empty otherwise.
+	Principal string
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying who asks (an admin API token's
+// name): grants made with it record it (Grant.Principal).
+func WithPrincipal(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, principalKey{}, name)
+}
+
+func principalOf(ctx context.Context) *string {
+	if v, ok := ctx.Value(principalKey{}).(string); ok && v != "" {
+		return &v
+	}
+	return nil
 }
 
 // grantJSON is Grant's JSON form: durations in seconds, empty names left out.
@@ -72,13 +90,14 @@ type grantJSON struct {
 	PreviousEpoch               int64     `json:"previous_epoch"`
 	PreviousHolder              string    `json:"previous_holder,omitempty"`
 	SincePreviousRenewalSeconds *float64  `json:"since_previous_renewal_seconds,omitempty"`
+	Principal                   string    `json:"principal,omitempty"`
 }
 
 // MarshalJSON writes the grant with snake_case names and
 // SincePreviousRenewal as since_previous_renewal_seconds.
 func (g Grant) MarshalJSON() ([]byte, error) {
 	j := grantJSON{Resource: g.Resource, Epoch: g.Epoch, Holder: g.Holder, GrantedAt: g.GrantedAt,
-		How: g.How, PreviousEpoch: g.PreviousEpoch, PreviousHolder: g.PreviousHolder}
+		How: g.How, PreviousEpoch: g.PreviousEpoch, PreviousHolder: g.PreviousHolder, Principal: g.Principal}
 	if g.SincePreviousRenewal != nil {
 		s := g.SincePreviousRenewal.Seconds()
 		j.SincePreviousRenewalSeconds = &s
@@ -93,7 +112,7 @@ func (g *Grant) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*g = Grant{Resource: j.Resource, Epoch: j.Epoch, Holder: j.Holder, GrantedAt: j.GrantedAt,
-		How: j.How, PreviousEpoch: j.PreviousEpoch, PreviousHolder: j.PreviousHolder}
+		How: j.How, PreviousEpoch: j.PreviousEpoch, PreviousHolder: j.PreviousHolder, Principal: j.Principal}
 	if j.SincePreviousRenewalSeconds != nil {
 		d := time.Duration(*j.SincePreviousRenewalSeconds * float64(time.Second))
 		g.SincePreviousRenewal = &d
@@ -173,10 +192,13 @@ func recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
 		since = &us
 	}
 	err := tx.QueryRow(ctx, `
-		INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal)
-		VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond')
+		INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
+		VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8)
 		RETURNING granted_at`,
-		g.Resource, g.Epoch, holder, string(g.How), g.PreviousEpoch, prev, since).Scan(&g.GrantedAt)
+		g.Resource, g.Epoch, holder, string(g.How), g.PreviousEpoch, prev, since, principalOf(ctx)).Scan(&g.GrantedAt)
+	if p := principalOf(ctx); p != nil {
+		g.Principal = *p
+	}
 	if err != nil {
 		return fmt.Errorf("record grant: %w", err)
 	}
@@ -198,7 +220,7 @@ func (i *Issuer) History(ctx context.Context, resource string, limit int) ([]Gra
 	}
 	rows, err := i.pool.Query(ctx, `
 		SELECT epoch, holder, granted_at, how, previous_epoch, previous_holder,
-		       (extract(epoch FROM since_previous_renewal) * 1000000)::bigint
+		       (extract(epoch FROM since_previous_renewal) * 1000000)::bigint, coalesce(principal, '')
 		FROM epoch_grants WHERE resource_id = $1
 		ORDER BY epoch DESC LIMIT $2`, resource, limit)
 	if err != nil {
@@ -209,7 +231,7 @@ func (i *Issuer) History(ctx context.Context, resource string, limit int) ([]Gra
 		g := Grant{Resource: resource}
 		var holder, prev *string
 		var since *int64
-		if err := rows.Scan(&g.Epoch, &holder, &g.GrantedAt, &g.How, &g.PreviousEpoch, &prev, &since); err != nil {
+		if err := rows.Scan(&g.Epoch, &holder, &g.GrantedAt, &g.How, &g.PreviousEpoch, &prev, &since, &g.Principal); err != nil {
 			rows.Close()
 			return nil, i.wrap(ctx, "history", err)
 		}

@@ -115,6 +115,9 @@ type Record struct {
 	UpdatedAt      time.Time       `json:"updated_at"`
 	RelayedAt      *time.Time      `json:"relayed_at"`
 	CompletedAt    *time.Time      `json:"completed_at"`
+	// Principal is who enqueued it through the admin API (a token's name,
+	// or "anonymous"); empty for the CLI, Go workers and SQL.
+	Principal string `json:"principal,omitempty"`
 	// TraceContext is the W3C trace context of the enqueue span, if any
 	// (see ContextFromTrace).
 	TraceContext json.RawMessage `json:"-"`

@@ -167,7 +167,7 @@ func (c *Client) Enqueue(ctx context.Context, in Intent) (Result, error) {
 // enqueueCommitted enqueues in its own transaction (or a shared group
 // commit), storing the trace context tc with the intent.
 func (c *Client) enqueueCommitted(ctx context.Context, in Intent, tc string) (Result, error) {
-	if c.group != nil {
+	if c.group != nil && principalOf(ctx) == "" {
 		// Group commit shares one transaction among callers with different
 		// traces; the trace context is not stored on this path.
 		return c.group.enqueue(ctx, in)
@@ -224,10 +224,11 @@ func enqueueArgs(in Intent, notify bool) []any {
 // enqueueTraced is enqueue storing the W3C trace context tc with the intent
 // (nothing extra when tc is empty).
 func (c *Client) enqueueTraced(ctx context.Context, q queryer, in Intent, notify bool, tc string) (Result, error) {
-	if tc == "" {
+	p := principalOf(ctx)
+	if tc == "" && p == "" {
 		return c.enqueue(ctx, q, in, notify)
 	}
-	return c.run(ctx, q, in, tracedEnqueueSQL, append(enqueueArgs(in, notify), tc))
+	return c.run(ctx, q, in, tracedEnqueueSQL, append(enqueueArgs(in, notify), tc, p))
 }
 
 // enqueue runs the fenced enqueue of a validated intent; notify says whether
@@ -298,14 +299,15 @@ func mayHaveInserted(res Result, err error) bool {
 }
 
 const recordColumns = `intent_id, resource_id, epoch, operation_id, kind, idempotency_key, fence,
-	payload, status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, trace_context`
+	payload, status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, trace_context,
+	coalesce(principal, '')`
 
 func scanRecord(row pgx.Row) (*Record, error) {
 	var r Record
 	var fence, status string
 	var payload, result, traceCtx []byte
 	err := row.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
-		&payload, &status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &traceCtx)
+		&payload, &status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &traceCtx, &r.Principal)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -24,10 +24,28 @@ const TraceContextSetting = "fencegate.trace_context"
 // fenced enqueue in one statement: the MATERIALIZED CTE is evaluated before
 // the LATERAL call that depends on it, so the insert inside the function
 // sees the setting (is_local=true: it ends with the transaction).
-const tracedEnqueueSQL = `WITH tc AS MATERIALIZED (SELECT set_config('` + TraceContextSetting + `', $9, true) AS v)
+const tracedEnqueueSQL = `WITH tc AS MATERIALIZED (SELECT set_config('` + TraceContextSetting + `', $9, true) AS v,
+		set_config('` + PrincipalSetting + `', $10, true) AS p)
 	SELECT e.outcome, e.intent_id, e.status, e.current_epoch, e.existing_epoch
-	FROM tc, LATERAL fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8 AND tc.v IS NOT NULL) e
+	FROM tc, LATERAL fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8 AND tc.v IS NOT NULL AND tc.p IS NOT NULL) e
 	WHERE ` + durable.Where
+
+// PrincipalSetting is the transaction-local setting the intent's
+// principal column defaults to (migration 00017).
+const PrincipalSetting = "fencegate.principal"
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying who asks (an admin API token's name):
+// intents enqueued with it record it (Record.Principal).
+func WithPrincipal(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, principalKey{}, name)
+}
+
+func principalOf(ctx context.Context) string {
+	v, _ := ctx.Value(principalKey{}).(string)
+	return v
+}
 
 // startEnqueueSpan starts the enqueue span and returns the W3C trace
 // context to store with the intent ("" when there is no valid trace).
