@@ -11,6 +11,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/fencegate/fencegate/fenceerr"
 )
@@ -98,4 +100,74 @@ func Bytes(text, b64 *string) []byte {
 	}
 	b, _ := base64.StdEncoding.DecodeString(*b64)
 	return b
+}
+
+// Only refuses a field of obj that is not one of fields (a misspelt
+// field would otherwise be ignored), naming it.
+func Only(obj map[string]json.RawMessage, kind string, fields []string) error {
+	for name := range obj {
+		if !slices.Contains(fields, name) {
+			return fenceerr.Invalid("payload."+name, "is not a field of %s payload (fields: %s)", kind, strings.Join(fields, ", "))
+		}
+	}
+	return nil
+}
+
+// Field is a string field of a payload and where it goes.
+type Field struct {
+	Name string
+	Dst  *string
+}
+
+// ReadStrings reads each field into its Dst ("" when absent), in order.
+func ReadStrings(obj map[string]json.RawMessage, fields ...Field) error {
+	for _, f := range fields {
+		var err error
+		if *f.Dst, _, err = String(obj, f.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OptionalField is a string field whose absence matters (nil when absent).
+type OptionalField struct {
+	Name string
+	Dst  **string
+}
+
+// ReadOptional reads each field into its Dst: nil when absent.
+func ReadOptional(obj map[string]json.RawMessage, fields ...OptionalField) error {
+	for _, f := range fields {
+		s, ok, err := String(obj, f.Name)
+		if err != nil {
+			return err
+		}
+		if ok {
+			*f.Dst = &s
+		}
+	}
+	return nil
+}
+
+// StringMap reads the field name, an object of string values; nil when
+// absent.
+func StringMap(obj map[string]json.RawMessage, name string) (map[string]string, error) {
+	v, ok := present(obj, name)
+	if !ok {
+		return nil, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(v, &raw); err != nil {
+		return nil, fenceerr.Invalid("payload."+name, "must be an object of string values")
+	}
+	out := make(map[string]string, len(raw))
+	for k, rv := range raw {
+		var s string
+		if err := json.Unmarshal(rv, &s); err != nil {
+			return nil, fenceerr.Invalid("payload."+name+"."+k, "must be a string")
+		}
+		out[k] = s
+	}
+	return out, nil
 }

@@ -51,13 +51,9 @@ func Parse(raw json.RawMessage) (Payload, error) {
 			return p, err
 		}
 	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"from", &p.From}, {"subject", &p.Subject}, {"text", &p.Text}, {"html", &p.HTML}} {
-		if *f.dst, _, err = kindcheck.String(obj, f.name); err != nil {
-			return p, err
-		}
+	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "from", Dst: &p.From}, kindcheck.Field{Name: "subject", Dst: &p.Subject},
+		kindcheck.Field{Name: "text", Dst: &p.Text}, kindcheck.Field{Name: "html", Dst: &p.HTML}); err != nil {
+		return p, err
 	}
 	return p, p.Validate()
 }

@@ -38,20 +38,12 @@ func Parse(raw json.RawMessage) (Payload, error) {
 	if err != nil {
 		return p, err
 	}
-	if p.Target, _, err = kindcheck.String(obj, "target"); err != nil {
+	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "target", Dst: &p.Target}); err != nil {
 		return p, err
 	}
-	for _, f := range []struct {
-		name string
-		dst  **string
-	}{{"content", &p.Content}, {"content_base64", &p.ContentBase64}} {
-		s, ok, err := kindcheck.String(obj, f.name)
-		if err != nil {
-			return p, err
-		}
-		if ok {
-			*f.dst = &s
-		}
+	if err := kindcheck.ReadOptional(obj, kindcheck.OptionalField{Name: "content", Dst: &p.Content},
+		kindcheck.OptionalField{Name: "content_base64", Dst: &p.ContentBase64}); err != nil {
+		return p, err
 	}
 	return p, p.Validate()
 }

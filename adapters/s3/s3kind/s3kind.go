@@ -9,7 +9,6 @@ package s3kind
 import (
 	"encoding/json"
 	"errors"
-	"slices"
 	"strings"
 
 	"github.com/fencegate/fencegate/adapters/file/filekind"
@@ -53,44 +52,19 @@ func Parse(raw json.RawMessage) (Payload, error) {
 	if err != nil {
 		return p, err
 	}
-	for name := range obj {
-		if !slices.Contains(fields, name) {
-			return p, fenceerr.Invalid("payload."+name, "is not a field of an s3 payload (fields: %s)", strings.Join(fields, ", "))
-		}
+	if err := kindcheck.Only(obj, "an s3", fields); err != nil {
+		return p, err
 	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"bucket", &p.Bucket}, {"key", &p.Key}, {"content_type", &p.ContentType}} {
-		if *f.dst, _, err = kindcheck.String(obj, f.name); err != nil {
-			return p, err
-		}
+	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "bucket", Dst: &p.Bucket}, kindcheck.Field{Name: "key", Dst: &p.Key},
+		kindcheck.Field{Name: "content_type", Dst: &p.ContentType}); err != nil {
+		return p, err
 	}
-	for _, f := range []struct {
-		name string
-		dst  **string
-	}{{"content", &p.Content}, {"content_base64", &p.ContentBase64}} {
-		s, ok, err := kindcheck.String(obj, f.name)
-		if err != nil {
-			return p, err
-		}
-		if ok {
-			*f.dst = &s
-		}
+	if err := kindcheck.ReadOptional(obj, kindcheck.OptionalField{Name: "content", Dst: &p.Content},
+		kindcheck.OptionalField{Name: "content_base64", Dst: &p.ContentBase64}); err != nil {
+		return p, err
 	}
-	if v, ok := obj["metadata"]; ok && string(v) != "null" {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(v, &m); err != nil {
-			return p, fenceerr.Invalid("payload.metadata", "must be an object of string values")
-		}
-		p.Metadata = make(map[string]string, len(m))
-		for k, mv := range m {
-			var s string
-			if err := json.Unmarshal(mv, &s); err != nil {
-				return p, fenceerr.Invalid("payload.metadata."+k, "must be a string")
-			}
-			p.Metadata[k] = s
-		}
+	if p.Metadata, err = kindcheck.StringMap(obj, "metadata"); err != nil {
+		return p, err
 	}
 	return p, p.Validate()
 }

@@ -10,7 +10,6 @@
 package webhookkind
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -80,37 +79,18 @@ func Parse(raw json.RawMessage) (Payload, error) {
 	if err != nil {
 		return p, err
 	}
-	for name := range obj {
-		if !slices.Contains(fields, name) {
-			return p, fenceerr.Invalid("payload."+name, "is not a field of a webhook payload (fields: %s)", strings.Join(fields, ", "))
-		}
-	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"url", &p.URL}, {"method", &p.Method}, {"content_type", &p.ContentType}, {"lookup_url", &p.LookupURL}} {
-		if *f.dst, _, err = kindcheck.String(obj, f.name); err != nil {
-			return p, err
-		}
-	}
-	if s, ok, err := kindcheck.String(obj, "body_base64"); err != nil {
+	if err := kindcheck.Only(obj, "a webhook", fields); err != nil {
 		return p, err
-	} else if ok {
-		p.BodyBase64 = &s
 	}
-	if v, ok := obj["headers"]; ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-		var hs map[string]json.RawMessage
-		if err := json.Unmarshal(v, &hs); err != nil {
-			return p, fenceerr.Invalid("payload.headers", "must be an object of string values")
-		}
-		p.Headers = make(map[string]string, len(hs))
-		for k, hv := range hs {
-			var s string
-			if err := json.Unmarshal(hv, &s); err != nil {
-				return p, fenceerr.Invalid("payload.headers."+k, "must be a string")
-			}
-			p.Headers[k] = s
-		}
+	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "url", Dst: &p.URL}, kindcheck.Field{Name: "method", Dst: &p.Method},
+		kindcheck.Field{Name: "content_type", Dst: &p.ContentType}, kindcheck.Field{Name: "lookup_url", Dst: &p.LookupURL}); err != nil {
+		return p, err
+	}
+	if err := kindcheck.ReadOptional(obj, kindcheck.OptionalField{Name: "body_base64", Dst: &p.BodyBase64}); err != nil {
+		return p, err
+	}
+	if p.Headers, err = kindcheck.StringMap(obj, "headers"); err != nil {
+		return p, err
 	}
 	// body is any JSON value, null included ("body": null sends null).
 	if v, ok := obj["body"]; ok {
