@@ -117,6 +117,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		smtpDedups  = fs.Bool("smtp-dedups-on-message-id", false, "the SMTP destination drops a second message with the same Message-ID (lets --unknown-outcome resend resend email)")
 		smtpMaxSess = fs.Int("smtp-max-sessions", email.DefaultMaxSessions, "SMTP sessions open at once at most (the email adapter's concurrency, below --adapter-concurrency)")
 		mailDomain  = fs.String("mail-domain", email.DefaultDomain, "right-hand side of generated Message-IDs")
+		mailFrom    = fs.String("mail-from-allow", "", "From addresses (exact) or domains (exactly that domain, no subdomains) the email adapter may send as, comma-separated; required to run it")
+		mailRcpt    = fs.String("mail-rcpt-allow", "", "recipient domains (To, Cc, Bcc) allowed, comma-separated (default: any)")
+		mailMaxRcpt = fs.Int("mail-max-recipients", email.DefaultMaxRecipients, "recipients of one message at most (To+Cc+Bcc, after dedup)")
+		mailEnvFrom = fs.String("mail-envelope-from", "", "SMTP envelope sender (MAIL FROM), which callers cannot set (default: the payload's From)")
 		mailLookup  = fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit")
 		mailpitURL  = fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025")
 		hookAllow   = fs.String("webhook-allow", "", "destinations the webhook adapter may call, host or host:port, comma-separated (required to run it); a listed name resolving to a loopback/private/link-local address is refused unless that address is listed too")
@@ -167,6 +171,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
+	if *mailMaxRcpt < 1 {
+		return a.fail(badInput("mail_max_recipients", "--mail-max-recipients must be at least 1"))
+	}
 	if *hookPerHost < 1 {
 		return a.fail(badInput("webhook_max_concurrency_per_host", "--webhook-max-concurrency-per-host must be at least 1"))
 	}
@@ -214,6 +221,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			DedupsOnKey:        *smtpDedups,
 			Domain:             *mailDomain,
 			MaxSessions:        *smtpMaxSess,
+			Policy: email.Policy{FromAllow: webhook.SplitList(*mailFrom), RcptAllow: webhook.SplitList(*mailRcpt),
+				MaxRecipients: *mailMaxRcpt, EnvelopeFrom: *mailEnvFrom},
 		},
 		Webhook: webhook.Config{
 			Allow:                 webhook.SplitList(*hookAllow),
@@ -246,11 +255,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if h := a.runHooks; h != nil {
 		cfg.ExtraExecutors = append(cfg.ExtraExecutors, h.Executors...) // gateway bench's no-op adapter
 	}
-	// Flags are checked before anything is connected: a bad value is exit 2
-	// whether or not the database is reachable.
-	if err := cfg.Validate(); err != nil {
-		return a.fail(err)
-	}
 	if *concurrency < 1 {
 		return a.fail(badInput("adapter_concurrency", "--adapter-concurrency must be at least 1"))
 	}
@@ -278,6 +282,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 
 	if *dbMaxConns < 0 {
 		return a.fail(badInput("db_max_conns", "--db-max-conns must be 0 (sized automatically) or more"))
+	}
+	// Flags are checked before anything is connected: a bad value is exit 2
+	// whether or not the database is reachable.
+	if err := cfg.Validate(); err != nil {
+		return a.fail(err)
 	}
 	pool, err := a.connectSized(ctx, *dbURL, cmp.Or(int32(min(*dbMaxConns, math.MaxInt32)), cfg.PoolSize()))
 	if err != nil {

@@ -188,3 +188,52 @@ func TestRunAdminTLS(t *testing.T) {
 	runBadFlags(t, tokens, []string{"--admin-addr", "127.0.0.1:0", "--tls-cert", cert}, "tls_cert")
 	runBadFlags(t, tokens, []string{"--admin-addr", "127.0.0.1:0", "--tls-cert", key, "--tls-key", cert}, "tls_cert")
 }
+
+// The mail policy through gateway run: without --mail-from-allow the email
+// adapter does not run (exit 2 naming mail_from_allow); with it, the admin
+// intake refuses a sender outside it (400 naming payload.from) and stores
+// nothing.
+func TestRunMailPolicy(t *testing.T) {
+	t.Parallel()
+	runBadFlags(t, nil, []string{"--adapters", "email"}, "mail_from_allow")
+	runBadFlags(t, nil, []string{"--adapters", "email", "--mail-from-allow", "<x>"}, "mail_from_allow")
+	runBadFlags(t, nil, []string{"--adapters", "email", "--mail-from-allow", "example.com", "--mail-max-recipients", "0"}, "mail_max_recipients")
+	db, pool := runPool(t)
+	srv := natstest.Start(t)
+	addr := freeAddr(t)
+	startRun(t, []string{"GATEWAY_MAIL_FROM_ALLOW=reports@example.com"}, db, srv.URL, "--adapters", "email", "--admin-addr", addr)
+	pollUntil(t, 30*time.Second, "the admin API", func() (bool, string) {
+		res, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		res.Body.Close()
+		return true, ""
+	})
+	post := func(body string) (int, map[string]any) {
+		res, err := http.Post("http://"+addr+"/api/v1/intents", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&m)
+		return res.StatusCode, m
+	}
+	if code, _ := post(`{"resource":"mail","epoch":1}`); code == 0 {
+		t.Fatal("no answer")
+	}
+	r := gw(t, db, "epoch", "advance", "--resource", "mail", "--epoch", "1")
+	expectCode(t, r, 0, "")
+	code, m := post(`{"resource":"mail","epoch":1,"operation_id":"spoof","kind":"email","payload":{"to":"a@example.com","from":"ceo@example.com","subject":"wire money","text":"now"}}`)
+	if code != http.StatusBadRequest || m["error"].(map[string]any)["field"] != "payload.from" {
+		t.Fatalf("a From outside the policy: %d %v, want 400 naming payload.from", code, m)
+	}
+	if n := scalar(t, pool, `SELECT count(*) FROM intents`); n != 0 {
+		t.Fatalf("%d intents stored", n)
+	}
+	code, _ = post(`{"resource":"mail","epoch":1,"operation_id":"ok","kind":"email","payload":{"to":"a@example.com","from":"reports@example.com","subject":"report","text":"hi"}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("an allowed From: %d", code)
+	}
+}

@@ -331,6 +331,17 @@ func (c *Config) Validate() error {
 		}
 		return errmap.Invalid("intent_retention", "--intent-retention must not be shorter than --key-retention: "+msg)
 	}
+	// Last, so that every other bad flag is named first.
+	if slices.Contains(c.Adapters, email.Kind) {
+		if err := c.Email.Policy.CheckConfig(); err != nil {
+			return errmap.Map(err)
+		}
+		// Without a sender allow-list the intake is an open mail relay for
+		// anyone with a worker token.
+		if len(c.Email.Policy.FromAllow) == 0 && !c.Email.Policy.AnyFrom {
+			return errmap.Invalid("mail_from_allow", "--mail-from-allow is required to run the email adapter: the From addresses or domains it may send as (comma-separated)")
+		}
+	}
 	return nil
 }
 
@@ -600,6 +611,11 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	}
 	s.store = store
 	kinds := outbox.DefaultKinds()
+	if slices.Contains(cfg.Adapters, email.Kind) {
+		// The intake knows the mail policy: mail outside it is refused at
+		// enqueue, naming the field (the adapter refuses it again).
+		kinds[email.Kind] = email.PolicyKindSpec(cfg.Email.Policy)
+	}
 	if slices.Contains(cfg.Adapters, file.Kind) {
 		fcfg := cfg.File
 		fcfg.Registerer = cmp.Or[prometheus.Registerer](fcfg.Registerer, reg)

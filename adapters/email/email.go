@@ -89,6 +89,10 @@ type Config struct {
 	// sent again. Default false (plain SMTP and Mailpit do not; Mailpit
 	// does with --ignore-duplicate-ids).
 	DedupsOnKey bool
+	// Policy is what may be sent (allowed senders and recipient domains,
+	// a recipient limit, the envelope sender); checked at execute, and at
+	// the gateway's intake through KindSpec.
+	Policy Policy
 	// Logger receives debug logs. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock for Date headers and sent_at. Default time.Now.
@@ -199,6 +203,15 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	p, env, err := parsePayload(req.Payload)
 	if err != nil {
 		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("email: %w", err))
+	}
+	// The policy again at execute: an intent that reached the outbox
+	// another way (a Go worker, the CLI, SQL) is held to it too; nothing
+	// is sent.
+	if err := a.cfg.Policy.Check(p); err != nil {
+		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("email: not allowed by the mail policy: %w", err))
+	}
+	if a.cfg.Policy.EnvelopeFrom != "" {
+		env.From, _ = emailkind.Address(a.cfg.Policy.EnvelopeFrom)
 	}
 	id := a.MessageID(req.IdempotencyKey)
 	data, err := compose(p, headerInfo{

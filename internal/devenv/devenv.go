@@ -293,8 +293,9 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 		// The echo receiver is the one destination allowed (its address
 		// itself: it is on loopback); it dedups on the key, so a lost
 		// answer is resent.
-		Webhook:     webhook.Config{Allow: []string{d.echo.Addr()}, DedupsOnKey: []string{d.echo.Addr()}, Secrets: []string{hookSecret}},
-		Email:       email.Config{Addr: d.smtpAddr},
+		Webhook: webhook.Config{Allow: []string{d.echo.Addr()}, DedupsOnKey: []string{d.echo.Addr()}, Secrets: []string{hookSecret}},
+		// Any From: the sink delivers nowhere.
+		Email:       email.Config{Addr: d.smtpAddr, Policy: email.Policy{AnyFrom: true}},
 		Idempotency: idempotency.Config{GroupCommit: true}, // as gateway run's default
 		Logger:      d.log,
 	}

@@ -68,7 +68,9 @@ func (e *env) run(fp, natsURL string, args ...string) *ft.Proc {
 		// Mailpit stores a message before it answers the final dot, and the
 		// file manifest is written before the rename, so both show an
 		// effect at once.
-		"--lookup-settle", "3s"}
+		"--lookup-settle", "3s",
+		// The mail policy: the tests' senders.
+		"--mail-from-allow", "example.com"}
 	return e.start(fp, append(base, args...)...)
 }
 

@@ -196,7 +196,8 @@ func TestChaos(t *testing.T) {
 	runArgs := []string{"run", "--nats-url", ns.URL, "--adapters", "email,file", "--file-root", root,
 		"--smtp-addr", front.Addr, "--mail-lookup", "mailpit", "--mailpit-url", mp.BaseURL, "--mail-domain", domain,
 		"--poll-interval", "200ms", "--relay-timeout", "3s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "warn",
-		"--execute-timeout", execTimeout.String(), "--idempotency-lock-timeout", lockTimeout.String()}
+		"--execute-timeout", execTimeout.String(), "--idempotency-lock-timeout", lockTimeout.String(),
+		"--mail-from-allow", "example.com"}
 	runArgs = append(runArgs, optionalFlags(t, bin)...)
 	gateways := make([]*ft.Proc, nGateways)
 	startGateway := func(i int, fp string) {
