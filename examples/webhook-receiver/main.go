@@ -19,7 +19,7 @@
 // database transaction (docs/webhooks.md shows the SQL).
 //
 //	WEBHOOK_SECRET=whsec_... webhook-receiver --addr 127.0.0.1:9000
-//	gateway run --webhook-allow 127.0.0.1:9000 --webhook-dedups-on-key 127.0.0.1:9000 ...
+//	gateway run --adapters webhook --webhook-allow 127.0.0.1:9000 --webhook-dedups-on-key 127.0.0.1:9000 ...
 package main
 
 import (
