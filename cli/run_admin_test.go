@@ -3,6 +3,7 @@ package cli
 import (
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/smtptest"
 	"github.com/fencegate/fencegate/internal/testpki"
 )
 
@@ -191,17 +193,28 @@ func TestRunAdminTLS(t *testing.T) {
 
 // The mail policy through gateway run: without --mail-from-allow the email
 // adapter does not run (exit 2 naming mail_from_allow); with it, the admin
-// intake refuses a sender outside it (400 naming payload.from) and stores
-// nothing.
+// intake refuses a sender, a recipient domain or a recipient count outside
+// it (400 naming the field) and stores nothing; an intent outside it that
+// reached the outbox another way (gateway enqueue, which knows no policy)
+// ends failed with nothing sent; what is sent has --mail-envelope-from as
+// its envelope sender, at a real SMTP server.
 func TestRunMailPolicy(t *testing.T) {
 	t.Parallel()
 	runBadFlags(t, nil, []string{"--adapters", "email"}, "mail_from_allow")
 	runBadFlags(t, nil, []string{"--adapters", "email", "--mail-from-allow", "<x>"}, "mail_from_allow")
 	runBadFlags(t, nil, []string{"--adapters", "email", "--mail-from-allow", "example.com", "--mail-max-recipients", "0"}, "mail_max_recipients")
+	runBadFlags(t, nil, []string{"--adapters", "email", "--mail-from-allow", "example.com", "--mail-rcpt-allow", "a@example.com"}, "mail_rcpt_allow")
+	runBadFlags(t, nil, []string{"--adapters", "email", "--mail-from-allow", "example.com", "--mail-envelope-from", "not an address"}, "mail_envelope_from")
+	// The default adapters (email,file) include email: the policy is
+	// required there too.
+	runBadFlags(t, nil, nil, "mail_from_allow")
 	db, pool := runPool(t)
 	srv := natstest.Start(t)
+	smtpSrv := smtptest.NewServer(t)
 	addr := freeAddr(t)
-	startRun(t, []string{"GATEWAY_MAIL_FROM_ALLOW=reports@example.com"}, db, srv.URL, "--adapters", "email", "--admin-addr", addr)
+	startRun(t, []string{"GATEWAY_MAIL_FROM_ALLOW=reports@example.com"}, db, srv.URL, "--adapters", "email", "--admin-addr", addr,
+		"--smtp-addr", smtpSrv.Addr, "--smtp-starttls", "none", "--poll-interval", "200ms",
+		"--mail-rcpt-allow", "example.com,example.org", "--mail-max-recipients", "3", "--mail-envelope-from", "bounces@example.com")
 	pollUntil(t, 30*time.Second, "the admin API", func() (bool, string) {
 		res, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
@@ -220,20 +233,53 @@ func TestRunMailPolicy(t *testing.T) {
 		_ = json.NewDecoder(res.Body).Decode(&m)
 		return res.StatusCode, m
 	}
-	if code, _ := post(`{"resource":"mail","epoch":1}`); code == 0 {
-		t.Fatal("no answer")
-	}
 	r := gw(t, db, "epoch", "advance", "--resource", "mail", "--epoch", "1")
 	expectCode(t, r, 0, "")
-	code, m := post(`{"resource":"mail","epoch":1,"operation_id":"spoof","kind":"email","payload":{"to":"a@example.com","from":"ceo@example.com","subject":"wire money","text":"now"}}`)
-	if code != http.StatusBadRequest || m["error"].(map[string]any)["field"] != "payload.from" {
-		t.Fatalf("a From outside the policy: %d %v, want 400 naming payload.from", code, m)
+	for _, tc := range []struct{ payload, field string }{
+		{`{"to":"a@example.com","from":"ceo@example.com","subject":"wire money","text":"now"}`, "payload.from"},
+		// A domain entry is not its subdomains, nor a listed address's domain.
+		{`{"to":"a@example.com","from":"x@mail.example.com","subject":"s","text":"t"}`, "payload.from"},
+		{`{"to":["a@example.com","b@example.org","c@elsewhere.net"],"from":"reports@example.com","subject":"s","text":"t"}`, "payload.to[2]"},
+		{`{"to":"a@example.com","cc":"b@sub.example.com","from":"reports@example.com","subject":"s","text":"t"}`, "payload.cc[0]"},
+		{`{"to":"a@example.com","bcc":["b@example.com","spy@elsewhere.net"],"from":"reports@example.com","subject":"s","text":"t"}`, "payload.bcc[1]"},
+		{`{"to":["a@example.com","b@example.com"],"cc":"c@example.org","bcc":"d@example.org","from":"reports@example.com","subject":"s","text":"t"}`, "payload.to"},
+	} {
+		code, m := post(`{"resource":"mail","epoch":1,"operation_id":"refused","kind":"email","payload":` + tc.payload + `}`)
+		e, _ := m["error"].(map[string]any)
+		if code != http.StatusBadRequest || e["field"] != tc.field {
+			t.Fatalf("payload %s: %d %v, want 400 naming %s", tc.payload, code, m, tc.field)
+		}
 	}
 	if n := scalar(t, pool, `SELECT count(*) FROM intents`); n != 0 {
 		t.Fatalf("%d intents stored", n)
 	}
-	code, _ = post(`{"resource":"mail","epoch":1,"operation_id":"ok","kind":"email","payload":{"to":"a@example.com","from":"reports@example.com","subject":"report","text":"hi"}}`)
+	// Recipients are counted after dedup (case-insensitive): 3, at the limit.
+	code, m := post(`{"resource":"mail","epoch":1,"operation_id":"ok","kind":"email","payload":{"to":["a@example.com","A@EXAMPLE.COM","b@example.com"],"cc":"c@example.org","from":"Reports <REPORTS@example.com>","subject":"report","text":"hi"}}`)
 	if code != http.StatusCreated {
-		t.Fatalf("an allowed From: %d", code)
+		t.Fatalf("an allowed message: %d %v", code, m)
+	}
+	waitStatus(t, db, m["intent_id"], "succeeded")
+	msgs := smtpSrv.Messages()
+	if len(msgs) != 1 || msgs[0].From != "bounces@example.com" || len(msgs[0].To) != 3 {
+		t.Fatalf("messages at the SMTP server %+v, want one from envelope sender bounces@example.com to 3 recipients", msgs)
+	}
+	if h, err := msgs[0].Header(); err != nil || !strings.Contains(h.Get("From"), "REPORTS@example.com") {
+		t.Fatalf("From header %q (%v): the payload's From stays the header's", h.Get("From"), err)
+	}
+	// gateway enqueue writes to the outbox without the intake's policy: the
+	// adapter refuses at execute, permanently, and sends nothing.
+	for i, payload := range []string{
+		`{"to":"a@example.com","from":"ceo@example.com","subject":"s","text":"t"}`,
+		`{"to":"a@example.com","bcc":"spy@elsewhere.net","from":"reports@example.com","subject":"s","text":"t"}`,
+		`{"to":["a@example.com","b@example.com","c@example.com","d@example.com"],"from":"reports@example.com","subject":"s","text":"t"}`,
+	} {
+		id := enqueue(t, db, "--resource", "mail", "--epoch", "1", "--op", fmt.Sprintf("cli-%d", i), "--kind", "email", "--payload", payload)
+		st := waitStatus(t, db, id, "failed")
+		if le, _ := st["last_error"].(string); !strings.Contains(le, "mail policy") {
+			t.Fatalf("intent %v failed with %v, want the mail policy named", id, st["last_error"])
+		}
+	}
+	if n := len(smtpSrv.Messages()); n != 1 {
+		t.Fatalf("%d messages at the SMTP server, want only the allowed one", n)
 	}
 }
