@@ -2,6 +2,8 @@ module github.com/fencegate/fencegate
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cenkalti/backoff/v4 v4.3.0

@@ -15,6 +15,12 @@
 #                   missing (about a minute, once)
 #   setup_chromium  CHROMIUM_BIN for the admin pages' browser test,
 #                   installed from Debian's packages as root when missing
+#   vulncheck       govulncheck ./... against the Go vulnerability database
+#                   built offline from the golang.org/x/vulndb module (the
+#                   module proxy serves it; vuln.go.dev may be unreachable):
+#                   bin/govulncheck and bin/indexdb built once (about a
+#                   minute), the database in var/vulndb-<version>; fails on a
+#                   vulnerable symbol the code calls
 
 # go_bin_dir prints where `go install` puts binaries.
 go_bin_dir() {
@@ -82,4 +88,40 @@ setup_chromium() {
 	fi
 	export CHROMIUM_BIN
 	echo "chromium: ${CHROMIUM_BIN:-missing (the browser test will fail)}"
+}
+
+# The vulnerability database version: a golang.org/x/vulndb pseudo-version
+# (its data/osv holds every Go advisory up to that commit). Pinned so that a
+# run is reproducible; raise it (go list -m golang.org/x/vulndb@latest, or
+# VULNDB_VERSION=... for one run) to check against newer advisories.
+VULNDB_VERSION="${VULNDB_VERSION:-v0.0.0-20261105234957-e22db6528018}"
+GOVULNCHECK_MODULE=golang.org/x/vuln/cmd/govulncheck@v1.9.0
+
+# built_with_current_go BIN: BIN exists and was built by the go command in
+# use (govulncheck built by an older Go cannot read newer Go's sources).
+built_with_current_go() {
+	[ -x "$1" ] && [ "$(go version "$1" 2>/dev/null | awk '{print $2}')" = "$(go env GOVERSION)" ]
+}
+
+vulncheck() {
+	local gv="$PWD/bin/govulncheck" idx="$PWD/bin/indexdb" db="$PWD/var/vulndb-$VULNDB_VERSION"
+	if ! built_with_current_go "$gv"; then
+		echo "building govulncheck with $(go env GOVERSION) (once)…"
+		(cd /tmp && GOFLAGS=-mod=mod GOBIN="$(dirname "$gv")" go install "$GOVULNCHECK_MODULE")
+	fi
+	if [ ! -f "$db/index/modules.json" ]; then
+		if [ ! -x "$idx" ]; then
+			echo "building indexdb from golang.org/x/vulndb (once)…"
+			(cd /tmp && GOFLAGS=-mod=mod GOBIN="$(dirname "$idx")" go install "golang.org/x/vulndb/cmd/indexdb@$VULNDB_VERSION")
+		fi
+		local src
+		src="$(cd /tmp && go mod download -json "golang.org/x/vulndb@$VULNDB_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+		if [ ! -d "$src/data/osv" ]; then
+			echo "vulncheck: golang.org/x/vulndb@$VULNDB_VERSION has no data/osv ($src)"; return 1
+		fi
+		rm -rf "$db.tmp" && mkdir -p "$(dirname "$db")"
+		"$idx" -vulns "$src/data/osv" -out "$db.tmp" && mv "$db.tmp" "$db"
+	fi
+	echo "govulncheck ($(go env GOVERSION), database golang.org/x/vulndb@$VULNDB_VERSION)"
+	"$gv" -db "file://$db" ./...
 }
