@@ -208,7 +208,7 @@ func ExampleExecutor() {
 			fmt.Println("lookup", key+":", err)
 			continue
 		}
-		fmt.Println(strings.TrimSpace(fmt.Sprintf("lookup %s: found %t %s", key, found, out.Result)))
+		fmt.Println(strings.TrimSpace(fmt.Sprintf("lookup %s: found %t %s", key, found, string(out.Result))))
 	}
 	// Output:
 	// paid: succeeded {"id":1}

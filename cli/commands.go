@@ -223,6 +223,9 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	}
 	in.Payload = json.RawMessage(payload)
 	// Validate before connecting: bad input is exit 2 whatever the database.
+	if _, err := outbox.ParseKeyScope(a.getenv("GATEWAY_KEY_SCOPE")); err != nil {
+		return a.fail(badInput("key_scope", "$GATEWAY_KEY_SCOPE "+err.Error()))
+	}
 	client, err := outbox.New(nil, a.outboxConfig())
 	if err != nil {
 		return a.fail(err)

@@ -170,5 +170,9 @@ func (a *app) outboxConfig() outbox.Config {
 		}
 	}
 	maps.Copy(kinds, a.kinds)
-	return outbox.Config{Kinds: kinds}
+	// The gateway's key scope ($GATEWAY_KEY_SCOPE, as --key-scope of run),
+	// so that gateway enqueue stores the key the intake would.
+	// A value outside global|resource makes outbox.New fail; gateway
+	// enqueue checks it first (exit 2 naming key_scope).
+	return outbox.Config{Kinds: kinds, KeyScope: outbox.KeyScope(a.getenv("GATEWAY_KEY_SCOPE"))}
 }

@@ -112,7 +112,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
 		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
 		smtpUser    = fs.String("smtp-user", "", "SMTP AUTH PLAIN user (default: no AUTH)")
-		smtpPass    = fs.String("smtp-password", "", "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD; never printed)")
+		smtpPass    = fs.String("smtp-password", "", "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD; never printed); prefer --smtp-password-file")
+		smtpPassF   = fs.String("smtp-password-file", "", "file holding the SMTP AUTH password (one line; a warning when group or world can read it)")
 		smtpInsec   = fs.Bool("smtp-insecure-skip-verify", false, "do not verify the SMTP server's TLS certificate (tests only)")
 		smtpDedups  = fs.Bool("smtp-dedups-on-message-id", false, "the SMTP destination drops a second message with the same Message-ID (lets --unknown-outcome resend resend email)")
 		smtpMaxSess = fs.Int("smtp-max-sessions", email.DefaultMaxSessions, "SMTP sessions open at once at most (the email adapter's concurrency, below --adapter-concurrency)")
@@ -145,7 +146,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		tlsCert     = fs.String("tls-cert", "", "serve the admin API and pages over HTTPS with this certificate (PEM), with --tls-key")
 		tlsKey      = fs.String("tls-key", "", "the --tls-cert certificate's key (PEM)")
 		insecHTTP   = fs.Bool("insecure-http", false, "allow plain HTTP on an --admin-addr that is not loopback (behind a TLS-terminating proxy); otherwise such an address needs --tls-cert")
-		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+")")
+		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+"; a warning when group or world can read the file)")
+		keyScope    = fs.String("key-scope", string(outbox.KeyScopeGlobal), `idempotency keys of the intake: global (unique per kind) or resource (the effective key is "<resource>/<key>", so a worker cannot claim another resource's keys)`)
 		leaseLockTO = lockTimeoutFlag(fs)
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		logFormat   = fs.String("log-format", "text", "log format on stderr: text or json (slog)")
@@ -189,9 +191,22 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	tokens, err := loadTokens(*tokensFile, a.getenv)
+	tokens, err := loadTokens(*tokensFile, a.getenv, logger)
 	if err != nil {
 		return a.fail(err)
+	}
+	scope, err := outbox.ParseKeyScope(*keyScope)
+	if err != nil {
+		return a.fail(badInput("key_scope", "--key-scope "+err.Error()))
+	}
+	password := *smtpPass
+	if *smtpPassF != "" {
+		if password != "" {
+			return a.fail(badInput("smtp_password_file", "--smtp-password-file and --smtp-password (or $GATEWAY_SMTP_PASSWORD) are both set: give one"))
+		}
+		if password, err = readSecretFile(*smtpPassF, logger); err != nil {
+			return a.fail(badInput("smtp_password_file", "--smtp-password-file: "+oneLine(err.Error())))
+		}
 	}
 
 	cfg := gateway.Config{
@@ -216,7 +231,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			Addr:               *smtpAddr,
 			StartTLS:           *smtpTLS,
 			Username:           *smtpUser,
-			Password:           *smtpPass,
+			Password:           password,
 			InsecureSkipVerify: *smtpInsec,
 			DedupsOnKey:        *smtpDedups,
 			Domain:             *mailDomain,
@@ -247,8 +262,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		MetricsAddr:  *metricsAddr,
 		AdminAddr:    *adminAddr,
 		AdminTLSCert: *tlsCert, AdminTLSKey: *tlsKey, AdminInsecureHTTP: *insecHTTP,
-		Tokens: tokens,
-		Logger: logger,
+		Tokens:   tokens,
+		KeyScope: scope,
+		Logger:   logger,
 	}
 	cfg.Kinds = a.kinds
 	cfg.ExtraExecutors = extra // the program's own kinds (Options)
@@ -339,8 +355,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 // loadTokens reads the admin API's tokens from --tokens-file when given,
 // else from $GATEWAY_TOKENS; none when neither is set. Errors name the
 // source, never a secret.
-func loadTokens(file string, getenv func(string) string) ([]admin.Token, error) {
+func loadTokens(file string, getenv func(string) string, log *slog.Logger) ([]admin.Token, error) {
 	if file != "" {
+		warnReadable(file, "tokens_file", log)
 		t, err := admin.LoadTokensFile(file)
 		if err != nil {
 			return nil, badInput("tokens_file", "--tokens-file: "+oneLine(err.Error()))
@@ -352,6 +369,35 @@ func loadTokens(file string, getenv func(string) string) ([]admin.Token, error) 
 		return nil, badInput("tokens", "$"+admin.EnvTokens+": "+oneLine(err.Error()))
 	}
 	return t, nil
+}
+
+// readSecretFile reads a secret held in a file: its first line, without
+// the line end. It warns when group or world can read the file.
+func readSecretFile(path string, log *slog.Logger) (string, error) {
+	warnReadable(path, "smtp_password_file", log)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	if line == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return line, nil
+}
+
+// warnReadable logs a warning when a file holding secrets can be read by
+// its group or by everyone (mode & 0o044): the secrets are then only as
+// private as the least trusted local user. It names the file and its mode,
+// never its content.
+func warnReadable(path, field string, log *slog.Logger) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o044 == 0 {
+		return // a read error is reported by the read
+	}
+	log.Warn("gateway: a file holding secrets is readable by group or others; chmod 600 it",
+		"component", "gateway", "field", field, "path", path, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
 }
 
 // parseAdapters parses --adapters: a comma-separated list of built-in kinds

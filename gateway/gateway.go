@@ -212,6 +212,10 @@ type Config struct {
 	// Tokens are the admin API's tokens. None: unauthenticated, loopback
 	// only.
 	Tokens []admin.Token
+	// KeyScope confines the idempotency keys of the intents this gateway
+	// enqueues (the admin intake): outbox.KeyScopeResource makes the
+	// effective key "<resource>/<key>". Default: global.
+	KeyScope outbox.KeyScope
 	// IssuerOptions configure the admin intake's lease.Issuer (e.g.
 	// lease.WithLockTimeout from --lock-timeout).
 	IssuerOptions []lease.Option
@@ -648,7 +652,7 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	for name, k := range cfg.Kinds {
 		kinds[name] = k
 	}
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Kinds: kinds, Logger: log, Registerer: s.registry})
+	ob, err := outbox.New(cfg.Pool, outbox.Config{Kinds: kinds, KeyScope: cfg.KeyScope, Logger: log, Registerer: s.registry})
 	if err != nil {
 		return err
 	}

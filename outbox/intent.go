@@ -190,8 +190,36 @@ func checkID(field, v string, max int) error {
 	return nil
 }
 
+// KeyScope is how far an idempotency key reaches (Config.KeyScope).
+type KeyScope string
+
+const (
+	// KeyScopeGlobal: the key as given, unique per kind across resources.
+	KeyScopeGlobal KeyScope = "global"
+	// KeyScopeResource: the effective key is "<resource>/<key>". A key that
+	// already starts with "<resource>/" (the default key among them) is
+	// kept as it is, so normalizing twice changes nothing, and "x" and
+	// "<resource>/x" are the same key of that resource. A key naming
+	// another resource ("other/x") becomes "<resource>/other/x": a worker
+	// scoped to its resources cannot claim, or learn about, another
+	// resource's keys.
+	KeyScopeResource KeyScope = "resource"
+)
+
+// ParseKeyScope parses a --key-scope value.
+func ParseKeyScope(s string) (KeyScope, error) {
+	switch KeyScope(s) {
+	case "", KeyScopeGlobal:
+		return KeyScopeGlobal, nil
+	case KeyScopeResource:
+		return KeyScopeResource, nil
+	}
+	return "", fmt.Errorf("must be %q or %q, got %q", KeyScopeGlobal, KeyScopeResource, s)
+}
+
 // normalize validates in and fills in defaults. It touches no database.
-func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, error) {
+// It is idempotent: Enqueue normalizes what Validate returned again.
+func normalize(in Intent, kinds map[string]KindSpec, maxPayload int, scope KeyScope) (Intent, error) {
 	if err := checkID("resource", in.Resource, MaxResourceLen); err != nil {
 		return in, err
 	}
@@ -225,6 +253,11 @@ func normalize(in Intent, kinds map[string]KindSpec, maxPayload int) (Intent, er
 		}
 	} else if err := checkID("idempotency_key", in.IdempotencyKey, MaxIdempotencyKeyLen); err != nil {
 		return in, err
+	} else if prefix := in.Resource + "/"; scope == KeyScopeResource && !strings.HasPrefix(in.IdempotencyKey, prefix) {
+		in.IdempotencyKey = prefix + in.IdempotencyKey
+		if len(in.IdempotencyKey) > MaxIdempotencyKeyLen {
+			return in, invalid("idempotency_key", "the effective key \"<resource>/<idempotency_key>\" (key scope resource) is %d bytes, over the limit of %d; pass a shorter key", len(in.IdempotencyKey), MaxIdempotencyKeyLen)
+		}
 	}
 	if len(in.Payload) == 0 {
 		return in, invalid("payload", "is required (a JSON object)")

@@ -36,6 +36,13 @@ type Config struct {
 	// Kinds are the intent kinds accepted, by name. Default: DefaultKinds().
 	// Pass DefaultKinds() plus your own to add a kind.
 	Kinds map[string]KindSpec
+	// KeyScope confines idempotency keys. KeyScopeGlobal (the default): a
+	// key is unique per kind across all resources, so any enqueuer can
+	// claim any key. KeyScopeResource: the effective key is
+	// "<resource>/<key>", so an enqueuer can only collide with intents of
+	// its own resource (see KeyScopeResource). Every client that enqueues
+	// into one database should use the same scope.
+	KeyScope KeyScope
 	// DisableNotify turns off the NOTIFY that wakes dispatchers at commit;
 	// dispatchers then find new intents by polling.
 	DisableNotify bool
@@ -73,6 +80,7 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	c.KeyScope = cmp.Or(c.KeyScope, KeyScopeGlobal)
 	c.NotifyWindow = cmp.Or(c.NotifyWindow, DefaultNotifyWindow)
 	c.GroupMaxBatch = cmp.Or(c.GroupMaxBatch, DefaultGroupMaxBatch)
 	c.GroupFlushers = cmp.Or(c.GroupFlushers, DefaultGroupFlushers)
@@ -91,6 +99,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	if c.GroupMaxBatch < 1 || c.GroupFlushers < 1 || c.GroupTimeout <= 0 {
 		return fmt.Errorf("outbox: GroupMaxBatch, GroupFlushers and GroupTimeout must be positive")
+	}
+	if c.KeyScope != KeyScopeGlobal && c.KeyScope != KeyScopeResource {
+		return fmt.Errorf("outbox: KeyScope must be %q or %q, got %q", KeyScopeGlobal, KeyScopeResource, c.KeyScope)
 	}
 	if c.MaxPayloadBytes < 2 {
 		return fmt.Errorf("outbox: MaxPayloadBytes must be at least 2, got %d", c.MaxPayloadBytes)
@@ -147,7 +158,7 @@ func (c *Client) Kinds() []string { return slices.Sorted(maps.Keys(c.cfg.Kinds))
 // Validate checks an intent as Enqueue would, without touching the database,
 // and returns it with defaults filled in.
 func (c *Client) Validate(in Intent) (Intent, error) {
-	return normalize(in, c.cfg.Kinds, c.cfg.MaxPayloadBytes)
+	return normalize(in, c.cfg.Kinds, c.cfg.MaxPayloadBytes, c.cfg.KeyScope)
 }
 
 // Enqueue commits the intent in its own transaction if in.Epoch is the

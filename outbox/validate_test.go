@@ -138,3 +138,47 @@ func TestConfigRejectsBadKinds(t *testing.T) {
 		t.Fatalf("custom kind: %+v, %v", in, err)
 	}
 }
+
+// KeyScopeResource: the effective key is "<resource>/<key>", normalizing
+// twice changes nothing, the default key is kept, and an effective key over
+// the limit is refused naming idempotency_key. An unknown scope is refused
+// by New.
+func TestKeyScopeResource(t *testing.T) {
+	t.Parallel()
+	c, err := outbox.New(nil, outbox.Config{KeyScope: outbox.KeyScopeResource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := outbox.Intent{Resource: "tenant/a", Epoch: 1, OperationID: "op", Kind: "file", Payload: json.RawMessage(`{"target":"x","content":"y"}`)}
+	for key, want := range map[string]string{
+		"":                       "tenant/a/op",
+		"k":                      "tenant/a/k",
+		"tenant/a/k":             "tenant/a/k",
+		"tenant/b/k":             "tenant/a/tenant/b/k",
+		"tenant/ab":              "tenant/a/tenant/ab",
+		strings.Repeat("x", 240): "tenant/a/" + strings.Repeat("x", 240),
+	} {
+		in.IdempotencyKey = key
+		got, err := c.Validate(in)
+		if err != nil || got.IdempotencyKey != want {
+			t.Errorf("key %q: %q, %v; want %q", key, got.IdempotencyKey, err, want)
+			continue
+		}
+		if again, err := c.Validate(got); err != nil || again.IdempotencyKey != want {
+			t.Errorf("key %q normalized twice: %q, %v", key, again.IdempotencyKey, err)
+		}
+	}
+	in.IdempotencyKey = strings.Repeat("x", 250)
+	var ve *outbox.ValidationError
+	if _, err := c.Validate(in); !errors.As(err, &ve) || ve.Field != "idempotency_key" {
+		t.Errorf("an effective key over 255 bytes: %v, want an error naming idempotency_key", err)
+	}
+	if _, err := outbox.New(nil, outbox.Config{KeyScope: "tenant"}); err == nil {
+		t.Error("KeyScope \"tenant\" accepted")
+	}
+	g, _ := outbox.New(nil, outbox.Config{})
+	in.IdempotencyKey = "k"
+	if got, err := g.Validate(in); err != nil || got.IdempotencyKey != "k" {
+		t.Errorf("the global scope: %q, %v; want the key as given", got.IdempotencyKey, err)
+	}
+}
