@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -1084,7 +1085,26 @@ func TestTokenScopes(t *testing.T) {
 	forbid(do("GET", "/api/v1/resources/payroll/epochs", scopedOp, ""), "resource")
 	r = do("POST", "/api/v1/intents", workerSecret, emailIntent("payroll", 5, "pay-1"))
 	expect(t, r, http.StatusCreated, "")
-	forbid(do("POST", fmt.Sprintf("/api/v1/intents/%d/cancel", int64(num(r.obj["intent_id"]))), scopedOp, "{}"), "resource")
+	payID := int64(num(r.obj["intent_id"]))
+	forbid(do("POST", fmt.Sprintf("/api/v1/intents/%d/cancel", payID), scopedOp, "{}"), "resource")
+
+	// The pages apply the same scope (the operator's bearer header here;
+	// a session carries the token's scope too).
+	pc := newPageClient(t, ts.URL)
+	pc.header.Set("Authorization", "Bearer "+scopedOp)
+	pc.expect(pc.do("GET", "/intents", nil), http.StatusForbidden, "filter by a resource")
+	pc.expect(pc.do("GET", "/intents?resource=reports/daily", nil), http.StatusOK, fmt.Sprintf(`href="/intents/%d"`, int64(id)))
+	pc.expect(pc.do("GET", "/intents?resource=payroll", nil), http.StatusForbidden, "payroll")
+	pc.expect(pc.do("GET", fmt.Sprintf("/intents/%d", int64(id)), nil), http.StatusOK, "reports/daily")
+	if r := pc.do("GET", fmt.Sprintf("/intents/%d", payID), nil); r.code != http.StatusForbidden || strings.Contains(r.body, "pay-1") {
+		t.Errorf("another resource's intent page: %d, want 403 without its content:\n%s", r.code, r.body)
+	}
+	pc.expect(pc.do("GET", "/resources/payroll", nil), http.StatusForbidden)
+	pc.expect(pc.do("GET", "/resources/reports%2Fdaily", nil), http.StatusOK)
+	pc.expect(pc.do("POST", fmt.Sprintf("/intents/%d/cancel", payID), url.Values{"note": {"x"}}), http.StatusForbidden)
+	if rec, err := s.cfg.Outbox.Get(context.Background(), payID); err != nil || rec.Status != outbox.StatusPending {
+		t.Errorf("the page's cancel outside the scope: %v %v, want the intent still pending", rec, err)
+	}
 	expect(t, do("POST", fmt.Sprintf("/api/v1/intents/%d/cancel", int64(id)), scopedOp, "{}"), http.StatusOK, "")
 
 	// The line format carries the same scope.

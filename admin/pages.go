@@ -268,13 +268,27 @@ type intentsBody struct {
 }
 
 // intentsPage: GET / and GET /intents?status=&kind=&resource=&limit=&cursor=.
-func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, _ *viewer) {
+func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 	q := r.URL.Query()
 	b := intentsBody{Status: q.Get("status"), Kind: q.Get("kind"), Resource: q.Get("resource"), Limit: q.Get("limit"),
 		Statuses: Statuses, Kinds: s.cfg.Outbox.Kinds()}
 	b.Filtered = b.Status != "" || b.Kind != "" || b.Resource != ""
 	d := &pageData{Title: "Intents", Nav: "intents", Body: &b}
 	withRefresh(d, r.URL)
+	// A token scoped to resources sees one resource of its scope at a
+	// time, as GET /api/v1/intents: the list across resources would show
+	// others'.
+	if !v.scope.allResources() {
+		err := v.resource(b.Resource)
+		if b.Resource == "" {
+			err = forbidden("resource", "token %q is scoped to resources %s: filter by a resource", v.name, strings.Join(v.scope.Resources, ", "))
+		}
+		if err != nil {
+			d.Error = toAPIError(err).Message
+			s.render(w, r, http.StatusForbidden, "intents", d)
+			return
+		}
+	}
 	f, err := ParseListFilter(b.Resource, b.Status, b.Kind, b.Limit, q.Get("cursor"))
 	if err != nil {
 		d.Error = err.Error()
@@ -348,6 +362,16 @@ func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, st
 		s.pageFail(w, r, err)
 		return
 	}
+	// A scoped viewer sees intents of its resources only (the API's rule).
+	v, ok := r.Context().Value(viewerKey{}).(*viewer)
+	if !ok {
+		s.pageFail(w, r, errors.New("admin: intent page without a viewer"))
+		return
+	}
+	if err := v.resource(det.Resource); err != nil {
+		s.pageFail(w, r, err)
+		return
+	}
 	b := &intentBody{D: det, Payload: prettyJSON(det.Payload), Result: prettyJSON(det.Result), Note: note}
 	b.CanRetry = slices.Contains(allowedFrom[ActionRetry], det.Status)
 	b.CanCancel = slices.Contains(allowedFrom[ActionCancel], det.Status)
@@ -403,6 +427,17 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 		s.renderError(w, r, nil, http.StatusForbidden,
 			"The form expired or came from another site (CSRF check failed): reload the intent's page and try again.")
 		return
+	}
+	if !v.scope.allResources() {
+		// The scope before the action; an intent's resource never changes.
+		rec, err := s.cfg.Outbox.Get(r.Context(), id)
+		if err == nil {
+			err = v.resource(rec.Resource)
+		}
+		if err != nil {
+			s.pageFail(w, r, err)
+			return
+		}
 	}
 	req := ActionRequest{IntentID: id, Action: a, Actor: v.name, Note: strings.TrimSpace(r.PostFormValue("note"))}
 	if a == ActionResolve {
@@ -465,8 +500,12 @@ type resourceBody struct {
 }
 
 // resourcePage: GET /resources/{id}.
-func (s *Server) resourcePage(w http.ResponseWriter, r *http.Request, _ *viewer) {
+func (s *Server) resourcePage(w http.ResponseWriter, r *http.Request, v *viewer) {
 	res := r.PathValue("id")
+	if err := v.resource(res); err != nil {
+		s.pageFail(w, r, err)
+		return
+	}
 	rv, err := GetResource(r.Context(), s.cfg.Pool, res)
 	if err != nil {
 		s.pageFail(w, r, err)
