@@ -3,8 +3,17 @@
 #   docker build -t fencegate .
 #   docker run --rm fencegate --version
 #
-# The build stage needs the Go module proxy (or a vendored tree).
-FROM golang:1.26 AS build
+# The build stage needs the Go module proxy (or a vendored tree). Go 1.27.3,
+# as the Makefile: go1.26.8's standard library has vulnerabilities the
+# gateway calls.
+#
+# The default command, plain `run`, starts the default adapters (email and
+# file), and the email adapter needs a mail policy: give
+# GATEWAY_MAIL_FROM_ALLOW (e.g. -e GATEWAY_MAIL_FROM_ALLOW=reports@example.com),
+# or another command line (--adapters file, as deploy/compose.yaml), or it
+# exits 2 naming mail_from_allow. Database and NATS: GATEWAY_DATABASE_URL,
+# GATEWAY_NATS_URL.
+FROM golang:1.27.3 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -122,6 +122,15 @@ vulncheck() {
 		rm -rf "$db.tmp" && mkdir -p "$(dirname "$db")"
 		"$idx" -vulns "$src/data/osv" -out "$db.tmp" && mv "$db.tmp" "$db"
 	fi
-	echo "govulncheck ($(go env GOVERSION), database golang.org/x/vulndb@$VULNDB_VERSION)"
+	# The check itself can fail: a module that calls a known vulnerable
+	# symbol (golang.org/x/text v0.3.5's language.Parse, GO-2021-0113) must
+	# be reported, with govulncheck's exit status 3. A database or a
+	# scanner that sees nothing would otherwise pass every run.
+	local out rc=0
+	out="$(cd scripts/testdata/vulnerable && GOFLAGS=-mod=mod "$gv" -db "file://$db" ./... 2>&1)" || rc=$?
+	if [ "$rc" -ne 3 ] || ! grep -q GO-2021-0113 <<<"$out"; then
+		echo "vulncheck: the self-test did not report GO-2021-0113 (exit $rc):"; echo "$out"; return 1
+	fi
+	echo "govulncheck ($(go env GOVERSION), database golang.org/x/vulndb@$VULNDB_VERSION; self-test reported GO-2021-0113)"
 	"$gv" -db "file://$db" ./...
 }

@@ -1,0 +1,5 @@
+module vulnselftest
+
+go 1.26
+
+require golang.org/x/text v0.3.5
