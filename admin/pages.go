@@ -31,6 +31,9 @@ import (
 //	GET  /intents/{id}            an intent: details, timeline, actions
 //	POST /intents/{id}/{action}   retry, cancel, resolve (303 back, or the
 //	                              page with the error: 409 invalid state)
+//	POST /intents/bulk            a bulk action on a filter: step=preview
+//	                              (a dry run: how many it would touch),
+//	                              then step=apply (303 to the list)
 //	GET  /resources/{id}          a resource: epoch, lease, counts, grants
 //	GET  /resources?resource=     jump to a resource
 //	GET  /login, POST /login      the session cookie (tokens configured)
@@ -42,7 +45,7 @@ import (
 var templateFS embed.FS
 
 // pageNames are the templates besides the layout.
-var pageNames = []string{"intents", "intent", "resource", "login", "error"}
+var pageNames = []string{"intents", "intent", "bulk", "resource", "login", "error"}
 
 // pageTemplates parses each page with the layout; the style sheet is
 // inlined and its hash allowed by the Content-Security-Policy.
@@ -212,6 +215,7 @@ func (s *Server) pageRoutes() error {
 	s.mux.Handle("GET /{$}", s.page(s.intentsPage))
 	s.mux.Handle("GET /intents", s.page(s.intentsPage))
 	s.mux.Handle("GET /intents/{id}", s.page(s.intentPage))
+	s.mux.Handle("POST /intents/bulk", s.page(s.bulkPost))
 	s.mux.Handle("POST /intents/{id}/{action}", s.page(s.intentActionPost))
 	s.mux.Handle("GET /resources", s.page(s.resourceJump))
 	s.mux.Handle("GET /resources/{id}", s.page(s.resourcePage))
@@ -234,8 +238,10 @@ func withRefresh(d *pageData, u *url.URL) {
 	on.Set("refresh", "10")
 	off := cloneQuery(q)
 	off.Del("refresh")
-	off.Del("done")
-	on.Del("done")
+	for _, k := range []string{"done", "bulk", "applied", "skipped"} {
+		off.Del(k)
+		on.Del(k)
+	}
 	d.RefreshOn = pathWithQuery(u.EscapedPath(), on)
 	d.RefreshOff = pathWithQuery(u.EscapedPath(), off)
 }
@@ -265,6 +271,49 @@ type intentsBody struct {
 	// this is not it.
 	NextURL, FirstURL string
 	Filtered          bool
+	// Bulk is the bulk action form, offered for a status filter some
+	// action applies to, to an unscoped viewer.
+	Bulk *bulkForm
+}
+
+// bulkForm is a bulk action's form: the list's filters, the actions that
+// apply to its status.
+type bulkForm struct {
+	Actions []Action
+	BulkRequest
+	// Preview is the dry run's answer (the bulk page); Scope describes the
+	// filter in words.
+	Preview *BulkResult
+	Scope   string
+}
+
+// bulkActions are the actions that apply to intents of status st.
+func bulkActions(st outbox.Status) []Action {
+	var out []Action
+	for _, a := range []Action{ActionRetry, ActionCancel, ActionResolve} {
+		if slices.Contains(allowedFrom[a], st) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// bulkFlash is the list's flash after a bulk action (?bulk=&applied=&skipped=).
+func bulkFlash(q url.Values) string {
+	a := q.Get("bulk")
+	if _, ok := allowedFrom[Action(a)]; !ok {
+		return ""
+	}
+	applied, err1 := strconv.Atoi(q.Get("applied"))
+	skipped, err2 := strconv.Atoi(q.Get("skipped"))
+	if err1 != nil || err2 != nil {
+		return ""
+	}
+	msg := fmt.Sprintf("Bulk %s: %d intents changed", a, applied)
+	if skipped > 0 {
+		msg += fmt.Sprintf(", %d skipped (they had moved on meanwhile)", skipped)
+	}
+	return msg + "."
 }
 
 // intentsPage: GET / and GET /intents?status=&kind=&resource=&limit=&cursor=.
@@ -273,8 +322,11 @@ func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) 
 	b := intentsBody{Status: q.Get("status"), Kind: q.Get("kind"), Resource: q.Get("resource"), Limit: q.Get("limit"),
 		Statuses: Statuses, Kinds: s.cfg.Outbox.Kinds()}
 	b.Filtered = b.Status != "" || b.Kind != "" || b.Resource != ""
-	d := &pageData{Title: "Intents", Nav: "intents", Body: &b}
+	d := &pageData{Title: "Intents", Nav: "intents", Body: &b, Flash: bulkFlash(q)}
 	withRefresh(d, r.URL)
+	if acts := bulkActions(outbox.Status(b.Status)); len(acts) > 0 && v.scope.allResources() {
+		b.Bulk = &bulkForm{Actions: acts, BulkRequest: BulkRequest{Status: outbox.Status(b.Status), Kind: b.Kind, ResourcePrefix: b.Resource}}
+	}
 	// A token scoped to resources sees one resource of its scope at a
 	// time, as GET /api/v1/intents: the list across resources would show
 	// others'.
@@ -468,6 +520,92 @@ func joinStatuses(ss []outbox.Status) string {
 	parts := make([]string, len(ss))
 	for i, s := range ss {
 		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// bulkPost: POST /intents/bulk, a form with csrf, action, status, kind,
+// resource_prefix, since, until, outcome (resolve), note and step. Step
+// preview (the default) is a dry run: the bulk page says how many intents
+// the action would touch and offers to apply it; step apply runs it and
+// redirects to the list of that status with what it changed. A viewer
+// scoped to resources may not (as POST /api/v1/intents/bulk).
+func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
+	if !v.scope.allResources() {
+		s.pageFail(w, r, forbidden("resource", "token %q is scoped to resources %s: bulk actions need an unscoped operator token", v.name, strings.Join(v.scope.Resources, ", ")))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if err := r.ParseForm(); err != nil {
+		s.renderError(w, r, nil, http.StatusBadRequest, "The form could not be read: "+oneLine(err.Error()))
+		return
+	}
+	if !s.checkForm(r, v) {
+		s.renderError(w, r, nil, http.StatusForbidden,
+			"The form expired or came from another site (CSRF check failed): reload the list and try again.")
+		return
+	}
+	f := r.PostFormValue
+	req := BulkRequest{Action: Action(f("action")), Status: outbox.Status(f("status")), Kind: strings.TrimSpace(f("kind")),
+		ResourcePrefix: strings.TrimSpace(f("resource_prefix")), Since: strings.TrimSpace(f("since")), Until: strings.TrimSpace(f("until")),
+		Outcome: outbox.Status(f("outcome")), Note: strings.TrimSpace(f("note")), Actor: v.name}
+	apply := f("step") == "apply"
+	req.DryRun = !apply
+	var res BulkResult
+	var err error
+	if req.Action == ActionResolve && req.Outcome == "" {
+		// The API's dry run counts without one; the page asks before it
+		// offers to apply what could not run.
+		err = inputErr("outcome", "resolve needs an outcome: succeeded or failed")
+	} else {
+		res, err = Bulk(r.Context(), s.cfg.Pool, req)
+	}
+	b := &bulkForm{Actions: bulkActions(req.Status), BulkRequest: req, Scope: bulkScope(req)}
+	d := &pageData{Title: "Bulk " + string(req.Action), Nav: "intents", Body: b}
+	if err != nil {
+		ae := toAPIError(err)
+		if ae.Status() >= 500 {
+			s.cfg.Logger.Error("admin: page bulk action failed", "action", req.Action, "err", err)
+		}
+		d.Error = ae.Message
+		s.render(w, r, ae.Status(), "bulk", d)
+		return
+	}
+	if !apply {
+		b.Preview = &res
+		s.render(w, r, http.StatusOK, "bulk", d)
+		return
+	}
+	skipped := 0
+	for _, n := range res.Skipped {
+		skipped += n
+	}
+	s.cfg.Logger.Info("admin: bulk action", "action", req.Action, "status", req.Status, "matched", res.Matched,
+		"applied", res.Applied, "skipped", skipped, "actor", v.name)
+	q := url.Values{"status": {string(req.Status)}, "bulk": {string(req.Action)},
+		"applied": {strconv.Itoa(res.Applied)}, "skipped": {strconv.Itoa(skipped)}}
+	if req.Kind != "" {
+		q.Set("kind", req.Kind)
+	}
+	// After a retry or a cancel the intents left the status: the list of
+	// the status shows what is left.
+	http.Redirect(w, r, pathWithQuery("/intents", q), http.StatusSeeOther)
+}
+
+// bulkScope says in words which intents req selects.
+func bulkScope(req BulkRequest) string {
+	parts := []string{string(req.Status)}
+	if req.Kind != "" {
+		parts = append(parts, "kind "+req.Kind)
+	}
+	if req.ResourcePrefix != "" {
+		parts = append(parts, "resource starting with "+strconv.Quote(req.ResourcePrefix))
+	}
+	if req.Since != "" {
+		parts = append(parts, "changed since "+req.Since)
+	}
+	if req.Until != "" {
+		parts = append(parts, "changed before "+req.Until)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -3,14 +3,17 @@ package admin
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -89,43 +92,8 @@ func TestPagesInBrowser(t *testing.T) {
 	failed := e.seedIntent("", "nightly-report", "2026-12-01", outbox.StatusFailed, "550 5.1.1 mailbox unavailable")
 	e.seedIntent("", "nightly-report", "2026-12-02", outbox.StatusPending, "")
 
-	fail := func(what string, err error) {
-		t.Helper()
-		html, _ := chromedp.Run(bctx, chromedp.OuterHTML(chromedp.CSS("html")))
-		t.Fatalf("%s: %v\npage:\n%s", what, err, html)
-	}
-	step := func(name string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		start := time.Now()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			fail(name, err)
-		}
-		t.Logf("%s: %s", name, time.Since(start).Round(time.Millisecond))
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			fail("text of "+sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
-	count := func(sel string) int {
-		t.Helper()
-		nodes, err := chromedp.Run(bctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
-		if err != nil {
-			fail("count "+sel, err)
-		}
-		return len(nodes)
-	}
-	location := func() string {
-		t.Helper()
-		loc, err := chromedp.Run(bctx, chromedp.Location())
-		if err != nil {
-			fail("location", err)
-		}
-		return loc
-	}
+	tab := &browserTab{t: t, ctx: bctx}
+	step, text, count, location := tab.step, tab.text, tab.count, tab.location
 
 	step("open the list",
 		chromedp.Navigate(e.ts.URL+"/"),
@@ -184,11 +152,174 @@ func TestPagesInBrowser(t *testing.T) {
 	if path := os.Getenv("FENCEGATE_PAGES_SCREENSHOT"); path != "" {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 		if err != nil {
-			fail("screenshot", err)
+			tab.fail("screenshot", err)
 		}
 		if err := os.WriteFile(path, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("screenshot: %s", path)
+	}
+}
+
+// browserTab drives one tab: each helper fails the test with the page's
+// HTML when a step fails.
+type browserTab struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (b *browserTab) fail(what string, err error) {
+	b.t.Helper()
+	html, _ := chromedp.Run(b.ctx, chromedp.OuterHTML(chromedp.CSS("html")))
+	b.t.Fatalf("%s: %v\npage:\n%s", what, err, html)
+}
+
+func (b *browserTab) step(name string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	start := time.Now()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.fail(name, err)
+	}
+	b.t.Logf("%s: %s", name, time.Since(start).Round(time.Millisecond))
+}
+
+func (b *browserTab) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.fail("text of "+sel, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+func (b *browserTab) count(sel string) int {
+	b.t.Helper()
+	nodes, err := chromedp.Run(b.ctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
+	if err != nil {
+		b.fail("count "+sel, err)
+	}
+	return len(nodes)
+}
+
+func (b *browserTab) location() string {
+	b.t.Helper()
+	loc, err := chromedp.Run(b.ctx, chromedp.Location())
+	if err != nil {
+		b.fail("location", err)
+	}
+	return loc
+}
+
+// waitLocation waits (deadline-bound) until the tab's URL contains part:
+// after a form's submit the old page still satisfies waits on elements.
+func (b *browserTab) waitLocation(part string) {
+	b.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(b.location(), part); {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("the page did not navigate to %q; still at %s", part, b.location())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With tokens, in a real browser: the login form starts a session; a
+// token scoped to reports/* sees the principal on its intent and is refused
+// another resource's intent; signing out ends the session (the pages ask
+// to sign in again). An unscoped operator previews a bulk retry of the
+// failed email intents (a dry run: the count, nothing changed), applies
+// it, and each intent's timeline records the retry with the actor and the
+// note.
+func TestPagesSessionsAndBulkInBrowser(t *testing.T) {
+	t.Parallel()
+	const scopedOp = "reports-ops-secret-0123456789"
+	toks := append(slices.Clone(testTokens), Token{Name: "reports-ops", Role: RoleOperator, Secret: scopedOp, Resources: []string{"reports/*"}})
+	pool := testdb.New(t)
+	s := newServer(t, pool, toks, nil)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	e := &env{t: t, pool: pool, srv: s, ts: ts, issuer: s.cfg.Issuer, ob: s.cfg.Outbox}
+	ctx := context.Background()
+	for _, res := range []string{"reports/daily", "payroll"} {
+		if _, err := e.issuer.Advance(ctx, res, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine := e.seedIntent(workerSecret, "reports/daily", "r-1", outbox.StatusFailed, "550 mailbox unavailable")
+	other := e.seedIntent(workerSecret, "payroll", "p-1", outbox.StatusFailed, "550 mailbox unavailable")
+	third := e.seedIntent(workerSecret, "payroll", "p-2", outbox.StatusFailed, "550 mailbox unavailable")
+	untouched := e.seedIntent(workerSecret, "payroll", "p-3", outbox.StatusUnknown, "lost")
+
+	b := &browserTab{t: t, ctx: browser(t, 2*time.Minute)}
+	signIn := func(token, next string) {
+		t.Helper()
+		b.step("open "+next+" signed out", chromedp.Navigate(ts.URL+next), chromedp.WaitVisible(chromedp.ID("login-form")))
+		b.step("sign in",
+			chromedp.SendKeys(chromedp.ID("token"), token),
+			chromedp.Click(chromedp.ID("sign-in")),
+		)
+		b.waitLocation(next)
+	}
+
+	signIn(scopedOp, fmt.Sprintf("/intents/%d", mine))
+	b.step("the scoped operator's intent", chromedp.WaitVisible(chromedp.ID("principal")))
+	if who, st := b.text("#principal"), b.text("#status"); who != "w1" || st != "failed" {
+		t.Fatalf("intent page: enqueued by %q, status %q; want w1, failed", who, st)
+	}
+	if b.text("header .who") == "" || !strings.Contains(b.text("header .who"), "reports-ops") {
+		t.Fatalf("header shows %q, want the viewer reports-ops", b.text("header .who"))
+	}
+	b.step("another resource's intent", chromedp.Navigate(fmt.Sprintf("%s/intents/%d", ts.URL, other)), chromedp.WaitVisible(chromedp.CSS("main")))
+	if body := b.text("main"); !strings.Contains(body, "may not act on resource") || strings.Contains(body, "p-1") {
+		t.Fatalf("another resource's intent page shows %q, want the refusal only", body)
+	}
+	if b.count("#bulk") != 0 {
+		t.Fatal("a scoped operator is offered bulk actions")
+	}
+	b.step("sign out",
+		chromedp.Navigate(ts.URL+"/intents?resource=reports/daily"),
+		chromedp.WaitVisible(chromedp.CSS(`header form[action="/logout"] button`)),
+		chromedp.Click(chromedp.CSS(`header form[action="/logout"] button`)),
+	)
+	b.waitLocation("/login")
+	b.step("the pages after signing out", chromedp.Navigate(ts.URL+"/intents"), chromedp.WaitVisible(chromedp.ID("login-form")))
+
+	signIn(operatorSecret, "/intents?status=failed")
+	b.step("the failed list", chromedp.WaitVisible(chromedp.CSS("#intents tbody tr")))
+	if n := b.count("#intents tbody tr"); n != 3 {
+		t.Fatalf("the failed list shows %d intents, want 3", n)
+	}
+	b.step("preview a bulk retry of payroll's",
+		chromedp.Click(chromedp.CSS("#bulk summary")),
+		chromedp.WaitVisible(chromedp.ID("bulk-preview")),
+		chromedp.SetValue(chromedp.CSS(`#bulk-form select[name="action"]`), "retry"),
+		chromedp.SendKeys(chromedp.CSS(`#bulk-form input[name="resource_prefix"]`), "pay"),
+		chromedp.SendKeys(chromedp.CSS(`#bulk-form input[name="since"]`), "1h"),
+		chromedp.SendKeys(chromedp.CSS(`#bulk-form textarea[name="note"]`), "mail server fixed"),
+		chromedp.Click(chromedp.ID("bulk-preview")),
+	)
+	b.waitLocation("/intents/bulk")
+	b.step("the dry run's answer", chromedp.WaitVisible(chromedp.ID("bulk-apply")))
+	if c := b.text("#bulk-count"); !strings.Contains(c, "would touch 2 intents") {
+		t.Fatalf("preview says %q, want 2 intents", c)
+	}
+	for _, id := range []int64{mine, other, third} {
+		if st := e.status(id); st != outbox.StatusFailed {
+			t.Fatalf("intent %d is %s after the dry run, want failed", id, st)
+		}
+	}
+	b.step("apply it", chromedp.Click(chromedp.ID("bulk-apply")))
+	b.waitLocation("bulk=retry")
+	b.step("the list after it", chromedp.WaitVisible(chromedp.ID("flash")))
+	if f := b.text("#flash"); !strings.Contains(f, "Bulk retry: 2 intents changed") {
+		t.Fatalf("flash %q", f)
+	}
+	for id, want := range map[int64]outbox.Status{mine: outbox.StatusFailed, other: outbox.StatusPending, third: outbox.StatusPending, untouched: outbox.StatusUnknown} {
+		if st := e.status(id); st != want {
+			t.Errorf("intent %d is %s, want %s", id, st, want)
+		}
+	}
+	b.step("a retried intent's timeline", chromedp.Navigate(fmt.Sprintf("%s/intents/%d", ts.URL, other)), chromedp.WaitVisible(chromedp.ID("timeline")))
+	if tl := b.text("#timeline"); !strings.Contains(tl, "retry") || !strings.Contains(tl, "op1") || !strings.Contains(tl, "mail server fixed") {
+		t.Fatalf("timeline: %q", tl)
 	}
 }
