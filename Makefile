@@ -1,4 +1,4 @@
-.PHONY: build test dev clean chaos vulncheck
+.PHONY: build test dev clean chaos vulncheck alerts
 
 # The Go that builds fencegate (see scripts/test.sh): go1.26.8's standard
 # library has vulnerabilities the gateway calls. The go command fetches it
@@ -17,6 +17,12 @@ test:
 # govulncheck ./... against the vulnerability database (part of `make test`).
 vulncheck:
 	bash -c '. scripts/tools.sh && vulncheck'
+
+# The alert rules' unit tests (deploy/prometheus/alerts_test.yml): each
+# alert fires on its scenario and stays quiet on a healthy one. Not part of
+# `make test`: building promtool takes 5-7 minutes on a 2-core machine.
+alerts:
+	bash -c '. scripts/tools.sh && setup_promtool && cd deploy/prometheus && "$$PROMTOOL_BIN" check rules alerts.yml && "$$PROMTOOL_BIN" test rules alerts_test.yml'
 
 clean:
 	rm -rf bin var

@@ -19,6 +19,8 @@ type runtimeMetrics struct {
 	// notRecorded counts outcomes that could not be recorded on an intent
 	// that already had a final status (they are in its history).
 	notRecorded *prometheus.CounterVec
+	// foreign counts messages of another namespace, terminated unexecuted.
+	foreign *prometheus.CounterVec
 }
 
 func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
@@ -45,9 +47,13 @@ func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
 			Name: "fencegate_adapter_outcome_not_recorded_total",
 			Help: "Outcomes not recorded on an intent because it already had a final status (cancelled meanwhile, or recorded by another path first); each is in the intent's history. By kind.",
 		}, []string{"kind"}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_adapter_foreign_messages_total",
+			Help: "Messages refused because they carried another deployment's namespace (or none): terminated, never executed. By kind.",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.duration, m.lostOwnership, m.notRecorded} {
+		for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.duration, m.lostOwnership, m.notRecorded, m.foreign} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -98,9 +98,16 @@ type Config struct {
 	// DefaultLookupSettle; an executor may declare its own
 	// (Capabilities.LookupSettle).
 	LookupSettle time.Duration
-	// DurablePrefix names the durable consumers: <prefix><kind>.
-	// Default "fencegate-".
+	// DurablePrefix names the durable consumers: <prefix><namespace>-<kind>
+	// (<prefix><kind> without a namespace). Default "fencegate-".
 	DurablePrefix string
+	// Namespace is the deployment's namespace on NATS (as the
+	// dispatcher's): the stream and subjects consumed, and the
+	// Fencegate-Namespace header every message must carry; a message of
+	// another namespace (or none) is terminated, logged and counted
+	// (fencegate_adapter_foreign_messages_total), never executed. Empty: the
+	// names from before namespaces, and no header check.
+	Namespace string
 	// Registerer receives the runtime's metrics. Nil: none registered.
 	Registerer prometheus.Registerer
 	// Logger. Nil: discard.
@@ -126,6 +133,11 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if c.Namespace != "" {
+		if _, err := wire.ParseNamespace(c.Namespace); err != nil {
+			return fmt.Errorf("adapters: Namespace %w", err)
+		}
+	}
 	if len(c.Executors) == 0 {
 		return errors.New("adapters: at least one executor is required")
 	}
@@ -179,6 +191,8 @@ type Runtime struct {
 	store  *idempotency.Store
 	outbox *outbox.Client
 	m      *runtimeMetrics
+	// ns is cfg.Namespace, checked.
+	ns wire.Namespace
 
 	// caps are the executors' declared capabilities, by kind.
 	caps map[string]Capabilities
@@ -204,7 +218,7 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, caps: map[string]Capabilities{}}
+	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, ns: wire.Namespace(cfg.Namespace), caps: map[string]Capabilities{}}
 	for _, ex := range cfg.Executors {
 		r.caps[ex.Kind()] = ex.Capabilities() // declared once, read once
 	}
@@ -259,14 +273,14 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	}
 	var stream jetstream.Stream
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
-		stream, err = js.Stream(ctx, wire.Stream)
+		stream, err = js.Stream(ctx, r.ns.Stream())
 		if err == nil {
 			break
 		}
-		r.cfg.Logger.Info("adapters: waiting for stream", "stream", wire.Stream, "error", err)
+		r.cfg.Logger.Info("adapters: waiting for stream", "stream", r.ns.Stream(), "error", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("adapters: stream %s: %w", wire.Stream, err)
+			return fmt.Errorf("adapters: stream %s: %w", r.ns.Stream(), err)
 		case <-time.After(wait):
 		}
 	}
@@ -278,8 +292,8 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			n = min(n, c)
 		}
 		cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       r.cfg.DurablePrefix + ex.Kind(),
-			FilterSubject: wire.Subject(ex.Kind()),
+			Durable:       r.Durable(ex.Kind()),
+			FilterSubject: r.ns.Subject(ex.Kind()),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       r.cfg.AckWait,
 			MaxDeliver:    r.cfg.MaxDeliver,
@@ -314,7 +328,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("adapters: consume %s: %w", ex.Kind(), err)
 		}
 		consumers = append(consumers, cc)
-		r.cfg.Logger.Info("adapters: consuming", "kind", ex.Kind(), "durable", r.cfg.DurablePrefix+ex.Kind(), "concurrency", n)
+		r.cfg.Logger.Info("adapters: consuming", "kind", ex.Kind(), "durable", r.Durable(ex.Kind()), "concurrency", n)
 	}
 	started = true
 	go func() {
@@ -337,7 +351,7 @@ func (r *Runtime) Stop() { r.life.Stop() }
 func (r *Runtime) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // Durable is the name of the durable JetStream consumer of kind's intents.
-func (r *Runtime) Durable(kind string) string { return r.cfg.DurablePrefix + kind }
+func (r *Runtime) Durable(kind string) string { return r.ns.Durable(r.cfg.DurablePrefix, kind) }
 
 // verdict is how a message is settled after its outcome is committed.
 type verdict int
@@ -355,6 +369,17 @@ const (
 
 func (r *Runtime) handle(ctx context.Context, ex Executor, msg jetstream.Msg) {
 	log := r.cfg.Logger.With("kind", ex.Kind())
+	// Before anything is loaded: the intent id of another deployment's
+	// message names some other intent in this database.
+	if r.ns != "" {
+		if got := msg.Headers().Get(wire.HeaderNamespace); got != string(r.ns) {
+			log.Error("adapters: message of another namespace; terminating it, nothing executed",
+				"namespace", r.ns, "message_namespace", got, "subject", msg.Subject(), "intent_id_header", msg.Headers().Get(wire.HeaderIntentID))
+			r.m.foreign.WithLabelValues(ex.Kind()).Inc()
+			_ = msg.Term()
+			return
+		}
+	}
 	id, err := wire.ParseIntentID(msg.Headers().Get(wire.HeaderIntentID))
 	if err != nil {
 		log.Error("adapters: message without intent id; terminating it", "subject", msg.Subject(), "error", err)

@@ -364,9 +364,9 @@ func publishDuplicate(t *testing.T, e *adaptertest.Env, id int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(wire.Subject("test"))
+	msg := nats.NewMsg(wire.Namespace("").Subject("test"))
 	msg.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
-	msg.Header.Set(nats.MsgIdHdr, wire.MsgID(id, 999))
+	msg.Header.Set(nats.MsgIdHdr, wire.Namespace("").MsgID(id, 999))
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		t.Fatalf("publish duplicate of intent %d: %v", id, err)
 	}

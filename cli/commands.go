@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
@@ -20,11 +23,19 @@ import (
 func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("migrate")
 	allowFsyncOff := a.fsyncFlag(fs)
+	nsFlag := fs.String("namespace", "", "record this as the deployment's namespace on NATS (default $GATEWAY_NAMESPACE, else the recorded one, first derived from the cluster's system identifier and the database's name); unique per NATS: a-z, 0-9, '-', '_', at most 32")
 	if code, ok := a.parse(fs, args); !ok {
 		return code
 	}
 	if err := noArgs(fs); err != nil {
 		return a.fail(err)
+	}
+	var ns wire.Namespace
+	if v := cmp.Or(*nsFlag, a.getenv("GATEWAY_NAMESPACE")); v != "" {
+		var err error
+		if ns, err = wire.ParseNamespace(v); err != nil {
+			return a.fail(badInput("namespace", "--namespace "+err.Error()))
+		}
 	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
@@ -45,7 +56,22 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	if applied == nil {
 		applied = []migrations.Applied{}
 	}
-	a.writeJSON(map[string]any{"version": version, "applied": applied})
+	if ns != "" {
+		old, err := deployment.Set(ctx, pool, ns)
+		if err != nil {
+			return a.fail(err)
+		}
+		if old != ns {
+			// Relayed intents of the old namespace are relayed again under
+			// the new one after the relay timeout.
+			fmt.Fprintf(a.stderr, "gateway migrate: namespace %s (was %s): restart every gateway process of this database\n", ns, old)
+		}
+	}
+	info, err := deployment.Resolve(ctx, pool)
+	if err != nil {
+		return a.fail(err)
+	}
+	a.writeJSON(map[string]any{"version": version, "applied": applied, "namespace": info.Namespace, "namespace_explicit": info.Explicit})
 	return exitOK
 }
 

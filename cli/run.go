@@ -22,6 +22,7 @@ import (
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -100,7 +101,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		relayTimeout  = fs.Duration("relay-timeout", dispatcher.DefaultRelayTimeout, "relay an intent again when it has no outcome this long after its relay")
 		pollInterval  = fs.Duration("poll-interval", dispatcher.DefaultPollInterval, "look for work this often when no NOTIFY arrives")
 		pubTimeout    = fs.Duration("publish-timeout", dispatcher.DefaultPublishTimeout, "wait this long for a PubAck")
-		replicas      = fs.Int("stream-replicas", dispatcher.DefaultStreamReplicas, "replicas of the stream "+"GATEWAY_INTENTS")
+		replicas      = fs.Int("stream-replicas", dispatcher.DefaultStreamReplicas, "replicas of the stream GATEWAY_INTENTS_<namespace>")
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
 
 		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook, s3 and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
@@ -147,6 +148,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		tlsKey      = fs.String("tls-key", "", "the --tls-cert certificate's key (PEM)")
 		insecHTTP   = fs.Bool("insecure-http", false, "allow plain HTTP on an --admin-addr that is not loopback (behind a TLS-terminating proxy); otherwise such an address needs --tls-cert")
 		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+"; a warning when group or world can read the file)")
+		namespace   = fs.String("namespace", "", "the deployment's namespace on NATS; must be the one recorded in the database (gateway migrate --namespace), which is used when this is empty")
 		keyScope    = fs.String("key-scope", string(outbox.KeyScopeGlobal), `idempotency keys of the intake: global (unique per kind) or resource (the effective key is "<resource>/<key>", so a worker cannot claim another resource's keys)`)
 		leaseLockTO = lockTimeoutFlag(fs)
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -194,6 +196,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	tokens, err := loadTokens(*tokensFile, a.getenv, logger)
 	if err != nil {
 		return a.fail(err)
+	}
+	if *namespace != "" {
+		if _, err := wire.ParseNamespace(*namespace); err != nil {
+			return a.fail(badInput("namespace", "--namespace "+err.Error()))
+		}
 	}
 	scope, err := outbox.ParseKeyScope(*keyScope)
 	if err != nil {
@@ -262,9 +269,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		MetricsAddr:  *metricsAddr,
 		AdminAddr:    *adminAddr,
 		AdminTLSCert: *tlsCert, AdminTLSKey: *tlsKey, AdminInsecureHTTP: *insecHTTP,
-		Tokens:   tokens,
-		KeyScope: scope,
-		Logger:   logger,
+		Tokens:    tokens,
+		KeyScope:  scope,
+		Namespace: *namespace,
+		Logger:    logger,
 	}
 	cfg.Kinds = a.kinds
 	cfg.ExtraExecutors = extra // the program's own kinds (Options)

@@ -164,7 +164,18 @@ func streamIntents(t *testing.T, natsURL string) map[int64]int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, wire.Stream)
+	// The one intents stream on this test's NATS (its name carries the
+	// database's namespace).
+	var names []string
+	for name := range js.StreamNames(ctx).Name() {
+		if strings.HasPrefix(name, "GATEWAY_INTENTS") {
+			names = append(names, name)
+		}
+	}
+	if len(names) != 1 {
+		t.Fatalf("intents streams on the NATS server: %v, want one", names)
+	}
+	s, err := js.Stream(ctx, names[0])
 	if err != nil {
 		t.Fatal(err)
 	}

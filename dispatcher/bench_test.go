@@ -94,9 +94,9 @@ func publishRaw(b *testing.B, url string, n, offset int) {
 	body := []byte(`{"target":"out/x","content":"` + strings.Repeat("x", 512-30) + `"}`)
 	for i := range n {
 		id := int64(1_000_000_000 + offset + i)
-		m := nats.NewMsg(wire.Subject("raw"))
+		m := nats.NewMsg(wire.Namespace("").Subject("raw"))
 		m.Data = body
-		m.Header.Set(jetstream.MsgIDHeader, wire.MsgID(id, 1))
+		m.Header.Set(jetstream.MsgIDHeader, wire.Namespace("").MsgID(id, 1))
 		m.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
 		m.Header.Set(wire.HeaderResource, "backlog")
 		m.Header.Set(wire.HeaderEpoch, "1")

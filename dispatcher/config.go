@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -30,6 +32,12 @@ const (
 // Config configures a Dispatcher. The zero value of every field means its
 // default.
 type Config struct {
+	// Namespace is the deployment's namespace on NATS (see
+	// gateway.Config.Namespace): the stream GATEWAY_INTENTS_<ns>, subjects
+	// gateway.<ns>.intents.<kind>, message ids and the Fencegate-Namespace
+	// header. Empty: the names from before namespaces (one deployment per
+	// NATS only). The gateway always sets its database's.
+	Namespace string
 	// ID names this dispatcher in intents.claimed_by. It must be unique among
 	// running dispatchers: Stop releases every claim held under it.
 	// Default: "<hostname>-<pid>-<random>".
@@ -118,6 +126,11 @@ func DefaultBackoff() backoff.BackOff {
 }
 
 func (c Config) validate() error {
+	if c.Namespace != "" {
+		if _, err := wire.ParseNamespace(c.Namespace); err != nil {
+			return fmt.Errorf("dispatcher: Namespace %w", err)
+		}
+	}
 	switch {
 	case c.BatchSize < 1:
 		return fmt.Errorf("dispatcher: BatchSize must be at least 1, got %d", c.BatchSize)

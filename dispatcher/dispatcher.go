@@ -111,13 +111,14 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 // ID returns the dispatcher's id, the value of claimed_by on its claims.
 func (d *Dispatcher) ID() string { return d.cfg.ID }
 
-// StreamConfig returns the configuration of the stream GATEWAY_INTENTS the
-// dispatcher creates or updates at start.
+// StreamConfig returns the configuration of the stream
+// GATEWAY_INTENTS_<namespace> the dispatcher creates or updates at start.
 func (c Config) StreamConfig() jetstream.StreamConfig {
 	c = c.WithDefaults()
+	ns := wire.Namespace(c.Namespace)
 	return jetstream.StreamConfig{
-		Name:       wire.Stream,
-		Subjects:   []string{wire.SubjectAll},
+		Name:       ns.Stream(),
+		Subjects:   []string{ns.SubjectAll()},
 		Storage:    jetstream.FileStorage,
 		Replicas:   c.StreamReplicas,
 		Duplicates: c.DuplicateWindow,
@@ -135,7 +136,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	}
 	d.hooks = testhook.DispatcherFrom(ctx)
 	if err := d.ensureStream(ctx); err != nil {
-		d.log.Warn("dispatcher: stream not ready; will retry", "stream", wire.Stream, "error", err)
+		d.log.Warn("dispatcher: stream not ready; will retry", "stream", wire.Namespace(d.cfg.Namespace).Stream(), "error", err)
 	}
 
 	// The batch queue holds what fits in the in-flight window; with the slots
@@ -190,7 +191,7 @@ func (d *Dispatcher) ensureStream(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.DBTimeout)
 	defer cancel()
 	if _, err := d.js.CreateOrUpdateStream(ctx, d.cfg.StreamConfig()); err != nil {
-		return fmt.Errorf("create or update stream %s: %w", wire.Stream, err)
+		return fmt.Errorf("create or update stream %s: %w", wire.Namespace(d.cfg.Namespace).Stream(), err)
 	}
 	d.streamReady.Store(true)
 	return nil
@@ -372,13 +373,17 @@ func (d *Dispatcher) claim(ctx context.Context, after int64) ([]intent, error) {
 
 func (d *Dispatcher) message(in intent) *nats.Msg {
 	relay := in.relayCount + 1
-	msg := nats.NewMsg(wire.Subject(in.kind))
+	ns := wire.Namespace(d.cfg.Namespace)
+	msg := nats.NewMsg(ns.Subject(in.kind))
 	msg.Data = in.payload
 	// The message id is new for each relay attempt: a re-relay after the
 	// relay timeout must not be swallowed by the duplicate window, while a
 	// second publish within one attempt (a claim that expired mid-publish,
 	// a crash before marking relayed) must be.
-	msg.Header.Set(jetstream.MsgIDHeader, wire.MsgID(in.id, relay))
+	msg.Header.Set(jetstream.MsgIDHeader, ns.MsgID(in.id, relay))
+	if ns != "" {
+		msg.Header.Set(wire.HeaderNamespace, string(ns))
+	}
 	msg.Header.Set(wire.HeaderIntentID, strconv.FormatInt(in.id, 10))
 	msg.Header.Set(wire.HeaderResource, in.resource)
 	msg.Header.Set(wire.HeaderEpoch, strconv.FormatInt(in.epoch, 10))

@@ -38,8 +38,8 @@ func checkRelayedOnce(t *testing.T, msgs []streamMsg, want []int64) {
 		t.Errorf("intent %d in stream (relays %v) was not committed", id, relays)
 	}
 	for _, m := range msgs {
-		if m.msgID != wire.MsgID(m.intentID, m.relay) {
-			t.Errorf("intent %d: Nats-Msg-Id %q, want %q", m.intentID, m.msgID, wire.MsgID(m.intentID, m.relay))
+		if m.msgID != wire.Namespace("").MsgID(m.intentID, m.relay) {
+			t.Errorf("intent %d: Nats-Msg-Id %q, want %q", m.intentID, m.msgID, wire.Namespace("").MsgID(m.intentID, m.relay))
 		}
 	}
 }
@@ -174,7 +174,7 @@ func TestOutOfOrderCommitsAndRollback(t *testing.T) {
 	h := m.header
 	if h.Get(wire.HeaderResource) != "ooo-0" || h.Get(wire.HeaderEpoch) != "1" || h.Get(wire.HeaderKind) != "file" ||
 		h.Get(wire.HeaderFence) != "execute" || h.Get(wire.HeaderIdempotencyKey) != "ooo-0/op" || h.Get(wire.HeaderRelay) != "1" ||
-		m.subject != wire.Subject("file") {
+		m.subject != wire.Namespace("").Subject("file") {
 		t.Errorf("message of intent %d: subject %q headers %v", ids[0], m.subject, h)
 	}
 	if got := metricValue(t, reg, "fencegate_dispatcher_published_total"); int(got) != len(committed) {
@@ -287,7 +287,7 @@ func TestRerelayAfterMessageLost(t *testing.T) {
 		return false, "not yet"
 	})
 	ctx := context.Background()
-	s, err := e.js.Stream(ctx, wire.Stream)
+	s, err := e.js.Stream(ctx, wire.Namespace("").Stream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestRerelayAfterMessageLost(t *testing.T) {
 	waitFor(t, 15*time.Second, "re-relay with relay 2", func() (bool, string) {
 		for _, m := range readStream(t, e.js) {
 			if m.intentID == r.IntentID && m.relay == 2 {
-				if m.msgID != wire.MsgID(r.IntentID, 2) {
+				if m.msgID != wire.Namespace("").MsgID(r.IntentID, 2) {
 					t.Fatalf("re-relay msg id %q", m.msgID)
 				}
 				return true, ""
@@ -392,7 +392,7 @@ func TestPublishFailureReturnsClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitAllRelayed(10 * time.Second)
-	if err := e.js.DeleteStream(ctx, wire.Stream); err != nil {
+	if err := e.js.DeleteStream(ctx, wire.Namespace("").Stream()); err != nil {
 		t.Fatal(err)
 	}
 	var ids []int64

@@ -1,6 +1,6 @@
 // Package dispatcher is the relay daemon: it moves committed intents from
 // PostgreSQL's outbox (the intents table) to the NATS JetStream stream
-// GATEWAY_INTENTS, where adapters pick them up.
+// GATEWAY_INTENTS_<namespace>, where adapters pick them up.
 //
 // # What it guarantees
 //
@@ -42,7 +42,8 @@
 //
 // # The message
 //
-// Subject gateway.intents.<kind>; Nats-Msg-Id wire.MsgID(intent id, relay);
+// Subject gateway.<namespace>.intents.<kind>; Nats-Msg-Id
+// <namespace>-intent-<id>-relay-<n> (internal/wire.Namespace);
 // headers from package wire (intent id, resource, epoch, kind, idempotency
 // key, fence, relay number starting at 1); body: the intent's payload, for
 // observability only. An adapter loads the intent from PostgreSQL before

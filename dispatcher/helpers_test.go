@@ -223,7 +223,7 @@ func readStream(t testing.TB, js jetstream.JetStream) []streamMsg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, wire.Stream)
+	s, err := js.Stream(ctx, wire.Namespace("").Stream())
 	if err != nil {
 		t.Fatalf("stream: %v", err)
 	}

@@ -28,8 +28,7 @@ var metricRE = regexp.MustCompile(`\bfencegate_[a-z_]+\b`)
 // a metric the code defines whose series appear on first use (a takeover,
 // an effect after lost ownership). Every rule has an alert name, an
 // expression with balanced brackets and a summary. (That each alert fires
-// on its scenario needs a PromQL engine, which this machine's test run has
-// not: not tested here.)
+// on its scenario is make alerts: promtool test rules, outside make test.)
 func TestShippedAlertsAndDashboardNameRealMetrics(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)

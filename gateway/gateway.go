@@ -51,7 +51,9 @@ import (
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/buildinfo"
+	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/internal/httpserver"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/lease"
@@ -212,6 +214,14 @@ type Config struct {
 	// Tokens are the admin API's tokens. None: unauthenticated, loopback
 	// only.
 	Tokens []admin.Token
+	// Namespace is the deployment's namespace on NATS: the one recorded in
+	// the database (gateway migrate, derived from the cluster's system
+	// identifier and the database's name unless --namespace was given).
+	// Empty: the recorded one. Given: it must be the recorded one (a
+	// process with another would relay to, or consume from, a stream none
+	// of its deployment's processes use), else Start fails naming
+	// namespace. See internal/wire.Namespace.
+	Namespace string
 	// KeyScope confines the idempotency keys of the intents this gateway
 	// enqueues (the admin intake): outbox.KeyScopeResource makes the
 	// effective key "<resource>/<key>". Default: global.
@@ -359,6 +369,7 @@ type Gateway struct {
 	registry  *prometheus.Registry
 
 	nc         *nats.Conn
+	ns         wire.Namespace // the deployment's, read at start
 	dispatcher *dispatcher.Dispatcher // nil unless RunDispatcher
 	outbox     *outbox.Client
 	store      *idempotency.Store
@@ -435,6 +446,23 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	}()
 	runCtx := context.WithoutCancel(ctx)
 
+	// The namespace before NATS: every name the dispatcher and the adapters
+	// use on NATS carries it.
+	if cfg.RunDispatcher || cfg.runsAdapters() {
+		info, err := deployment.Resolve(ctx, cfg.Pool)
+		if errors.Is(err, deployment.ErrNotMigrated) {
+			return errmap.Invalid("database_url", err.Error())
+		}
+		if err != nil {
+			return err
+		}
+		if cfg.Namespace != "" && cfg.Namespace != string(info.Namespace) {
+			return errmap.Invalid("namespace", fmt.Sprintf("--namespace %q is not this database's namespace %q (set it with gateway migrate --namespace)", cfg.Namespace, info.Namespace))
+		}
+		s.ns = info.Namespace
+		log.Info("gateway: namespace", "component", "gateway", "namespace", s.ns, "explicit", info.Explicit, "stream", s.ns.Stream())
+	}
+
 	// NATS first: both the dispatcher and the adapters use it.
 	s.nc = cfg.NC
 	if s.nc == nil {
@@ -475,6 +503,7 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 			dcfg.Registerer = reg
 		}
 		dcfg.Logger = cmp.Or(dcfg.Logger, log)
+		dcfg.Namespace = string(s.ns)
 		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
 		if err != nil {
 			return errmap.Invalid("flags", err.Error())
@@ -570,6 +599,7 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 		rcfg.Registerer = reg
 	}
 	rcfg.Logger = cmp.Or(rcfg.Logger, log)
+	rcfg.Namespace = string(s.ns)
 	rt, err := adapters.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
 	if err != nil {
 		return errmap.Invalid("adapters", err.Error())
@@ -659,6 +689,11 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	s.outbox = ob
 	return nil
 }
+
+// Namespace is the deployment's namespace on NATS, read from the database
+// at start (empty before, or when the process runs neither the relay nor
+// adapters).
+func (s *Gateway) Namespace() string { return string(s.ns) }
 
 // serveAdmin starts the admin API and pages on cfg.AdminAddr. Its /readyz
 // is the gateway's (readyz).

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/internal/errmap"
-	"github.com/fencegate/fencegate/internal/wire"
 )
 
 // probeTimeout bounds each /readyz check that leaves the process.
@@ -70,7 +69,7 @@ func (s *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	if checks["nats"] == "ok" {
 		js, err := jetstream.New(nc)
 		if err == nil {
-			stream, err = js.Stream(ctx, wire.Stream)
+			stream, err = js.Stream(ctx, s.ns.Stream())
 		}
 		if err != nil {
 			fail("stream", "unavailable: "+errmap.OneLine(err.Error()))

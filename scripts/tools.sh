@@ -59,6 +59,9 @@ setup_go_tool() {
 
 setup_mailpit() { setup_go_tool MAILPIT_BIN mailpit github.com/axllent/mailpit@v1.33.1; }
 
+# promtool for make alerts (not make test: it builds for 5-7 minutes).
+setup_promtool() { setup_go_tool PROMTOOL_BIN promtool github.com/prometheus/prometheus/cmd/promtool@v0.316.0; }
+
 setup_versitygw() { setup_go_tool VERSITYGW_BIN versitygw github.com/versity/versitygw/cmd/versitygw@v1.8.0; }
 
 setup_nats() {

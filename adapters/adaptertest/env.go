@@ -420,14 +420,15 @@ func (e *Env) Republish(t testing.TB, id int64, durablePrefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(wire.Subject(rec.Kind))
+	var ns wire.Namespace // the env's dispatcher and runtime run without one
+	msg := nats.NewMsg(ns.Subject(rec.Kind))
 	msg.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
-	msg.Header.Set(nats.MsgIdHdr, wire.MsgID(id, 1000+int(time.Now().UnixNano()%1000000)))
+	msg.Header.Set(nats.MsgIdHdr, ns.MsgID(id, 1000+int(time.Now().UnixNano()%1000000)))
 	ack, err := js.PublishMsg(ctx, msg)
 	if err != nil {
 		t.Fatalf("adaptertest: republish intent %d: %v", id, err)
 	}
-	cons, err := js.Consumer(ctx, wire.Stream, cmp.Or(durablePrefix, "fencegate-")+rec.Kind)
+	cons, err := js.Consumer(ctx, ns.Stream(), ns.Durable(cmp.Or(durablePrefix, "fencegate-"), rec.Kind))
 	if err != nil {
 		t.Fatalf("adaptertest: consumer: %v", err)
 	}

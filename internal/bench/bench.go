@@ -753,9 +753,9 @@ func (e *benchEnv) caseRelay(ctx context.Context) ([]Result, error) {
 		body := e.payload
 		for i := range n {
 			id := int64(1_000_000_000) + int64(round*n+i)
-			m := nats.NewMsg(wire.Subject("raw"))
+			m := nats.NewMsg(wire.Namespace("").Subject("raw")) // the dispatcher above runs without a namespace
 			m.Data = body
-			m.Header.Set(jetstream.MsgIDHeader, wire.MsgID(id, 1))
+			m.Header.Set(jetstream.MsgIDHeader, wire.Namespace("").MsgID(id, 1))
 			m.Header.Set(wire.HeaderIntentID, strconv.FormatInt(id, 10))
 			m.Header.Set(wire.HeaderResource, "bench-1")
 			m.Header.Set(wire.HeaderEpoch, "1")

@@ -19,8 +19,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/errmap"
-	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -167,11 +167,16 @@ func (e *benchEnv) purgeNoop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := js.Stream(ctx, wire.Stream)
+	// The gateway ran with the database's namespace.
+	info, err := deployment.Resolve(ctx, e.pool)
 	if err != nil {
 		return err
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(wire.Subject("noop")))
+	st, err := js.Stream(ctx, info.Namespace.Stream())
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(info.Namespace.Subject("noop")))
 }
 
 // caseE2EDrain: a backlog of committed noop intents drained by `gateway

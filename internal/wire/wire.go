@@ -11,17 +11,84 @@ import (
 	"strconv"
 )
 
-// Stream is the JetStream stream intents are published to.
-const Stream = "GATEWAY_INTENTS"
+// Namespace identifies one deployment (one database: one outbox, one
+// epoch authority) among those sharing a NATS server or cluster. It is in
+// the stream's name, the subjects, the durable consumers' names and every
+// message id, and in a header the adapters check: without it, two
+// deployments on one NATS would share the stream, the second's messages
+// would be swallowed by the first's duplicate window (the message ids are
+// the same for the same intent id), and an adapter would load intent <id>
+// from its own database for a message of the other deployment.
+//
+// The zero Namespace is the names before namespaces existed
+// (GATEWAY_INTENTS, gateway.intents.<kind>), for tests and the upgrade
+// notes only: a gateway always runs with its database's namespace.
+type Namespace string
 
-// SubjectPrefix prefixes every intent subject: gateway.intents.<kind>.
-const SubjectPrefix = "gateway.intents."
+// MaxNamespaceLen is the longest namespace, in bytes.
+const MaxNamespaceLen = 32
 
-// SubjectAll matches every intent subject.
-const SubjectAll = SubjectPrefix + ">"
+// ParseNamespace checks a namespace: 1 to 32 of a-z, 0-9, '-' and '_',
+// starting with a letter or digit (valid in stream, subject, consumer
+// names and message ids alike).
+func ParseNamespace(s string) (Namespace, error) {
+	if s == "" || len(s) > MaxNamespaceLen {
+		return "", fmt.Errorf("must be 1 to %d characters, got %d", MaxNamespaceLen, len(s))
+	}
+	for i, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || (i > 0 && (c == '-' || c == '_'))
+		if !ok {
+			return "", fmt.Errorf("must be lower-case letters, digits, '-' and '_', starting with a letter or digit; got %q", s)
+		}
+	}
+	return Namespace(s), nil
+}
+
+// Stream is the JetStream stream intents are published to:
+// GATEWAY_INTENTS_<namespace>.
+func (n Namespace) Stream() string {
+	if n == "" {
+		return legacyStream
+	}
+	return legacyStream + "_" + string(n)
+}
+
+// SubjectPrefix prefixes every intent subject: gateway.<namespace>.intents.
+func (n Namespace) SubjectPrefix() string {
+	if n == "" {
+		return "gateway.intents."
+	}
+	return "gateway." + string(n) + ".intents."
+}
+
+// SubjectAll matches every intent subject of the namespace.
+func (n Namespace) SubjectAll() string { return n.SubjectPrefix() + ">" }
 
 // Subject returns the subject intents of kind are published on.
-func Subject(kind string) string { return SubjectPrefix + kind }
+func (n Namespace) Subject(kind string) string { return n.SubjectPrefix() + kind }
+
+// Durable is the durable consumer of kind's intents, given the runtime's
+// prefix: <prefix><namespace>-<kind>.
+func (n Namespace) Durable(prefix, kind string) string {
+	if n == "" {
+		return prefix + kind
+	}
+	return prefix + string(n) + "-" + kind
+}
+
+// MsgID is the Nats-Msg-Id of an intent's relay attempt. It is new for each
+// relay attempt, so a re-relay after the relay timeout is never swallowed by
+// the stream's duplicate window, while a publish retried within one attempt
+// (a lost PubAck) is. The namespace keeps another deployment's intent of
+// the same id apart.
+func (n Namespace) MsgID(intentID int64, relay int) string {
+	if n == "" {
+		return fmt.Sprintf("intent-%d-relay-%d", intentID, relay)
+	}
+	return fmt.Sprintf("%s-intent-%d-relay-%d", n, intentID, relay)
+}
+
+const legacyStream = "GATEWAY_INTENTS"
 
 // Header names.
 const (
@@ -33,15 +100,10 @@ const (
 	HeaderFence          = "Fencegate-Fence"
 	// HeaderRelay is the relay attempt (1 for the first publish).
 	HeaderRelay = "Fencegate-Relay"
+	// HeaderNamespace is the deployment's namespace; an adapter refuses a
+	// message of another.
+	HeaderNamespace = "Fencegate-Namespace"
 )
-
-// MsgID is the Nats-Msg-Id of an intent's relay attempt. It is new for each
-// relay attempt, so a re-relay after the relay timeout is never swallowed by
-// the stream's duplicate window, while a publish retried within one attempt
-// (a lost PubAck) is.
-func MsgID(intentID int64, relay int) string {
-	return fmt.Sprintf("intent-%d-relay-%d", intentID, relay)
-}
 
 // ParseIntentID reads the intent id header value.
 func ParseIntentID(v string) (int64, error) {
