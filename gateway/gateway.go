@@ -53,9 +53,9 @@ import (
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/errmap"
-	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/internal/httpserver"
 	"github.com/fencegate/fencegate/internal/startstop"
+	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -369,7 +369,7 @@ type Gateway struct {
 	registry  *prometheus.Registry
 
 	nc         *nats.Conn
-	ns         wire.Namespace // the deployment's, read at start
+	ns         wire.Namespace         // the deployment's, read at start
 	dispatcher *dispatcher.Dispatcher // nil unless RunDispatcher
 	outbox     *outbox.Client
 	store      *idempotency.Store
