@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
@@ -259,7 +260,12 @@ func TestRunKill9MidBatch(t *testing.T) {
 	var mu sync.Mutex
 	claimedAt := map[int64]time.Time{}
 	nc := natstest.Connect(t, srv.URL)
-	d, err := dispatcher.New(pool, nc, dispatcher.Config{ID: "rescuer", BatchSize: 200})
+	// The rescuer relays in the database's namespace, as the victim did.
+	info, err := deployment.Resolve(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatcher.New(pool, nc, dispatcher.Config{ID: "rescuer", BatchSize: 200, Namespace: string(info.Namespace)})
 	if err != nil {
 		t.Fatal(err)
 	}
