@@ -19,6 +19,10 @@ type runtimeMetrics struct {
 	// notRecorded counts outcomes that could not be recorded on an intent
 	// that already had a final status (they are in its history).
 	notRecorded *prometheus.CounterVec
+	// settle is commit → outcome recorded; lookups counts result lookups
+	// by result (found, not_found, error).
+	settle  *prometheus.HistogramVec
+	lookups *prometheus.CounterVec
 	// foreign counts messages of another namespace, terminated unexecuted.
 	foreign *prometheus.CounterVec
 }
@@ -47,13 +51,22 @@ func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
 			Name: "fencegate_adapter_outcome_not_recorded_total",
 			Help: "Outcomes not recorded on an intent because it already had a final status (cancelled meanwhile, or recorded by another path first); each is in the intent's history. By kind.",
 		}, []string{"kind"}),
+		settle: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fencegate_adapter_settle_seconds",
+			Help:    "From an intent's commit to its outcome recorded by the adapter runtime, by kind.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+		}, []string{"kind"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_adapter_lookups_total",
+			Help: "Result lookups after an outcome was lost, by kind and result (found, not_found, error).",
+		}, []string{"kind", "result"}),
 		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_adapter_foreign_messages_total",
 			Help: "Messages refused because they carried another deployment's namespace (or none): terminated, never executed. By kind.",
 		}, []string{"kind"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.duration, m.lostOwnership, m.notRecorded, m.foreign} {
+		for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.duration, m.lostOwnership, m.notRecorded, m.foreign, m.settle, m.lookups} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -63,4 +76,15 @@ func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// lookupResult is a lookup's label: found, not_found or error.
+func lookupResult(found bool, err error) string {
+	switch {
+	case err != nil:
+		return "error"
+	case found:
+		return "found"
+	}
+	return "not_found"
 }

@@ -451,6 +451,13 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 		r.m.outcomes.WithLabelValues(ex.Kind(), "already_terminal").Inc()
 		return ack, 0, nil
 	}
+	// Settle latency: commit → outcome recorded, for the intents this
+	// delivery settles (an ack after a non-terminal load).
+	defer func() {
+		if err == nil && v == ack {
+			r.m.settle.WithLabelValues(ex.Kind()).Observe(time.Since(rec.CreatedAt).Seconds())
+		}
+	}()
 	if rec.Kind != ex.Kind() {
 		// Not an error result: handle would nak it and have it redelivered.
 		log.Error("adapters: intent of another kind on this consumer; terminating the message", "intent_kind", rec.Kind)
@@ -676,6 +683,7 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex Executor, l Looker, req R
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
 	out, found, err := l.Lookup(lctx, req)
 	cancel()
+	r.m.lookups.WithLabelValues(ex.Kind(), lookupResult(found, err)).Inc()
 	if err != nil {
 		// Can't tell yet. Keep the key owned (never Release: that would
 		// say the effect did not happen); the redelivery resumes the key

@@ -213,6 +213,12 @@ func TestLateEffectIsFoundNotRepeated(t *testing.T) {
 	if n := len(d.calls()); n != 1 {
 		t.Fatalf("executed %d times; want 1", n)
 	}
+	// The lookups are counted by result: at least one that found nothing,
+	// then the one that found it.
+	if nf, f := counter(t, e.reg, "fencegate_adapter_lookups_total", map[string]string{"kind": "test", "result": "not_found"}),
+		counter(t, e.reg, "fencegate_adapter_lookups_total", map[string]string{"kind": "test", "result": "found"}); nf < 1 || f != 1 {
+		t.Errorf("lookups counted: not_found %v, found %v; want at least 1 and 1", nf, f)
+	}
 }
 
 // Two deliveries of one fence-execute intent, and the resource moves on

@@ -109,6 +109,14 @@ func TestTwoDeploymentsOneNATS(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return strings.Contains(string(b), `fencegate_adapter_foreign_messages_total{kind="file"} 1`), "not yet"
 	})
+	// The settle latency histogram saw each of A's intents.
+	if res, err := http.Get("http://" + a.metrics + "/metrics"); err == nil {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.Contains(string(b), fmt.Sprintf(`fencegate_adapter_settle_seconds_count{kind="file"} %d`, n)) {
+			t.Errorf("fencegate_adapter_settle_seconds_count for file is not %d:\n%s", n, grepMetric(string(b), "fencegate_adapter_settle_seconds_count"))
+		}
+	}
 	if !strings.Contains(a.p.stderr.String(), "message of another namespace") {
 		t.Errorf("the refusal is not logged:\n%s", a.p.stderr.String())
 	}
@@ -144,4 +152,15 @@ func TestNamespaceFlags(t *testing.T) {
 	pollUntil(t, 30*time.Second, "the stream of namespace prod-eu_1", func() (bool, string) {
 		return strings.Contains(p.stderr.String(), "GATEWAY_INTENTS_prod-eu_1"), "not in the log yet"
 	})
+}
+
+// grepMetric returns the lines of a /metrics body that start with name.
+func grepMetric(body, name string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, name) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
