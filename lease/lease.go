@@ -16,6 +16,15 @@
 // paused past its expiry. What stops that holder is the epoch check at the
 // destination (outbox.Enqueue, the file adapter). Always run the issuer
 // against the primary: an epoch read from a lagging replica can be old.
+//
+// Every grant (Acquire, Advance) also checks that the database is the
+// epoch authority on record (its system identifier and WAL timeline,
+// recorded in the table epoch_authority). After a failover to an
+// asynchronous standby (a higher timeline) the first grant raises every
+// epoch by the failover jump (WithFailoverEpochJump), past what the old
+// primary may have granted that the standby never received; another
+// database, or a lower timeline, is refused with ErrAuthorityChanged. See
+// docs/guarantees.md, "After a failover".
 package lease
 
 import (
