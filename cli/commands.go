@@ -89,6 +89,23 @@ func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
 		"give up (exit 1, busy) when the resource's control row stays locked this long, e.g. by a worker paused inside a transaction; 0: wait without a bound")
 }
 
+// failoverJumpFlag adds --failover-epoch-jump, how far the first grant
+// after a failover raises every epoch (lease.WithFailoverEpochJump).
+func failoverJumpFlag(fs *flag.FlagSet) *int64 {
+	return fs.Int64("failover-epoch-jump", lease.DefaultFailoverEpochJump,
+		"after a failover (the database's timeline grew), the first grant raises every resource's epoch by this much, "+
+			"past anything the old primary can have granted: grants/s × the longest replication lag in seconds × a safety factor; 0: no raise (synchronous replication)")
+}
+
+// checkFailoverJump checks a --failover-epoch-jump flag: 0 to
+// lease.MaxEpoch.
+func checkFailoverJump(n int64) error {
+	if n < 0 || n > lease.MaxEpoch {
+		return badInput("failover_epoch_jump", fmt.Sprintf("--failover-epoch-jump must be between 0 and %d (2^53), got %d", lease.MaxEpoch, n))
+	}
+	return nil
+}
+
 // checkEpoch checks an --epoch flag: 1 to lease.MaxEpoch (2^53).
 func checkEpoch(epoch int64) error {
 	if epoch < 1 || epoch > lease.MaxEpoch {
@@ -119,9 +136,13 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	lockTimeout := lockTimeoutFlag(fs)
 	var ttl time.Duration
 	var epoch int64
+	// Only acquire grants (renew and release keep the epoch): only it has
+	// --failover-epoch-jump.
+	jump := new(lease.DefaultFailoverEpochJump)
 	switch sub {
 	case "acquire":
 		fs.DurationVar(&ttl, "ttl", 10*time.Second, "lease time to live")
+		jump = failoverJumpFlag(fs)
 	case "renew":
 		fs.DurationVar(&ttl, "ttl", 10*time.Second, "lease time to live")
 		fs.Int64Var(&epoch, "epoch", 0, "the lease's epoch")
@@ -146,6 +167,9 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	if err := checkLockTimeout(*lockTimeout); err != nil {
 		return a.fail(err)
 	}
+	if err := checkFailoverJump(*jump); err != nil {
+		return a.fail(err)
+	}
 	// Check arguments before connecting, so bad input is exit 2 even when the
 	// database is down.
 	if err := lease.ValidateResource(*resource); err != nil {
@@ -159,7 +183,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	iss := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout))
+	iss := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump))
 	switch sub {
 	case "acquire":
 		l, err := iss.Acquire(ctx, *resource, *holder, ttl)
@@ -191,6 +215,7 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	resource := fs.String("resource", "", "resource id")
 	epoch := fs.Int64("epoch", 0, "the externally issued epoch")
 	lockTimeout := lockTimeoutFlag(fs)
+	jump := failoverJumpFlag(fs)
 	if code, ok := a.parse(fs, args[1:]); !ok {
 		return code
 	}
@@ -209,12 +234,15 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	if err := checkLockTimeout(*lockTimeout); err != nil {
 		return a.fail(err)
 	}
+	if err := checkFailoverJump(*jump); err != nil {
+		return a.fail(err)
+	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	r, err := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout)).Advance(ctx, *resource, *epoch)
+	r, err := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump)).Advance(ctx, *resource, *epoch)
 	if err != nil {
 		return a.fail(err)
 	}

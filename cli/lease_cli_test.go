@@ -148,3 +148,56 @@ func TestRunLockTimeoutFlag(t *testing.T) {
 	t.Parallel()
 	runBadFlags(t, nil, []string{"--lock-timeout", "-5s"}, "lock_timeout")
 }
+
+// --failover-epoch-jump: bad values are exit 2 naming the field before
+// anything connects (lease acquire, epoch advance, run); the value reaches
+// the issuer (a database with no recorded epoch authority, as after an
+// operator accepted a restored one, raises every epoch by it at the next
+// grant); a database restored from an older backup is refused, exit 1
+// authority_changed.
+func TestCLIFailoverEpochJump(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"lease", "acquire", "--resource", "r", "--holder", "A", "--failover-epoch-jump", "-1"},
+		{"epoch", "advance", "--resource", "r", "--epoch", "3", "--failover-epoch-jump", "9007199254740993"},
+	} {
+		r := gw(t, "postgres://nobody@127.0.0.1:1/none", args...)
+		expectCode(t, r, 2, "invalid_input")
+		if e := r.obj["error"].(map[string]any); e["field"] != "failover_epoch_jump" {
+			t.Fatalf("%v = %s; want field failover_epoch_jump", args, r.stdout)
+		}
+	}
+	runBadFlags(t, nil, []string{"--failover-epoch-jump", "-5"}, "failover_epoch_jump")
+
+	db := testdb.NewURL(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "old", "--holder", "A"), 0, "")
+	pool, err := pgxpool.New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(context.Background(), `DELETE FROM epoch_authority`); err != nil {
+		t.Fatal(err)
+	}
+	r := gw(t, db, "lease", "acquire", "--resource", "new", "--holder", "A", "--failover-epoch-jump", "50")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 51.0 {
+		t.Fatalf("acquire after the raise = %s; want epoch 51 (floor 50 + 1)", r.stdout)
+	}
+	r = gw(t, db, "lease", "acquire", "--resource", "old", "--holder", "B")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 52.0 {
+		t.Fatalf("acquire of the raised resource = %s; want 52 (1 + 50, lease cleared, + 1)", r.stdout)
+	}
+
+	if _, err := pool.Exec(context.Background(), `UPDATE epoch_authority SET timeline_id = timeline_id + 1`); err != nil {
+		t.Fatal(err)
+	}
+	r = gw(t, db, "lease", "acquire", "--resource", "old", "--holder", "B")
+	expectCode(t, r, 1, "authority_changed")
+	if e := r.obj["error"].(map[string]any); e["reason"] != "timeline_backwards" || !strings.Contains(e["message"].(string), "timeline went backwards") {
+		t.Fatalf("refused acquire = %s; want reason timeline_backwards named in the message", r.stdout)
+	}
+	expectCode(t, gw(t, db, "epoch", "advance", "--resource", "old", "--epoch", "100"), 1, "authority_changed")
+}

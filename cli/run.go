@@ -78,7 +78,9 @@ var builtinAdapters = gateway.BuiltinAdapters
 // $GATEWAY_TOKENS. Without tokens it binds loopback addresses only: any
 // other address is exit 2 naming admin_addr. --lock-timeout (default 5s)
 // bounds how long the intake's grants wait for a resource's control-row
-// lock (then 503 busy).
+// lock (then 503 busy). --failover-epoch-jump (default 1,000,000) is how
+// far the intake's first grant after a failover raises every epoch
+// (lease.WithFailoverEpochJump).
 //
 // On SIGTERM/SIGINT the adapters stop taking messages and finish what they
 // execute; the dispatcher stops claiming, waits for the PubAcks of what it
@@ -151,6 +153,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		namespace   = fs.String("namespace", "", "the deployment's namespace on NATS; must be the one recorded in the database (gateway migrate --namespace), which is used when this is empty")
 		keyScope    = fs.String("key-scope", string(outbox.KeyScopeGlobal), `idempotency keys of the intake: global (unique per kind) or resource (the effective key is "<resource>/<key>", so a worker cannot claim another resource's keys)`)
 		leaseLockTO = lockTimeoutFlag(fs)
+		failoverJmp = failoverJumpFlag(fs)
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		logFormat   = fs.String("log-format", "text", "log format on stderr: text or json (slog)")
 
@@ -294,7 +297,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err := checkLockTimeout(*leaseLockTO); err != nil {
 		return a.fail(err)
 	}
-	cfg.IssuerOptions = []lease.Option{lease.WithLockTimeout(*leaseLockTO)}
+	if err := checkFailoverJump(*failoverJmp); err != nil {
+		return a.fail(err)
+	}
+	cfg.IssuerOptions = []lease.Option{lease.WithLockTimeout(*leaseLockTO), lease.WithFailoverEpochJump(*failoverJmp)}
 	if *settle <= 0 {
 		return a.fail(badInput("lookup_settle", "--lookup-settle must be positive"))
 	}

@@ -17,7 +17,7 @@ type How string
 // used as the "how" label of fencegate_lease_takeovers_total.
 const (
 	// HowFree: nobody held the resource here: it was never granted, or its
-	// epoch last came from an external advance.
+	// epoch last came from an external advance or a failover's raise.
 	HowFree How = "free"
 	// HowAfterExpiry: the previous holder's lease had expired by
 	// PostgreSQL's clock (also when the same holder comes back after its
@@ -32,6 +32,12 @@ const (
 	// HowExternalAdvance: an outside lock service's larger epoch was
 	// registered with Advance; any lease held here was cleared.
 	HowExternalAdvance How = "external_advance"
+	// HowFailover: the first grant after a failover (the database's
+	// timeline grew) raised the epoch by the failover jump, past anything
+	// the old primary can have granted, and cleared any lease held here
+	// (WithFailoverEpochJump). Recorded in the history only, with no
+	// holder; not counted in fencegate_lease_takeovers_total.
+	HowFailover How = "failover"
 )
 
 // Limits of History.
@@ -41,12 +47,13 @@ const (
 )
 
 // Grant is one new epoch of a resource: granted by Acquire (also a
-// same-holder re-acquire of a live lease, HowReacquired) or registered by
-// Advance.
+// same-holder re-acquire of a live lease, HowReacquired), registered by
+// Advance, or raised by the first grant after a failover (HowFailover).
 type Grant struct {
 	Resource string
 	Epoch    int64
-	// Holder is empty for an external advance (authority is outside).
+	// Holder is empty for an external advance (authority is outside) and
+	// a failover's raise (nobody holds the raised epoch).
 	Holder string
 	// GrantedAt is PostgreSQL's clock at the grant.
 	GrantedAt time.Time
@@ -163,7 +170,9 @@ func acquireGrant(ctx context.Context, tx pgx.Tx, resource, holder string, next 
 			}
 		case err != nil:
 			return nil, fmt.Errorf("read previous grant: %w", err)
-		case how == HowExternalAdvance:
+		case how == HowExternalAdvance || how == HowFailover:
+			// Authority came from outside, or the epoch was raised away
+			// from its holder by a failover: nobody held this epoch here.
 			g.How = HowFree
 		default:
 			g.How = HowReleased

@@ -16,6 +16,15 @@
 // paused past its expiry. What stops that holder is the epoch check at the
 // destination (outbox.Enqueue, the file adapter). Always run the issuer
 // against the primary: an epoch read from a lagging replica can be old.
+//
+// Every grant (Acquire, Advance) also checks that the database is the
+// epoch authority on record (its system identifier and WAL timeline,
+// recorded in the table epoch_authority). After a failover to an
+// asynchronous standby (a higher timeline) the first grant raises every
+// epoch by the failover jump (WithFailoverEpochJump), past what the old
+// primary may have granted that the standby never received; another
+// database, or a lower timeline, is refused with ErrAuthorityChanged. See
+// docs/guarantees.md, "After a failover".
 package lease
 
 import (
@@ -141,6 +150,10 @@ const MaxEpoch int64 = 1 << 53
 // lock by default (see WithLockTimeout).
 const DefaultLockTimeout = 5 * time.Second
 
+// DefaultFailoverEpochJump is how far the first grant after a failover
+// raises every epoch by default (see WithFailoverEpochJump).
+const DefaultFailoverEpochJump int64 = 1_000_000
+
 // Issuer grants leases and epochs. It is safe for concurrent use.
 type Issuer struct {
 	pool *pgxpool.Pool
@@ -148,16 +161,19 @@ type Issuer struct {
 	// lockTimeout bounds each grant's wait for the control-row lock; 0: no
 	// bound.
 	lockTimeout time.Duration
+	// failoverJump is how far the first grant after a promotion raises
+	// every epoch (WithFailoverEpochJump).
+	failoverJump int64
 }
 
 // NewIssuer returns an issuer over pool, which must point at the primary
 // (see RequirePrimary).
 func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
-	o := options{lockTimeout: DefaultLockTimeout}
+	o := options{lockTimeout: DefaultLockTimeout, failoverJump: DefaultFailoverEpochJump}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Issuer{pool: pool, m: newMetrics(o.reg), lockTimeout: max(o.lockTimeout, 0)}
+	return &Issuer{pool: pool, m: newMetrics(o.reg), lockTimeout: max(o.lockTimeout, 0), failoverJump: o.failoverJump}
 }
 
 // ValidateResource checks a resource id.
@@ -243,11 +259,24 @@ type control struct {
 	sinceRenewal *int64
 }
 
-// lockResource creates the control row on first use and locks it. The lock
-// (FOR UPDATE) orders this transaction against every other grant, advance
-// and enqueue of the resource: each one sees the outcome of all before it.
-func lockResource(ctx context.Context, tx pgx.Tx, resource string) (control, error) {
-	if _, err := tx.Exec(ctx, `INSERT INTO resources (resource_id) VALUES ($1) ON CONFLICT (resource_id) DO NOTHING`, resource); err != nil {
+// lockResource checks that the database is still the epoch authority,
+// creates the control row on first use and locks it. The lock (FOR UPDATE)
+// orders this transaction against every other grant, advance and enqueue
+// of the resource: each one sees the outcome of all before it.
+//
+// The authority check (fencegate_epoch_authority, migration 00019) runs in
+// the first statement, at no extra round trip, and before the one that
+// locks and reads the epoch: after a promotion it raises every epoch by
+// jump in this same transaction (or waits for the grant that does), so the
+// epoch read below is already past anything the old primary granted; a new
+// resource starts from the floor it returns, past the epochs the old
+// primary may have granted to resources this database never saw. A
+// database that is not the authority on record fails here with SQLSTATE
+// ZF001 (an *AuthorityError, see wrapGrant), nothing changed.
+func lockResource(ctx context.Context, tx pgx.Tx, resource string, jump int64) (control, error) {
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO resources (resource_id, epoch) SELECT $1, fencegate_epoch_authority($2)
+		ON CONFLICT (resource_id) DO NOTHING`, resource, jump); err != nil {
 		return control{}, fmt.Errorf("create resource: %w", err)
 	}
 	var c control
@@ -284,7 +313,7 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 	var l Lease
 	var g *Grant
 	err := i.grantTx(ctx, func(tx pgx.Tx) error {
-		c, err := lockResource(ctx, tx, resource)
+		c, err := lockResource(ctx, tx, resource, i.failoverJump)
 		if err != nil {
 			return err
 		}
@@ -452,7 +481,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 	var r Resource
 	var g *Grant
 	err := i.grantTx(ctx, func(tx pgx.Tx) error {
-		c, err := lockResource(ctx, tx, resource)
+		c, err := lockResource(ctx, tx, resource, i.failoverJump)
 		if err != nil {
 			return err
 		}
@@ -508,11 +537,16 @@ func (i *Issuer) Get(ctx context.Context, resource string) (Resource, error) {
 }
 
 // wrapGrant is wrap for a grant on resource: a lock wait that ran into the
-// lock timeout (SQLSTATE 55P03, lock_not_available) becomes a *BusyError.
+// lock timeout (SQLSTATE 55P03, lock_not_available) becomes a *BusyError,
+// a refusal of the epoch authority check (SQLSTATE ZF001) an
+// *AuthorityError.
 func (i *Issuer) wrapGrant(ctx context.Context, op, resource string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		return &BusyError{Resource: resource, Op: op, Waited: i.lockTimeout}
+	}
+	if isAuthorityRefusal(err) {
+		return i.authorityError(ctx, op, resource, err)
 	}
 	return i.wrap(ctx, op, err)
 }
@@ -527,7 +561,9 @@ func (i *Issuer) wrap(ctx context.Context, op string, err error) error {
 	var stale *StaleEpochError
 	var inv *InvalidError
 	var busy *BusyError
-	if errors.As(err, &held) || errors.As(err, &stale) || errors.As(err, &inv) || errors.As(err, &busy) || errors.Is(err, ErrStandby) {
+	var auth *AuthorityError
+	if errors.As(err, &held) || errors.As(err, &stale) || errors.As(err, &inv) || errors.As(err, &busy) ||
+		errors.As(err, &auth) || errors.Is(err, ErrStandby) {
 		return err
 	}
 	var pgErr *pgconn.PgError

@@ -12,8 +12,9 @@ import (
 type Option func(*options)
 
 type options struct {
-	reg         prometheus.Registerer
-	lockTimeout time.Duration
+	reg          prometheus.Registerer
+	lockTimeout  time.Duration
+	failoverJump int64
 }
 
 // WithRegisterer registers the issuer's metrics with reg:
@@ -45,6 +46,23 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 // to whole milliseconds.
 func WithLockTimeout(d time.Duration) Option {
 	return func(o *options) { o.lockTimeout = d }
+}
+
+// WithFailoverEpochJump sets how far the first grant after a failover
+// (a promotion: the database's timeline grew) raises every resource's
+// epoch, in its own transaction: past anything the old primary can have
+// granted that the promoted standby never received. Size it as the grants
+// per second of one database at peak × the longest replication lag (in
+// seconds) the standby may have when it is promoted × a safety factor (for
+// example 2,000/s × 60 s × 8 ≈ 1,000,000, the default
+// DefaultFailoverEpochJump). Every issuer of a database should use the
+// same value: whichever grant comes first after the promotion applies its
+// own. 0 only records the new timeline (for synchronous replication,
+// where a promoted standby has every acknowledged grant). n is clamped to
+// [0, MaxEpoch]; a raised epoch stops at MaxEpoch (the resource is then
+// exhausted). See docs/guarantees.md, "After a failover".
+func WithFailoverEpochJump(n int64) Option {
+	return func(o *options) { o.failoverJump = min(max(n, 0), MaxEpoch) }
 }
 
 type metrics struct {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -51,6 +52,14 @@ const (
 	// Unavailable: PostgreSQL (or another dependency) cannot be reached or
 	// is a standby.
 	Unavailable Code = "unavailable"
+	// AuthorityChanged: a grant refused because the database is not the
+	// epoch authority on record (lease.ErrAuthorityChanged: its system
+	// identifier changed or its timeline went backwards; reason,
+	// resource, recorded_system_identifier, system_identifier (strings:
+	// they exceed 2^53), recorded_timeline, timeline). Like a standby, a
+	// database that must not grant: exit 1 and 503, but retrying does not
+	// help until an operator accepts the database.
+	AuthorityChanged Code = "authority_changed"
 	// UnsafeDatabase: PostgreSQL runs with fsync=off (CLI only).
 	UnsafeDatabase Code = "unsafe_database"
 	// Internal: anything else.
@@ -72,7 +81,7 @@ const (
 // The CLI's exit codes, part of the public contract.
 const (
 	ExitOK       = 0
-	ExitInternal = 1 // internal, unavailable, busy, unsafe_database
+	ExitInternal = 1 // internal, unavailable, busy, authority_changed, unsafe_database
 	ExitBadInput = 2 // invalid_input, not_found
 	ExitStale    = 3 // stale_epoch
 	ExitHeld     = 4 // lease_held
@@ -95,6 +104,7 @@ var answers = map[Code]answer{
 	InvalidState:     {ExitInternal, http.StatusConflict},
 	Busy:             {ExitInternal, http.StatusServiceUnavailable},
 	Unavailable:      {ExitInternal, http.StatusServiceUnavailable},
+	AuthorityChanged: {ExitInternal, http.StatusServiceUnavailable},
 	UnsafeDatabase:   {ExitInternal, http.StatusInternalServerError},
 	Internal:         {ExitInternal, http.StatusInternalServerError},
 	BodyTooLarge:     {ExitBadInput, http.StatusBadRequest},
@@ -178,6 +188,7 @@ func Map(err error) *Error {
 		stale *fenceerr.StaleEpochError
 		held  *lease.HeldError
 		busy  *lease.BusyError
+		auth  *lease.AuthorityError
 		conf  *outbox.ConflictError
 		inv   *fenceerr.InvalidError
 	)
@@ -196,6 +207,14 @@ func Map(err error) *Error {
 		// Retryable, nothing granted: the control row stayed locked by an
 		// open transaction (a paused worker) past the lock timeout.
 		return &Error{Code: Busy, Message: err.Error(), RetryAfter: 1, Extra: map[string]any{"resource": busy.Resource}}
+	case errors.As(err, &auth):
+		// Not retryable: the database may lack grants the authority made
+		// (docs/guarantees.md, "After a failover").
+		return &Error{Code: AuthorityChanged, Message: OneLine(err.Error()), Extra: map[string]any{
+			"resource": auth.Resource, "reason": auth.Reason,
+			"recorded_system_identifier": strconv.FormatInt(auth.RecordedSystemIdentifier, 10),
+			"system_identifier":          strconv.FormatInt(auth.SystemIdentifier, 10),
+			"recorded_timeline":          auth.RecordedTimeline, "timeline": auth.Timeline}}
 	case errors.As(err, &conf):
 		return &Error{Code: Conflict, Message: err.Error(), Extra: map[string]any{
 			"resource": conf.Resource, "operation_id": conf.OperationID, "intent_id": conf.IntentID}}

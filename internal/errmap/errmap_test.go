@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,7 @@ func TestCodeTable(t *testing.T) {
 		{errmap.InvalidState, 1, 409},
 		{errmap.Busy, 1, 503},
 		{errmap.Unavailable, 1, 503},
+		{errmap.AuthorityChanged, 1, 503},
 		{errmap.UnsafeDatabase, 1, 500},
 		{errmap.Internal, 1, 500},
 		{errmap.BodyTooLarge, 2, 400},
@@ -143,6 +145,15 @@ func TestMapRealErrors(t *testing.T) {
 	_, afterTerminated := victim.Exec(ctx, `SELECT 1`)
 	victim.Release()
 
+	// authority_changed: a database restored from an older backup (its
+	// recorded timeline is ahead of its own), in a database of its own.
+	apool := testdb.New(t)
+	_, err = apool.Exec(ctx, `UPDATE epoch_authority SET timeline_id = timeline_id + 1`)
+	must(err)
+	var tli int64
+	must(apool.QueryRow(ctx, `SELECT fencegate_timeline_id()`).Scan(&tli))
+	_, authority := lease.NewIssuer(apool).Acquire(ctx, "r", "A", time.Hour)
+
 	// internal: a statement failing, a file missing, a plain error whose
 	// text merely mentions a connection.
 	_, syntax := pool.Exec(ctx, `SELEC 1`)
@@ -176,6 +187,8 @@ func TestMapRealErrors(t *testing.T) {
 		{"resource not found", resourceMissing, errmap.NotFound, 2, 404, "", nil},
 		{"key not found", keyMissing, errmap.NotFound, 2, 404, "", nil},
 		{"busy", busy, errmap.Busy, 1, 503, "", fields{"resource": "r"}},
+		{"authority changed", authority, errmap.AuthorityChanged, 1, 503, "",
+			fields{"resource": "r", "reason": lease.ReasonTimelineBackwards, "recorded_timeline": tli + 1, "timeline": tli}},
 		{"connection refused", refused, errmap.Unavailable, 1, 503, "", nil},
 		{"deadline passed", deadline, errmap.Unavailable, 1, 503, "", nil},
 		{"standby", fmt.Errorf("lease: acquire: %w", lease.ErrStandby), errmap.Unavailable, 1, 503, "", nil},
@@ -217,6 +230,10 @@ func TestMapRealErrors(t *testing.T) {
 	}
 	if m := errmap.Map(held); m.Extra["expires_at"] == nil {
 		t.Errorf("lease_held has no expires_at: %v", m.Body())
+	}
+	if m := errmap.Map(authority); m.Extra["system_identifier"] == "" || m.Extra["system_identifier"] != m.Extra["recorded_system_identifier"] ||
+		!strings.Contains(m.Message, "timeline went backwards") {
+		t.Errorf("authority_changed: %v; want both system identifiers (the same, as strings) and the condition named", m.Body())
 	}
 	if m := errmap.Map(busy); m.RetryAfter != 1 {
 		t.Errorf("busy: Retry-After %d, want 1", m.RetryAfter)
