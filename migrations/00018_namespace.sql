@@ -19,11 +19,11 @@ CREATE TABLE IF NOT EXISTS deployment (
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
 
--- fencegate_system_identifier: the cluster's system identifier, or NULL
+-- fencegate_deployment_sysid: the cluster's system identifier, or NULL
 -- where the role may not read it (pg_control_system needs superuser or
 -- pg_monitor on some installs).
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION fencegate_system_identifier() RETURNS text
+CREATE OR REPLACE FUNCTION fencegate_deployment_sysid() RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN (SELECT system_identifier::text FROM pg_control_system());
@@ -38,15 +38,15 @@ END $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencegate_derived_namespace() RETURNS text
 LANGUAGE sql VOLATILE AS $$
-    SELECT 'd' || substr(md5(coalesce(fencegate_system_identifier(), gen_random_uuid()::text) || '/' || current_database()), 1, 11)
+    SELECT 'd' || substr(md5(coalesce(fencegate_deployment_sysid(), gen_random_uuid()::text) || '/' || current_database()), 1, 11)
 $$;
 -- +goose StatementEnd
 
 INSERT INTO deployment (namespace, database_name, system_identifier)
-SELECT fencegate_derived_namespace(), current_database(), fencegate_system_identifier()
+SELECT fencegate_derived_namespace(), current_database(), fencegate_deployment_sysid()
 ON CONFLICT DO NOTHING;
 
 -- +goose Down
 DROP TABLE IF EXISTS deployment;
 DROP FUNCTION IF EXISTS fencegate_derived_namespace();
-DROP FUNCTION IF EXISTS fencegate_system_identifier();
+DROP FUNCTION IF EXISTS fencegate_deployment_sysid();

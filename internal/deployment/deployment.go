@@ -39,7 +39,7 @@ func Resolve(ctx context.Context, pool *pgxpool.Pool) (Info, error) {
 		var ns string
 		var rederived bool
 		err := tx.QueryRow(ctx, `
-			WITH cur AS (SELECT current_database() AS db, fencegate_system_identifier() AS sysid),
+			WITH cur AS (SELECT current_database() AS db, fencegate_deployment_sysid() AS sysid),
 			old AS (SELECT * FROM deployment FOR UPDATE),
 			upd AS (
 				UPDATE deployment d SET namespace = fencegate_derived_namespace(),
@@ -75,7 +75,7 @@ func Set(ctx context.Context, pool *pgxpool.Pool, ns wire.Namespace) (old wire.N
 	err = pool.QueryRow(ctx, `
 		WITH old AS (SELECT namespace FROM deployment FOR UPDATE)
 		UPDATE deployment SET namespace = $1, explicit = true, database_name = current_database(),
-			system_identifier = fencegate_system_identifier(), updated_at = now()
+			system_identifier = fencegate_deployment_sysid(), updated_at = now()
 		FROM old RETURNING old.namespace`, string(ns)).Scan(&prev)
 	if err != nil {
 		if isUndefinedTable(err) || errors.Is(err, pgx.ErrNoRows) {
