@@ -27,6 +27,7 @@ import (
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/group"
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -68,6 +69,10 @@ const DefaultConcurrency = 256
 type Config struct {
 	// Executors to run, one per kind. Required.
 	Executors []Executor
+	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
+	// migrate --schema). Default: the outbox client's (outbox.Config.Schema);
+	// another one is refused.
+	Schema string
 	// Concurrency bounds the intents executed at once per kind. Default
 	// DefaultConcurrency.
 	Concurrency int
@@ -193,6 +198,9 @@ type Runtime struct {
 	m      *runtimeMetrics
 	// ns is cfg.Namespace, checked.
 	ns wire.Namespace
+	// schema is cfg.Schema, checked; intents its intents table.
+	schema  pgschema.Schema
+	intents intents.Table
 
 	// caps are the executors' declared capabilities, by kind.
 	caps map[string]Capabilities
@@ -218,7 +226,20 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	if err != nil {
 		return nil, err
 	}
-	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, ns: wire.Namespace(cfg.Namespace), caps: map[string]Capabilities{}}
+	if ob != nil {
+		if cfg.Schema == "" {
+			cfg.Schema = ob.Schema()
+		}
+		if cfg.Schema != ob.Schema() {
+			return nil, fmt.Errorf("adapters: Schema %q is not the outbox client's schema %q", cfg.Schema, ob.Schema())
+		}
+	}
+	schema, err := pgschema.Parse(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("adapters: %w", err)
+	}
+	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, ns: wire.Namespace(cfg.Namespace), caps: map[string]Capabilities{},
+		schema: schema, intents: intents.In(schema)}
 	for _, ex := range cfg.Executors {
 		r.caps[ex.Kind()] = ex.Capabilities() // declared once, read once
 	}
@@ -495,7 +516,7 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	var fencedBy int64
 	if rec.Fence == outbox.FenceExecute {
 		var current int64
-		if err := r.pool.QueryRow(ctx, `SELECT epoch FROM resources WHERE resource_id = $1`, rec.Resource).Scan(&current); err != nil {
+		if err := r.pool.QueryRow(ctx, r.schema.SQL(`SELECT epoch FROM fencegate.resources WHERE resource_id = $1`), rec.Resource).Scan(&current); err != nil {
 			return 0, 0, fmt.Errorf("read resource epoch: %w", err)
 		}
 		if current > rec.Epoch {
@@ -860,7 +881,7 @@ func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d ide
 	}
 	r.m.outcomes.WithLabelValues(ex.Kind(), "retry").Inc()
 	log.Info("adapters: retryable error; will retry", "attempt", req.Attempt, "error", cause)
-	if err := intents.SetLastError(ctx, r.pool, req.IntentID, cause.Error()); err != nil {
+	if err := r.intents.SetLastError(ctx, r.pool, req.IntentID, cause.Error()); err != nil {
 		log.Warn("adapters: record last error", "error", err)
 	}
 	// The destination said when to come back (Retry-After): not sooner

@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
@@ -165,7 +166,7 @@ type event struct{ action, from, to, note string }
 
 func events(t *testing.T, e *adaptertest.Env, id int64) []event {
 	t.Helper()
-	rows, err := e.Pool.Query(context.Background(), `SELECT action, from_status, to_status, coalesce(note, '') FROM intent_events WHERE intent_id = $1 ORDER BY event_id`, id)
+	rows, err := e.Pool.Query(context.Background(), testdb.SQL(`SELECT action, from_status, to_status, coalesce(note, '') FROM fencegate.intent_events WHERE intent_id = $1 ORDER BY event_id`), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestOutcomeOnFinalIntentRecordedInHistory(t *testing.T) {
 	e := setupSlow(t, d, adapters.Config{}, 0)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	waitChan(t, d.entered, "the attempt to start executing")
-	if _, err := e.Pool.Exec(context.Background(), `UPDATE intents SET status = 'cancelled', completed_at = now(), updated_at = now() WHERE intent_id = $1`, id); err != nil {
+	if _, err := e.Pool.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now(), updated_at = now() WHERE intent_id = $1`), id); err != nil {
 		t.Fatal(err)
 	}
 	d.open()

@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -140,7 +141,11 @@ type ActionResult struct {
 // *InvalidStateError when the status does not allow the action (or, for a
 // cancel, when an attempt of the intent is in flight: InFlight), and an
 // *InputError for bad requests.
-func Apply(ctx context.Context, pool *pgxpool.Pool, req ActionRequest) (ActionResult, error) {
+func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, req ActionRequest) (ActionResult, error) {
+	sch, err := parseSchema(schema)
+	if err != nil {
+		return ActionResult{}, err
+	}
 	if err := req.validate(); err != nil {
 		return ActionResult{}, err
 	}
@@ -153,7 +158,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, req ActionRequest) (ActionRe
 	}
 	// A cancelled ctx does not roll a pgx transaction back by itself.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := apply(ctx, tx, req, &res); err != nil {
+	if err := apply(ctx, tx, sch, req, &res); err != nil {
 		var ise *InvalidStateError
 		if errors.As(err, &ise) || errors.Is(err, outbox.ErrNotFound) {
 			return res, err
@@ -189,11 +194,11 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, req ActionRequest) (ActionRe
 // take the two locks in the opposite order to Begin's and could deadlock,
 // and a key an attempt is ending right now (Complete, Release) read as still
 // started only makes the cancel refused, never an in-flight one allowed.
-func attemptInFlight(ctx context.Context, tx pgx.Tx, intentID int64, kind, key, fingerprint string, attempts int) (bool, error) {
+func attemptInFlight(ctx context.Context, tx pgx.Tx, sch pgschema.Schema, intentID int64, kind, key, fingerprint string, attempts int) (bool, error) {
 	var inFlight bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM idempotency_keys
+	err := tx.QueryRow(ctx, sch.SQL(`SELECT EXISTS (SELECT 1 FROM fencegate.idempotency_keys
 		WHERE kind = $1 AND idempotency_key = $2 AND fingerprint = $3 AND state = 'started'
-		  AND (owner_intent_id = $4 OR $5 > 0))`, kind, key, fingerprint, intentID, attempts).Scan(&inFlight)
+		  AND (owner_intent_id = $4 OR $5 > 0))`), kind, key, fingerprint, intentID, attempts).Scan(&inFlight)
 	if err != nil {
 		return false, fmt.Errorf("look for an attempt in flight: %w", err)
 	}
@@ -206,12 +211,12 @@ type keyRow struct {
 	status      *string
 }
 
-func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult) error {
+func apply(ctx context.Context, tx pgx.Tx, sch pgschema.Schema, req ActionRequest, res *ActionResult) error {
 	// kind, key and payload never change after insert, so reading them
 	// without a lock is safe; they say which key row to lock.
 	var kind, key string
 	var payload []byte
-	err := tx.QueryRow(ctx, `SELECT kind, idempotency_key, payload FROM intents WHERE intent_id = $1`, req.IntentID).
+	err := tx.QueryRow(ctx, sch.SQL(`SELECT kind, idempotency_key, payload FROM fencegate.intents WHERE intent_id = $1`), req.IntentID).
 		Scan(&kind, &key, &payload)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.ErrNotFound
@@ -228,8 +233,8 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 	if req.Action != ActionCancel {
 		var row keyRow
 		var state string
-		err := tx.QueryRow(ctx, `SELECT state, fingerprint, status FROM idempotency_keys
-			WHERE kind = $1 AND idempotency_key = $2 FOR UPDATE`, kind, key).Scan(&state, &row.fingerprint, &row.status)
+		err := tx.QueryRow(ctx, sch.SQL(`SELECT state, fingerprint, status FROM fencegate.idempotency_keys
+			WHERE kind = $1 AND idempotency_key = $2 FOR UPDATE`), kind, key).Scan(&state, &row.fingerprint, &row.status)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -248,7 +253,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 	// Lock the intent's row: the status check below and the update are one
 	// atomic step, ordered with the dispatcher's and adapters' writes to
 	// the row (which all lock it too).
-	locked, found, err := intents.Lock(ctx, tx, req.IntentID)
+	locked, found, err := intents.In(sch).Lock(ctx, tx, req.IntentID)
 	if err != nil {
 		return fmt.Errorf("lock intent: %w", err)
 	}
@@ -262,7 +267,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		return &InvalidStateError{IntentID: req.IntentID, Action: req.Action, Status: from, Allowed: allowedFrom[req.Action]}
 	}
 	if req.Action == ActionCancel && !from.Terminal() {
-		inFlight, err := attemptInFlight(ctx, tx, req.IntentID, kind, key, idempotency.Fingerprint(kind, payload), attempts)
+		inFlight, err := attemptInFlight(ctx, tx, sch, req.IntentID, kind, key, idempotency.Fingerprint(kind, payload), attempts)
 		if err != nil {
 			return err
 		}
@@ -277,7 +282,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		to = outbox.StatusPending
 		// Back to the dispatcher's queue as if new: no claim, no relay, no
 		// outcome. last_error is cleared here and kept in the event.
-		if err := intents.Retry(ctx, tx, req.IntentID); err != nil {
+		if err := intents.In(sch).Retry(ctx, tx, req.IntentID); err != nil {
 			return fmt.Errorf("retry: %w", err)
 		}
 		if k != nil {
@@ -290,10 +295,10 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 				// attempt is told to Recover — look the outcome up at the
 				// destination before sending — and no earlier attempt's
 				// token matches any more.
-				if _, err := tx.Exec(ctx, `UPDATE idempotency_keys
+				if _, err := tx.Exec(ctx, sch.SQL(`UPDATE fencegate.idempotency_keys
 					SET state = 'started', status = NULL, locked_until = clock_timestamp(),
-					    token = nextval('idempotency_token_seq'), updated_at = now()
-					WHERE kind = $1 AND idempotency_key = $2`, kind, key); err != nil {
+					    token = nextval('fencegate.idempotency_token_seq'), updated_at = now()
+					WHERE kind = $1 AND idempotency_key = $2`), kind, key); err != nil {
 					return fmt.Errorf("unhold idempotency key: %w", err)
 				}
 				res.Key = KeyUnheld
@@ -306,14 +311,14 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 				// completed as succeeded stays: the effect happened, and the
 				// retry must get Done(succeeded), not a second send. A
 				// started key stays too: an attempt owns it.
-				if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, kind, key); err != nil {
+				if _, err := tx.Exec(ctx, sch.SQL(`DELETE FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2`), kind, key); err != nil {
 					return fmt.Errorf("delete failed idempotency key: %w", err)
 				}
 				res.Key = KeyDeleted
 			}
 		}
 		// Wake the dispatchers at commit, as an enqueue does.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify('fencegate_intents', '')`); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, sch.IntentsChannel()); err != nil {
 			return fmt.Errorf("notify: %w", err)
 		}
 	case ActionCancel:
@@ -323,7 +328,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		// adapter's Begin refuses to start an attempt for a cancelled
 		// intent, so a pending intent a dispatcher relays anyway is not
 		// executed.
-		if err := intents.Cancel(ctx, tx, req.IntentID); err != nil {
+		if err := intents.In(sch).Cancel(ctx, tx, req.IntentID); err != nil {
 			return fmt.Errorf("cancel: %w", err)
 		}
 	case ActionResolve:
@@ -332,7 +337,7 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 		if to == outbox.StatusSucceeded {
 			errMsg = nil
 		}
-		if err := intents.Resolve(ctx, tx, req.IntentID, string(to), errMsg); err != nil {
+		if err := intents.In(sch).Resolve(ctx, tx, req.IntentID, string(to), errMsg); err != nil {
 			return fmt.Errorf("resolve: %w", err)
 		}
 		if k != nil && k.state == idempotency.StateHeld {
@@ -340,10 +345,10 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 			// later intents with this key get Done with it instead of
 			// waiting on a held key forever (or, once unheld, looking up
 			// again what the operator already established).
-			if _, err := tx.Exec(ctx, `UPDATE idempotency_keys
+			if _, err := tx.Exec(ctx, sch.SQL(`UPDATE fencegate.idempotency_keys
 				SET state = 'completed', status = $3, locked_until = NULL,
 				    last_error = $4, completed_at = now(), updated_at = now()
-				WHERE kind = $1 AND idempotency_key = $2`, kind, key, string(to), errMsg); err != nil {
+				WHERE kind = $1 AND idempotency_key = $2`), kind, key, string(to), errMsg); err != nil {
 				return fmt.Errorf("complete idempotency key: %w", err)
 			}
 			res.Key = KeyCompleted
@@ -353,8 +358,8 @@ func apply(ctx context.Context, tx pgx.Tx, req ActionRequest, res *ActionResult)
 	if req.Note != "" {
 		note = req.Note
 	}
-	if err := tx.QueryRow(ctx, `INSERT INTO intent_events (intent_id, actor, action, from_status, to_status, note, last_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING event_id`,
+	if err := tx.QueryRow(ctx, sch.SQL(`INSERT INTO fencegate.intent_events (intent_id, actor, action, from_status, to_status, note, last_error)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING event_id`),
 		req.IntentID, req.Actor, string(req.Action), string(from), string(to), note, lastError).Scan(&res.EventID); err != nil {
 		return fmt.Errorf("record event: %w", err)
 	}

@@ -47,15 +47,15 @@ type env struct {
 
 func newServer(t testing.TB, pool *pgxpool.Pool, tokens []Token, mod func(*Config)) *Server {
 	t.Helper()
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(pool, idempotency.Config{})
+	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool), Store: store, Tokens: tokens,
+	cfg := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), Store: store, Tokens: tokens,
 		Registry: prometheus.NewRegistry()}
 	if mod != nil {
 		mod(&cfg)
@@ -153,7 +153,7 @@ func expectField(t *testing.T, r resp, field string) {
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
 	var n int
-	if err := e.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := e.pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
 		e.t.Fatal(err)
 	}
 	return n
@@ -221,7 +221,7 @@ func TestIntakeStatusCodes(t *testing.T) {
 	if num(r.errField("current_epoch")) != 2 {
 		t.Fatalf("stale renew = %s", r.raw)
 	}
-	if n := e.count(`SELECT count(*) FROM intents WHERE operation_id = 'op-2'`); n != 0 {
+	if n := e.count(`SELECT count(*) FROM fencegate.intents WHERE operation_id = 'op-2'`); n != 0 {
 		t.Fatalf("stale enqueue stored %d rows", n)
 	}
 
@@ -246,7 +246,7 @@ func TestIntakeStatusCodes(t *testing.T) {
 	if r.errField("code") != "invalid_input" {
 		t.Fatalf("code = %s", r.raw)
 	}
-	if n := e.count(`SELECT count(*) FROM intents`); n != 1 {
+	if n := e.count(`SELECT count(*) FROM fencegate.intents`); n != 1 {
 		t.Fatalf("intents = %d, want 1", n)
 	}
 }
@@ -428,7 +428,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 			}
 		})
 	}
-	if n := e.count(`SELECT count(*) FROM intents`); n != 0 {
+	if n := e.count(`SELECT count(*) FROM fencegate.intents`); n != 0 {
 		t.Fatalf("bad input stored %d intents", n)
 	}
 	// The valid body is accepted, so the cases above failed for their flaw.
@@ -563,8 +563,8 @@ func TestPagination(t *testing.T) {
 // setStatus forces an intent's status, as the adapter runtime would.
 func (e *env) setStatus(id int64, status outbox.Status, lastError string) {
 	e.t.Helper()
-	if _, err := e.pool.Exec(context.Background(), `UPDATE intents SET status = $2, last_error = nullif($3, ''),
-		completed_at = CASE WHEN $2 IN ('failed', 'unknown', 'succeeded') THEN now() END WHERE intent_id = $1`,
+	if _, err := e.pool.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = $2, last_error = nullif($3, ''),
+		completed_at = CASE WHEN $2 IN ('failed', 'unknown', 'succeeded') THEN now() END WHERE intent_id = $1`),
 		id, string(status), lastError); err != nil {
 		e.t.Fatal(err)
 	}
@@ -573,13 +573,13 @@ func (e *env) setStatus(id int64, status outbox.Status, lastError string) {
 // putKey writes the intent's idempotency key in the given state.
 func (e *env) putKey(id int64, state idempotency.State, status outbox.Status) {
 	e.t.Helper()
-	_, err := e.pool.Exec(context.Background(), `
-		INSERT INTO idempotency_keys (kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id,
+	_, err := e.pool.Exec(context.Background(), testdb.SQL(`
+		INSERT INTO fencegate.idempotency_keys (kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id,
 		                              locked_until, status, completed_at)
 		SELECT kind, idempotency_key, $2, $3, intent_id, intent_id,
 		       CASE WHEN $3 = 'started' THEN now() + interval '1 hour' END, nullif($4, ''),
 		       CASE WHEN $3 = 'completed' THEN now() END
-		FROM intents WHERE intent_id = $1`, id, e.fingerprint(id), string(state), string(status))
+		FROM fencegate.intents WHERE intent_id = $1`), id, e.fingerprint(id), string(state), string(status))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -741,7 +741,7 @@ func TestActions(t *testing.T) {
 		t.Fatalf("timeline = %v", tl)
 	}
 	// failed attempts of actions wrote no events.
-	if n := e.count(`SELECT count(*) FROM intent_events`); n != 5 {
+	if n := e.count(`SELECT count(*) FROM fencegate.intent_events`); n != 5 {
 		t.Fatalf("events = %d, want 5", n)
 	}
 }
@@ -765,7 +765,7 @@ func TestActionsAreAtomic(t *testing.T) {
 			if i%2 == 1 {
 				a = ActionCancel
 			}
-			_, err := Apply(ctx, e.pool, ActionRequest{IntentID: id, Action: a, Actor: "t"})
+			_, err := Apply(ctx, e.pool, testdb.Schema(), ActionRequest{IntentID: id, Action: a, Actor: "t"})
 			var ise *InvalidStateError
 			if errors.As(err, &ise) {
 				err = nil
@@ -778,7 +778,7 @@ func TestActionsAreAtomic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hist, err := History(ctx, e.pool, id)
+	hist, err := History(ctx, e.pool, testdb.Schema(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -790,7 +790,7 @@ func TestActionsAreAtomic(t *testing.T) {
 		prev = ev.ToStatus
 	}
 	var status string
-	_ = e.pool.QueryRow(ctx, `SELECT status FROM intents WHERE intent_id = $1`, id).Scan(&status)
+	_ = e.pool.QueryRow(ctx, testdb.SQL(`SELECT status FROM fencegate.intents WHERE intent_id = $1`), id).Scan(&status)
 	if outbox.Status(status) != prev {
 		t.Fatalf("status %s, history ends at %s", status, prev)
 	}
@@ -899,7 +899,7 @@ func TestLoopbackRule(t *testing.T) {
 	if r.code != 200 {
 		t.Fatalf("anonymous cancel = %d %s", r.code, r.raw)
 	}
-	hist, err := History(context.Background(), pool, id)
+	hist, err := History(context.Background(), pool, testdb.Schema(), id)
 	if err != nil || len(hist) != 1 || hist[0].Actor != "anonymous" {
 		t.Fatalf("history = %+v %v", hist, err)
 	}
@@ -923,8 +923,8 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal("New without a pool accepted")
 	}
 	pool := testdb.New(t)
-	ob, _ := outbox.New(pool, outbox.Config{})
-	base := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool)}
+	ob, _ := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
+	base := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))}
 	bad := base
 	bad.Tokens = []Token{{Name: "x", Role: "root", Secret: workerSecret}}
 	if _, err := New(bad); err == nil {
@@ -1049,7 +1049,7 @@ func TestTokenScopes(t *testing.T) {
 	}
 	count := func() int {
 		var n int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM intents`).Scan(&n); err != nil {
+		if err := pool.QueryRow(context.Background(), testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -1134,7 +1134,7 @@ func TestGetIntentWaits(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int
-		if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+outbox.OutcomeChannel+`'`).Scan(&n); err != nil {
+		if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -1173,7 +1173,7 @@ func TestBulkActions(t *testing.T) {
 	other = append(other, e.seedIntent(workerSecret, "reports/a", "o2", outbox.StatusUnknown, "lost")) // another status
 	old := e.seedIntent(workerSecret, "reports/a", "o3", outbox.StatusFailed, "550")                   // too old
 	other = append(other, old)
-	if _, err := e.pool.Exec(ctx, `UPDATE intents SET updated_at = now() - interval '3 hours' WHERE intent_id = $1`, old); err != nil {
+	if _, err := e.pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.intents SET updated_at = now() - interval '3 hours' WHERE intent_id = $1`), old); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"action":"retry","status":"failed","kind":"email","resource_prefix":"reports/","since":"2h","note":"mailbox fixed"`
@@ -1196,7 +1196,7 @@ func TestBulkActions(t *testing.T) {
 		if st := e.status(id); st != outbox.StatusPending {
 			t.Errorf("intent %d is %s after the bulk retry, want pending", id, st)
 		}
-		if n := e.count(`SELECT count(*) FROM intent_events WHERE intent_id = $1 AND actor = 'op1' AND action = 'retry'`, id); n != 1 {
+		if n := e.count(`SELECT count(*) FROM fencegate.intent_events WHERE intent_id = $1 AND actor = 'op1' AND action = 'retry'`, id); n != 1 {
 			t.Errorf("intent %d: %d retry events by op1, want 1", id, n)
 		}
 	}

@@ -48,7 +48,7 @@ func (s *Server) listIntents(r *http.Request, p principal) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	page, err := ListIntents(r.Context(), s.cfg.Pool, f)
+	page, err := ListIntents(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), f)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -73,7 +73,7 @@ func (s *Server) getIntent(r *http.Request, p principal) (int, any, error) {
 			return 0, nil, badRequest("wait", "wait must be a duration from 0s to %s (e.g. 30s), got %q", MaxWait, raw)
 		}
 	}
-	d, err := GetIntent(r.Context(), s.cfg.Pool, id)
+	d, err := GetIntent(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), id)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -89,7 +89,7 @@ func (s *Server) getIntent(r *http.Request, p principal) (int, any, error) {
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
 			return 0, nil, err
 		}
-		if d, err = GetIntent(r.Context(), s.cfg.Pool, id); err != nil {
+		if d, err = GetIntent(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), id); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -101,7 +101,7 @@ func (s *Server) getResource(r *http.Request, p principal) (int, any, error) {
 	if err := p.resource(r.PathValue("id")); err != nil {
 		return 0, nil, err
 	}
-	v, err := GetResource(r.Context(), s.cfg.Pool, r.PathValue("id"))
+	v, err := GetResource(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), r.PathValue("id"))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -137,7 +137,7 @@ func (s *Server) getEpochs(r *http.Request, p principal) (int, any, error) {
 	if len(grants) == 0 {
 		// Tell an unknown resource from one whose epochs predate the
 		// history.
-		if _, err := GetResource(r.Context(), s.cfg.Pool, res); err != nil {
+		if _, err := GetResource(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), res); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -172,7 +172,7 @@ func (s *Server) action(a Action) handlerFunc {
 				return 0, nil, err
 			}
 		}
-		res, err := Apply(r.Context(), s.cfg.Pool, ActionRequest{IntentID: id, Action: a, Actor: p.name, Outcome: body.Outcome, Note: body.Note})
+		res, err := Apply(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), ActionRequest{IntentID: id, Action: a, Actor: p.name, Outcome: body.Outcome, Note: body.Note})
 		if err != nil {
 			return 0, nil, err
 		}
@@ -193,7 +193,7 @@ func (s *Server) bulk(r *http.Request, p principal) (int, any, error) {
 		return 0, nil, err
 	}
 	req.Actor = p.name
-	res, err := Bulk(r.Context(), s.cfg.Pool, req)
+	res, err := Bulk(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -117,13 +117,17 @@ func parseWhen(raw string, now time.Time) (time.Time, error) {
 // action recorded in the intent's history with the actor), reading them
 // in batches of BulkBatch by intent id. An intent that moved on meanwhile
 // is skipped and counted, never forced.
-func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest) (BulkResult, error) {
+func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkRequest) (BulkResult, error) {
+	sch, err := parseSchema(schema)
+	if err != nil {
+		return BulkResult{}, err
+	}
 	res := BulkResult{Action: req.Action, DryRun: req.DryRun, Skipped: map[string]int{}}
 	w, err := req.where(time.Now())
 	if err != nil {
 		return res, err
 	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE `+w.sql, w.args...).Scan(&res.Matched); err != nil {
+	if err := pool.QueryRow(ctx, sch.SQL(`SELECT count(*) FROM fencegate.intents WHERE `+w.sql), w.args...).Scan(&res.Matched); err != nil {
 		return res, fmt.Errorf("admin: bulk %s: count: %w", req.Action, err)
 	}
 	if req.DryRun {
@@ -133,7 +137,7 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest) (BulkResult,
 	for {
 		args := append(append([]any{}, w.args...), after, BulkBatch)
 		n := len(w.args)
-		rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT intent_id FROM intents WHERE %s AND intent_id > $%d ORDER BY intent_id LIMIT $%d`, w.sql, n+1, n+2), args...)
+		rows, err := pool.Query(ctx, sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s AND intent_id > $%d ORDER BY intent_id LIMIT $%d`, w.sql, n+1, n+2)), args...)
 		if err != nil {
 			return res, fmt.Errorf("admin: bulk %s: %w", req.Action, err)
 		}
@@ -154,7 +158,7 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, req BulkRequest) (BulkResult,
 			return res, nil
 		}
 		for _, id := range ids {
-			_, err := Apply(ctx, pool, ActionRequest{IntentID: id, Action: req.Action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note})
+			_, err := Apply(ctx, pool, schema, ActionRequest{IntentID: id, Action: req.Action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note})
 			var ise *InvalidStateError
 			switch {
 			case err == nil:

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -27,7 +28,7 @@ func (e *env) begin(id int64) (idempotency.Decision, error) {
 
 func (e *env) attempts(id int64) int {
 	e.t.Helper()
-	return e.count(`SELECT attempts FROM intents WHERE intent_id = $1`, id)
+	return e.count(`SELECT attempts FROM fencegate.intents WHERE intent_id = $1`, id)
 }
 
 // A pending intent whose attempt has begun (the adapter consumed the
@@ -51,7 +52,7 @@ func TestCancelRefusedWhileAttemptInFlight(t *testing.T) {
 	if err != nil || d.Outcome != idempotency.OutcomeExecute {
 		t.Fatalf("Begin = %+v, %v", d, err)
 	}
-	events := e.count(`SELECT count(*) FROM intent_events`)
+	events := e.count(`SELECT count(*) FROM fencegate.intent_events`)
 	r := act(busy, "cancel")
 	expect(t, r, http.StatusConflict, "invalid_state")
 	msg, _ := r.errField("message").(string)
@@ -64,7 +65,7 @@ func TestCancelRefusedWhileAttemptInFlight(t *testing.T) {
 	if s := e.status(busy); s != outbox.StatusPending {
 		t.Fatalf("status after refused cancel = %s", s)
 	}
-	if n := e.count(`SELECT count(*) FROM intent_events`); n != events {
+	if n := e.count(`SELECT count(*) FROM fencegate.intent_events`); n != events {
 		t.Fatalf("refused cancel recorded an event: %d → %d", events, n)
 	}
 
@@ -148,7 +149,7 @@ func TestCancelAndAttemptStartAreOrdered(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			_, canErr = Apply(ctx, e.pool, ActionRequest{IntentID: id, Action: ActionCancel, Actor: "t"})
+			_, canErr = Apply(ctx, e.pool, testdb.Schema(), ActionRequest{IntentID: id, Action: ActionCancel, Actor: "t"})
 		}()
 		wg.Wait()
 		var ise *InvalidStateError

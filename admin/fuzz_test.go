@@ -45,7 +45,7 @@ func FuzzDecodeIntent(f *testing.F) {
 	h := s.Handler()
 	count := func(t *testing.T) int {
 		var n int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM intents`).Scan(&n); err != nil {
+		if err := pool.QueryRow(context.Background(), testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -54,7 +54,7 @@ func TestIntakeEpochCeiling(t *testing.T) {
 		expectField(t, e.do("POST", "/api/v1/leases/release", workerSecret, `{"resource":"r","holder":"a","epoch":`+big+`}`), "epoch")
 		expectField(t, e.do("POST", "/api/v1/intents", workerSecret, strings.Replace(emailIntent("r", 1, "op"), `"epoch":1`, `"epoch":`+big, 1)), "epoch")
 	}
-	if n := e.count(`SELECT count(*) FROM resources`) + e.count(`SELECT count(*) FROM intents`); n != 0 {
+	if n := e.count(`SELECT count(*) FROM fencegate.resources`) + e.count(`SELECT count(*) FROM fencegate.intents`); n != 0 {
 		t.Fatalf("rows stored after bad epochs: %d", n)
 	}
 	r := e.do("POST", "/api/v1/epochs", workerSecret, `{"resource":"r","epoch":9007199254740992}`)
@@ -76,7 +76,7 @@ func TestIntakeBusy(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	s := newServer(t, pool, testTokens, func(c *Config) {
-		c.Issuer = lease.NewIssuer(pool, lease.WithLockTimeout(200*time.Millisecond))
+		c.Issuer = lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithLockTimeout(200*time.Millisecond))
 	})
 	e := &env{t: t, pool: pool, srv: s, issuer: s.cfg.Issuer, ob: s.cfg.Outbox}
 	e.ts = httptest.NewServer(s.Handler())
@@ -115,7 +115,7 @@ func TestIntakeBusy(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = 'R'`); err != nil {
+	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = 'R'`)); err != nil {
 		t.Fatal(err)
 	}
 	r = e.do("POST", "/api/v1/leases", workerSecret, `{"resource":"R","holder":"b","ttl_ms":60000}`)

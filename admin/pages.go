@@ -347,7 +347,7 @@ func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) 
 		s.render(w, r, http.StatusBadRequest, "intents", d)
 		return
 	}
-	p, err := ListIntents(r.Context(), s.cfg.Pool, f)
+	p, err := ListIntents(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), f)
 	if err != nil {
 		s.pageFail(w, r, err)
 		return
@@ -405,7 +405,7 @@ func (s *Server) intentPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 // showIntent renders intent id's page with status (an action's error
 // status, with d.Error set).
 func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, status int, d *pageData, note string) {
-	det, err := GetIntent(r.Context(), s.cfg.Pool, id)
+	det, err := GetIntent(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), id)
 	if err != nil {
 		if d.Error != "" && errors.Is(err, outbox.ErrNotFound) {
 			s.renderError(w, r, nil, status, d.Error)
@@ -495,7 +495,7 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 	if a == ActionResolve {
 		req.Outcome = outbox.Status(r.PostFormValue("outcome"))
 	}
-	if _, err := Apply(r.Context(), s.cfg.Pool, req); err != nil {
+	if _, err := Apply(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), req); err != nil {
 		ae := toAPIError(err)
 		if ae.Status() >= 500 {
 			s.cfg.Logger.Error("admin: page action failed", "action", a, "intent_id", id, "err", err)
@@ -558,7 +558,7 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 		// offers to apply what could not run.
 		err = inputErr("outcome", "resolve needs an outcome: succeeded or failed")
 	} else {
-		res, err = Bulk(r.Context(), s.cfg.Pool, req)
+		res, err = Bulk(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), req)
 	}
 	b := &bulkForm{Actions: bulkActions(req.Status), BulkRequest: req, Scope: bulkScope(req)}
 	d := &pageData{Title: "Bulk " + string(req.Action), Nav: "intents", Body: b}
@@ -644,7 +644,7 @@ func (s *Server) resourcePage(w http.ResponseWriter, r *http.Request, v *viewer)
 		s.pageFail(w, r, err)
 		return
 	}
-	rv, err := GetResource(r.Context(), s.cfg.Pool, res)
+	rv, err := GetResource(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), res)
 	if err != nil {
 		s.pageFail(w, r, err)
 		return

@@ -181,7 +181,7 @@ func TestPagesLoginCookie(t *testing.T) {
 	}
 	r = c.do("GET", intentPath+"?done=retry", nil)
 	c.expect(r, http.StatusOK, `id="status">pending<`, "Retried", "mailbox fixed &lt;b&gt;now&lt;/b&gt;", "op1")
-	if e.status(failed) != outbox.StatusPending || e.count(`SELECT count(*) FROM intent_events WHERE intent_id = $1 AND actor = 'op1' AND action = 'retry'`, failed) != 1 {
+	if e.status(failed) != outbox.StatusPending || e.count(`SELECT count(*) FROM fencegate.intent_events WHERE intent_id = $1 AND actor = 'op1' AND action = 'retry'`, failed) != 1 {
 		t.Fatal("the retry was not recorded with actor op1")
 	}
 	// Retrying a pending intent: the page with the error, 409.
@@ -242,7 +242,7 @@ func TestPagesLoginCookie(t *testing.T) {
 func (e *env) status(id int64) outbox.Status {
 	e.t.Helper()
 	var s string
-	if err := e.pool.QueryRow(context.Background(), `SELECT status FROM intents WHERE intent_id = $1`, id).Scan(&s); err != nil {
+	if err := e.pool.QueryRow(context.Background(), testdb.SQL(`SELECT status FROM fencegate.intents WHERE intent_id = $1`), id).Scan(&s); err != nil {
 		e.t.Fatal(err)
 	}
 	return outbox.Status(s)
@@ -331,7 +331,7 @@ func TestPagesNoTokens(t *testing.T) {
 		t.Fatalf("resolve = %d: %s", r.code, r.body)
 	}
 	c.expect(c.do("GET", ip, nil), http.StatusOK, `id="status">succeeded<`, "found in Sent", "anonymous")
-	if e.count(`SELECT count(*) FROM intent_events WHERE intent_id = $1 AND actor = 'anonymous'`, xss) != 1 {
+	if e.count(`SELECT count(*) FROM fencegate.intent_events WHERE intent_id = $1 AND actor = 'anonymous'`, xss) != 1 {
 		t.Fatal("no event by anonymous")
 	}
 

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -123,7 +125,11 @@ const listColumns = `intent_id, resource_id, epoch, operation_id, kind, idempote
 // strictly below the previous page's last id, so intents committed while a
 // client pages through neither shift pages (no duplicates) nor hide older
 // ones (no gaps); new intents appear on a fresh first page.
-func ListIntents(ctx context.Context, q Querier, f ListFilter) (Page, error) {
+func ListIntents(ctx context.Context, q Querier, schema string, f ListFilter) (Page, error) {
+	sch, err := parseSchema(schema)
+	if err != nil {
+		return Page{}, err
+	}
 	if err := f.Validate(); err != nil {
 		return Page{}, err
 	}
@@ -135,13 +141,13 @@ func ListIntents(ctx context.Context, q Querier, f ListFilter) (Page, error) {
 	// filters are written as "$n = '' OR col = $n" so one statement serves
 	// every combination; the indexes (resource_id, intent_id DESC) and
 	// (status, intent_id DESC) serve the common ones.
-	rows, err := q.Query(ctx, `SELECT `+listColumns+` FROM intents
+	rows, err := q.Query(ctx, sch.SQL(`SELECT `+listColumns+` FROM fencegate.intents
 		WHERE ($1 = '' OR resource_id = $1)
 		  AND ($2 = '' OR status = $2)
 		  AND ($3 = '' OR kind = $3)
 		  AND ($4 = 0 OR intent_id < $4)
 		ORDER BY intent_id DESC
-		LIMIT $5`, f.Resource, string(f.Status), f.Kind, after, f.Limit+1)
+		LIMIT $5`), f.Resource, string(f.Status), f.Kind, after, f.Limit+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("admin: list intents: %w", err)
 	}
@@ -207,12 +213,16 @@ type IntentDetail struct {
 }
 
 // GetIntent returns the intent with its history, or outbox.ErrNotFound.
-func GetIntent(ctx context.Context, q Querier, id int64) (*IntentDetail, error) {
+func GetIntent(ctx context.Context, q Querier, schema string, id int64) (*IntentDetail, error) {
+	sch, err := parseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
 	var d IntentDetail
 	r := &d.Record
 	var fence, status string
 	var payload, result []byte
-	err := q.QueryRow(ctx, `SELECT `+listColumns+`, payload FROM intents WHERE intent_id = $1`, id).Scan(
+	err = q.QueryRow(ctx, sch.SQL(`SELECT `+listColumns+`, payload FROM fencegate.intents WHERE intent_id = $1`), id).Scan(
 		&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
 		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal, &payload)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -225,7 +235,7 @@ func GetIntent(ctx context.Context, q Querier, id int64) (*IntentDetail, error) 
 	if result != nil {
 		r.Result = result
 	}
-	if d.History, err = History(ctx, q, id); err != nil {
+	if d.History, err = History(ctx, q, schema, id); err != nil {
 		return nil, err
 	}
 	d.Timeline = timeline(r, d.History)
@@ -233,9 +243,13 @@ func GetIntent(ctx context.Context, q Querier, id int64) (*IntentDetail, error) 
 }
 
 // History returns the intent's events in the order they happened.
-func History(ctx context.Context, q Querier, id int64) ([]Event, error) {
-	rows, err := q.Query(ctx, `SELECT event_id, intent_id, at, actor, action, from_status, to_status, note, last_error
-		FROM intent_events WHERE intent_id = $1 ORDER BY event_id`, id)
+func History(ctx context.Context, q Querier, schema string, id int64) ([]Event, error) {
+	sch, err := parseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, sch.SQL(`SELECT event_id, intent_id, at, actor, action, from_status, to_status, note, last_error
+		FROM fencegate.intent_events WHERE intent_id = $1 ORDER BY event_id`), id)
 	if err != nil {
 		return nil, fmt.Errorf("admin: history of intent %d: %w", id, err)
 	}
@@ -293,7 +307,11 @@ var ErrResourceNotFound = fenceerr.NotFound("resource not found")
 
 // GetResource returns the resource's control row and counts, or
 // ErrResourceNotFound.
-func GetResource(ctx context.Context, q Querier, resource string) (*ResourceView, error) {
+func GetResource(ctx context.Context, q Querier, schema string, resource string) (*ResourceView, error) {
+	sch, err := parseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
 	if err := lease.ValidateResource(resource); err != nil {
 		var le *lease.InvalidError
 		if errors.As(err, &le) {
@@ -306,14 +324,14 @@ func GetResource(ctx context.Context, q Querier, resource string) (*ResourceView
 		v.Counts[s] = 0
 	}
 	found := true
-	err := q.QueryRow(ctx, `SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)
-		FROM resources WHERE resource_id = $1`, resource).Scan(&v.Epoch, &v.Holder, &v.LeaseExpiresAt, &v.LeaseLive)
+	err = q.QueryRow(ctx, sch.SQL(`SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)
+		FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&v.Epoch, &v.Holder, &v.LeaseExpiresAt, &v.LeaseLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		found = false
 	} else if err != nil {
 		return nil, fmt.Errorf("admin: get resource %q: %w", resource, err)
 	}
-	rows, err := q.Query(ctx, `SELECT status, count(*) FROM intents WHERE resource_id = $1 GROUP BY status`, resource)
+	rows, err := q.Query(ctx, sch.SQL(`SELECT status, count(*) FROM fencegate.intents WHERE resource_id = $1 GROUP BY status`), resource)
 	if err != nil {
 		return nil, fmt.Errorf("admin: count intents of %q: %w", resource, err)
 	}
@@ -334,4 +352,13 @@ func GetResource(ctx context.Context, q Querier, resource string) (*ResourceView
 		return nil, ErrResourceNotFound
 	}
 	return v, nil
+}
+
+// parseSchema checks the schema a caller named ("" is the default one).
+func parseSchema(schema string) (pgschema.Schema, error) {
+	sch, err := pgschema.Parse(schema)
+	if err != nil {
+		return sch, inputErr("schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
+	}
+	return sch, nil
 }

@@ -57,7 +57,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	// Start checks the other flags before it starts anything.
 	b, err := bench.Start(ctx, bench.Config{
 		Cases: cases, Duration: *duration, DrainIntents: *drainN, FileDir: *fileDir,
-		DatabaseURL: dbFlag.Value.String(), NATSURL: *natsURL, CPUProfile: *cpuProf,
+		DatabaseURL: dbFlag.Value.String(), NATSURL: *natsURL, CPUProfile: *cpuProf, Schema: a.schema(),
 		Log: a.stderr, Connect: a.connect, RunGateway: a.benchRun, StopTimeout: stopTimeout,
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ func bulkCommand(action admin.Action) command {
 			return a.fail(err)
 		}
 		defer pool.Close()
-		res, err := admin.Bulk(ctx, pool, req)
+		res, err := admin.Bulk(ctx, pool, a.schema(), req)
 		if err != nil {
 			return a.fail(err)
 		}

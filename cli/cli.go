@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -65,7 +67,23 @@ func (a *app) newFlags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("gateway "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dbURL := fs.String("database-url", a.getenv("GATEWAY_DATABASE_URL"), "PostgreSQL URL (default $GATEWAY_DATABASE_URL)")
+	a.schemaFlag(fs)
 	return fs, dbURL
+}
+
+// schemaFlag adds --schema, the PostgreSQL schema fencegate's tables live
+// in (default $GATEWAY_SCHEMA, else fencegate); parse checks it.
+func (a *app) schemaFlag(fs *flag.FlagSet) {
+	a.schemaName = fs.String("schema", cmp.Or(a.getenv("GATEWAY_SCHEMA"), pgschema.Default),
+		"PostgreSQL schema of fencegate's tables and functions (default $GATEWAY_SCHEMA, else "+pgschema.Default+"): a-z, 0-9, _, at most 40 bytes")
+}
+
+// schema is the --schema of the command being run.
+func (a *app) schema() string {
+	if a.schemaName == nil {
+		return pgschema.Default
+	}
+	return *a.schemaName
 }
 
 // parse parses args; on --help it prints the flags and returns exit 0.
@@ -89,6 +107,9 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 			return exitOK, false
 		}
 		return a.fail(badInput("flags", err.Error())), false
+	}
+	if err := pgschema.Check(a.schema()); err != nil {
+		return a.fail(badInput("schema", "--"+err.Error())), false
 	}
 	return 0, true
 }
@@ -126,6 +147,9 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 	})
 	if bad != nil {
 		return a.fail(bad), false
+	}
+	if err := pgschema.Check(a.schema()); err != nil {
+		return a.fail(badInput("schema", "--"+err.Error())), false
 	}
 	return 0, true
 }

@@ -45,11 +45,11 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	if err := a.requireFsync(ctx, pool, *allowFsyncOff); err != nil {
 		return a.fail(err)
 	}
-	applied, err := migrations.Up(ctx, pool, nil)
+	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: a.schema()})
 	if err != nil {
 		return a.fail(err)
 	}
-	version, err := migrations.Version(ctx, pool)
+	version, err := migrations.Version(ctx, pool, a.schema())
 	if err != nil {
 		return a.fail(err)
 	}
@@ -57,7 +57,7 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 		applied = []migrations.Applied{}
 	}
 	if ns != "" {
-		old, err := deployment.Set(ctx, pool, ns)
+		old, err := deployment.Set(ctx, pool, a.schema(), ns)
 		if err != nil {
 			return a.fail(err)
 		}
@@ -67,7 +67,7 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 			fmt.Fprintf(a.stderr, "gateway migrate: namespace %s (was %s): restart every gateway process of this database\n", ns, old)
 		}
 	}
-	info, err := deployment.Resolve(ctx, pool)
+	info, err := deployment.Resolve(ctx, pool, a.schema())
 	if err != nil {
 		return a.fail(err)
 	}
@@ -183,7 +183,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	iss := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump))
+	iss := lease.NewIssuer(pool, lease.WithSchema(a.schema()), lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump))
 	switch sub {
 	case "acquire":
 		l, err := iss.Acquire(ctx, *resource, *holder, ttl)
@@ -242,7 +242,7 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	r, err := lease.NewIssuer(pool, lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump)).Advance(ctx, *resource, *epoch)
+	r, err := lease.NewIssuer(pool, lease.WithSchema(a.schema()), lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump)).Advance(ctx, *resource, *epoch)
 	if err != nil {
 		return a.fail(err)
 	}

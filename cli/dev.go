@@ -47,9 +47,11 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format on stderr: text or json (slog)")
 	allowFsyncOff := a.fsyncFlag(fs)
+	a.schemaFlag(fs)
 	if code, ok := a.parseWithEnv(fs, args, "database-url", "nats-url"); !ok {
 		return code
 	}
+	o.Schema = a.schema()
 	o.AllowFsyncOff = *allowFsyncOff
 	if err := noArgs(fs); err != nil {
 		return a.fail(err)

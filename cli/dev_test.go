@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/internal/devenv"
+	"github.com/fencegate/fencegate/internal/testdb"
 )
 
 // devProc is a running `gateway dev`.
@@ -183,7 +184,7 @@ func waitDemo(t *testing.T, p *devProc, conn *pgx.Conn) []demoIntent {
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		rows, err := conn.Query(ctx, `SELECT operation_id, epoch, kind, status FROM intents WHERE resource_id = 'nightly-report' ORDER BY intent_id`)
+		rows, err := conn.Query(ctx, testdb.SQL(`SELECT operation_id, epoch, kind, status FROM fencegate.intents WHERE resource_id = 'nightly-report' ORDER BY intent_id`))
 		if err != nil {
 			t.Fatal(err)
 		}

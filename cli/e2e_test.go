@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testdb"
 )
 
 // waitStatus polls `gateway status ID` until the intent reaches a terminal
@@ -158,10 +159,10 @@ func TestRunEndToEnd(t *testing.T) {
 	// is inserted as it would have been committed back then; NOTIFY is left
 	// to the trigger or the poll.
 	var staleID int64
-	if err := pool.QueryRow(context.Background(), `
-		INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+	if err := pool.QueryRow(context.Background(), testdb.SQL(`
+		INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
 		VALUES ('report', 1, 'file-late', 'file', 'report/file-late', 'commit', $1)
-		RETURNING intent_id`, `{"target":"`+target+`","content":"late report by A"}`).Scan(&staleID); err != nil {
+		RETURNING intent_id`), `{"target":"`+target+`","content":"late report by A"}`).Scan(&staleID); err != nil {
 		t.Fatal(err)
 	}
 	stale := resultOf(t, waitStatus(t, db, staleID, "superseded"))

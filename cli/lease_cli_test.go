@@ -102,7 +102,7 @@ func TestCLIBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestCLIBusy(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = 'R'`); err != nil {
+	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = 'R'`)); err != nil {
 		t.Fatal(err)
 	}
 	r := gw(t, db, "lease", "acquire", "--resource", "R", "--holder", "B", "--ttl", "60s", "--lock-timeout", "200ms")
@@ -177,7 +177,7 @@ func TestCLIFailoverEpochJump(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(context.Background(), `DELETE FROM epoch_authority`); err != nil {
+	if _, err := pool.Exec(context.Background(), testdb.SQL(`DELETE FROM fencegate.epoch_authority`)); err != nil {
 		t.Fatal(err)
 	}
 	r := gw(t, db, "lease", "acquire", "--resource", "new", "--holder", "A", "--failover-epoch-jump", "50")
@@ -191,7 +191,7 @@ func TestCLIFailoverEpochJump(t *testing.T) {
 		t.Fatalf("acquire of the raised resource = %s; want 52 (1 + 50, lease cleared, + 1)", r.stdout)
 	}
 
-	if _, err := pool.Exec(context.Background(), `UPDATE epoch_authority SET timeline_id = timeline_id + 1`); err != nil {
+	if _, err := pool.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.epoch_authority SET timeline_id = timeline_id + 1`)); err != nil {
 		t.Fatal(err)
 	}
 	r = gw(t, db, "lease", "acquire", "--resource", "old", "--holder", "B")

@@ -35,7 +35,7 @@ func cmdLeaseHistory(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	grants, err := lease.NewIssuer(pool).History(ctx, *resource, *limit)
+	grants, err := lease.NewIssuer(pool, lease.WithSchema(a.schema())).History(ctx, *resource, *limit)
 	if err != nil {
 		return a.fail(err)
 	}

@@ -31,7 +31,7 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	page, err := admin.ListIntents(ctx, pool, f)
+	page, err := admin.ListIntents(ctx, pool, a.schema(), f)
 	if err != nil {
 		return a.fail(err)
 	}

@@ -22,10 +22,10 @@ func TestLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := lease.NewIssuer(pool).Advance(ctx, "r", 1); err != nil {
+	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Advance(ctx, "r", 1); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,6 +88,9 @@ type app struct {
 	// kinds and executors are a program's own (Options).
 	kinds     map[string]outbox.KindSpec
 	executors []adapters.Executor
+	// schemaName is the command's --schema (schemaFlag); nil before its
+	// flags are made.
+	schemaName *string
 }
 
 type command func(ctx context.Context, a *app, args []string) int
@@ -174,5 +177,5 @@ func (a *app) outboxConfig() outbox.Config {
 	// so that gateway enqueue stores the key the intake would.
 	// A value outside global|resource makes outbox.New fail; gateway
 	// enqueue checks it first (exit 2 naming key_scope).
-	return outbox.Config{Kinds: kinds, KeyScope: outbox.KeyScope(a.getenv("GATEWAY_KEY_SCOPE"))}
+	return outbox.Config{Schema: a.schema(), Kinds: kinds, KeyScope: outbox.KeyScope(a.getenv("GATEWAY_KEY_SCOPE"))}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
 )
 
@@ -50,11 +51,11 @@ func TestTwoDeploymentsOneNATS(t *testing.T) {
 			t.Fatalf("migrate: namespace %v (explicit %v): %v", r.obj["namespace"], r.obj["namespace_explicit"], err)
 		}
 		expectCode(t, gw(t, db, "epoch", "advance", "--resource", "backlog", "--epoch", "1"), 0, "")
-		if _, err := p.Exec(context.Background(), `
-			INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+		if _, err := p.Exec(context.Background(), testdb.SQL(`
+			INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
 			SELECT 'backlog', 1, 'op-' || g, 'file', 'key-' || g, 'execute',
 			       jsonb_build_object('target', 'out/' || g, 'content', $2 || '-' || g)
-			FROM generate_series(1, $1) g`, n, d.name); err != nil {
+			FROM generate_series(1, $1) g`), n, d.name); err != nil {
 			t.Fatal(err)
 		}
 		d.root = t.TempDir()
@@ -70,7 +71,7 @@ func TestTwoDeploymentsOneNATS(t *testing.T) {
 	}
 	for _, d := range deps {
 		pollUntil(t, 40*time.Second, "deployment "+d.name+"'s intents to succeed", func() (bool, string) {
-			ok := scalar(t, d.pool, `SELECT count(*) FROM intents WHERE status = 'succeeded'`)
+			ok := scalar(t, d.pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'succeeded'`)
 			return ok == n, fmt.Sprintf("%d of %d succeeded", ok, n)
 		})
 	}

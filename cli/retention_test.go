@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -37,8 +38,8 @@ func TestStackRetentionHorizons(t *testing.T) {
 		{"intents default, keys longer", 0, 31 * day, false},
 	} {
 		cfg := gateway.Config{RunDispatcher: true,
-			Retention:   outbox.SweeperConfig{MaxAge: c.intents},
-			Idempotency: idempotency.Config{Retention: c.key}}
+			Retention:   outbox.SweeperConfig{Schema: testdb.Schema(), MaxAge: c.intents},
+			Idempotency: idempotency.Config{Schema: testdb.Schema(), Retention: c.key}}
 		err := cfg.Validate()
 		if c.ok && err != nil {
 			t.Errorf("%s: %v", c.name, err)

@@ -220,6 +220,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 
 	cfg := gateway.Config{
+		Schema:  a.schema(),
 		NATSURL: *natsURL,
 		NATSAuth: gateway.NATSAuth{CredsFile: *natsCreds, NKeyFile: *natsNKey,
 			TLSCAFile: *natsTLSCA, TLSCertFile: *natsTLSCert, TLSKeyFile: *natsTLSKey},

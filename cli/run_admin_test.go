@@ -250,7 +250,7 @@ func TestRunMailPolicy(t *testing.T) {
 			t.Fatalf("payload %s: %d %v, want 400 naming %s", tc.payload, code, m, tc.field)
 		}
 	}
-	if n := scalar(t, pool, `SELECT count(*) FROM intents`); n != 0 {
+	if n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents`); n != 0 {
 		t.Fatalf("%d intents stored", n)
 	}
 	// Recipients are counted after dedup (case-insensitive): 3, at the limit.

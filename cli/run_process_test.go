@@ -121,11 +121,11 @@ func runPool(t *testing.T) (string, *pgxpool.Pool) {
 // backlog.
 func insertBacklog(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
-	_, err := pool.Exec(context.Background(), `
-		INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+	_, err := pool.Exec(context.Background(), testdb.SQL(`
+		INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
 		SELECT 'backlog', 1, 'op-' || g, 'file', 'key-' || g, 'execute',
 		       jsonb_build_object('target', 'out/' || g, 'content', repeat('x', 200))
-		FROM generate_series(1, $1) g`, n)
+		FROM generate_series(1, $1) g`), n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() (bo
 func scalar(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -227,8 +227,8 @@ func TestRunKill9MidBatch(t *testing.T) {
 	victim := startRun(t, []string{failpoint.EnvVar + "=" + failpoint.AfterPublishBeforeMark + "=sleep(20ms)"}, dbURL, srv.URL, "--dispatcher-id", "victim", "--batch-size", "10",
 		"--max-in-flight", "20", "--claim-ttl", "3s", "--publish-timeout", "1s")
 	pollUntil(t, 30*time.Second, "the victim to be mid-way with claims held", func() (bool, string) {
-		relayed := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'relayed'`)
-		claimed := scalar(t, pool, `SELECT count(*) FROM intents WHERE claimed_by = 'victim'`)
+		relayed := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
+		claimed := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by = 'victim'`)
 		return relayed >= 200 && claimed > 0, fmt.Sprintf("relayed=%d claimed=%d", relayed, claimed)
 	})
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -237,7 +237,7 @@ func TestRunKill9MidBatch(t *testing.T) {
 	victim.wait(t, 10*time.Second)
 
 	// What the dead process left behind.
-	rows, err := pool.Query(context.Background(), `SELECT intent_id, claim_expires_at FROM intents WHERE claimed_by = 'victim'`)
+	rows, err := pool.Query(context.Background(), testdb.SQL(`SELECT intent_id, claim_expires_at FROM fencegate.intents WHERE claimed_by = 'victim'`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,18 +254,18 @@ func TestRunKill9MidBatch(t *testing.T) {
 	if len(left) == 0 {
 		t.Fatal("the killed dispatcher left no claim behind: not killed mid-batch")
 	}
-	pending := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'pending'`)
+	pending := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
 	t.Logf("killed with %d claims held, %d intents pending", len(left), pending)
 
 	var mu sync.Mutex
 	claimedAt := map[int64]time.Time{}
 	nc := natstest.Connect(t, srv.URL)
 	// The rescuer relays in the database's namespace, as the victim did.
-	info, err := deployment.Resolve(context.Background(), pool)
+	info, err := deployment.Resolve(context.Background(), pool, testdb.Schema())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatcher.New(pool, nc, dispatcher.Config{ID: "rescuer", BatchSize: 200, Namespace: string(info.Namespace)})
+	d, err := dispatcher.New(pool, nc, dispatcher.Config{Schema: testdb.Schema(), ID: "rescuer", BatchSize: 200, Namespace: string(info.Namespace)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestRunKill9MidBatch(t *testing.T) {
 	}
 	defer d.Stop()
 	pollUntil(t, 60*time.Second, "every intent relayed and unclaimed", func() (bool, string) {
-		p := scalar(t, pool, `SELECT count(*) FROM intents WHERE status <> 'relayed' OR claimed_by IS NOT NULL`)
+		p := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status <> 'relayed' OR claimed_by IS NOT NULL`)
 		return p == 0, fmt.Sprintf("%d left", p)
 	})
 	mu.Lock()
@@ -321,11 +321,11 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 	srv := natstest.Start(t)
 	insertBacklog(t, pool, 5000)
 
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.NewIssuer(pool).Acquire(context.Background(), "load", "test", time.Hour)
+	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(context.Background(), "load", "test", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 
 	p := startRun(t, nil, dbURL, srv.URL, "--batch-size", "50")
 	pollUntil(t, 30*time.Second, "relaying under way", func() (bool, string) {
-		n := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'relayed'`)
+		n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
 		return n >= 500, strconv.Itoa(n)
 	})
 	start := time.Now()
@@ -363,10 +363,10 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 
-	if c := scalar(t, pool, `SELECT count(*) FROM intents WHERE claimed_by IS NOT NULL OR claim_expires_at IS NOT NULL`); c != 0 {
+	if c := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by IS NOT NULL OR claim_expires_at IS NOT NULL`); c != 0 {
 		t.Errorf("%d intents left claimed after SIGTERM", c)
 	}
-	rows, err := pool.Query(context.Background(), `SELECT intent_id FROM intents WHERE status = 'relayed'`)
+	rows, err := pool.Query(context.Background(), testdb.SQL(`SELECT intent_id FROM fencegate.intents WHERE status = 'relayed'`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +385,7 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 			t.Errorf("intent %d marked relayed, in the stream %d times", id, got[id])
 		}
 	}
-	pending := scalar(t, pool, `SELECT count(*) FROM intents WHERE status = 'pending'`)
+	pending := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
 	t.Logf("%d relayed, %d still pending at exit", len(relayed), pending)
 	if !strings.Contains(p.stderr.String(), "dispatcher: stopped") {
 		t.Errorf("no 'dispatcher: stopped' in the log:\n%s", p.stderr.String())

@@ -39,7 +39,7 @@ func TestStatusWait(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN fencegate_outcomes'`).Scan(&n); err != nil {
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -50,7 +50,7 @@ func TestStatusWait(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := conn.Exec(context.Background(), `UPDATE intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`, id); err != nil {
+	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`), id); err != nil {
 		t.Fatal(err)
 	}
 	r = <-done
@@ -77,7 +77,7 @@ func TestBulkRetryCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), `UPDATE intents SET status = 'failed', completed_at = now()`); err != nil {
+	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'failed', completed_at = now()`)); err != nil {
 		t.Fatal(err)
 	}
 	r := gw(t, db, "retry", "--status", "failed", "--kind", "file", "--since", "1h")
@@ -96,7 +96,7 @@ func TestBulkRetryCLI(t *testing.T) {
 		}
 	}
 	var actor string
-	if err := conn.QueryRow(context.Background(), `SELECT actor FROM intent_events WHERE action = 'retry' LIMIT 1`).Scan(&actor); err != nil || !strings.HasPrefix(actor, "cli:") {
+	if err := conn.QueryRow(context.Background(), testdb.SQL(`SELECT actor FROM fencegate.intent_events WHERE action = 'retry' LIMIT 1`)).Scan(&actor); err != nil || !strings.HasPrefix(actor, "cli:") {
 		t.Errorf("actor %q %v, want cli:…", actor, err)
 	}
 	r = gw(t, db, "retry", "--kind", "file")

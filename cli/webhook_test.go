@@ -83,7 +83,7 @@ func TestRunWebhook(t *testing.T) {
 	if code != http.StatusBadRequest || m["error"].(map[string]any)["field"] != "payload.url" {
 		t.Fatalf("intake, host not allowed: %d %v; want 400 naming payload.url", code, m)
 	}
-	if n := scalar(t, pool, `SELECT count(*) FROM intents WHERE operation_id = 'elsewhere'`); n != 0 {
+	if n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'elsewhere'`); n != 0 {
 		t.Fatalf("%d intents stored for a refused enqueue", n)
 	}
 	code, m = post(`{"resource":"billing","epoch":1,"operation_id":"charge-2","kind":"webhook","payload":{"url":"` + rcv.URL + `/charge","method":"PUT","body":{"amount":1}}}`)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -27,7 +28,7 @@ func BenchmarkRelay(b *testing.B) {
 	e := setup(b)
 	ctx := context.Background()
 	// The stream exists before either side is timed.
-	if _, err := e.js.CreateOrUpdateStream(ctx, dispatcher.Config{}.StreamConfig()); err != nil {
+	if _, err := e.js.CreateOrUpdateStream(ctx, dispatcher.Config{Schema: testdb.Schema()}.StreamConfig()); err != nil {
 		b.Fatal(err)
 	}
 	var relayTime, rawTime time.Duration
@@ -40,7 +41,7 @@ func BenchmarkRelay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d, err := dispatcher.New(e.pool, nc, dispatcher.Config{BatchSize: 1000, MaxInFlight: 8192, DisableListen: true,
+		d, err := dispatcher.New(e.pool, nc, dispatcher.Config{Schema: testdb.Schema(), BatchSize: 1000, MaxInFlight: 8192, DisableListen: true,
 			PollInterval: 10 * time.Millisecond})
 		if err != nil {
 			b.Fatal(err)
@@ -53,7 +54,7 @@ func BenchmarkRelay(b *testing.B) {
 		}
 		for {
 			var left bool
-			if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intents WHERE status = 'pending')`).Scan(&left); err != nil {
+			if err := e.pool.QueryRow(ctx, testdb.SQL(`SELECT EXISTS (SELECT 1 FROM fencegate.intents WHERE status = 'pending')`)).Scan(&left); err != nil {
 				b.Fatal(err)
 			}
 			if !left {
@@ -118,7 +119,7 @@ func publishRaw(b *testing.B, url string, n, offset int) {
 // BenchmarkEnqueueNotify measures what the NOTIFY in every enqueue costs:
 // PostgreSQL takes a global lock at commit to queue the notification, which
 // can serialise commits. 16 goroutines, each on its own resource, run
-// fenced enqueues with outbox.Config{DisableNotify: false} and then true, on
+// fenced enqueues with outbox.Config{Schema: testdb.Schema(), DisableNotify: false} and then true, on
 // one database with a dispatcher-like listener connected. Metrics:
 // notify_on_enq/s, notify_off_enq/s and on/off.
 func BenchmarkEnqueueNotify(b *testing.B) {
@@ -132,7 +133,7 @@ func BenchmarkEnqueueNotify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := lconn.Exec(ctx, "LISTEN "+dispatcher.NotifyChannel); err != nil {
+	if _, err := lconn.Exec(ctx, "LISTEN "+dispatcher.NotifyChannel(testdb.Schema())); err != nil {
 		b.Fatal(err)
 	}
 	var lwg sync.WaitGroup
@@ -150,7 +151,7 @@ func BenchmarkEnqueueNotify(b *testing.B) {
 		epochs[w] = e.acquire("notify-" + strconv.Itoa(w))
 	}
 	run := func(disable bool, round int) time.Duration {
-		ob, err := outbox.New(e.pool, outbox.Config{DisableNotify: disable})
+		ob, err := outbox.New(e.pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: disable})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,6 +33,9 @@ const (
 // Config configures a Dispatcher. The zero value of every field means its
 // default.
 type Config struct {
+	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
+	// migrate --schema). Default: "fencegate".
+	Schema string
 	// Namespace is the deployment's namespace on NATS (see
 	// gateway.Config.Namespace): the stream GATEWAY_INTENTS_<ns>, subjects
 	// gateway.<ns>.intents.<kind>, message ids and the Fencegate-Namespace
@@ -126,6 +130,9 @@ func DefaultBackoff() backoff.BackOff {
 }
 
 func (c Config) validate() error {
+	if _, err := pgschema.Parse(c.Schema); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
 	if c.Namespace != "" {
 		if _, err := wire.ParseNamespace(c.Namespace); err != nil {
 			return fmt.Errorf("dispatcher: Namespace %w", err)

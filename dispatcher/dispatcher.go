@@ -24,6 +24,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -31,8 +32,9 @@ import (
 )
 
 // NotifyChannel is the PostgreSQL channel the fenced enqueue notifies at
-// commit.
-const NotifyChannel = "fencegate_intents"
+// commit, in schema (pgschema): "<schema>_intents", fencegate_intents in
+// the default schema.
+func NotifyChannel(schema string) string { return pgschema.MustParse(schema).IntentsChannel() }
 
 var (
 	errNotConnected = errors.New("dispatcher: not connected to NATS")
@@ -66,8 +68,11 @@ type Dispatcher struct {
 	// context before the loops start; zero in production.
 	hooks testhook.Dispatcher
 
-	// claimer claims batches of BatchSize (internal/intents).
+	// claimer claims batches of BatchSize (internal/intents); intents
+	// writes the schema's intents table.
 	claimer intents.Claimer
+	intents intents.Table
+	schema  pgschema.Schema
 }
 
 // New returns a Dispatcher relaying the intents of the database behind pool
@@ -95,6 +100,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: jetstream: %w", err)
 	}
+	schema := pgschema.MustParse(cfg.Schema)
 	return &Dispatcher{
 		pool:    pool,
 		nc:      nc,
@@ -104,7 +110,9 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		m:       m,
 		wake:    make(chan struct{}, 1),
 		slots:   make(chan struct{}, cfg.MaxInFlight),
-		claimer: intents.NewClaimer(cfg.BatchSize),
+		claimer: intents.In(schema).NewClaimer(cfg.BatchSize),
+		intents: intents.In(schema),
+		schema:  schema,
 	}, nil
 }
 
@@ -532,7 +540,7 @@ func (d *Dispatcher) markRelayed(ctx context.Context, b *batch, ids []int64) {
 	// Only rows still claimed by us are marked; a final status an adapter
 	// recorded first is kept (internal/intents.MarkRelayed).
 	n, err := d.execUntil(ctx, b, "mark intents relayed", func(ctx context.Context) (int64, error) {
-		return intents.MarkRelayed(ctx, d.pool, ids, d.cfg.ID)
+		return d.intents.MarkRelayed(ctx, d.pool, ids, d.cfg.ID)
 	})
 	if err != nil {
 		// The claims expire and the intents are published again under the
@@ -549,7 +557,7 @@ func (d *Dispatcher) markRelayed(ctx context.Context, b *batch, ids []int64) {
 
 func (d *Dispatcher) release(ctx context.Context, b *batch, ids []int64) {
 	if _, err := d.execUntil(ctx, b, "return claims", func(ctx context.Context) (int64, error) {
-		return intents.Release(ctx, d.pool, ids, d.cfg.ID)
+		return d.intents.Release(ctx, d.pool, ids, d.cfg.ID)
 	}); err != nil {
 		d.log.Error("dispatcher: could not return claims; they return when they expire", "intents", len(ids), "error", err)
 	}
@@ -595,7 +603,7 @@ func (d *Dispatcher) releaseAll() {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DBTimeout)
-		n, err := intents.ReleaseAll(ctx, d.pool, d.cfg.ID)
+		n, err := d.intents.ReleaseAll(ctx, d.pool, d.cfg.ID)
 		cancel()
 		if err == nil {
 			if n > 0 {
@@ -616,7 +624,7 @@ func (d *Dispatcher) sampleBacklog(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, d.cfg.DBTimeout)
 	defer cancel()
 	var n int64
-	if err := d.pool.QueryRow(dctx, `SELECT count(*) FROM intents WHERE status = 'pending'`).Scan(&n); err != nil {
+	if err := d.pool.QueryRow(dctx, d.schema.SQL(`SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)).Scan(&n); err != nil {
 		if ctx.Err() == nil {
 			d.log.Debug("dispatcher: sample backlog", "error", err)
 		}
@@ -625,7 +633,7 @@ func (d *Dispatcher) sampleBacklog(ctx context.Context) {
 	d.m.backlog.Set(float64(n))
 }
 
-// listenLoop keeps a connection LISTENing on NotifyChannel and pokes the
+// listenLoop keeps a connection LISTENing on the schema's NotifyChannel and pokes the
 // claim loop on every notification, reconnecting with backoff.
 func (d *Dispatcher) listenLoop(ctx context.Context) {
 	bo := d.cfg.NewBackoff()
@@ -655,7 +663,8 @@ func (d *Dispatcher) listen(ctx context.Context, bo backoff.BackOff) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	// The channel is a checked identifier (pgschema): no quoting needed.
+	if _, err := conn.Exec(ctx, "LISTEN "+d.schema.IntentsChannel()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	bo.Reset()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/wire"
 )
@@ -52,7 +53,7 @@ func TestOutOfOrderCommitsAndRollback(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	reg := prometheus.NewRegistry()
-	e.start(dispatcher.Config{Registerer: reg})
+	e.start(dispatcher.Config{Schema: testdb.Schema(), Registerer: reg})
 	ctx := context.Background()
 
 	var (
@@ -92,7 +93,7 @@ func TestOutOfOrderCommitsAndRollback(t *testing.T) {
 		committed = append(committed, ids[i])
 		waitFor(t, 10*time.Second, fmt.Sprintf("intent %d relayed", ids[i]), func() (bool, string) {
 			var st string
-			_ = e.pool.QueryRow(ctx, `SELECT status FROM intents WHERE intent_id = $1`, ids[i]).Scan(&st)
+			_ = e.pool.QueryRow(ctx, testdb.SQL(`SELECT status FROM fencegate.intents WHERE intent_id = $1`), ids[i]).Scan(&st)
 			return st == "relayed", st
 		})
 	}
@@ -231,7 +232,7 @@ func TestTwoDispatchers(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	log := newClaimLog()
-	cfg := dispatcher.Config{BatchSize: 20, MaxInFlight: 100}
+	cfg := dispatcher.Config{Schema: testdb.Schema(), BatchSize: 20, MaxInFlight: 100}
 	hooks := testhook.WithDispatcher(context.Background(), testhook.Dispatcher{Claimed: log.hook})
 	ids := e.backlog(1500, 200)
 	cfg.ID = "d1"
@@ -270,7 +271,7 @@ func TestRerelayAfterMessageLost(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	reg := prometheus.NewRegistry()
-	e.start(dispatcher.Config{RelayTimeout: time.Second, PollInterval: 100 * time.Millisecond, Registerer: reg})
+	e.start(dispatcher.Config{Schema: testdb.Schema(), RelayTimeout: time.Second, PollInterval: 100 * time.Millisecond, Registerer: reg})
 	epoch := e.acquire("lost")
 	r, err := e.ob.Enqueue(context.Background(), fileIntent("lost", epoch, "op", 100))
 	if err != nil {
@@ -320,7 +321,7 @@ func TestNATSRestartWhileCommitting(t *testing.T) {
 	t.Parallel()
 	p := natstest.StartProcess(t)
 	e := setupWith(t, p.URL)
-	e.start(dispatcher.Config{PollInterval: 100 * time.Millisecond, PublishTimeout: time.Second, ClaimTTL: 5 * time.Second},
+	e.start(dispatcher.Config{Schema: testdb.Schema(), PollInterval: 100 * time.Millisecond, PublishTimeout: time.Second, ClaimTTL: 5 * time.Second},
 		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
 
 	epoch := e.acquire("restart")
@@ -385,7 +386,7 @@ func TestPublishFailureReturnsClaims(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	reg := prometheus.NewRegistry()
-	e.start(dispatcher.Config{PollInterval: 50 * time.Millisecond, PublishTimeout: time.Second, ClaimTTL: 5 * time.Second, Registerer: reg})
+	e.start(dispatcher.Config{Schema: testdb.Schema(), PollInterval: 50 * time.Millisecond, PublishTimeout: time.Second, ClaimTTL: 5 * time.Second, Registerer: reg})
 	ctx := context.Background()
 	epoch := e.acquire("fail")
 	if _, err := e.ob.Enqueue(ctx, fileIntent("fail", epoch, "first", 100)); err != nil {

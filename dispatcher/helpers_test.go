@@ -61,11 +61,11 @@ func setupWith(t testing.TB, natsURL string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, pool: pool, url: natsURL, nc: nc, js: js, ob: ob, ls: lease.NewIssuer(pool)}
+	return &env{t: t, pool: pool, url: natsURL, nc: nc, js: js, ob: ob, ls: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))}
 }
 
 // start starts a dispatcher over a connection of its own, stopped at the
@@ -116,12 +116,12 @@ func fileIntent(resource string, epoch int64, op string, size int) outbox.Intent
 func (e *env) backlog(n, payloadSize int) []int64 {
 	e.t.Helper()
 	pad := strings.Repeat("x", max(payloadSize-40, 1))
-	rows, err := e.pool.Query(context.Background(), `
-		INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+	rows, err := e.pool.Query(context.Background(), testdb.SQL(`
+		INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
 		SELECT 'backlog', 1, 'op-' || g || '-' || md5(random()::text), 'file', 'key-' || g || '-' || md5(random()::text), 'execute',
 		       jsonb_build_object('target', 'out/' || g, 'content', $2::text)
 		FROM generate_series(1, $1) g
-		RETURNING intent_id`, n, pad)
+		RETURNING intent_id`), n, pad)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 func (e *env) counts() (byStatus map[string]int, claimed int) {
 	e.t.Helper()
 	byStatus = map[string]int{}
-	rows, err := e.pool.Query(context.Background(), `SELECT status, count(*), count(claimed_by) FROM intents GROUP BY status`)
+	rows, err := e.pool.Query(context.Background(), testdb.SQL(`SELECT status, count(*), count(claimed_by) FROM fencegate.intents GROUP BY status`))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func (e *env) waitAllRelayed(timeout time.Duration) {
 // relayCounts returns relay_count per intent id.
 func (e *env) relayCounts() map[int64]int {
 	e.t.Helper()
-	rows, err := e.pool.Query(context.Background(), `SELECT intent_id, relay_count FROM intents`)
+	rows, err := e.pool.Query(context.Background(), testdb.SQL(`SELECT intent_id, relay_count FROM fencegate.intents`))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestShippedAlertsAndDashboardNameRealMetrics(t *testing.T) {
 	}
 	defer g.Stop()
 	ctx := context.Background()
-	l, err := lease.NewIssuer(pool).Acquire(ctx, "alerts", "w", time.Minute)
+	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "alerts", "w", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ func Example() {
 	defer nc.Close()
 
 	g, err := gateway.New(pool, nc, gateway.Config{
+		Schema:        os.Getenv("GATEWAY_SCHEMA"), // as migrated ("": fencegate)
 		RunDispatcher: true,
 		Adapters:      []string{file.Kind},
 		File:          file.Config{Root: "/srv/reports"},

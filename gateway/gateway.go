@@ -54,9 +54,11 @@ import (
 	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/httpserver"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -144,6 +146,12 @@ type Config struct {
 	// Pool is the PostgreSQL pool (the primary). Required by start;
 	// not closed by Stop.
 	Pool *pgxpool.Pool
+	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
+	// migrate --schema), for every part: the relay, the adapters, the
+	// sweepers, the admin server. Default: "fencegate". A part's own Schema
+	// (Dispatcher.Schema, Idempotency.Schema, …) may be left empty; set, it
+	// must be this one.
+	Schema string
 	// NC is the NATS connection to use. Nil: start dials NATSURL
 	// (reconnecting forever) and Stop closes it. A given NC is not closed.
 	NC *nats.Conn
@@ -244,6 +252,14 @@ func (c *Config) runsAdapters() bool {
 // validate checks the configuration without connecting to anything; its
 // errors are bad input naming the flag's field.
 func (c *Config) Validate() error {
+	if err := pgschema.Check(cmp.Or(c.Schema, pgschema.Default)); err != nil {
+		return errmap.Invalid("schema", "--"+err.Error())
+	}
+	for _, part := range []string{c.Dispatcher.Schema, c.Idempotency.Schema, c.Retention.Schema, c.Runtime.Schema} {
+		if part != "" && part != cmp.Or(c.Schema, pgschema.Default) {
+			return errmap.Invalid("schema", fmt.Sprintf("a part's Schema %q is not the gateway's schema %q", part, cmp.Or(c.Schema, pgschema.Default)))
+		}
+	}
 	if !c.RunDispatcher && !c.runsAdapters() {
 		return errmap.Invalid("adapters", "nothing to run: --dispatcher=false and --adapters is empty")
 	}
@@ -432,7 +448,7 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 		// The outbox's state for alerts (pending, relayed, failed, unknown
 		// by kind, and the oldest's age), on the relay's processes: every
 		// one reports the same database, so alert on max() across them.
-		if err := reg.Register(newIntentCollector(cfg.Pool, log)); err != nil {
+		if err := reg.Register(newIntentCollector(cfg.Pool, pgschema.MustParse(cfg.Schema), log)); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
 				return fmt.Errorf("gateway: register intent metrics: %w", err)
@@ -449,8 +465,13 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	// The namespace before NATS: every name the dispatcher and the adapters
 	// use on NATS carries it.
 	if cfg.RunDispatcher || cfg.runsAdapters() {
-		info, err := deployment.Resolve(ctx, cfg.Pool)
+		info, err := deployment.Resolve(ctx, cfg.Pool, cfg.Schema)
 		if errors.Is(err, deployment.ErrNotMigrated) {
+			// Not migrated here; an install from before schemas in
+			// public is named (never a second, empty install).
+			if _, ierr := migrations.Installed(ctx, cfg.Pool, cfg.Schema); ierr != nil {
+				return errmap.Invalid("schema", ierr.Error())
+			}
 			return errmap.Invalid("database_url", err.Error())
 		}
 		if err != nil {
@@ -504,6 +525,7 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 		}
 		dcfg.Logger = cmp.Or(dcfg.Logger, log)
 		dcfg.Namespace = string(s.ns)
+		dcfg.Schema = cfg.Schema
 		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
 		if err != nil {
 			return errmap.Invalid("flags", err.Error())
@@ -522,6 +544,7 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 		rcfg := cfg.Retention
 		rcfg.KeyRetention = cfg.Idempotency.WithDefaults().Retention
 		rcfg.Logger = cmp.Or(rcfg.Logger, log)
+		rcfg.Schema = cfg.Schema
 		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
 		if err != nil {
 			return errmap.Invalid("intent_retention", err.Error())
@@ -600,6 +623,7 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 	}
 	rcfg.Logger = cmp.Or(rcfg.Logger, log)
 	rcfg.Namespace = string(s.ns)
+	rcfg.Schema = cfg.Schema
 	rt, err := adapters.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
 	if err != nil {
 		return errmap.Invalid("adapters", err.Error())
@@ -636,6 +660,7 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
 	icfg := cfg.Idempotency
 	icfg.Logger = cmp.Or(icfg.Logger, log)
+	icfg.Schema = cfg.Schema
 	if icfg.Registerer == nil {
 		icfg.Registerer = reg
 	}
@@ -682,7 +707,7 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	for name, k := range cfg.Kinds {
 		kinds[name] = k
 	}
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Kinds: kinds, KeyScope: cfg.KeyScope, Logger: log, Registerer: s.registry})
+	ob, err := outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema, Kinds: kinds, KeyScope: cfg.KeyScope, Logger: log, Registerer: s.registry})
 	if err != nil {
 		return err
 	}
@@ -701,7 +726,7 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 	acfg := admin.Config{
 		Pool:     cfg.Pool,
 		Outbox:   s.outbox,
-		Issuer:   lease.NewIssuer(cfg.Pool, append([]lease.Option{lease.WithRegisterer(reg)}, cfg.IssuerOptions...)...),
+		Issuer:   lease.NewIssuer(cfg.Pool, append([]lease.Option{lease.WithRegisterer(reg), lease.WithSchema(cfg.Schema)}, cfg.IssuerOptions...)...),
 		Store:    s.store,
 		Tokens:   cfg.Tokens,
 		Registry: reg,

@@ -103,7 +103,7 @@ func TestOwnKindThroughIntakeAndPages(t *testing.T) {
 		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
 		Kinds:          map[string]outbox.KindSpec{"notify": spec},
 		ExtraExecutors: []adapters.Executor{own},
-		Idempotency:    idempotency.Config{GroupCommit: true},
+		Idempotency:    idempotency.Config{Schema: testdb.Schema(), GroupCommit: true},
 		AdminAddr:      "127.0.0.1:0",
 	})
 	if err != nil {

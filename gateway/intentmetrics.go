@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,16 +22,18 @@ import (
 // partial index (pending, relayed, and the rare ones), so a scrape reads
 // only these rows; it is bounded by scrapeTimeout.
 type intentCollector struct {
-	pool  *pgxpool.Pool
-	log   *slog.Logger
-	count *prometheus.Desc
-	age   *prometheus.Desc
+	pool *pgxpool.Pool
+	// schema qualifies the query.
+	schema pgschema.Schema
+	log    *slog.Logger
+	count  *prometheus.Desc
+	age    *prometheus.Desc
 }
 
 const scrapeTimeout = 3 * time.Second
 
-func newIntentCollector(pool *pgxpool.Pool, log *slog.Logger) *intentCollector {
-	return &intentCollector{pool: pool, log: log,
+func newIntentCollector(pool *pgxpool.Pool, schema pgschema.Schema, log *slog.Logger) *intentCollector {
+	return &intentCollector{pool: pool, schema: schema, log: log,
 		count: prometheus.NewDesc("fencegate_intents", "Intents by status and kind, for the statuses an operator watches (pending, relayed, failed, unknown), read from PostgreSQL at each scrape.", []string{"status", "kind"}, nil),
 		age:   prometheus.NewDesc("fencegate_intent_oldest_age_seconds", "Age of the oldest intent by status and kind (since created).", []string{"status", "kind"}, nil),
 	}
@@ -43,8 +47,8 @@ func (c *intentCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *intentCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	rows, err := c.pool.Query(ctx, `SELECT status, kind, count(*), extract(epoch FROM now() - min(created_at))::float8
-		FROM intents WHERE status IN ('pending', 'relayed', 'failed', 'unknown') GROUP BY status, kind`)
+	rows, err := c.pool.Query(ctx, c.schema.SQL(`SELECT status, kind, count(*), extract(epoch FROM now() - min(created_at))::float8
+		FROM fencegate.intents WHERE status IN ('pending', 'relayed', 'failed', 'unknown') GROUP BY status, kind`))
 	if err != nil {
 		c.log.Warn("gateway: intent metrics: query failed", "component", "gateway", "error", err)
 		return

@@ -37,13 +37,13 @@ const maxEventNote = 4096
 // current status as both from and to (the event records something that
 // happened to the intent without changing its status) and its current
 // last_error.
-func insertEvent(ctx context.Context, tx pgx.Tx, intentID int64, action, note string) error {
+func (s *Store) insertEvent(ctx context.Context, tx pgx.Tx, intentID int64, action, note string) error {
 	if len(note) > maxEventNote {
 		note = truncateUTF8(note, maxEventNote-len("…")) + "…"
 	}
-	_, err := tx.Exec(ctx, `
-		INSERT INTO intent_events (intent_id, actor, action, from_status, to_status, note, last_error)
-		SELECT intent_id, $2, $3, status, status, $4, last_error FROM intents WHERE intent_id = $1`,
+	_, err := tx.Exec(ctx, s.schema.SQL(`
+		INSERT INTO fencegate.intent_events (intent_id, actor, action, from_status, to_status, note, last_error)
+		SELECT intent_id, $2, $3, status, status, $4, last_error FROM fencegate.intents WHERE intent_id = $1`),
 		intentID, EventActor, action, intents.NullString(note))
 	if err != nil {
 		return fmt.Errorf("record %s event of intent %d: %w", action, intentID, err)
@@ -71,7 +71,7 @@ func (s *Store) RecordEvent(ctx context.Context, intentID int64, action, note st
 	if err := checkName("action", action, 64); err != nil {
 		return err
 	}
-	err := s.inTx(ctx, func(tx pgx.Tx) error { return insertEvent(ctx, tx, intentID, action, note) })
+	err := s.inTx(ctx, func(tx pgx.Tx) error { return s.insertEvent(ctx, tx, intentID, action, note) })
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
@@ -88,7 +88,7 @@ func (s *Store) NoteWaiting(ctx context.Context, intentID int64, msg string) (bo
 	}
 	var wrote bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		changed, err := intents.NoteLastError(ctx, tx, intentID, msg, terminalStatuses)
+		changed, err := s.intents.NoteLastError(ctx, tx, intentID, msg, terminalStatuses)
 		if err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func (s *Store) NoteWaiting(ctx context.Context, intentID int64, msg string) (bo
 			return nil
 		}
 		wrote = true
-		return insertEvent(ctx, tx, intentID, EventWaitingForProof, msg)
+		return s.insertEvent(ctx, tx, intentID, EventWaitingForProof, msg)
 	})
 	if err != nil {
 		return false, fmt.Errorf("idempotency: note waiting on intent %d: %w", intentID, err)

@@ -151,9 +151,9 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 		// 2. l, upd (internal/intents.CountAttemptsCTE): count the
 		//    attempts, in the same transaction as the keys, only on intents
 		//    without a final status, every key taken before any intent.
-		rows, err := tx.Query(ctx, `
+		rows, err := tx.Query(ctx, s.schema.SQL(`
 			WITH ins AS (
-				INSERT INTO idempotency_keys
+				INSERT INTO fencegate.idempotency_keys
 					(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until)
 				SELECT t.kind, t.key, t.fp, 'started', t.id, t.id, clock_timestamp() + $5::interval
 				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(kind, key, fp, id, ord)
@@ -162,7 +162,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 				RETURNING owner_intent_id, token, locked_until
 			), `+intents.CountAttemptsCTE+`
 			SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts
-			FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`,
+			FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`),
 			kinds, keys, fps, ids, interval(s.cfg.LockTimeout), terminalStatuses)
 		if err != nil {
 			return fmt.Errorf("begin keys: %w", err)
@@ -201,11 +201,11 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 			// would roll back and create no key. Undo this key, in this
 			// transaction, and answer what Begin answers.
 			c := calls[i]
-			if _, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND token = $3`,
+			if _, err := tx.Exec(ctx, s.schema.SQL(`DELETE FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND token = $3`),
 				c.kind, c.key, d.Token); err != nil {
 				return fmt.Errorf("undo key: %w", err)
 			}
-			status, err := intentStatus(ctx, tx, id)
+			status, err := s.intentStatus(ctx, tx, id)
 			switch {
 			case errors.Is(err, ErrIntentNotFound):
 				out[i] = group.Result[Decision]{Err: err}
@@ -281,12 +281,12 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		}
 		var b pgx.Batch
 		for _, kk := range byKind(kinds, keys) {
-			b.Queue(`
+			b.Queue(s.schema.SQL(`
 				SELECT idempotency_key, state, token, owner_intent_id
-				FROM idempotency_keys
+				FROM fencegate.idempotency_keys
 				WHERE kind = $1 AND idempotency_key = ANY($2)
 				ORDER BY idempotency_key COLLATE "C"
-				FOR UPDATE`, kk.kind, kk.keys).Query(func(rows pgx.Rows) error {
+				FOR UPDATE`), kk.kind, kk.keys).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					k := keyID{kind: kk.kind}
 					var r keyRow
@@ -298,7 +298,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 				return rows.Err()
 			})
 		}
-		intents.QueueLockStatuses(&b, ids, func(id int64, st string) { statuses[id] = outbox.Status(st) })
+		s.intents.QueueLockStatuses(&b, ids, func(id int64, st string) { statuses[id] = outbox.Status(st) })
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return fmt.Errorf("lock keys and intents: %w", err)
 		}
@@ -347,17 +347,17 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 			for hi < len(kKinds) && kKinds[hi] == kKinds[lo] {
 				hi++
 			}
-			b.Queue(`
-				UPDATE idempotency_keys k
+			b.Queue(s.schema.SQL(`
+				UPDATE fencegate.idempotency_keys k
 				SET state = 'completed', status = t.status, locked_until = NULL,
 				    result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
 				FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(key, status, result, err)
-				WHERE k.kind = $1 AND k.idempotency_key = ANY($2) AND k.idempotency_key = t.key`,
+				WHERE k.kind = $1 AND k.idempotency_key = ANY($2) AND k.idempotency_key = t.key`),
 				kKinds[lo], kKeys[lo:hi], kStatus[lo:hi], kResult[lo:hi], kErr[lo:hi])
 			lo = hi
 		}
 		if len(iIDs) > 0 {
-			intents.QueueComplete(&b, iIDs, iStatus, iResult, iErr)
+			s.intents.QueueComplete(&b, iIDs, iStatus, iResult, iErr)
 		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return fmt.Errorf("record outcomes: %w", err)
@@ -367,7 +367,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		// and records the event).
 		for _, i := range final {
 			c := calls[i]
-			if _, err := completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error); err != nil {
+			if _, err := s.completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error); err != nil {
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -71,7 +72,7 @@ func groupScenario(t *testing.T, f *fixture) (answers []string, state []string) 
 		call{"held", "held", f.fp, f.intent("held")},
 	)
 	cancelled := f.intent("cancelled")
-	f.exec(`UPDATE intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`, cancelled)
+	f.exec(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`, cancelled)
 	calls = append(calls, call{"cancelled", "cancelled", f.fp, cancelled}, call{"missing", "missing", f.fp, 9_000_000})
 
 	decisions := make([]idempotency.Decision, len(calls))
@@ -112,7 +113,7 @@ func groupScenario(t *testing.T, f *fixture) (answers []string, state []string) 
 		case 6:
 			comps = append(comps, completion{"retry", c}, completion{"retry", c})
 		case 7:
-			f.exec(`UPDATE intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`, c.IntentID)
+			f.exec(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`, c.IntentID)
 			comps = append(comps, completion{"cancelled-meanwhile", c})
 		case 8:
 			c.Error = "smtp 550: no such user"
@@ -143,17 +144,17 @@ func groupScenario(t *testing.T, f *fixture) (answers []string, state []string) 
 
 	// Rows name intents by key, not id: which of two concurrent calls of
 	// one key wins (executes) is not deterministic, and either is right.
-	rows, err := f.pool.Query(f.ctx, `
+	rows, err := f.pool.Query(f.ctx, testdb.SQL(`
 		SELECT 'intent ' || idempotency_key || ' ' || status || ' attempts=' || attempts || ' result=' || coalesce(result::text, '-') ||
 		       ' error=' || coalesce(last_error, '-') || ' completed=' || (completed_at IS NOT NULL)
-		FROM intents
+		FROM fencegate.intents
 		UNION ALL
 		SELECT 'key ' || idempotency_key || ' ' || state || ' ' || coalesce(status, '-') || ' result=' || coalesce(result::text, '-') ||
 		       ' error=' || coalesce(last_error, '-') || ' attempts=' || attempts || ' locked=' || (locked_until IS NOT NULL)
-		FROM idempotency_keys
+		FROM fencegate.idempotency_keys
 		UNION ALL
-		SELECT 'event ' || i.idempotency_key || ' ' || e.action FROM intent_events e JOIN intents i USING (intent_id)
-		WHERE e.action <> 'enqueued'`)
+		SELECT 'event ' || i.idempotency_key || ' ' || e.action FROM fencegate.intent_events e JOIN fencegate.intents i USING (intent_id)
+		WHERE e.action <> 'enqueued'`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +177,8 @@ func groupScenario(t *testing.T, f *fixture) (answers []string, state []string) 
 // the same answer for every call and the same rows afterwards.
 func TestGroupCommitAnswersAsAlone(t *testing.T) {
 	t.Parallel()
-	alone := setup(t, idempotency.Config{})
-	grouped := setup(t, idempotency.Config{GroupCommit: true})
+	alone := setup(t, idempotency.Config{Schema: testdb.Schema()})
+	grouped := setup(t, idempotency.Config{Schema: testdb.Schema(), GroupCommit: true})
 	wantAnswers, wantState := groupScenario(t, alone)
 	gotAnswers, gotState := groupScenario(t, grouped)
 	if d := diff(wantAnswers, gotAnswers); d != "" {
@@ -232,7 +233,7 @@ func diff(a, b []string) string {
 func TestGroupCommitShares(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	f := setup(t, idempotency.Config{GroupCommit: true, Registerer: reg})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), GroupCommit: true, Registerer: reg})
 	const workers, perWorker, keys = 32, 16, 96
 	ids := make([][]int64, workers)
 	for w := range workers {
@@ -281,7 +282,7 @@ func TestGroupCommitShares(t *testing.T) {
 		}
 	}
 	var txs, rows int
-	if err := f.pool.QueryRow(f.ctx, `SELECT count(DISTINCT xmin::text), count(*) FROM idempotency_keys`).Scan(&txs, &rows); err != nil {
+	if err := f.pool.QueryRow(f.ctx, testdb.SQL(`SELECT count(DISTINCT xmin::text), count(*) FROM fencegate.idempotency_keys`)).Scan(&txs, &rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != keys {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -57,15 +56,15 @@ func HeldMessage(key string, owner int64) string {
 
 // recordUnexecuted records the intent's final status for a decision that
 // never executes, in Begin's transaction (the key's row is locked).
-func recordUnexecuted(ctx context.Context, tx pgx.Tx, key string, d *Decision, intentID int64) error {
+func (s *Store) recordUnexecuted(ctx context.Context, tx pgx.Tx, key string, d *Decision, intentID int64) error {
 	var err error
 	switch {
 	case d.Outcome == OutcomeDone:
-		d.IntentRecorded, err = completeIntent(ctx, tx, intentID, d.Status, d.Result, "")
+		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, d.Status, d.Result, "")
 	case d.Outcome == OutcomeConflict:
-		d.IntentRecorded, err = completeIntent(ctx, tx, intentID, outbox.StatusFailed, nil, ConflictMessage(key, d.OwnerIntentID))
+		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, outbox.StatusFailed, nil, ConflictMessage(key, d.OwnerIntentID))
 	case d.Outcome == OutcomeBusy && d.Held:
-		d.IntentRecorded, err = completeIntent(ctx, tx, intentID, outbox.StatusUnknown, d.Result, HeldMessage(key, d.OwnerIntentID))
+		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, outbox.StatusUnknown, d.Result, HeldMessage(key, d.OwnerIntentID))
 	}
 	return err
 }
@@ -84,7 +83,7 @@ func (s *Store) SupersedeUnstarted(ctx context.Context, intentID int64) (current
 	if intentID < 1 {
 		return 0, false, invalid("intent_id", "must be at least 1, got %d", intentID)
 	}
-	current, superseded, err = intents.SupersedeUnstarted(ctx, s.pool, intentID, terminalStatuses)
+	current, superseded, err = s.intents.SupersedeUnstarted(ctx, s.pool, intentID, terminalStatuses)
 	if err != nil {
 		return 0, false, fmt.Errorf("idempotency: supersede intent %d: %w", intentID, err)
 	}
@@ -100,10 +99,10 @@ func (s *Store) EndIO(ctx context.Context, kind, key string, token int64) (time.
 		return time.Time{}, err
 	}
 	var at time.Time
-	err := s.pool.QueryRow(ctx, `
-		UPDATE idempotency_keys SET last_io_at = clock_timestamp(), updated_at = now()
+	err := s.pool.QueryRow(ctx, s.schema.SQL(`
+		UPDATE fencegate.idempotency_keys SET last_io_at = clock_timestamp(), updated_at = now()
 		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'
-		RETURNING last_io_at`, kind, key, token).Scan(&at)
+		RETURNING last_io_at`), kind, key, token).Scan(&at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, s.ownershipError(ctx, kind, key, token)
 	}
@@ -130,10 +129,10 @@ func (s *Store) BeginIO(ctx context.Context, kind, key string, token, intentID i
 	var attempts int
 	var lost bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-			UPDATE idempotency_keys
+		tag, err := tx.Exec(ctx, s.schema.SQL(`
+			UPDATE fencegate.idempotency_keys
 			SET last_io_at = NULL, locked_until = clock_timestamp() + $4::interval, updated_at = now()
-			WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`,
+			WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`),
 			kind, key, token, interval(s.cfg.LockTimeout))
 		if err != nil {
 			return err
@@ -143,7 +142,7 @@ func (s *Store) BeginIO(ctx context.Context, kind, key string, token, intentID i
 			return nil
 		}
 		if countAttempts {
-			attempts, err = countAttempt(ctx, tx, intentID)
+			attempts, err = s.countAttempt(ctx, tx, intentID)
 		}
 		return err
 	})
@@ -196,14 +195,14 @@ func (s *Store) AwaitProof(ctx context.Context, kind, key string, token int64, s
 	}
 	var p Proof
 	var remaining int64
-	err := s.pool.QueryRow(ctx, `
-		UPDATE idempotency_keys
+	err := s.pool.QueryRow(ctx, s.schema.SQL(`
+		UPDATE fencegate.idempotency_keys
 		SET locked_until = greatest(locked_until, clock_timestamp() + $4::interval),
 		    last_io_at = coalesce(last_io_at, clock_timestamp()), updated_at = now()
 		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'
 		RETURNING last_io_at, last_io_at + $5::interval, clock_timestamp() >= last_io_at + $5::interval,
 		          (extract(epoch FROM greatest(last_io_at + $5::interval - clock_timestamp(), interval '0')) * 1000000)::bigint,
-		          locked_until`,
+		          locked_until`),
 		kind, key, token, interval(s.cfg.LockTimeout), interval(settle)).Scan(
 		&p.LastIOAt, &p.TrustedAfter, &p.Settled, &remaining, &p.LockedUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -236,9 +235,9 @@ func (s *Store) CheckOwner(ctx context.Context, kind, key string, token int64) e
 		live    bool
 		until   *time.Time
 	)
-	err := s.pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, s.schema.SQL(`
 		SELECT state, token, coalesce(locked_until > clock_timestamp(), false), locked_until
-		FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, kind, key).Scan(&state, &current, &live, &until)
+		FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2`), kind, key).Scan(&state, &current, &live, &until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &OwnershipError{Kind: kind, Key: key, Token: token}
 	}

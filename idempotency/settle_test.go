@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -16,7 +17,7 @@ import (
 // own time, and BeginIO clears it before new I/O.
 func TestSettleWindowOnTheKey(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{LockTimeout: time.Minute})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), LockTimeout: time.Minute})
 	id := f.intent("k")
 	d := f.begin("k", id)
 	if k := f.key("k"); k.LastIOAt != nil {
@@ -70,7 +71,7 @@ func TestSettleWindowOnTheKey(t *testing.T) {
 // counted — while another intent with the same key is Busy.
 func TestWaitingOwnerResumes(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{LockTimeout: time.Minute})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), LockTimeout: time.Minute})
 	id := f.intent("k")
 	d := f.begin("k", id)
 	// Not waiting yet (I/O may be in progress): Busy, even for itself.
@@ -105,13 +106,13 @@ func TestWaitingOwnerResumes(t *testing.T) {
 // SupersedeUnstarted supersedes only an intent no attempt has begun for.
 func TestSupersedeUnstarted(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	started, unstarted := f.intent("a"), f.intent("b")
 	f.begin("a", started)
 	if _, ok, err := f.store.SupersedeUnstarted(f.ctx, unstarted); err != nil || ok {
 		t.Fatalf("while the resource is at the intent's epoch: %v, %v; want not superseded", ok, err)
 	}
-	f.exec(`UPDATE resources SET epoch = epoch + 1 WHERE resource_id = $1`, resource)
+	f.exec(`UPDATE fencegate.resources SET epoch = epoch + 1 WHERE resource_id = $1`, resource)
 	if _, ok, err := f.store.SupersedeUnstarted(f.ctx, started); err != nil || ok {
 		t.Fatalf("with an attempt begun: %v, %v; want not superseded", ok, err)
 	}
@@ -132,7 +133,7 @@ func TestSupersedeUnstarted(t *testing.T) {
 // the outcome in its history.
 func TestBeginRecording(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	first := f.intent("k")
 	f.complete("k", f.begin("k", first), outbox.StatusSucceeded, `{"n":1}`)
 	second := f.intent("k")
@@ -144,7 +145,7 @@ func TestBeginRecording(t *testing.T) {
 		t.Fatalf("second intent %s %s; want the stored result", r.Status, r.Result)
 	}
 	third := f.intent("k")
-	f.exec(`UPDATE intents SET status = 'cancelled' WHERE intent_id = $1`, third)
+	f.exec(`UPDATE fencegate.intents SET status = 'cancelled' WHERE intent_id = $1`, third)
 	conflict, err := f.store.BeginRecording(f.ctx, kind, "k", "other-fingerprint", third)
 	if err != nil || conflict.Outcome != idempotency.OutcomeConflict || conflict.IntentRecorded {
 		t.Fatalf("BeginRecording on a cancelled intent = %+v, %v; want Conflict, not recorded", conflict, err)
@@ -153,7 +154,7 @@ func TestBeginRecording(t *testing.T) {
 		t.Fatalf("cancelled intent is now %s", r.Status)
 	}
 	var action, note string
-	if err := f.pool.QueryRow(f.ctx, `SELECT action, note FROM intent_events WHERE intent_id = $1`, third).Scan(&action, &note); err != nil {
+	if err := f.pool.QueryRow(f.ctx, testdb.SQL(`SELECT action, note FROM fencegate.intent_events WHERE intent_id = $1`), third).Scan(&action, &note); err != nil {
 		t.Fatal(err)
 	}
 	if action != idempotency.EventOutcomeNotRecorded || !strings.Contains(note, "failed") || !strings.Contains(note, "cancelled") {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/group"
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -38,6 +40,9 @@ const (
 
 // Config configures a Store.
 type Config struct {
+	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
+	// migrate --schema). Default: "fencegate".
+	Schema string
 	// LockTimeout is how long an attempt owns a key after Begin (or Extend):
 	// a started attempt older than this without completion counts as
 	// abandoned and the next Begin answers Recover. It must exceed the
@@ -105,6 +110,9 @@ func (c Config) validate() error {
 	case c.GroupFlushers < 1 || c.GroupFlushers > 64:
 		return invalid("group_flushers", "must be between 1 and 64, got %d", c.GroupFlushers)
 	}
+	if err := pgschema.Check(cmp.Or(c.Schema, pgschema.Default)); err != nil {
+		return invalid("schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
+	}
 	return nil
 }
 
@@ -112,6 +120,10 @@ func (c Config) validate() error {
 type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
+	// schema qualifies the statements; intents is the schema's intents
+	// table (internal/intents).
+	schema  pgschema.Schema
+	intents intents.Table
 	// begins and completes are the group commit batchers (nil without
 	// Config.GroupCommit).
 	begins    *group.Batcher[beginCall, Decision]
@@ -134,7 +146,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, invalid("pool", "must not be nil")
 	}
-	s := &Store{pool: pool, cfg: cfg,
+	schema := pgschema.MustParse(cfg.Schema)
+	s := &Store{pool: pool, cfg: cfg, schema: schema, intents: intents.In(schema),
 		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fencegate_idempotency_group_batch_size",
 			Help:    "Calls decided in one shared transaction (group commit), by op: begin, complete.",
@@ -364,7 +377,7 @@ func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint strin
 		if err != nil || !record {
 			return err
 		}
-		return recordUnexecuted(ctx, tx, key, &d, intentID)
+		return s.recordUnexecuted(ctx, tx, key, &d, intentID)
 	})
 	if err != nil {
 		var ie *IntentTerminalError
@@ -396,18 +409,18 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 		//    clock_timestamp(), not now(): now() is the transaction's start
 		//    and would shorten the lock by however long we waited.
 		var d Decision
-		err := tx.QueryRow(ctx, `
-			INSERT INTO idempotency_keys
+		err := tx.QueryRow(ctx, s.schema.SQL(`
+			INSERT INTO fencegate.idempotency_keys
 				(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until)
 			VALUES ($1, $2, $3, 'started', $4, $4, clock_timestamp() + $5::interval)
 			ON CONFLICT (kind, idempotency_key) DO NOTHING
-			RETURNING token, locked_until`,
+			RETURNING token, locked_until`),
 			kind, key, fingerprint, intentID, lock).Scan(&d.Token, &d.LockedUntil)
 		if err == nil {
 			d.Outcome, d.OwnerIntentID = OutcomeExecute, intentID
 			// Counted in the same transaction as the key: if the intent
 			// cannot take an attempt, the key is not created either.
-			d.Attempts, err = countAttempt(ctx, tx, intentID)
+			d.Attempts, err = s.countAttempt(ctx, tx, intentID)
 			return d, err
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -435,14 +448,14 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			retryAfterMicrosecs *int64
 			lastIO              *time.Time
 		)
-		err = tx.QueryRow(ctx, `
+		err = tx.QueryRow(ctx, s.schema.SQL(`
 			SELECT fingerprint, state, token, owner_intent_id, locked_until, status, result,
 			       locked_until > clock_timestamp(),
 			       (extract(epoch FROM greatest(locked_until - clock_timestamp(), interval '0')) * 1000000)::bigint,
 			       last_io_at
-			FROM idempotency_keys
+			FROM fencegate.idempotency_keys
 			WHERE kind = $1 AND idempotency_key = $2
-			FOR UPDATE`,
+			FOR UPDATE`),
 			kind, key).Scan(&fp, &state, &token, &owner, &lockedUntil, &status, &result, &fresh, &retryAfterMicrosecs, &lastIO)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted since step 1: try to create it again
@@ -481,16 +494,16 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 				// they are, and no attempt counted — nothing is executed
 				// until a lookup is proof.
 				d = Decision{Outcome: OutcomeRecover, OwnerIntentID: intentID, Resumed: true}
-				err = tx.QueryRow(ctx, `
-					UPDATE idempotency_keys
-					SET token = nextval('idempotency_token_seq'), updated_at = now()
+				err = tx.QueryRow(ctx, s.schema.SQL(`
+					UPDATE fencegate.idempotency_keys
+					SET token = nextval('fencegate.idempotency_token_seq'), updated_at = now()
 					WHERE kind = $1 AND idempotency_key = $2
-					RETURNING token, locked_until, last_io_at`,
+					RETURNING token, locked_until, last_io_at`),
 					kind, key).Scan(&d.Token, &d.LockedUntil, &d.LastIOAt)
 				if err != nil {
 					return Decision{}, fmt.Errorf("resume key: %w", err)
 				}
-				d.Attempts, err = currentAttempts(ctx, tx, intentID)
+				d.Attempts, err = s.currentAttempts(ctx, tx, intentID)
 				return d, err
 			}
 			if fresh != nil && *fresh {
@@ -514,19 +527,19 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			// than the lock's expiry, never earlier. When set, the
 			// previous owner had declared its I/O over: keep it.
 			d = Decision{Outcome: OutcomeRecover, OwnerIntentID: intentID}
-			err = tx.QueryRow(ctx, `
-				UPDATE idempotency_keys
-				SET token = nextval('idempotency_token_seq'), owner_intent_id = $3,
+			err = tx.QueryRow(ctx, s.schema.SQL(`
+				UPDATE fencegate.idempotency_keys
+				SET token = nextval('fencegate.idempotency_token_seq'), owner_intent_id = $3,
 				    locked_until = clock_timestamp() + $4::interval,
 				    last_io_at = coalesce(last_io_at, clock_timestamp()),
 				    attempts = attempts + 1, updated_at = now()
 				WHERE kind = $1 AND idempotency_key = $2
-				RETURNING token, locked_until, last_io_at`,
+				RETURNING token, locked_until, last_io_at`),
 				kind, key, intentID, lock).Scan(&d.Token, &d.LockedUntil, &d.LastIOAt)
 			if err != nil {
 				return Decision{}, fmt.Errorf("take over key: %w", err)
 			}
-			d.Attempts, err = countAttempt(ctx, tx, intentID)
+			d.Attempts, err = s.countAttempt(ctx, tx, intentID)
 			return d, err
 		}
 		return Decision{}, fmt.Errorf("key in unexpected state %q", state)
@@ -537,8 +550,8 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 // currentAttempts returns the intent's attempts without counting one, only
 // while the intent has no final status; the row lock orders it with an
 // operator's cancel as countAttempt's UPDATE does.
-func currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
-	l, ok, err := intents.Lock(ctx, tx, intentID)
+func (s *Store) currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
+	l, ok, err := s.intents.Lock(ctx, tx, intentID)
 	if err != nil {
 		return 0, fmt.Errorf("read attempts of intent %d: %w", intentID, err)
 	}
@@ -556,10 +569,10 @@ func currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, error
 // an operator's cancel: either the cancel committed first and we refuse, or
 // it waits for our transaction and then sees the attempt
 // (internal/intents.CountAttempt).
-func countAttempt(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
-	attempts, ok, err := intents.CountAttempt(ctx, tx, intentID, terminalStatuses)
+func (s *Store) countAttempt(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
+	attempts, ok, err := s.intents.CountAttempt(ctx, tx, intentID, terminalStatuses)
 	if err == nil && !ok {
-		status, err := intentStatus(ctx, tx, intentID)
+		status, err := s.intentStatus(ctx, tx, intentID)
 		if err != nil {
 			return 0, err
 		}
@@ -571,9 +584,9 @@ func countAttempt(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
 	return attempts, nil
 }
 
-func intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status, error) {
+func (s *Store) intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status, error) {
 	var status string
-	err := tx.QueryRow(ctx, `SELECT status FROM intents WHERE intent_id = $1`, intentID).Scan(&status)
+	err := tx.QueryRow(ctx, s.schema.SQL(`SELECT status FROM fencegate.intents WHERE intent_id = $1`), intentID).Scan(&status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
 	}
@@ -586,15 +599,15 @@ func intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status
 // completeIntent sets the intent's outcome only while it has no final
 // status, and reports whether it did. A final status is never overwritten:
 // an operator's cancel, or the outcome another path recorded first, stays.
-func completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
-	updated, err := intents.Complete(ctx, tx, intentID, string(status), result, errMsg, terminalStatuses)
+func (s *Store) completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
+	updated, err := s.intents.Complete(ctx, tx, intentID, string(status), result, errMsg, terminalStatuses)
 	if err != nil {
 		return false, fmt.Errorf("record outcome of intent %d: %w", intentID, err)
 	}
 	if updated {
 		return true, nil
 	}
-	current, err := intentStatus(ctx, tx, intentID)
+	current, err := s.intentStatus(ctx, tx, intentID)
 	if err != nil {
 		return false, err // ErrIntentNotFound: the caller rolls back
 	}
@@ -608,7 +621,7 @@ func completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbo
 	if errMsg != "" {
 		note += "; error: " + errMsg
 	}
-	if err := insertEvent(ctx, tx, intentID, EventOutcomeNotRecorded, note); err != nil {
+	if err := s.insertEvent(ctx, tx, intentID, EventOutcomeNotRecorded, note); err != nil {
 		return false, err
 	}
 	return false, nil
@@ -732,10 +745,10 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 		// attempt would overwrite the outcome the new owner is finding out.
 		// Key before intent, in the same order as Begin, so the two never
 		// deadlock.
-		err := tx.QueryRow(ctx, `
-			SELECT state, token, owner_intent_id, status FROM idempotency_keys
+		err := tx.QueryRow(ctx, s.schema.SQL(`
+			SELECT state, token, owner_intent_id, status FROM fencegate.idempotency_keys
 			WHERE kind = $1 AND idempotency_key = $2
-			FOR UPDATE`, c.Kind, c.Key).Scan(&state, &token, &owner, &status)
+			FOR UPDATE`), c.Kind, c.Key).Scan(&state, &token, &owner, &status)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &OwnershipError{Kind: c.Kind, Key: c.Key, Token: c.Token}
 		}
@@ -761,26 +774,26 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 
 		switch c.Status {
 		case outbox.StatusSuperseded:
-			_, err = tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, c.Kind, c.Key)
+			_, err = tx.Exec(ctx, s.schema.SQL(`DELETE FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2`), c.Kind, c.Key)
 		case outbox.StatusUnknown:
-			_, err = tx.Exec(ctx, `
-				UPDATE idempotency_keys
+			_, err = tx.Exec(ctx, s.schema.SQL(`
+				UPDATE fencegate.idempotency_keys
 				SET state = 'held', status = 'unknown', locked_until = NULL,
 				    result = $3::jsonb, last_error = $4, updated_at = now()
-				WHERE kind = $1 AND idempotency_key = $2`,
+				WHERE kind = $1 AND idempotency_key = $2`),
 				c.Kind, c.Key, intents.NullJSON(c.Result), intents.NullString(c.Error))
 		default: // succeeded, failed
-			_, err = tx.Exec(ctx, `
-				UPDATE idempotency_keys
+			_, err = tx.Exec(ctx, s.schema.SQL(`
+				UPDATE fencegate.idempotency_keys
 				SET state = 'completed', status = $3, locked_until = NULL,
 				    result = $4::jsonb, last_error = $5, completed_at = now(), updated_at = now()
-				WHERE kind = $1 AND idempotency_key = $2`,
+				WHERE kind = $1 AND idempotency_key = $2`),
 				c.Kind, c.Key, string(c.Status), intents.NullJSON(c.Result), intents.NullString(c.Error))
 		}
 		if err != nil {
 			return fmt.Errorf("record key outcome: %w", err)
 		}
-		intentUpdated, err = completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error)
+		intentUpdated, err = s.completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error)
 		notRecorded = err == nil && !intentUpdated
 		return err
 	})
@@ -815,7 +828,7 @@ func (s *Store) CompleteIntent(ctx context.Context, intentID int64, status outbo
 	var updated bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		updated, err = completeIntent(ctx, tx, intentID, status, result, errMsg)
+		updated, err = s.completeIntent(ctx, tx, intentID, status, result, errMsg)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrIntentNotFound) {
@@ -829,7 +842,7 @@ func (s *Store) CompleteIntent(ctx context.Context, intentID int64, status outbo
 func (s *Store) ownershipError(ctx context.Context, kind, key string, token int64) error {
 	var state string
 	var current int64
-	err := s.pool.QueryRow(ctx, `SELECT state, token FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`,
+	err := s.pool.QueryRow(ctx, s.schema.SQL(`SELECT state, token FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2`),
 		kind, key).Scan(&state, &current)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &OwnershipError{Kind: kind, Key: key, Token: token}
@@ -854,9 +867,9 @@ func (s *Store) Release(ctx context.Context, kind, key string, token int64) erro
 	// when the DELETE holds its lock (PostgreSQL re-checks it after waiting
 	// for a concurrent writer), so a takeover that committed first makes
 	// this match nothing rather than delete the new owner's key.
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM idempotency_keys
-		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started' AND `+durable.Where, kind, key, token)
+	tag, err := s.pool.Exec(ctx, s.schema.SQL(`
+		DELETE FROM fencegate.idempotency_keys
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started' AND `+durable.Where), kind, key, token)
 	if err != nil {
 		return fmt.Errorf("idempotency: release %s/%q: %w", kind, key, err)
 	}
@@ -877,10 +890,10 @@ func (s *Store) Extend(ctx context.Context, kind, key string, token int64) (time
 	}
 	var until time.Time
 	// One statement, conditional on the token: see Release.
-	err := s.pool.QueryRow(ctx, `
-		UPDATE idempotency_keys SET locked_until = clock_timestamp() + $4::interval, updated_at = now()
+	err := s.pool.QueryRow(ctx, s.schema.SQL(`
+		UPDATE fencegate.idempotency_keys SET locked_until = clock_timestamp() + $4::interval, updated_at = now()
 		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started' AND `+durable.Where+`
-		RETURNING locked_until`, kind, key, token, interval(s.cfg.LockTimeout)).Scan(&until)
+		RETURNING locked_until`), kind, key, token, interval(s.cfg.LockTimeout)).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, s.ownershipError(ctx, kind, key, token)
 	}
@@ -900,11 +913,11 @@ func (s *Store) Unhold(ctx context.Context, kind, key string) error {
 	if err := checkKey(kind, key); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE idempotency_keys
+	tag, err := s.pool.Exec(ctx, s.schema.SQL(`
+		UPDATE fencegate.idempotency_keys
 		SET state = 'started', status = NULL, locked_until = clock_timestamp(),
-		    token = nextval('idempotency_token_seq'), updated_at = now()
-		WHERE kind = $1 AND idempotency_key = $2 AND state = 'held' AND `+durable.Where, kind, key)
+		    token = nextval('fencegate.idempotency_token_seq'), updated_at = now()
+		WHERE kind = $1 AND idempotency_key = $2 AND state = 'held' AND `+durable.Where), kind, key)
 	if err != nil {
 		return fmt.Errorf("idempotency: unhold %s/%q: %w", kind, key, err)
 	}
@@ -923,10 +936,10 @@ func (s *Store) Get(ctx context.Context, kind, key string) (*Key, error) {
 	var state string
 	var status *string
 	var result []byte
-	err := s.pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, s.schema.SQL(`
 		SELECT kind, idempotency_key, fingerprint, state, token, owner_intent_id, first_intent_id,
 		       locked_until, status, result, last_error, attempts, created_at, updated_at, completed_at, last_io_at
-		FROM idempotency_keys WHERE kind = $1 AND idempotency_key = $2`, kind, key).Scan(
+		FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2`), kind, key).Scan(
 		&k.Kind, &k.Key, &k.Fingerprint, &state, &k.Token, &k.OwnerIntentID, &k.FirstIntentID,
 		&k.LockedUntil, &status, &result, &k.LastError, &k.Attempts, &k.CreatedAt, &k.UpdatedAt, &k.CompletedAt, &k.LastIOAt)
 	if errors.Is(err, pgx.ErrNoRows) {

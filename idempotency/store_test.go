@@ -57,11 +57,11 @@ func setup(t *testing.T, cfg idempotency.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{DisableNotify: true})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.NewIssuer(pool).Acquire(ctx, resource, "worker-a", time.Hour)
+	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, resource, "worker-a", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,12 +115,12 @@ func (f *fixture) complete(key string, d idempotency.Decision, status outbox.Sta
 // long ago, without waiting.
 func (f *fixture) expire(key string) {
 	f.t.Helper()
-	f.exec(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE kind = $1 AND idempotency_key = $2`, kind, key)
+	f.exec(`UPDATE fencegate.idempotency_keys SET locked_until = now() - interval '1 second' WHERE kind = $1 AND idempotency_key = $2`, kind, key)
 }
 
 func (f *fixture) exec(sql string, args ...any) {
 	f.t.Helper()
-	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
+	if _, err := f.pool.Exec(f.ctx, testdb.SQL(sql), args...); err != nil {
 		f.t.Fatalf("%s: %v", sql, err)
 	}
 }
@@ -186,10 +186,10 @@ func TestFingerprint(t *testing.T) {
 	})
 	t.Run("survives jsonb", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t, idempotency.Config{})
+		f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 		id := f.intent("k-jsonb")
 		var stored string
-		if err := f.pool.QueryRow(f.ctx, `SELECT payload::text FROM intents WHERE intent_id = $1`, id).Scan(&stored); err != nil {
+		if err := f.pool.QueryRow(f.ctx, testdb.SQL(`SELECT payload::text FROM fencegate.intents WHERE intent_id = $1`), id).Scan(&stored); err != nil {
 			t.Fatal(err)
 		}
 		if stored == string(emailPayload) {
@@ -204,7 +204,7 @@ func TestFingerprint(t *testing.T) {
 // Each of Begin's five outcomes, and the held variant of Busy.
 func TestBeginOutcomes(t *testing.T) {
 	t.Parallel()
-	f0 := setup(t, idempotency.Config{})
+	f0 := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	otherFP := idempotency.Fingerprint(kind, []byte(`{"other":true}`))
 
 	type prepared struct {
@@ -368,7 +368,7 @@ func TestBeginOutcomes(t *testing.T) {
 // takes the key over.
 func TestConflictNeverExecutes(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	otherFP := idempotency.Fingerprint(kind, []byte(`{"to":"x@example.com","from":"b@example.com","subject":"s","text":"t"}`))
 	states := map[string]func(f *fixture, key string, d idempotency.Decision){
 		"started":          func(*fixture, string, idempotency.Decision) {},
@@ -408,7 +408,7 @@ func TestConflictNeverExecutes(t *testing.T) {
 // others are busy; after it completes, every later Begin is done.
 func TestBeginConcurrentSameKey(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	const n, rounds = 16, 5
 	for round := range rounds {
 		key := fmt.Sprintf("concurrent-%d", round)
@@ -450,7 +450,7 @@ func TestBeginConcurrentSameKey(t *testing.T) {
 // N attempts Begin the same abandoned key at once: exactly one recovers.
 func TestBeginConcurrentRecover(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	const n, rounds = 16, 5
 	for round := range rounds {
 		key := fmt.Sprintf("recover-%d", round)
@@ -518,7 +518,7 @@ func beginAll(t *testing.T, f *fixture, key string, ids []int64) []idempotency.D
 // and the abandoned attempt can neither complete nor release the key.
 func TestAbandonedAttemptRecovered(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{LockTimeout: 200 * time.Millisecond})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), LockTimeout: 200 * time.Millisecond})
 	const key = "abandoned"
 	a := f.intent(key)
 	first := f.begin(key, a)
@@ -536,7 +536,7 @@ func TestAbandonedAttemptRecovered(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lock of %s never expired: %+v", idempotency.Config{LockTimeout: 200 * time.Millisecond}.LockTimeout, second)
+			t.Fatalf("lock of %s never expired: %+v", idempotency.Config{Schema: testdb.Schema(), LockTimeout: 200 * time.Millisecond}.LockTimeout, second)
 		}
 		time.Sleep(min(second.RetryAfter, 50*time.Millisecond) + time.Millisecond)
 	}
@@ -574,7 +574,7 @@ func TestAbandonedAttemptRecovered(t *testing.T) {
 // Extend keeps a long attempt's lock fresh.
 func TestExtend(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{LockTimeout: time.Minute})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), LockTimeout: time.Minute})
 	const key = "extend"
 	d := f.begin(key, f.intent(key))
 	f.expire(key)
@@ -594,7 +594,7 @@ func TestExtend(t *testing.T) {
 // an intent's final status.
 func TestCompleteKeyAndIntent(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 
 	t.Run("both recorded", func(t *testing.T) {
 		t.Parallel()
@@ -634,7 +634,7 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 		id := f.intent(key)
 		d := f.begin(key, id)
 		// An operator cancels while the effect is in flight.
-		f.exec(`UPDATE intents SET status = 'cancelled', updated_at = now() WHERE intent_id = $1`, id)
+		f.exec(`UPDATE fencegate.intents SET status = 'cancelled', updated_at = now() WHERE intent_id = $1`, id)
 		updated, err := f.store.Complete(f.ctx, idempotency.Completion{Kind: kind, Key: key, Token: d.Token, IntentID: id,
 			Status: outbox.StatusSucceeded, Result: json.RawMessage(`{"message_id":"m"}`), Error: ""})
 		if err != nil || updated {
@@ -656,7 +656,7 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 		d := f.begin(key, id)
 		// The intent vanishes (nothing in fencegate deletes intents; this
 		// stands for any failure of the intent's half of the transaction).
-		f.exec(`DELETE FROM intents WHERE intent_id = $1`, id)
+		f.exec(`DELETE FROM fencegate.intents WHERE intent_id = $1`, id)
 		_, err := f.store.Complete(f.ctx, idempotency.Completion{Kind: kind, Key: key, Token: d.Token, IntentID: id, Status: outbox.StatusSucceeded})
 		if !errors.Is(err, idempotency.ErrIntentNotFound) {
 			t.Fatalf("complete: %v, want ErrIntentNotFound", err)
@@ -705,10 +705,10 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 // writes nothing.
 func TestBeginTerminalIntent(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	const key = "terminal"
 	id := f.intent(key)
-	f.exec(`UPDATE intents SET status = 'cancelled' WHERE intent_id = $1`, id)
+	f.exec(`UPDATE fencegate.intents SET status = 'cancelled' WHERE intent_id = $1`, id)
 	_, err := f.store.Begin(f.ctx, kind, key, f.fp, id)
 	var te *idempotency.IntentTerminalError
 	if !errors.Is(err, idempotency.ErrIntentTerminal) || !errors.As(err, &te) || te.Status != outbox.StatusCancelled {
@@ -729,7 +729,7 @@ func TestBeginTerminalIntent(t *testing.T) {
 // operator releases it, and then only as a Recover.
 func TestUnknownHoldsKey(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{LockTimeout: time.Millisecond})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), LockTimeout: time.Millisecond})
 	const key = "unknown"
 	a := f.intent(key)
 	d := f.begin(key, a)
@@ -776,7 +776,7 @@ func TestUnknownHoldsKey(t *testing.T) {
 // executes, and only the owner can release.
 func TestRelease(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	const key = "release"
 	a := f.intent(key)
 	d := f.begin(key, a)
@@ -809,7 +809,7 @@ func TestRelease(t *testing.T) {
 // CompleteIntent records the outcome of an intent that owned no key, once.
 func TestCompleteIntent(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	const key = "shared"
 	a, b := f.intent(key), f.intent(key)
 	f.complete(key, f.begin(key, a), outbox.StatusSucceeded, `{"message_id":"m"}`)
@@ -841,7 +841,7 @@ func TestCompleteIntent(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	long := string(make([]byte, 256))
 	cases := []struct {
 		name string
@@ -865,19 +865,19 @@ func TestBadInput(t *testing.T) {
 			return err
 		}},
 		{"config lock timeout", func() error {
-			_, err := idempotency.New(f.pool, idempotency.Config{LockTimeout: -time.Second})
+			_, err := idempotency.New(f.pool, idempotency.Config{Schema: testdb.Schema(), LockTimeout: -time.Second})
 			return err
 		}},
 		{"config sweep batch", func() error {
-			_, err := idempotency.New(f.pool, idempotency.Config{SweepBatch: -1})
+			_, err := idempotency.New(f.pool, idempotency.Config{Schema: testdb.Schema(), SweepBatch: -1})
 			return err
 		}},
 		{"config group max batch", func() error {
-			_, err := idempotency.New(f.pool, idempotency.Config{GroupCommit: true, GroupMaxBatch: -1})
+			_, err := idempotency.New(f.pool, idempotency.Config{Schema: testdb.Schema(), GroupCommit: true, GroupMaxBatch: -1})
 			return err
 		}},
 		{"config group flushers", func() error {
-			_, err := idempotency.New(f.pool, idempotency.Config{GroupCommit: true, GroupFlushers: 65})
+			_, err := idempotency.New(f.pool, idempotency.Config{Schema: testdb.Schema(), GroupCommit: true, GroupFlushers: 65})
 			return err
 		}},
 	}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
 // age moves the key's completion (and creation) back by d.
 func (f *fixture) age(key string, d time.Duration) {
 	f.t.Helper()
-	f.exec(`UPDATE idempotency_keys
+	f.exec(`UPDATE fencegate.idempotency_keys
 		SET completed_at = completed_at - $3::interval, created_at = created_at - $3::interval
 		WHERE kind = $1 AND idempotency_key = $2`, kind, key, fmt.Sprintf("%d microseconds", d.Microseconds()))
 }
@@ -32,7 +33,7 @@ func (f *fixture) exists(key string) bool {
 func TestSweep(t *testing.T) {
 	t.Parallel()
 	const batch = 2
-	f := setup(t, idempotency.Config{SweepBatch: batch})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), SweepBatch: batch})
 	day := 24 * time.Hour
 	retention := f.store.Config().Retention
 
@@ -57,12 +58,12 @@ func TestSweep(t *testing.T) {
 	started := "started-old"
 	f.begin(started, f.intent(started))
 	f.expire(started)
-	f.exec(`UPDATE idempotency_keys SET created_at = now() - interval '400 days' WHERE idempotency_key = $1`, started)
+	f.exec(`UPDATE fencegate.idempotency_keys SET created_at = now() - interval '400 days' WHERE idempotency_key = $1`, started)
 	kept = append(kept, started)
 	// Held with an unknown outcome: waits for an operator; never swept.
 	held := "held-old"
 	f.complete(held, f.begin(held, f.intent(held)), outbox.StatusUnknown, "")
-	f.exec(`UPDATE idempotency_keys SET created_at = now() - interval '400 days' WHERE idempotency_key = $1`, held)
+	f.exec(`UPDATE fencegate.idempotency_keys SET created_at = now() - interval '400 days' WHERE idempotency_key = $1`, held)
 	kept = append(kept, held)
 
 	n, err := f.store.SweepOnce(f.ctx)
@@ -99,7 +100,7 @@ func TestSweep(t *testing.T) {
 // The Sweeper sweeps right after Start and then every interval, and stops.
 func TestSweeper(t *testing.T) {
 	t.Parallel()
-	f := setup(t, idempotency.Config{SweepInterval: 20 * time.Millisecond})
+	f := setup(t, idempotency.Config{Schema: testdb.Schema(), SweepInterval: 20 * time.Millisecond})
 	retention := f.store.Config().Retention
 	oldKey := func(key string) {
 		f.complete(key, f.begin(key, f.intent(key)), outbox.StatusSucceeded, "")

@@ -21,16 +21,16 @@ const sweepTimeout = time.Minute
 // sweep) instead of making the sweep wait. Started and held keys are never
 // chosen: only completed ones are safe to forget.
 func (s *Store) sweepOnce(ctx context.Context) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
+	tag, err := s.pool.Exec(ctx, s.schema.SQL(`
 		WITH old AS (
-			SELECT kind, idempotency_key FROM idempotency_keys
+			SELECT kind, idempotency_key FROM fencegate.idempotency_keys
 			WHERE state = 'completed' AND completed_at < now() - $1::interval
 			ORDER BY completed_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)
-		DELETE FROM idempotency_keys k
+		DELETE FROM fencegate.idempotency_keys k
 		USING old
-		WHERE k.kind = old.kind AND k.idempotency_key = old.idempotency_key`,
+		WHERE k.kind = old.kind AND k.idempotency_key = old.idempotency_key`),
 		interval(s.cfg.Retention), s.cfg.SweepBatch)
 	if err != nil {
 		return 0, err

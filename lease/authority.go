@@ -74,9 +74,9 @@ func (i *Issuer) authorityError(ctx context.Context, op, resource string, cause 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	e := &AuthorityError{Op: op, Resource: resource}
-	err := i.pool.QueryRow(cctx, `
-		SELECT a.system_identifier, fencegate_system_identifier(), a.timeline_id, fencegate_timeline_id()
-		FROM epoch_authority a`).Scan(&e.RecordedSystemIdentifier, &e.SystemIdentifier, &e.RecordedTimeline, &e.Timeline)
+	err := i.pool.QueryRow(cctx, i.schema.SQL(`
+		SELECT a.system_identifier, fencegate.fencegate_system_identifier(), a.timeline_id, fencegate.fencegate_timeline_id()
+		FROM fencegate.epoch_authority a`)).Scan(&e.RecordedSystemIdentifier, &e.SystemIdentifier, &e.RecordedTimeline, &e.Timeline)
 	if err != nil {
 		return fmt.Errorf("lease: %s: %w (and reading the epoch authority: %v)", op, cause, err)
 	}

@@ -20,7 +20,7 @@ func BenchmarkAcquire(b *testing.B) {
 	for _, workers := range []int{1, 8} {
 		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) {
 			pool := testdb.New(b)
-			iss := lease.NewIssuer(pool)
+			iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
 			ctx := context.Background()
 			// Warm every connection and resource, so the first grants do
 			// not count the pool's dials or the rows' creation.
@@ -71,14 +71,14 @@ func BenchmarkAuthorityCheck(b *testing.B) {
 	const n = 10000
 	run := func(sql string) time.Duration {
 		start := time.Now()
-		if _, err := conn.Exec(ctx, sql); err != nil {
+		if _, err := conn.Exec(ctx, testdb.SQL(sql)); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)
 	}
 	var with, without time.Duration
 	for b.Loop() {
-		with += run(`SELECT count(fencegate_epoch_authority(1000000)) FROM generate_series(1, 10000)`)
+		with += run(`SELECT count(fencegate.fencegate_epoch_authority(1000000)) FROM generate_series(1, 10000)`)
 		without += run(`SELECT count(g) FROM generate_series(1, 10000) g`)
 	}
 	b.ReportMetric(float64((with-without).Microseconds())/float64(b.N*n), "µs/check")

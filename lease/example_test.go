@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -41,8 +42,8 @@ func ExampleIssuer_Hold() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	issuer := lease.NewIssuer(pool)
-	ob, err := outbox.New(pool, outbox.Config{})
+	issuer := lease.NewIssuer(pool, lease.WithSchema(os.Getenv("GATEWAY_SCHEMA")))
+	ob, err := outbox.New(pool, outbox.Config{Schema: os.Getenv("GATEWAY_SCHEMA")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestExampleHoldBatch(t *testing.T) {
 		INSERT INTO invoices (id, email) VALUES (1, 'a@example.com'), (2, 'b@example.com')`); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +170,8 @@ func TestExampleHoldBatch(t *testing.T) {
 		t.Fatalf("sendBatch = %d, %v; want 2 sent", n, err)
 	}
 	var intents, sent int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM intents WHERE resource_id = 'invoices' AND epoch = $1),
-		(SELECT count(*) FROM invoices WHERE sent_at IS NOT NULL)`, k.Epoch()).Scan(&intents, &sent); err != nil {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT (SELECT count(*) FROM fencegate.intents WHERE resource_id = 'invoices' AND epoch = $1),
+		(SELECT count(*) FROM invoices WHERE sent_at IS NOT NULL)`), k.Epoch()).Scan(&intents, &sent); err != nil {
 		t.Fatal(err)
 	}
 	if intents != 2 || sent != 2 {

@@ -13,7 +13,6 @@ import (
 	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/migrations"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -52,10 +51,10 @@ func TestFailoverToLaggingStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ppool.Close()
-	if _, err := migrations.Up(ctx, ppool, nil); err != nil {
+	if _, err := testdb.Migrate(ctx, ppool); err != nil {
 		t.Fatal(err)
 	}
-	piss := lease.NewIssuer(ppool)
+	piss := lease.NewIssuer(ppool, lease.WithSchema(testdb.Schema()))
 	// Granted and replicated before the lag: b stays untouched on the
 	// primary afterwards.
 	for _, r := range []string{"a", "b"} {
@@ -142,11 +141,11 @@ func TestFailoverToLaggingStandby(t *testing.T) {
 		granted["b"] = b.Epoch
 	}
 	// The standby lags: it shows a's older epoch and knows nothing of c.
-	sA, err := lease.NewIssuer(spool).Get(ctx, "a")
+	sA, err := lease.NewIssuer(spool, lease.WithSchema(testdb.Schema())).Get(ctx, "a")
 	if err != nil || sA.Epoch >= granted["a"] {
 		t.Fatalf("standby's a = %+v, %v; want an epoch below the primary's %d (the standby must lag)", sA, err, granted["a"])
 	}
-	if sC, err := lease.NewIssuer(spool).Get(ctx, "c"); err != nil || sC.Epoch != 0 {
+	if sC, err := lease.NewIssuer(spool, lease.WithSchema(testdb.Schema())).Get(ctx, "c"); err != nil || sC.Epoch != 0 {
 		t.Fatalf("standby's c = %+v, %v; want no epoch (never replicated)", sC, err)
 	}
 
@@ -160,7 +159,7 @@ func TestFailoverToLaggingStandby(t *testing.T) {
 	}
 	// Promotion ends the paused replay: what the standby had received is
 	// applied first, and that still does not include the grants above.
-	if sA, err := lease.NewIssuer(spool).Get(ctx, "a"); err != nil || sA.Epoch >= granted["a"] {
+	if sA, err := lease.NewIssuer(spool, lease.WithSchema(testdb.Schema())).Get(ctx, "a"); err != nil || sA.Epoch >= granted["a"] {
 		t.Fatalf("promoted standby's a = %+v, %v; want it still below %d", sA, err, granted["a"])
 	}
 
@@ -169,7 +168,7 @@ func TestFailoverToLaggingStandby(t *testing.T) {
 	// of them raised the epochs (by the jump of 1000).
 	const jump = 1000
 	npool := requirePrimaryPool(t, standby.URL("postgres"))
-	niss := lease.NewIssuer(npool, lease.WithFailoverEpochJump(jump))
+	niss := lease.NewIssuer(npool, lease.WithSchema(testdb.Schema()), lease.WithFailoverEpochJump(jump))
 	var wg sync.WaitGroup
 	got := map[string]int64{}
 	var mu sync.Mutex
@@ -200,7 +199,7 @@ func TestFailoverToLaggingStandby(t *testing.T) {
 		}
 	}
 	var tli, floor, lastJump int64
-	if err := npool.QueryRow(ctx, `SELECT timeline_id, epoch_floor, last_jump FROM epoch_authority`).Scan(&tli, &floor, &lastJump); err != nil {
+	if err := npool.QueryRow(ctx, testdb.SQL(`SELECT timeline_id, epoch_floor, last_jump FROM fencegate.epoch_authority`)).Scan(&tli, &floor, &lastJump); err != nil {
 		t.Fatal(err)
 	}
 	if tli != 2 || floor != jump || lastJump != jump {
@@ -240,9 +239,9 @@ func TestAuthorityChangedRefused(t *testing.T) {
 	for _, c := range []struct {
 		name, fake, reason, message string
 	}{
-		{"system identifier changed", `UPDATE epoch_authority SET system_identifier = system_identifier + 1`,
+		{"system identifier changed", `UPDATE fencegate.epoch_authority SET system_identifier = system_identifier + 1`,
 			lease.ReasonSystemIdentifierChanged, "the database's system identifier changed (recorded "},
-		{"timeline went backwards", `UPDATE epoch_authority SET timeline_id = timeline_id + 5`,
+		{"timeline went backwards", `UPDATE fencegate.epoch_authority SET timeline_id = timeline_id + 5`,
 			lease.ReasonTimelineBackwards, "the database's timeline went backwards (recorded "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -253,7 +252,7 @@ func TestAuthorityChangedRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pool.Exec(ctx, c.fake); err != nil {
+			if _, err := pool.Exec(ctx, testdb.SQL(c.fake)); err != nil {
 				t.Fatal(err)
 			}
 			for _, op := range []struct {
@@ -280,7 +279,7 @@ func TestAuthorityChangedRefused(t *testing.T) {
 				t.Fatalf("after refusals r = %+v, %v; want epoch %d held by A", r, err, l.Epoch)
 			}
 			var n int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM resources`).Scan(&n); err != nil || n != 1 {
+			if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.resources`)).Scan(&n); err != nil || n != 1 {
 				t.Fatalf("resources after refusals: %d, %v; want 1", n, err)
 			}
 		})
@@ -294,7 +293,7 @@ func TestAuthorityChangedRefused(t *testing.T) {
 func TestAuthorityDeletedRaises(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	iss := lease.NewIssuer(pool, lease.WithFailoverEpochJump(500))
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithFailoverEpochJump(500))
 	ctx := context.Background()
 	l, err := iss.Acquire(ctx, "r", "A", time.Minute)
 	if err != nil {
@@ -303,7 +302,7 @@ func TestAuthorityDeletedRaises(t *testing.T) {
 	if _, err := iss.Advance(ctx, "top", lease.MaxEpoch-10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `DELETE FROM epoch_authority`); err != nil {
+	if _, err := pool.Exec(ctx, testdb.SQL(`DELETE FROM fencegate.epoch_authority`)); err != nil {
 		t.Fatal(err)
 	}
 	n, err := iss.Acquire(ctx, "other", "B", time.Minute)
@@ -321,8 +320,8 @@ func TestAuthorityDeletedRaises(t *testing.T) {
 		t.Fatalf("acquire top = %v; want exhausted (invalid epoch)", err)
 	}
 	var rows int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM epoch_authority WHERE system_identifier = fencegate_system_identifier()
-		AND timeline_id = fencegate_timeline_id() AND epoch_floor = 500`).Scan(&rows); err != nil || rows != 1 {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.epoch_authority WHERE system_identifier = fencegate.fencegate_system_identifier()
+		AND timeline_id = fencegate.fencegate_timeline_id() AND epoch_floor = 500`)).Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("recorded authority rows = %d, %v; want this database with floor 500", rows, err)
 	}
 }

@@ -26,8 +26,8 @@ func emailIntent(resource string, epoch int64, op string) outbox.Intent {
 func TestEveryAcquireIsANewEpoch(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	iss := lease.NewIssuer(pool)
-	ob, err := outbox.New(pool, outbox.Config{})
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +68,8 @@ func TestEveryAcquireIsANewEpoch(t *testing.T) {
 func TestHoldAgainAfterLostGetsNewEpoch(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	iss := lease.NewIssuer(pool)
-	ob, err := outbox.New(pool, outbox.Config{})
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestHoldAgainAfterLostGetsNewEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM resources WHERE resource_id = 'job' FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = 'job' FOR UPDATE`)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -134,8 +134,8 @@ func TestHoldAgainAfterLostGetsNewEpoch(t *testing.T) {
 func TestEpochCeiling(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	iss := lease.NewIssuer(pool)
-	ob, err := outbox.New(pool, outbox.Config{})
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestEpochCeiling(t *testing.T) {
 		}
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM resources`).Scan(&n); err != nil || n != 0 {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.resources`)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("resources after bad epochs: %d (%v); want 0", n, err)
 	}
 
@@ -210,7 +210,7 @@ func TestEpochCeiling(t *testing.T) {
 		t.Fatalf("exhausted resource = %+v, %v; want epoch %d, no holder", r, err, lease.MaxEpoch)
 	}
 	// The schema refuses it too, whatever writes the row.
-	if _, err := pool.Exec(ctx, `UPDATE resources SET epoch = epoch + 1 WHERE resource_id = 'r'`); err == nil {
+	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET epoch = epoch + 1 WHERE resource_id = 'r'`)); err == nil {
 		t.Fatal("the schema let an epoch past 2^53")
 	}
 }
@@ -223,8 +223,8 @@ func TestGrantsBoundedByLockTimeout(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	const bound = 300 * time.Millisecond
-	iss := lease.NewIssuer(pool, lease.WithLockTimeout(bound))
-	ob, err := outbox.New(pool, outbox.Config{})
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithLockTimeout(bound))
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func micros(us *int64) *time.Duration {
 
 // acquireGrant describes the grant of epoch next to holder by Acquire, from
 // the control row c as it was locked before the update.
-func acquireGrant(ctx context.Context, tx pgx.Tx, resource, holder string, next int64, c control) (*Grant, error) {
+func (i *Issuer) acquireGrant(ctx context.Context, tx pgx.Tx, resource, holder string, next int64, c control) (*Grant, error) {
 	g := &Grant{Resource: resource, Epoch: next, Holder: holder, PreviousEpoch: c.epoch}
 	switch {
 	case c.live && c.holder != nil && *c.holder == holder:
@@ -157,7 +157,7 @@ func acquireGrant(ctx context.Context, tx pgx.Tx, resource, holder string, next 
 		// The grant of the current epoch tells which (and who released).
 		var how How
 		var prev *string
-		err := tx.QueryRow(ctx, `SELECT how, holder FROM epoch_grants WHERE resource_id = $1 AND epoch = $2`,
+		err := tx.QueryRow(ctx, i.schema.SQL(`SELECT how, holder FROM fencegate.epoch_grants WHERE resource_id = $1 AND epoch = $2`),
 			resource, c.epoch).Scan(&how, &prev)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -187,7 +187,7 @@ func acquireGrant(ctx context.Context, tx pgx.Tx, resource, holder string, next 
 
 // recordGrant writes g into epoch_grants, in the grant's own transaction, and
 // fills in GrantedAt (PostgreSQL's clock: the same now() the grant used).
-func recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
+func (i *Issuer) recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
 	var holder, prev *string
 	if g.Holder != "" {
 		holder = &g.Holder
@@ -200,10 +200,10 @@ func recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
 		us := g.SincePreviousRenewal.Microseconds()
 		since = &us
 	}
-	err := tx.QueryRow(ctx, `
-		INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
+	err := tx.QueryRow(ctx, i.schema.SQL(`
+		INSERT INTO fencegate.epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
 		VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8)
-		RETURNING granted_at`,
+		RETURNING granted_at`),
 		g.Resource, g.Epoch, holder, string(g.How), g.PreviousEpoch, prev, since, principalOf(ctx)).Scan(&g.GrantedAt)
 	if p := principalOf(ctx); p != nil {
 		g.Principal = *p
@@ -218,6 +218,9 @@ func recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
 // them (limit 0: DefaultHistoryLimit). An unknown resource has no grants.
 // It only reads, so it also works against a standby (which may lag).
 func (i *Issuer) History(ctx context.Context, resource string, limit int) ([]Grant, error) {
+	if i.schemaErr != nil {
+		return nil, i.schemaErr
+	}
 	if err := ValidateResource(resource); err != nil {
 		return nil, err
 	}
@@ -227,11 +230,11 @@ func (i *Issuer) History(ctx context.Context, resource string, limit int) ([]Gra
 	if limit < 0 || limit > MaxHistoryLimit {
 		return nil, &InvalidError{Field: "limit", Message: fmt.Sprintf("must be between 1 and %d, got %d", MaxHistoryLimit, limit)}
 	}
-	rows, err := i.pool.Query(ctx, `
+	rows, err := i.pool.Query(ctx, i.schema.SQL(`
 		SELECT epoch, holder, granted_at, how, previous_epoch, previous_holder,
 		       (extract(epoch FROM since_previous_renewal) * 1000000)::bigint, coalesce(principal, '')
-		FROM epoch_grants WHERE resource_id = $1
-		ORDER BY epoch DESC LIMIT $2`, resource, limit)
+		FROM fencegate.epoch_grants WHERE resource_id = $1
+		ORDER BY epoch DESC LIMIT $2`), resource, limit)
 	if err != nil {
 		return nil, i.wrap(ctx, "history", err)
 	}

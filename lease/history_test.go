@@ -23,9 +23,9 @@ func TestHistoryAndMetrics(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	reg := prometheus.NewPedanticRegistry()
-	iss := lease.NewIssuer(pool, lease.WithRegisterer(reg))
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithRegisterer(reg))
 	// A second issuer on the same registry shares the series.
-	iss2 := lease.NewIssuer(pool, lease.WithRegisterer(reg))
+	iss2 := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithRegisterer(reg))
 	ctx := context.Background()
 	must := func(err error) {
 		t.Helper()
@@ -180,7 +180,7 @@ func TestHistoryInGrantTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A row squatting on epoch 2 makes recording the next grant fail.
-	if _, err := pool.Exec(ctx, `INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch) VALUES ('r', 2, 'X', 'free', 1)`); err != nil {
+	if _, err := pool.Exec(ctx, testdb.SQL(`INSERT INTO fencegate.epoch_grants (resource_id, epoch, holder, how, previous_epoch) VALUES ('r', 2, 'X', 'free', 1)`)); err != nil {
 		t.Fatal(err)
 	}
 	expire(t, pool, "r")

@@ -37,7 +37,7 @@ func TestKeeperLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		iss := lease.NewIssuer(pool)
+		iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
 		k, err := iss.Hold(ctx, "life-stop", "A", lease.KeeperConfig{TTL: time.Minute, RenewEvery: 20 * time.Millisecond, PauseTick: -1})
 		if err != nil {
 			t.Fatal(err)
@@ -53,7 +53,7 @@ func TestKeeperLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(context.Background())
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM resources WHERE resource_id = 'life-stop' FOR UPDATE`); err != nil {
+		if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = 'life-stop' FOR UPDATE`)); err != nil {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -149,7 +149,7 @@ type renewTracer struct{ n *atomic.Int64 }
 type renewKey struct{}
 
 func (r renewTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(d.SQL, "UPDATE resources r") {
+	if !strings.Contains(d.SQL, "UPDATE fencegate.resources r") {
 		return ctx
 	}
 	r.n.Add(1)

@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,7 @@ import (
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
+	"github.com/fencegate/fencegate/internal/pgschema"
 )
 
 // ErrHeld is returned (wrapped in *HeldError) when another holder's lease on
@@ -164,6 +166,10 @@ type Issuer struct {
 	// failoverJump is how far the first grant after a promotion raises
 	// every epoch (WithFailoverEpochJump).
 	failoverJump int64
+	// schema is the schema of fencegate's tables (WithSchema); schemaErr
+	// its refusal, returned by every call.
+	schema    pgschema.Schema
+	schemaErr error
 }
 
 // NewIssuer returns an issuer over pool, which must point at the primary
@@ -173,7 +179,12 @@ func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Issuer{pool: pool, m: newMetrics(o.reg), lockTimeout: max(o.lockTimeout, 0), failoverJump: o.failoverJump}
+	i := &Issuer{pool: pool, m: newMetrics(o.reg), lockTimeout: max(o.lockTimeout, 0), failoverJump: o.failoverJump}
+	i.schema, i.schemaErr = pgschema.Parse(o.schema)
+	if i.schemaErr != nil {
+		i.schemaErr = &InvalidError{Field: "schema", Message: strings.TrimPrefix(i.schemaErr.Error(), "schema: ")}
+	}
+	return i
 }
 
 // ValidateResource checks a resource id.
@@ -273,17 +284,17 @@ type control struct {
 // primary may have granted to resources this database never saw. A
 // database that is not the authority on record fails here with SQLSTATE
 // ZF001 (an *AuthorityError, see wrapGrant), nothing changed.
-func lockResource(ctx context.Context, tx pgx.Tx, resource string, jump int64) (control, error) {
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO resources (resource_id, epoch) SELECT $1, fencegate_epoch_authority($2)
-		ON CONFLICT (resource_id) DO NOTHING`, resource, jump); err != nil {
+func (i *Issuer) lockResource(ctx context.Context, tx pgx.Tx, resource string, jump int64) (control, error) {
+	if _, err := tx.Exec(ctx, i.schema.SQL(`
+		INSERT INTO fencegate.resources (resource_id, epoch) SELECT $1, fencegate.fencegate_epoch_authority($2)
+		ON CONFLICT (resource_id) DO NOTHING`), resource, jump); err != nil {
 		return control{}, fmt.Errorf("create resource: %w", err)
 	}
 	var c control
-	err := tx.QueryRow(ctx, `
+	err := tx.QueryRow(ctx, i.schema.SQL(`
 		SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false),
 		       (extract(epoch FROM now() - renewed_at) * 1000000)::bigint
-		FROM resources WHERE resource_id = $1 FOR UPDATE`, resource).Scan(&c.epoch, &c.holder, &c.expires, &c.live, &c.sinceRenewal)
+		FROM fencegate.resources WHERE resource_id = $1 FOR UPDATE`), resource).Scan(&c.epoch, &c.holder, &c.expires, &c.live, &c.sinceRenewal)
 	if err != nil {
 		return control{}, fmt.Errorf("lock resource: %w", err)
 	}
@@ -301,6 +312,9 @@ func lockResource(ctx context.Context, tx pgx.Tx, resource string, jump int64) (
 // returns an *InvalidError naming "epoch" (its epochs are exhausted); a
 // control row locked past the lock timeout returns a *BusyError.
 func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.Duration) (Lease, error) {
+	if i.schemaErr != nil {
+		return Lease{}, i.schemaErr
+	}
 	if err := ValidateResource(resource); err != nil {
 		return Lease{}, err
 	}
@@ -313,7 +327,7 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 	var l Lease
 	var g *Grant
 	err := i.grantTx(ctx, func(tx pgx.Tx) error {
-		c, err := lockResource(ctx, tx, resource, i.failoverJump)
+		c, err := i.lockResource(ctx, tx, resource, i.failoverJump)
 		if err != nil {
 			return err
 		}
@@ -334,19 +348,19 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 		// same transaction, before anyone can see the grant.
 		next := c.epoch + 1
 		l = Lease{Resource: resource, Holder: holder, Epoch: next}
-		if err := tx.QueryRow(ctx, `
-			UPDATE resources
+		if err := tx.QueryRow(ctx, i.schema.SQL(`
+			UPDATE fencegate.resources
 			SET epoch = $2, holder = $3, lease_expires_at = now() + $4::interval,
 			    renewed_at = now(), updated_at = now()
 			WHERE resource_id = $1
-			RETURNING lease_expires_at`, resource, next, holder, interval(ttl)).Scan(&l.ExpiresAt); err != nil {
+			RETURNING lease_expires_at`), resource, next, holder, interval(ttl)).Scan(&l.ExpiresAt); err != nil {
 			return err
 		}
-		g, err = acquireGrant(ctx, tx, resource, holder, next, c)
+		g, err = i.acquireGrant(ctx, tx, resource, holder, next, c)
 		if err != nil {
 			return err
 		}
-		return recordGrant(ctx, tx, g)
+		return i.recordGrant(ctx, tx, g)
 	})
 	if err != nil {
 		return Lease{}, i.wrapGrant(ctx, "acquire", resource, err)
@@ -363,6 +377,9 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 // renewed. Otherwise it returns a *StaleEpochError. Renew waits for the
 // control-row lock at most the issuer's lock timeout (then *BusyError).
 func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64, ttl time.Duration) (Lease, error) {
+	if i.schemaErr != nil {
+		return Lease{}, i.schemaErr
+	}
 	if err := ValidateResource(resource); err != nil {
 		return Lease{}, err
 	}
@@ -386,12 +403,12 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 	// for the lock timeout only: the statement alone is atomic.
 	var margin *float64
 	err := i.grantTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `
-			UPDATE resources r
+		return tx.QueryRow(ctx, i.schema.SQL(`
+			UPDATE fencegate.resources r
 			SET lease_expires_at = now() + $4::interval, renewed_at = now(), updated_at = now()
-			FROM (SELECT resource_id, lease_expires_at FROM resources WHERE resource_id = $1 FOR UPDATE) old
+			FROM (SELECT resource_id, lease_expires_at FROM fencegate.resources WHERE resource_id = $1 FOR UPDATE) old
 			WHERE r.resource_id = old.resource_id AND r.epoch = $2 AND r.holder = $3
-			RETURNING r.lease_expires_at, extract(epoch FROM old.lease_expires_at - now())::float8`,
+			RETURNING r.lease_expires_at, extract(epoch FROM old.lease_expires_at - now())::float8`),
 			resource, epoch, holder, interval(ttl)).Scan(&l.ExpiresAt, &margin)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -414,7 +431,7 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 func (i *Issuer) staleError(ctx context.Context, resource, holder string, epoch int64) error {
 	var cur int64
 	var curHolder *string
-	err := i.pool.QueryRow(ctx, `SELECT epoch, holder FROM resources WHERE resource_id = $1`, resource).Scan(&cur, &curHolder)
+	err := i.pool.QueryRow(ctx, i.schema.SQL(`SELECT epoch, holder FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&cur, &curHolder)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &StaleEpochError{Resource: resource, Supplied: epoch, Current: 0, Reason: "no epoch was ever issued for this resource"}
 	}
@@ -437,6 +454,9 @@ func (i *Issuer) staleError(ctx context.Context, resource, holder string, epoch 
 // Acquire gets epoch+1. Releasing an already released lease of the current
 // epoch succeeds. Otherwise it returns a *StaleEpochError.
 func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int64) error {
+	if i.schemaErr != nil {
+		return i.schemaErr
+	}
 	if err := ValidateResource(resource); err != nil {
 		return err
 	}
@@ -448,10 +468,10 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 	}
 	var released int64
 	err := i.grantTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-			UPDATE resources
+		tag, err := tx.Exec(ctx, i.schema.SQL(`
+			UPDATE fencegate.resources
 			SET holder = NULL, lease_expires_at = NULL, updated_at = now()
-			WHERE resource_id = $1 AND epoch = $2 AND (holder = $3 OR holder IS NULL)`, resource, epoch, holder)
+			WHERE resource_id = $1 AND epoch = $2 AND (holder = $3 OR holder IS NULL)`), resource, epoch, holder)
 		released = tag.RowsAffected()
 		return err
 	})
@@ -472,6 +492,9 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 // MaxEpoch an *InvalidError naming "epoch". The resource is created on first
 // use.
 func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Resource, error) {
+	if i.schemaErr != nil {
+		return Resource{}, i.schemaErr
+	}
 	if err := ValidateResource(resource); err != nil {
 		return Resource{}, err
 	}
@@ -481,7 +504,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 	var r Resource
 	var g *Grant
 	err := i.grantTx(ctx, func(tx pgx.Tx) error {
-		c, err := lockResource(ctx, tx, resource, i.failoverJump)
+		c, err := i.lockResource(ctx, tx, resource, i.failoverJump)
 		if err != nil {
 			return err
 		}
@@ -492,9 +515,9 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 			r = Resource{Resource: resource, Epoch: c.epoch}
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE resources SET epoch = $2, holder = NULL, lease_expires_at = NULL, updated_at = now()
-			WHERE resource_id = $1`, resource, epoch); err != nil {
+		if _, err := tx.Exec(ctx, i.schema.SQL(`
+			UPDATE fencegate.resources SET epoch = $2, holder = NULL, lease_expires_at = NULL, updated_at = now()
+			WHERE resource_id = $1`), resource, epoch); err != nil {
 			return err
 		}
 		r = Resource{Resource: resource, Epoch: epoch}
@@ -503,7 +526,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 			g.PreviousHolder = *c.holder
 			g.SincePreviousRenewal = micros(c.sinceRenewal)
 		}
-		return recordGrant(ctx, tx, g)
+		return i.recordGrant(ctx, tx, g)
 	})
 	if err != nil {
 		return Resource{}, i.wrapGrant(ctx, "advance", resource, err)
@@ -516,14 +539,17 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 
 // Get returns the resource's control row.
 func (i *Issuer) Get(ctx context.Context, resource string) (Resource, error) {
+	if i.schemaErr != nil {
+		return Resource{}, i.schemaErr
+	}
 	if err := ValidateResource(resource); err != nil {
 		return Resource{}, err
 	}
 	r := Resource{Resource: resource}
 	var holder *string
-	err := i.pool.QueryRow(ctx, `
+	err := i.pool.QueryRow(ctx, i.schema.SQL(`
 		SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)
-		FROM resources WHERE resource_id = $1`, resource).Scan(&r.Epoch, &holder, &r.LeaseExpiresAt, &r.LeaseLive)
+		FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&r.Epoch, &holder, &r.LeaseExpiresAt, &r.LeaseLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, nil
 	}

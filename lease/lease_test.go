@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 func setup(t *testing.T) (*lease.Issuer, *pgxpool.Pool) {
 	t.Helper()
 	pool := testdb.New(t)
-	return lease.NewIssuer(pool), pool
+	return lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), pool
 }
 
 // expire moves a lease's expiry into the past by PostgreSQL's clock, the
@@ -25,7 +25,7 @@ func setup(t *testing.T) (*lease.Issuer, *pgxpool.Pool) {
 func expire(t *testing.T, pool *pgxpool.Pool, resource string) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(),
-		`UPDATE resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = $1`, resource); err != nil {
+		testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = $1`), resource); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -181,7 +181,7 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM resources`).Scan(&n); err != nil || n != 0 {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.resources`)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("resources after bad input: %d (%v); want 0", n, err)
 	}
 }
@@ -194,7 +194,7 @@ func TestEpochNeverDecreasesInSchema(t *testing.T) {
 	if _, err := iss.Advance(ctx, "r", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE resources SET epoch = 9 WHERE resource_id = 'r'`); err == nil {
+	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET epoch = 9 WHERE resource_id = 'r'`)); err == nil {
 		t.Fatal("lowering an epoch by SQL succeeded; the trigger must refuse it")
 	}
 }
@@ -258,7 +258,7 @@ func TestKeeperDeadlineWithoutRenewals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM resources WHERE resource_id = 'd' FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = 'd' FOR UPDATE`)); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -15,6 +15,7 @@ type options struct {
 	reg          prometheus.Registerer
 	lockTimeout  time.Duration
 	failoverJump int64
+	schema       string
 }
 
 // WithRegisterer registers the issuer's metrics with reg:
@@ -34,6 +35,13 @@ type options struct {
 // a different collector under one of these names.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.reg = reg }
+}
+
+// WithSchema names the PostgreSQL schema fencegate's tables live in
+// (gateway migrate --schema). Default: "fencegate". An invalid name makes
+// every call of the issuer fail with an *InvalidError naming "schema".
+func WithSchema(name string) Option {
+	return func(o *options) { o.schema = name }
 }
 
 // WithLockTimeout bounds how long a grant (Acquire, Renew, Release,

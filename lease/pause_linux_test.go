@@ -50,7 +50,7 @@ func TestPauseHelper(t *testing.T) {
 	}
 	defer pool.Close()
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	k, err := lease.NewIssuer(pool).Hold(ctx, "paused", "helper", lease.KeeperConfig{
+	k, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Hold(ctx, "paused", "helper", lease.KeeperConfig{
 		TTL: ttl, Logger: log, PauseLogFraction: 0.05, PauseTick: tick})
 	if err != nil {
 		t.Fatal(err)

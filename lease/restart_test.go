@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/pgcluster"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/migrations"
 )
 
 // Epochs survive a restart of PostgreSQL — clean (fast shutdown) and a
@@ -29,10 +29,10 @@ func TestEpochsSurvivePostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := migrations.Up(ctx, pool, nil); err != nil {
+	if _, err := testdb.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	iss := lease.NewIssuer(pool)
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
 	want := map[string]int64{}
 	grant := func(tag string) {
 		for _, r := range []string{"a", "b", "c"} {

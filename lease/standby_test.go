@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/pgcluster"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -34,7 +34,7 @@ func TestNeverOnAStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if _, err := migrations.Up(ctx, plain, nil); err != nil {
+	if _, err := testdb.Migrate(ctx, plain); err != nil {
 		t.Fatal(err)
 	}
 	standby, err := pgcluster.StartStandby(ctx, primary)
@@ -73,7 +73,7 @@ func TestNeverOnAStandby(t *testing.T) {
 	}
 
 	// With RequirePrimary: every call fails on connecting, with ErrStandby.
-	iss := lease.NewIssuer(onStandby)
+	iss := lease.NewIssuer(onStandby, lease.WithSchema(testdb.Schema()))
 	if _, err := iss.Acquire(ctx, "r", "A", time.Minute); !errors.Is(err, lease.ErrStandby) {
 		t.Fatalf("Acquire on standby = %v; want ErrStandby", err)
 	}
@@ -83,7 +83,7 @@ func TestNeverOnAStandby(t *testing.T) {
 	if err := onStandby.Ping(ctx); !errors.Is(err, lease.ErrStandby) || !strings.Contains(err.Error(), "epochs must come from the primary") {
 		t.Fatalf("Ping on standby = %v; want ErrStandby with a clear message", err)
 	}
-	client, err := outbox.New(onStandby, outbox.Config{})
+	client, err := outbox.New(onStandby, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +94,12 @@ func TestNeverOnAStandby(t *testing.T) {
 	}
 	// Without RequirePrimary the issuer still says why (the standby refuses
 	// the write as read-only; the issuer checks pg_is_in_recovery()).
-	if _, err := lease.NewIssuer(standbyPlain).Acquire(ctx, "r", "A", time.Minute); !errors.Is(err, lease.ErrStandby) {
+	if _, err := lease.NewIssuer(standbyPlain, lease.WithSchema(testdb.Schema())).Acquire(ctx, "r", "A", time.Minute); !errors.Is(err, lease.ErrStandby) {
 		t.Fatalf("Acquire on standby without RequirePrimary = %v; want ErrStandby", err)
 	}
 	// Nothing was stored anywhere (the primary is where it would have been).
 	var resources, intents int
-	if err := plain.QueryRow(ctx, `SELECT (SELECT count(*) FROM resources), (SELECT count(*) FROM intents)`).Scan(&resources, &intents); err != nil {
+	if err := plain.QueryRow(ctx, testdb.SQL(`SELECT (SELECT count(*) FROM fencegate.resources), (SELECT count(*) FROM fencegate.intents)`)).Scan(&resources, &intents); err != nil {
 		t.Fatal(err)
 	}
 	if resources != 0 || intents != 0 {
@@ -107,12 +107,12 @@ func TestNeverOnAStandby(t *testing.T) {
 	}
 
 	// On the primary, through the same kind of pool: it works.
-	piss := lease.NewIssuer(onPrimary)
+	piss := lease.NewIssuer(onPrimary, lease.WithSchema(testdb.Schema()))
 	l, err := piss.Acquire(ctx, "r", "A", time.Minute)
 	if err != nil || l.Epoch != 1 {
 		t.Fatalf("Acquire on primary = %+v, %v", l, err)
 	}
-	pclient, _ := outbox.New(onPrimary, outbox.Config{})
+	pclient, _ := outbox.New(onPrimary, outbox.Config{Schema: testdb.Schema()})
 	if _, err := pclient.Enqueue(ctx, in); err != nil {
 		t.Fatalf("Enqueue on primary = %v", err)
 	}
@@ -120,7 +120,7 @@ func TestNeverOnAStandby(t *testing.T) {
 	// history is allowed (it may lag; it never grants).
 	deadline = time.Now().Add(time.Minute)
 	for {
-		grants, err := lease.NewIssuer(standbyPlain).History(ctx, "r", 10)
+		grants, err := lease.NewIssuer(standbyPlain, lease.WithSchema(testdb.Schema())).History(ctx, "r", 10)
 		if err == nil && len(grants) == 1 && grants[0].Epoch == 1 {
 			break
 		}

@@ -12,12 +12,17 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/fencegate/fencegate/internal/pgschema"
 )
 
 //go:embed *.sql
@@ -32,27 +37,157 @@ type Applied struct {
 	Source  string `json:"source"`
 }
 
-// Up applies every pending migration to the database behind pool and returns
-// the ones it applied (none when the schema is current).
-func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]Applied, error) {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	return up(ctx, db, logger)
+// Config configures Up.
+type Config struct {
+	// Schema is the schema fencegate's tables and functions live in,
+	// created when missing. Default: "fencegate" (pgschema.Default).
+	Schema string
+	// Logger. Nil: discard.
+	Logger *slog.Logger
 }
 
-func up(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]Applied, error) {
+// versionTable is goose's version table, in the schema.
+const versionTable = "fencegate_schema_version"
+
+// Up applies every pending migration to cfg.Schema of the database behind
+// pool (creating the schema when missing) and returns the ones it applied
+// (none when the schema is current).
+//
+// The migrations run on connections whose search_path is the schema
+// alone, so everything they create lands in it, whatever pool's own
+// search_path; afterwards every function in the schema has its
+// search_path pinned to the schema (PinFunctions), so that a function
+// called from a session whose search_path leads elsewhere (a worker's
+// transaction in the application's public schema, which may well have a
+// table called intents) still reads fencegate's tables.
+//
+// A database whose fencegate tables are in another schema (an install
+// from before schemas, in public) is refused with an *ElsewhereError
+// rather than given a second, empty install: a second set of tables would
+// start every resource's epoch from 0 again and hand out fencing tokens
+// that were handed out before. Move it first (Move), or name its schema.
+func Up(ctx context.Context, pool *pgxpool.Pool, cfg Config) ([]Applied, error) {
+	s, err := pgschema.Parse(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if err := prepareSchema(ctx, pool, s); err != nil {
+		return nil, err
+	}
+	mpool, err := schemaPool(ctx, pool, s)
+	if err != nil {
+		return nil, err
+	}
+	defer mpool.Close()
+	db := stdlib.OpenDBFromPool(mpool)
+	defer db.Close()
+	applied, err := up(ctx, db, s, logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := PinFunctions(ctx, pool, s.Name()); err != nil {
+		return applied, err
+	}
+	return applied, nil
+}
+
+// ElsewhereError says that the database's fencegate tables are in another
+// schema than the one asked for.
+type ElsewhereError struct {
+	// Schema is the schema asked for; Found the one holding the tables.
+	Schema, Found string
+}
+
+func (e *ElsewhereError) Error() string {
+	return fmt.Sprintf("schema: fencegate is installed in schema %q of this database, not in %q: "+
+		"name that schema (--schema %s, $GATEWAY_SCHEMA), or move the install (gateway migrate --schema %s --move-from %s); "+
+		"a second, empty install would hand out fencing epochs again that were handed out before",
+		e.Found, e.Schema, e.Found, e.Schema, e.Found)
+}
+
+// lockKey is the advisory lock key of migrations into schema s: one per
+// schema, so two deployments' migrators in one database don't wait for
+// each other, and none that an application's own goose would take.
+func lockKey(s pgschema.Schema) int64 { return keyOf("fencegate/migrate/" + s.Name()) }
+
+// schemaLockKey is the advisory lock key of prepareSchema's transaction:
+// another key than lockKey's, which goose holds for the whole run in a
+// session of its own. A transaction waiting for that key would deadlock
+// with a CREATE INDEX CONCURRENTLY of the run, which waits for every open
+// transaction to end.
+func schemaLockKey(s pgschema.Schema) int64 { return keyOf("fencegate/schema/" + s.Name()) }
+
+func keyOf(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64() >> 1)
+}
+
+// prepareSchema creates the schema when missing and refuses a database
+// whose fencegate tables are elsewhere. The transaction-scoped advisory
+// lock orders concurrent migrators: without it two CREATE SCHEMA IF NOT
+// EXISTS racing on an empty database can both try to create it, and one
+// fails on the catalog's unique index.
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLockKey(s)); err != nil {
+		return fmt.Errorf("migrations: lock: %w", err)
+	}
+	// An install from before schemas has its tables in public. Up never
+	// starts a second, empty install beside it (see Up).
+	if s.Name() != "public" {
+		var here, legacy bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+			s.Qualify(versionTable), "public."+versionTable).Scan(&here, &legacy); err != nil {
+			return fmt.Errorf("migrations: look for an install: %w", err)
+		}
+		if !here && legacy {
+			return &ElsewhereError{Schema: s.Name(), Found: "public"}
+		}
+	}
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Name()); err != nil {
+		return fmt.Errorf("migrations: create schema %s: %w", s.Name(), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrations: create schema %s: %w", s.Name(), err)
+	}
+	return nil
+}
+
+// schemaPool is a small pool on pool's database whose connections have
+// search_path set to the schema alone (pg_catalog is always searched
+// first): the migrations name their objects unqualified, so they create
+// them there and read them from there.
+func schemaPool(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) (*pgxpool.Pool, error) {
+	cfg := pool.Config().Copy()
+	cfg.MaxConns = 2
+	cfg.MinConns = 0
+	cfg.ConnConfig.RuntimeParams["search_path"] = s.Name() + ", pg_temp"
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, nil
+}
+
+func up(ctx context.Context, db *sql.DB, s pgschema.Schema, logger *slog.Logger) ([]Applied, error) {
 	// The advisory lock serialises concurrent migrators; without it two
 	// `gateway migrate` could both see version N and both try to apply N+1.
-	locker, err := lock.NewPostgresSessionLocker()
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockKey(s)))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: create locker: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
 		goose.WithSessionLocker(locker),
-		goose.WithTableName("fencegate_schema_version"),
+		goose.WithTableName(s.Qualify(versionTable)),
 		// A database migrated by a build that lacked a migration numbered
 		// below its newest one still gets it: every migration here is
 		// written to apply in any order after 00001.
@@ -68,18 +203,191 @@ func up(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]Applied, error)
 	applied := make([]Applied, 0, len(results))
 	for _, r := range results {
 		applied = append(applied, Applied{Version: r.Source.Version, Source: r.Source.Path})
-		logger.Info("migrations: applied", "version", r.Source.Version, "source", r.Source.Path, "duration", r.Duration)
+		logger.Info("migrations: applied", "schema", s.Name(), "version", r.Source.Version, "source", r.Source.Path, "duration", r.Duration)
 	}
 	return applied, nil
 }
 
-// Version reports the schema version currently applied.
-func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+// PinFunctions pins the search_path of every function in schema to the
+// schema (then pg_temp, so a temporary table can never stand in for one
+// of fencegate's), where it is not pinned already. Up calls it after the
+// migrations; call it again after replacing a function by hand (a fault
+// test's failpoint version): CREATE OR REPLACE FUNCTION drops the setting.
+func PinFunctions(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, schema string) error {
+	s, err := pgschema.Parse(schema)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	setting := "search_path=" + s.Name() + ", pg_temp"
+	if _, err := q.Exec(ctx, `
+		DO $$
+		DECLARE f regprocedure;
+		BEGIN
+			FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+			         WHERE p.pronamespace = '`+s.Name()+`'::regnamespace
+			           AND p.prokind = 'f'
+			           AND NOT coalesce('`+setting+`' = ANY (p.proconfig), false)
+			LOOP
+				EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, '`+s.Name()+`');
+			END LOOP;
+		END $$`); err != nil {
+		return fmt.Errorf("migrations: pin the functions' search_path: %w", err)
+	}
+	return nil
+}
+
+// Version reports the schema version currently applied in schema ("" is
+// the default schema).
+func Version(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, error) {
+	s, err := pgschema.Parse(schema)
+	if err != nil {
+		return 0, fmt.Errorf("migrations: %w", err)
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithTableName("fencegate_schema_version"))
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithTableName(s.Qualify(versionTable)))
 	if err != nil {
 		return 0, fmt.Errorf("migrations: %w", err)
 	}
 	return p.GetDBVersion(ctx)
+}
+
+// Move moves an install of fencegate from schema from (an install from
+// before schemas: "public") into schema to, in one transaction: every
+// table (with its indexes, constraints, triggers and owned sequences),
+// sequence and function of fencegate's (pgschema.Objects) found in from.
+// Nothing else in from is touched. It returns the objects moved; none when
+// from holds no install. Run Up afterwards (gateway migrate --move-from
+// does both): it pins the moved functions' search_path to the new schema.
+//
+// Stop every gateway process and worker of the database first: a
+// statement already planned against the old schema fails once the tables
+// are gone from it. The move takes each table's ACCESS EXCLUSIVE lock, so
+// it waits for transactions using them and is quick once it has them
+// (catalog updates only, no data is copied).
+func Move(ctx context.Context, pool *pgxpool.Pool, from, to string) ([]string, error) {
+	if err := pgschema.Check(from); err != nil {
+		return nil, fmt.Errorf("migrations: move from: %w", err)
+	}
+	dst, err := pgschema.Parse(to)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	if from == dst.Name() {
+		return nil, fmt.Errorf("migrations: move from: %q is the schema itself", from)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// The target's migration lock, and its schema lock: no migrator runs
+	// into the target while the move fills it. Tried, not waited for: a
+	// transaction waiting for goose's session lock would deadlock with a
+	// CREATE INDEX CONCURRENTLY of the run holding it.
+	var locked bool
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1) AND pg_try_advisory_xact_lock($2)`,
+		lockKey(dst), schemaLockKey(dst)).Scan(&locked); err != nil {
+		return nil, fmt.Errorf("migrations: lock: %w", err)
+	}
+	if !locked {
+		return nil, fmt.Errorf("migrations: move: a migration into schema %s is running; retry when it is done", dst.Name())
+	}
+	var occupied bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, dst.Qualify(versionTable)).Scan(&occupied); err != nil {
+		return nil, fmt.Errorf("migrations: move: %w", err)
+	}
+	if occupied {
+		var empty bool
+		if err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+dst.Qualify("resources")+`)
+			AND NOT EXISTS (SELECT 1 FROM `+dst.Qualify("intents")+`)`).Scan(&empty); err != nil {
+			return nil, fmt.Errorf("migrations: move: %w", err)
+		}
+		return nil, fmt.Errorf("migrations: move: schema %s holds an install already (empty: %t); drop it first (DROP SCHEMA %s CASCADE) if it is not in use", dst.Name(), empty, dst.Name())
+	}
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+dst.Name()); err != nil {
+		return nil, fmt.Errorf("migrations: create schema %s: %w", dst.Name(), err)
+	}
+	// relkind r (tables) first: moving a table moves the sequences it owns
+	// (its serial columns'), which are then no longer in from.
+	rows, err := tx.Query(ctx, `
+		SELECT c.relname, c.relkind = 'r' FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind IN ('r', 'S') AND c.relname = ANY ($2)
+		ORDER BY c.relkind DESC, c.relname`, from, pgschema.Objects)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: move: list tables: %w", err)
+	}
+	type rel struct {
+		name  string
+		table bool
+	}
+	var rels []rel
+	for rows.Next() {
+		var r rel
+		if err := rows.Scan(&r.name, &r.table); err != nil {
+			return nil, fmt.Errorf("migrations: move: %w", err)
+		}
+		rels = append(rels, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("migrations: move: list tables: %w", err)
+	}
+	var moved []string
+	for _, r := range rels {
+		stmt := "ALTER TABLE IF EXISTS "
+		if !r.table {
+			stmt = "ALTER SEQUENCE IF EXISTS "
+		}
+		if _, err := tx.Exec(ctx, stmt+pgx.Identifier{from, r.name}.Sanitize()+" SET SCHEMA "+dst.Name()); err != nil {
+			return nil, fmt.Errorf("migrations: move %s.%s: %w", from, r.name, err)
+		}
+		moved = append(moved, r.name)
+	}
+	// Functions, every overload: triggers and defaults name them by oid,
+	// so they keep working where they moved.
+	frows, err := tx.Query(ctx, `
+		SELECT p.oid::regprocedure::text FROM pg_proc p
+		JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = ANY ($2)
+		ORDER BY 1`, from, pgschema.Objects)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: move: list functions: %w", err)
+	}
+	fns, err := pgx.CollectRows(frows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("migrations: move: list functions: %w", err)
+	}
+	for _, f := range fns {
+		if _, err := tx.Exec(ctx, "ALTER FUNCTION "+f+" SET SCHEMA "+dst.Name()); err != nil {
+			return nil, fmt.Errorf("migrations: move function %s: %w", f, err)
+		}
+		moved = append(moved, f)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("migrations: move: %w", err)
+	}
+	return moved, nil
+}
+
+// Installed reports whether fencegate is migrated in schema ("" is the
+// default schema). When it is not, and an install from before schemas has
+// its tables in public, it returns an *ElsewhereError saying so: a process
+// pointed at an empty schema must not look like a new install.
+func Installed(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
+	s, err := pgschema.Parse(schema)
+	if err != nil {
+		return false, err
+	}
+	var here, legacy bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		s.Qualify(versionTable), "public."+versionTable).Scan(&here, &legacy); err != nil {
+		return false, fmt.Errorf("migrations: look for an install: %w", err)
+	}
+	if !here && legacy && s.Name() != "public" {
+		return false, &ElsewhereError{Schema: s.Name(), Found: "public"}
+	}
+	return here, nil
 }

@@ -50,7 +50,7 @@ func TestUpConcurrentAndIdempotent(t *testing.T) {
 				return
 			}
 			defer pool.Close()
-			applied, err := migrations.Up(ctx, pool, nil)
+			applied, err := testdb.Migrate(ctx, pool)
 			counts[i], errs[i] = len(applied), err
 		}()
 	}
@@ -77,7 +77,7 @@ func TestUpConcurrentAndIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	again, err := migrations.Up(ctx, pool, nil)
+	again, err := testdb.Migrate(ctx, pool)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second run: applied %v, err %v; want nothing", again, err)
 	}
@@ -91,7 +91,7 @@ func TestNoFailpointInProduction(t *testing.T) {
 	pool := testdb.New(t)
 	var def string
 	if err := pool.QueryRow(context.Background(),
-		`SELECT pg_get_functiondef('fencegate_enqueue'::regproc)`).Scan(&def); err != nil {
+		testdb.SQL(`SELECT pg_get_functiondef('fencegate.fencegate_enqueue'::regproc)`)).Scan(&def); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(def, "fencegate.failpoint") || strings.Contains(def, "pg_advisory_lock") {

@@ -65,7 +65,7 @@ type querier interface {
 // enqueueBatchSQL calls the fenced batch enqueue; its arguments come from
 // batchArgs.
 const enqueueBatchSQL = `SELECT ord, outcome, intent_id, status, current_epoch
-	FROM fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8)
+	FROM fencegate.fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8)
 	WHERE ` + durable.Where
 
 // batchArgs holds the column arrays of fencegate_enqueue_batch.
@@ -126,7 +126,7 @@ func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, notify
 	for _, in := range valid {
 		a.add(in)
 	}
-	rows, err := q.Query(ctx, enqueueBatchSQL, a.args(notify)...)
+	rows, err := q.Query(ctx, c.schema.SQL(enqueueBatchSQL), a.args(notify)...)
 	if err != nil {
 		return nil, batchError(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -193,7 +194,7 @@ func TestNoStaleUnderTakeoversGroupAndBatch(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		gc, err := outbox.New(b.pool, outbox.Config{GroupCommit: true})
+		gc, err := outbox.New(b.pool, outbox.Config{Schema: testdb.Schema(), GroupCommit: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +222,7 @@ func TestGroupCommitPerCallerAnswers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	gc, err := outbox.New(b.pool, outbox.Config{GroupCommit: true, GroupFlushers: 1})
+	gc, err := outbox.New(b.pool, outbox.Config{Schema: testdb.Schema(), GroupCommit: true, GroupFlushers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,7 @@ func TestGroupCommitPerCallerAnswers(t *testing.T) {
 	}
 	// The calls did share transactions.
 	var txs int
-	if err := b.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM intents`).Scan(&txs); err != nil {
+	if err := b.pool.QueryRow(ctx, testdb.SQL(`SELECT count(DISTINCT xmin::text) FROM fencegate.intents`)).Scan(&txs); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d intents in %d transactions", inserted+1, txs)

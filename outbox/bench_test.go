@@ -32,7 +32,7 @@ func BenchmarkEnqueueNotifyModes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := lconn.Exec(ctx, "LISTEN fencegate_intents"); err != nil {
+	if _, err := lconn.Exec(ctx, "LISTEN "+testdb.PGSchema().IntentsChannel()); err != nil {
 		b.Fatal(err)
 	}
 	var lwg sync.WaitGroup
@@ -53,9 +53,9 @@ func BenchmarkEnqueueNotifyModes(b *testing.B) {
 		name string
 		cfg  outbox.Config
 	}{
-		{"every", outbox.Config{NotifyWindow: -1}},
-		{"coalesced", outbox.Config{}},
-		{"off", outbox.Config{DisableNotify: true}},
+		{"every", outbox.Config{Schema: testdb.Schema(), NotifyWindow: -1}},
+		{"coalesced", outbox.Config{Schema: testdb.Schema()}},
+		{"off", outbox.Config{Schema: testdb.Schema(), DisableNotify: true}},
 	}
 	run := func(cfg outbox.Config, tag string) time.Duration {
 		ob, err := outbox.New(pool, cfg)
@@ -105,7 +105,7 @@ func newBenchPool(b *testing.B) *pgxpool.Pool {
 
 func benchAcquire(b *testing.B, bb bundle, resource string) int64 {
 	b.Helper()
-	l, err := lease.NewIssuer(bb.pool).Acquire(context.Background(), resource, "bench", time.Hour)
+	l, err := lease.NewIssuer(bb.pool, lease.WithSchema(testdb.Schema())).Acquire(context.Background(), resource, "bench", time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}

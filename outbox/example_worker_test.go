@@ -16,13 +16,17 @@ import (
 	"github.com/fencegate/fencegate/outbox"
 )
 
+// schema is the schema fencegate was migrated into (gateway migrate
+// --schema; "" is the default, fencegate): here the test's.
+var schema = testdb.Schema()
+
 // sendNightlyReport is the Go worker of the README, word for word (the
 // README's copy is checked against this function by internal/doccheck): it
 // takes the lease on the nightly report and, in one transaction, records
 // the report as sent and enqueues its email, fenced by the lease's epoch.
 func sendNightlyReport(ctx context.Context, pool *pgxpool.Pool, day string) error {
-	issuer := lease.NewIssuer(pool)
-	ob, err := outbox.New(pool, outbox.Config{})
+	issuer := lease.NewIssuer(pool, lease.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.Config{Schema: schema})
 	if err != nil {
 		return err
 	}
@@ -91,14 +95,14 @@ func TestExampleWorker(t *testing.T) {
 	}
 	var epoch int64
 	var sent bool
-	if err := pool.QueryRow(ctx, `SELECT i.epoch, r.sent_at IS NOT NULL FROM intents i, reports r
-		WHERE i.resource_id = 'nightly-report' AND i.operation_id = 'report-2026-12-01' AND r.day = '2026-12-01'`).Scan(&epoch, &sent); err != nil {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT i.epoch, r.sent_at IS NOT NULL FROM fencegate.intents i, reports r
+		WHERE i.resource_id = 'nightly-report' AND i.operation_id = 'report-2026-12-01' AND r.day = '2026-12-01'`)).Scan(&epoch, &sent); err != nil {
 		t.Fatal(err)
 	}
 	if !sent {
 		t.Fatal("the report's row was not updated with the intent")
 	}
-	issuer := lease.NewIssuer(pool)
+	issuer := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
 	res, err := issuer.Get(ctx, "nightly-report")
 	if err != nil {
 		t.Fatal(err)

@@ -6,10 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// notifyChannel is the channel dispatchers LISTEN on (dispatcher.NotifyChannel).
-const notifyChannel = "fencegate_intents"
+	"github.com/fencegate/fencegate/internal/pgschema"
+)
 
 // notifyTimeout bounds one trailing NOTIFY.
 const notifyTimeout = 5 * time.Second
@@ -26,7 +25,7 @@ const notifyTimeout = 5 * time.Second
 // How: claim grants the NOTIFY to at most one transaction per window. A
 // transaction that went without one reports its commit with suppressed,
 // which arms a timer; when it fires, one standalone
-// `SELECT pg_notify('fencegate_intents', ”)` goes out for all the commits
+// `SELECT pg_notify('fencegate_intents', ”)` (the schema's intents channel) goes out for all the commits
 // reported meanwhile. So a busy Client sends about two NOTIFYs per window
 // instead of one per intent, and an idle one still notifies at once.
 //
@@ -42,6 +41,7 @@ const notifyTimeout = 5 * time.Second
 // relayed, never whether.
 type notifier struct {
 	pool     *pgxpool.Pool
+	channel  string // the schema's intents channel (pgschema)
 	window   time.Duration
 	disabled bool
 	log      func(msg string, args ...any)
@@ -56,7 +56,7 @@ type notifier struct {
 }
 
 func newNotifier(pool *pgxpool.Pool, cfg Config) *notifier {
-	return &notifier{pool: pool, window: cfg.NotifyWindow, disabled: cfg.DisableNotify, log: cfg.Logger.Warn}
+	return &notifier{pool: pool, channel: pgschema.MustParse(cfg.Schema).IntentsChannel(), window: cfg.NotifyWindow, disabled: cfg.DisableNotify, log: cfg.Logger.Warn}
 }
 
 // claim reports whether the transaction about to run should NOTIFY.
@@ -108,7 +108,7 @@ func (n *notifier) fire() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
-	if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel); err != nil {
+	if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, '')`, n.channel); err != nil {
 		// The dispatchers' polling picks these intents up.
 		n.log("outbox: trailing notify failed; dispatchers will find the intents by polling", "component", "outbox", "error", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
+	"github.com/fencegate/fencegate/internal/pgschema"
 )
 
 // Defaults of Config's fields.
@@ -31,6 +32,9 @@ const (
 
 // Config configures a Client.
 type Config struct {
+	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
+	// migrate --schema). Default: "fencegate".
+	Schema string
 	// MaxPayloadBytes limits a payload's size. Default: 256 KiB.
 	MaxPayloadBytes int
 	// Kinds are the intent kinds accepted, by name. Default: DefaultKinds().
@@ -103,6 +107,9 @@ func (c Config) validate() error {
 	if c.KeyScope != KeyScopeGlobal && c.KeyScope != KeyScopeResource {
 		return fmt.Errorf("outbox: KeyScope must be %q or %q, got %q", KeyScopeGlobal, KeyScopeResource, c.KeyScope)
 	}
+	if _, err := pgschema.Parse(c.Schema); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
 	if c.MaxPayloadBytes < 2 {
 		return fmt.Errorf("outbox: MaxPayloadBytes must be at least 2, got %d", c.MaxPayloadBytes)
 	}
@@ -120,6 +127,7 @@ func (c Config) validate() error {
 // Client enqueues and looks up intents. It is safe for concurrent use.
 type Client struct {
 	pool   *pgxpool.Pool
+	schema pgschema.Schema
 	cfg    Config
 	notify *notifier
 	group  *grouper
@@ -143,13 +151,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{pool: pool, cfg: cfg, stale: fencemetrics.StaleRejections(cfg.Registerer).WithLabelValues(fencemetrics.WhereEnqueue)}
+	c := &Client{pool: pool, schema: pgschema.MustParse(cfg.Schema), cfg: cfg, stale: fencemetrics.StaleRejections(cfg.Registerer).WithLabelValues(fencemetrics.WhereEnqueue)}
 	c.notify = newNotifier(pool, cfg)
 	if cfg.GroupCommit {
 		c.group = newGrouper(c)
 	}
 	return c, nil
 }
+
+// Schema returns the name of the PostgreSQL schema the client works in.
+func (c *Client) Schema() string { return c.schema.Name() }
 
 // Kinds returns the names of the intent kinds the client accepts, sorted:
 // the one list the intake and the pages show.
@@ -225,7 +236,7 @@ type queryer interface {
 // enqueueSQL calls the fenced enqueue. Its arguments come from
 // enqueueArgs, so a new parameter is added in these two places only.
 const enqueueSQL = `SELECT outcome, intent_id, status, current_epoch, existing_epoch
-	FROM fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8)
+	FROM fencegate.fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8)
 	WHERE ` + durable.Where
 
 func enqueueArgs(in Intent, notify bool) []any {
@@ -256,7 +267,7 @@ func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args
 		current       int64
 		existingEpoch *int64
 	)
-	err := q.QueryRow(ctx, sql, args...).Scan(&outcome, &id, &status, &current, &existingEpoch)
+	err := q.QueryRow(ctx, c.schema.SQL(sql), args...).Scan(&outcome, &id, &status, &current, &existingEpoch)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
@@ -334,7 +345,7 @@ func scanRecord(row pgx.Row) (*Record, error) {
 
 // Get returns the intent with the given id, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, intentID int64) (*Record, error) {
-	r, err := scanRecord(c.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM intents WHERE intent_id = $1`, intentID))
+	r, err := scanRecord(c.pool.QueryRow(ctx, c.schema.SQL(`SELECT `+recordColumns+` FROM fencegate.intents WHERE intent_id = $1`), intentID))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("outbox: get intent %d: %w", intentID, err)
 	}
@@ -345,7 +356,7 @@ func (c *Client) Get(ctx context.Context, intentID int64) (*Record, error) {
 // statement (a read: what the adapters' runtime loads for a batch of
 // messages).
 func (c *Client) GetMany(ctx context.Context, ids []int64) (map[int64]*Record, error) {
-	rows, err := c.pool.Query(ctx, `SELECT `+recordColumns+` FROM intents WHERE intent_id = ANY($1)`, ids)
+	rows, err := c.pool.Query(ctx, c.schema.SQL(`SELECT `+recordColumns+` FROM fencegate.intents WHERE intent_id = ANY($1)`), ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: get %d intents: %w", len(ids), err)
 	}
@@ -367,7 +378,7 @@ func (c *Client) GetMany(ctx context.Context, ids []int64) (map[int64]*Record, e
 // Lookup returns the intent a resource's operation id committed, or
 // ErrNotFound.
 func (c *Client) Lookup(ctx context.Context, resource, operationID string) (*Record, error) {
-	r, err := scanRecord(c.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM intents WHERE resource_id = $1 AND operation_id = $2`, resource, operationID))
+	r, err := scanRecord(c.pool.QueryRow(ctx, c.schema.SQL(`SELECT `+recordColumns+` FROM fencegate.intents WHERE resource_id = $1 AND operation_id = $2`), resource, operationID))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("outbox: lookup %q/%q: %w", resource, operationID, err)
 	}

@@ -29,11 +29,11 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	pool := testdb.New(t)
-	c, err := outbox.New(pool, outbox.Config{})
+	c, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{pool: pool, issuer: lease.NewIssuer(pool), client: c}
+	return bundle{pool: pool, issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), client: c}
 }
 
 const emailPayload = `{"to":["alice@example.com"],"from":"reports@example.com","subject":"Nightly report","text":"all good"}`
@@ -45,11 +45,11 @@ func emailIntent(resource string, epoch int64, op string) outbox.Intent {
 func countIntents(t *testing.T, pool *pgxpool.Pool, where string, args ...any) int {
 	t.Helper()
 	var n int
-	q := "SELECT count(*) FROM intents"
+	q := "SELECT count(*) FROM fencegate.intents"
 	if where != "" {
 		q += " WHERE " + where
 	}
-	if err := pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), testdb.SQL(q), args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -58,7 +58,7 @@ func countIntents(t *testing.T, pool *pgxpool.Pool, where string, args ...any) i
 func expire(t *testing.T, pool *pgxpool.Pool, resource string) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(),
-		`UPDATE resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = $1`, resource); err != nil {
+		testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = $1`), resource); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -168,7 +168,7 @@ func TestLostResponseRetryIsDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lossy.Close()
-	lc, _ := outbox.New(lossy, outbox.Config{})
+	lc, _ := outbox.New(lossy, outbox.Config{Schema: testdb.Schema()})
 
 	dropped := proxy.DropResponseTo("fencegate_enqueue")
 	_, err = lc.Enqueue(ctx, emailIntent("r", l.Epoch, "send-1"))

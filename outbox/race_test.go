@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -134,7 +135,7 @@ func raceWith(t *testing.T, b bundle, enqueue enqueueFunc, duration time.Duratio
 		t.Fatalf("%d intents committed with a non-current epoch, e.g. %s", len(v), v[0])
 	}
 	var stored []string
-	rows, err := b.pool.Query(ctx, `SELECT resource_id || '/' || operation_id || '@' || epoch FROM intents WHERE resource_id NOT LIKE 'filler-%'`)
+	rows, err := b.pool.Query(ctx, testdb.SQL(`SELECT resource_id || '/' || operation_id || '@' || epoch FROM fencegate.intents WHERE resource_id NOT LIKE 'filler-%'`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func installGrantLog(t *testing.T, b bundle) {
 	if err := b.pool.QueryRow(ctx, `SHOW track_commit_timestamp`).Scan(&on); err != nil || on != "on" {
 		t.Fatalf("this test needs track_commit_timestamp=on on the test server (the test command sets it); got %q (%v)", on, err)
 	}
-	_, err := b.pool.Exec(ctx, `
+	_, err := b.pool.Exec(ctx, testdb.SQL(`
 		CREATE TABLE grant_log (resource_id text NOT NULL, epoch bigint NOT NULL);
 		CREATE FUNCTION log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -217,7 +218,7 @@ func installGrantLog(t *testing.T, b bundle) {
 			END IF;
 			RETURN NULL;
 		END $$;
-		CREATE TRIGGER log_grant AFTER INSERT OR UPDATE ON resources FOR EACH ROW EXECUTE FUNCTION log_grant();`)
+		CREATE TRIGGER log_grant AFTER INSERT OR UPDATE ON fencegate.resources FOR EACH ROW EXECUTE FUNCTION log_grant();`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func checkCommitOrder(t *testing.T, b bundle) []string {
 	}
 	var evs []ev
 	load := func(q string, grant bool) {
-		rows, err := b.pool.Query(ctx, q)
+		rows, err := b.pool.Query(ctx, testdb.SQL(q))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +256,7 @@ func checkCommitOrder(t *testing.T, b bundle) []string {
 		}
 	}
 	load(`SELECT resource_id, epoch, pg_xact_commit_timestamp(xmin), '' FROM grant_log`, true)
-	load(`SELECT resource_id, epoch, pg_xact_commit_timestamp(xmin), operation_id FROM intents`, false)
+	load(`SELECT resource_id, epoch, pg_xact_commit_timestamp(xmin), operation_id FROM fencegate.intents`, false)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts.Before(evs[j].ts) })
 	current := map[string]int64{}
 	var violations []string

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -42,7 +43,7 @@ func TestSweeperRetentionHorizons(t *testing.T) {
 		{7 * day, 7 * day, true},
 		{0, 31 * day, false},
 	} {
-		_, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{MaxAge: c.maxAge, KeyRetention: c.keys})
+		_, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema(), MaxAge: c.maxAge, KeyRetention: c.keys})
 		if c.ok {
 			if err != nil {
 				t.Errorf("MaxAge %s, KeyRetention %s: %v", c.maxAge, c.keys, err)
@@ -74,7 +75,7 @@ func TestLateReplayInsideKeyRetentionIsDuplicate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(b.pool, idempotency.Config{})
+	store, err := idempotency.New(b.pool, idempotency.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +92,14 @@ func TestLateReplayInsideKeyRetentionIsDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		`UPDATE intents SET completed_at = now() - interval '8 days'`,
-		`UPDATE idempotency_keys SET completed_at = now() - interval '8 days'`,
+		`UPDATE fencegate.intents SET completed_at = now() - interval '8 days'`,
+		`UPDATE fencegate.idempotency_keys SET completed_at = now() - interval '8 days'`,
 	} {
-		if _, err := b.pool.Exec(ctx, q); err != nil {
+		if _, err := b.pool.Exec(ctx, testdb.SQL(q)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sw, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{})
+	sw, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}

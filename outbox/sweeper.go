@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 )
 
@@ -52,6 +53,9 @@ func CheckRetention(intentRetention, keyRetention time.Duration) error {
 
 // SweeperConfig configures a Sweeper.
 type SweeperConfig struct {
+	// Schema is the PostgreSQL schema of fencegate's tables. Default:
+	// "fencegate".
+	Schema string
 	// MaxAge is how long a completed intent is kept, from its completion,
 	// and so how long its operation id dedups. It must not be shorter than
 	// KeyRetention (CheckRetention). Default: 30 days.
@@ -89,6 +93,9 @@ func (c SweeperConfig) validate() error {
 		return fmt.Errorf("outbox: sweeper Batch must be between 1 and 100000, got %d", c.Batch)
 	case c.Interval < time.Millisecond:
 		return fmt.Errorf("outbox: sweeper Interval must be at least 1ms, got %s", c.Interval)
+	}
+	if _, err := pgschema.Parse(c.Schema); err != nil {
+		return fmt.Errorf("outbox: sweeper: %w", err)
 	}
 	return CheckRetention(c.MaxAge, c.KeyRetention)
 }
@@ -131,7 +138,7 @@ func NewSweeper(pool *pgxpool.Pool, cfg SweeperConfig) (*Sweeper, error) {
 // SweepOnce deletes one batch and returns how many intents it deleted.
 func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
 	// The statement, and why it skips locked rows: internal/intents.Sweep.
-	n, err := intents.Sweep(ctx, s.pool, s.cfg.MaxAge, s.cfg.Batch)
+	n, err := intents.In(pgschema.MustParse(s.cfg.Schema)).Sweep(ctx, s.pool, s.cfg.MaxAge, s.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: sweep: %w", err)
 	}

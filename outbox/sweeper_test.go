@@ -53,12 +53,12 @@ func TestSweeper(t *testing.T) {
 		if r.age > 0 {
 			completed = time.Now().Add(-r.age)
 		}
-		if _, err := b.pool.Exec(ctx, `UPDATE intents SET status = $2, completed_at = $3 WHERE intent_id = $1`,
+		if _, err := b.pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.intents SET status = $2, completed_at = $3 WHERE intent_id = $1`),
 			res.IntentID, r.status, completed); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{MaxAge: 7 * day, KeyRetention: 7 * day, Batch: 2, Interval: time.Hour})
+	s, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema(), MaxAge: 7 * day, KeyRetention: 7 * day, Batch: 2, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestSweeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM intents WHERE intent_id = $1 FOR UPDATE`, ids[0]); err != nil {
+	if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.intents WHERE intent_id = $1 FOR UPDATE`), ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.SweepOnce(ctx)
@@ -102,18 +102,18 @@ func TestSweeper(t *testing.T) {
 			t.Fatalf("row %d (%s, age %s): exists=%v; want swept=%v", i, r.status, r.age, got, r.swept)
 		}
 	}
-	if _, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Batch: -1}); err == nil {
+	if _, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema(), Batch: -1}); err == nil {
 		t.Fatal("a negative batch was accepted")
 	}
 	// Stop without Start returns.
-	s2, _ := outbox.NewSweeper(b.pool, outbox.SweeperConfig{})
+	s2, _ := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema()})
 	s2.Stop()
 }
 
 func exists(t *testing.T, b bundle, id int64) bool {
 	t.Helper()
 	var one int
-	err := b.pool.QueryRow(context.Background(), `SELECT 1 FROM intents WHERE intent_id = $1`, id).Scan(&one)
+	err := b.pool.QueryRow(context.Background(), testdb.SQL(`SELECT 1 FROM fencegate.intents WHERE intent_id = $1`), id).Scan(&one)
 	if err == pgx.ErrNoRows {
 		return false
 	}
@@ -138,11 +138,11 @@ func TestNotifyCoalescing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "LISTEN fencegate_intents"); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+testdb.PGSchema().IntentsChannel()); err != nil {
 		t.Fatal(err)
 	}
 	const window = 300 * time.Millisecond
-	c, err := outbox.New(b.pool, outbox.Config{NotifyWindow: window})
+	c, err := outbox.New(b.pool, outbox.Config{Schema: testdb.Schema(), NotifyWindow: window})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ const TraceContextSetting = "fencegate.trace_context"
 const tracedEnqueueSQL = `WITH tc AS MATERIALIZED (SELECT set_config('` + TraceContextSetting + `', $9, true) AS v,
 		set_config('` + PrincipalSetting + `', $10, true) AS p)
 	SELECT e.outcome, e.intent_id, e.status, e.current_epoch, e.existing_epoch
-	FROM tc, LATERAL fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8 AND tc.v IS NOT NULL AND tc.p IS NOT NULL) e
+	FROM tc, LATERAL fencegate.fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8 AND tc.v IS NOT NULL AND tc.p IS NOT NULL) e
 	WHERE ` + durable.Where
 
 // PrincipalSetting is the transaction-local setting the intent's

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -20,7 +21,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	small, err := outbox.New(b.pool, outbox.Config{MaxPayloadBytes: 1024})
+	small, err := outbox.New(b.pool, outbox.Config{Schema: testdb.Schema(), MaxPayloadBytes: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +127,10 @@ func TestBadInputStoresNothing(t *testing.T) {
 
 func TestConfigRejectsBadKinds(t *testing.T) {
 	t.Parallel()
-	if _, err := outbox.New(nil, outbox.Config{Kinds: map[string]outbox.KindSpec{"x": {DefaultFence: "sometimes"}}}); err == nil {
+	if _, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{"x": {DefaultFence: "sometimes"}}}); err == nil {
 		t.Fatal("a kind with a bad default fence was accepted")
 	}
-	c, err := outbox.New(nil, outbox.Config{Kinds: map[string]outbox.KindSpec{"noop": {DefaultFence: outbox.FenceCommit}}})
+	c, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{"noop": {DefaultFence: outbox.FenceCommit}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestConfigRejectsBadKinds(t *testing.T) {
 // by New.
 func TestKeyScopeResource(t *testing.T) {
 	t.Parallel()
-	c, err := outbox.New(nil, outbox.Config{KeyScope: outbox.KeyScopeResource})
+	c, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), KeyScope: outbox.KeyScopeResource})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,10 +174,10 @@ func TestKeyScopeResource(t *testing.T) {
 	if _, err := c.Validate(in); !errors.As(err, &ve) || ve.Field != "idempotency_key" {
 		t.Errorf("an effective key over 255 bytes: %v, want an error naming idempotency_key", err)
 	}
-	if _, err := outbox.New(nil, outbox.Config{KeyScope: "tenant"}); err == nil {
+	if _, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), KeyScope: "tenant"}); err == nil {
 		t.Error("KeyScope \"tenant\" accepted")
 	}
-	g, _ := outbox.New(nil, outbox.Config{})
+	g, _ := outbox.New(nil, outbox.Config{Schema: testdb.Schema()})
 	in.IdempotencyKey = "k"
 	if got, err := g.Validate(in); err != nil || got.IdempotencyKey != "k" {
 		t.Errorf("the global scope: %q, %v; want the key as given", got.IdempotencyKey, err)

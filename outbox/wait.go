@@ -11,9 +11,10 @@ import (
 )
 
 // OutcomeChannel is the channel PostgreSQL notifies (with an empty
-// payload) when a transaction gives intents a final status (migration
-// 00016's trigger).
-const OutcomeChannel = "fencegate_outcomes"
+// payload) when a transaction gives intents a final status (migrations
+// 00016 and 00020, the intents' outcome trigger): "<schema>_outcomes",
+// fencegate_outcomes in the default schema.
+func (c *Client) OutcomeChannel() string { return c.schema.OutcomesChannel() }
 
 // waitRecheck is how often the waiters re-read their intents without a
 // notification: a safety net, since notifications sent while the listener
@@ -74,8 +75,9 @@ func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
 
 // waitSet is the client's waiters and its one listener.
 type waitSet struct {
-	pool *pgxpool.Pool
-	log  func(msg string, args ...any)
+	pool    *pgxpool.Pool
+	channel string // the schema's outcomes channel
+	log     func(msg string, args ...any)
 
 	mu      sync.Mutex
 	byID    map[int64]map[chan struct{}]bool
@@ -88,7 +90,7 @@ type waitSet struct {
 
 func (c *Client) waiters() *waitSet {
 	c.waitOnce.Do(func() {
-		c.wait = &waitSet{pool: c.pool, log: c.cfg.Logger.Warn, byID: map[int64]map[chan struct{}]bool{}}
+		c.wait = &waitSet{pool: c.pool, channel: c.OutcomeChannel(), log: c.cfg.Logger.Warn, byID: map[int64]map[chan struct{}]bool{}}
 	})
 	return c.wait
 }
@@ -152,7 +154,7 @@ func (w *waitSet) wakeAll() {
 	}
 }
 
-// listen holds one connection LISTENing on OutcomeChannel until ctx ends,
+// listen holds one connection LISTENing on the outcomes channel until ctx ends,
 // waking the waiters on every notification and every waitRecheck, and
 // reconnecting after a failure (waking them then too: notifications sent
 // meanwhile are lost).
@@ -191,7 +193,8 @@ func (w *waitSet) listenOnce(ctx context.Context, ready func()) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+OutcomeChannel); err != nil {
+	// The channel is a checked identifier (pgschema): no quoting needed.
+	if _, err := conn.Exec(ctx, "LISTEN "+w.channel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	// LISTENing from here: every waiter that joined reads after this.

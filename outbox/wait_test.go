@@ -21,11 +21,11 @@ func TestWaitForAnOutcome(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	ctx := context.Background()
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.NewIssuer(pool).Acquire(ctx, "wait", "w", time.Minute)
+	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "wait", "w", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestWaitForAnOutcome(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+outbox.OutcomeChannel+`'`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 1 {
@@ -80,7 +80,7 @@ func TestWaitForAnOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := intents.Cancel(ctx, tx, res.IntentID); err != nil {
+	if err := intents.In(testdb.PGSchema()).Cancel(ctx, tx, res.IntentID); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -84,7 +84,7 @@ func TestTwoShardsOneNATS(t *testing.T) {
 	for _, name := range names {
 		pool := testdb.New(t)
 		roots[name] = t.TempDir()
-		g, err := gateway.Start(ctx, gateway.Config{Pool: pool, NATSURL: nats.URL, RunDispatcher: true,
+		g, err := gateway.Start(ctx, gateway.Config{Schema: testdb.Schema(), Pool: pool, NATSURL: nats.URL, RunDispatcher: true,
 			Adapters: []string{file.Kind}, File: file.Config{Root: roots[name]}})
 		if err != nil {
 			t.Fatal(err)
@@ -139,7 +139,7 @@ func TestTwoShardsOneNATS(t *testing.T) {
 			}
 			// The other primary knows nothing of the resource.
 			var n int
-			if err := other.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM intents WHERE resource_id = $1) + (SELECT count(*) FROM resources WHERE resource_id = $1)`, p.res).Scan(&n); err != nil {
+			if err := other.Pool.QueryRow(ctx, testdb.SQL(`SELECT (SELECT count(*) FROM fencegate.intents WHERE resource_id = $1) + (SELECT count(*) FROM fencegate.resources WHERE resource_id = $1)`), p.res).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			if n != 0 {

@@ -96,10 +96,11 @@ func NewEnv(t testing.TB, o Options) *Env {
 	pool := newPool(t, dbURL)
 	ns := natstest.Start(t)
 	nc := natstest.Connect(t, ns.URL)
-	e := &Env{Pool: pool, DBURL: dbURL, NATSURL: ns.URL, NC: nc, Issuer: lease.NewIssuer(pool), Resource: o.Resource, opts: o}
+	e := &Env{Pool: pool, DBURL: dbURL, NATSURL: ns.URL, NC: nc, Issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), Resource: o.Resource, opts: o}
 	e.Client = e.newClient(t, pool)
 	e.Store = e.newStore(t, pool)
 	d, err := dispatcher.New(pool, nc, dispatcher.Config{
+		Schema:       testdb.Schema(),
 		PollInterval: 50 * time.Millisecond,
 		RelayTimeout: cmp.Or(o.RelayTimeout, 20*time.Second),
 	})
@@ -141,7 +142,7 @@ func (e *Env) newClient(t testing.TB, pool *pgxpool.Pool) *outbox.Client {
 	t.Helper()
 	kinds := outbox.DefaultKinds()
 	maps.Copy(kinds, e.opts.Kinds)
-	c, err := outbox.New(pool, outbox.Config{Kinds: kinds})
+	c, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), Kinds: kinds})
 	if err != nil {
 		t.Fatalf("adaptertest: outbox: %v", err)
 	}
@@ -150,7 +151,7 @@ func (e *Env) newClient(t testing.TB, pool *pgxpool.Pool) *outbox.Client {
 
 func (e *Env) newStore(t testing.TB, pool *pgxpool.Pool) *idempotency.Store {
 	t.Helper()
-	s, err := idempotency.New(pool, idempotency.Config{LockTimeout: e.opts.LockTimeout, GroupCommit: !e.opts.NoGroupCommit})
+	s, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema(), LockTimeout: e.opts.LockTimeout, GroupCommit: !e.opts.NoGroupCommit})
 	if err != nil {
 		t.Fatalf("adaptertest: idempotency store: %v", err)
 	}
@@ -293,7 +294,7 @@ func (e *Env) EnqueueHeldBack(t testing.TB, in outbox.Intent) int64 {
 		t.Fatalf("adaptertest: enqueue %+v: %v", in, err)
 	}
 	// Parked inside the same transaction: no dispatcher can claim it first.
-	if err := intents.Park(ctx, tx, res.IntentID, "parked-by-test", time.Hour); err != nil {
+	if err := intents.In(testdb.PGSchema()).Park(ctx, tx, res.IntentID, "parked-by-test", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -305,10 +306,10 @@ func (e *Env) EnqueueHeldBack(t testing.TB, in outbox.Intent) int64 {
 // Release lets the dispatcher relay an intent parked by EnqueueHeldBack.
 func (e *Env) Release(t testing.TB, id int64) {
 	t.Helper()
-	if err := intents.Unpark(context.Background(), e.Pool, id); err != nil {
+	if err := intents.In(testdb.PGSchema()).Unpark(context.Background(), e.Pool, id); err != nil {
 		t.Fatalf("adaptertest: release intent %d: %v", id, err)
 	}
-	e.exec(t, `SELECT pg_notify('fencegate_intents', '')`)
+	e.exec(t, "SELECT pg_notify('"+testdb.PGSchema().IntentsChannel()+"', '')")
 }
 
 // Rerelay makes the dispatcher relay an intent again, as after a lost
@@ -321,7 +322,7 @@ func (e *Env) Rerelay(t testing.TB, id int64) {
 	t.Helper()
 	deadline := time.Now().Add(WaitTimeout)
 	for {
-		done, err := intents.Backdate(context.Background(), e.Pool, id, time.Hour)
+		done, err := intents.In(testdb.PGSchema()).Backdate(context.Background(), e.Pool, id, time.Hour)
 		if err != nil {
 			t.Fatalf("adaptertest: re-relay intent %d: %v", id, err)
 		}
@@ -333,12 +334,12 @@ func (e *Env) Rerelay(t testing.TB, id int64) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	e.exec(t, `SELECT pg_notify('fencegate_intents', '')`)
+	e.exec(t, "SELECT pg_notify('"+testdb.PGSchema().IntentsChannel()+"', '')")
 }
 
 func (e *Env) exec(t testing.TB, sql string, args ...any) {
 	t.Helper()
-	if _, err := e.Pool.Exec(context.Background(), sql, args...); err != nil {
+	if _, err := e.Pool.Exec(context.Background(), testdb.SQL(sql), args...); err != nil {
 		t.Fatalf("adaptertest: %s: %v", sql, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -179,11 +180,11 @@ func TestRuntimeHelperProcess(t *testing.T) {
 	if err != nil {
 		fail("nats: %v", err)
 	}
-	store, err := idempotency.New(pool, idempotency.Config{LockTimeout: crashLockTimeout})
+	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema(), LockTimeout: crashLockTimeout})
 	if err != nil {
 		fail("store: %v", err)
 	}
-	client, err := outbox.New(pool, outbox.Config{})
+	client, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		fail("outbox: %v", err)
 	}

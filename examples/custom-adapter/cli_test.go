@@ -122,7 +122,7 @@ func TestOwnKindThroughCLIIntakeGoAndPages(t *testing.T) {
 	defer pool.Close()
 	kinds := outbox.DefaultKinds()
 	kinds[Kind] = KindSpec()
-	ob, err := outbox.New(pool, outbox.Config{Kinds: kinds})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), Kinds: kinds})
 	if err != nil {
 		t.Fatal(err)
 	}

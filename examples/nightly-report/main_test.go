@@ -41,7 +41,7 @@ func TestWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := lease.NewIssuer(pool).Acquire(ctx, "nightly-report", "worker-b", time.Minute); err != nil {
+	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "nightly-report", "worker-b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	_, err = run(ctx, url, "2026-12-02", "worker-a", "alice@example.com")
@@ -50,7 +50,7 @@ func TestWorker(t *testing.T) {
 		t.Fatalf("while worker-b holds the lease: %v, want *lease.HeldError", err)
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM intents`).Scan(&n); err != nil || n != 2 {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d intents stored (%v), want the first day's 2", n, err)
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/pgcluster"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
@@ -119,7 +120,8 @@ type Result struct {
 // hands to a later one.
 type benchEnv struct {
 	pool    *pgxpool.Pool
-	dbURL   string // the benchmark's database, for gateway run
+	schema  pgschema.Schema // Config.Schema
+	dbURL   string          // the benchmark's database, for gateway run
 	natsURL string
 	// fsyncOff: the server runs with fsync=off (only a --database-url
 	// server can); gateway run then needs --allow-fsync-off.
@@ -164,6 +166,9 @@ type Config struct {
 	// throwaway ones the benchmark starts). On a given PostgreSQL it works
 	// in a database of its own, created and dropped by it.
 	DatabaseURL, NATSURL string
+	// Schema is the PostgreSQL schema the benchmark's database is migrated
+	// into, and every part of it works in. Default: "fencegate".
+	Schema string
 	// CPUProfile, when set, is the file a Go CPU profile of the cases is
 	// written to.
 	CPUProfile string
@@ -334,10 +339,10 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		return fail(err)
 	}
 	cleanups = append(cleanups, pool.Close)
-	if _, err := migrations.Up(ctx, pool, nil); err != nil {
+	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: cfg.Schema}); err != nil {
 		return fail(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO resources (resource_id, epoch) SELECT 'bench-' || g, 1 FROM generate_series(0, $1 - 1) g`, benchResources); err != nil {
+	if _, err := pool.Exec(ctx, pgschema.MustParse(cfg.Schema).SQL(`INSERT INTO fencegate.resources (resource_id, epoch) SELECT 'bench-' || g, 1 FROM generate_series(0, $1 - 1) g`), benchResources); err != nil {
 		return fail(fmt.Errorf("create resources: %w", err))
 	}
 
@@ -361,7 +366,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	} else {
 		machine["nats"] = "given by --nats-url"
 	}
-	env := &benchEnv{pool: pool, dbURL: withDB(dbURL, name), natsURL: natsURL, fsyncOff: fsync == "off",
+	env := &benchEnv{pool: pool, schema: pgschema.MustParse(cfg.Schema), dbURL: withDB(dbURL, name), natsURL: natsURL, fsyncOff: fsync == "off",
 		log: cfg.Log, payload: benchPayload(), gatewayMain: cfg.RunGateway, stopTimeout: cfg.StopTimeout}
 	return env, machine, cleanup, nil
 }
@@ -412,10 +417,10 @@ func (e *benchEnv) run(ctx context.Context, name string) ([]Result, error) {
 // reset empties the outbox, so a case does not inherit another's rows (or
 // a dispatcher another case's pending intents).
 func (e *benchEnv) reset(ctx context.Context) error {
-	if _, err := e.pool.Exec(ctx, `TRUNCATE intents, idempotency_keys CASCADE`); err != nil {
+	if _, err := e.pool.Exec(ctx, e.schema.SQL(`TRUNCATE fencegate.intents, fencegate.idempotency_keys CASCADE`)); err != nil {
 		return err
 	}
-	_, err := e.pool.Exec(ctx, `VACUUM ANALYZE intents`)
+	_, err := e.pool.Exec(ctx, e.schema.SQL(`VACUUM ANALYZE fencegate.intents`))
 	return err
 }
 
@@ -487,7 +492,7 @@ func (e *benchEnv) listen(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+dispatcher.NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+e.schema.IntentsChannel()); err != nil {
 		_ = conn.Close(ctx)
 		return nil, err
 	}
@@ -504,7 +509,7 @@ func (e *benchEnv) listen(ctx context.Context) (func(), error) {
 	return func() { cancel(); <-done; _ = conn.Close(context.Background()) }, nil
 }
 
-const rawInsertSQL = `INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+const rawInsertSQL = `INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
 	VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
 // rawInsert is the physical baseline of one enqueue: BEGIN; INSERT the same
@@ -515,7 +520,7 @@ func (e *benchEnv) rawInsert(ctx context.Context, rnd uint64) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, rawInsertSQL, in.Resource, in.Epoch, in.OperationID, in.Kind,
+	if _, err := tx.Exec(ctx, e.schema.SQL(rawInsertSQL), in.Resource, in.Epoch, in.OperationID, in.Kind,
 		in.Resource+"/"+in.OperationID, "execute", string(in.Payload)); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
@@ -556,7 +561,7 @@ func (e *benchEnv) caseEnqueue(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{})
+	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
 	if err != nil {
 		return nil, err
 	}
@@ -582,7 +587,7 @@ func (e *benchEnv) caseBatch(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{})
+	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
 	if err != nil {
 		return nil, err
 	}
@@ -596,7 +601,7 @@ func (e *benchEnv) caseBatch(ctx context.Context) ([]Result, error) {
 					in := e.intent(*rnd >> 16)
 					rows[i] = []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.Resource + "/" + in.OperationID, "execute", string(in.Payload)}
 				}
-				_, err := e.pool.CopyFrom(ctx, pgx.Identifier{"intents"}, cols, pgx.CopyFromRows(rows))
+				_, err := e.pool.CopyFrom(ctx, pgx.Identifier{e.schema.Name(), "intents"}, cols, pgx.CopyFromRows(rows))
 				return benchBatchSize, err
 			})
 		},
@@ -637,7 +642,7 @@ func (e *benchEnv) caseGroup(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{GroupCommit: true, GroupFlushers: benchGroupFlushers})
+	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name(), GroupCommit: true, GroupFlushers: benchGroupFlushers})
 	if err != nil {
 		return nil, err
 	}
@@ -667,12 +672,12 @@ func (e *benchEnv) backlog(ctx context.Context, n int, status string, mk func(ui
 			rows[i] = []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.Resource + "/" + in.OperationID,
 				string(cmp.Or(in.Fence, outbox.FenceExecute)), string(in.Payload), status, completed}
 		}
-		if _, err := e.pool.CopyFrom(ctx, pgx.Identifier{"intents"}, cols, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := e.pool.CopyFrom(ctx, pgx.Identifier{e.schema.Name(), "intents"}, cols, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("load intents: %w", err)
 		}
 		done += m
 	}
-	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE intents`); err != nil {
+	if _, err := e.pool.Exec(ctx, e.schema.SQL(`VACUUM ANALYZE fencegate.intents`)); err != nil {
 		return err
 	}
 	if n >= 100_000 {
@@ -681,7 +686,7 @@ func (e *benchEnv) backlog(ctx context.Context, n int, status string, mk func(ui
 		// measurement after it, with the full-page images of every page
 		// first written after it: a benchmark artifact, not the product's.
 		// Not allowed to a role without the privilege: then measured as is.
-		if _, err := e.pool.Exec(ctx, `CHECKPOINT`); err != nil {
+		if _, err := e.pool.Exec(ctx, e.schema.SQL(`CHECKPOINT`)); err != nil {
 			fmt.Fprintf(e.log, "gateway bench: CHECKPOINT after the preload: %v (measuring anyway)\n", err)
 		}
 	}
@@ -717,7 +722,7 @@ func (e *benchEnv) caseRelay(ctx context.Context) ([]Result, error) {
 		if err := e.backlog(ctx, n, "pending", e.intent); err != nil {
 			return nil, err
 		}
-		d, err := dispatcher.New(e.pool, nc, dispatcher.Config{DisableListen: true, PollInterval: 10 * time.Millisecond})
+		d, err := dispatcher.New(e.pool, nc, dispatcher.Config{Schema: e.schema.Name(), DisableListen: true, PollInterval: 10 * time.Millisecond})
 		if err != nil {
 			return nil, err
 		}
@@ -733,7 +738,7 @@ func (e *benchEnv) caseRelay(ctx context.Context) ([]Result, error) {
 			// no index, so every poll, every 2 ms, scanned the table and
 			// took CPU from the dispatcher it measured.)
 			var left bool
-			if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intents WHERE status = 'pending')`).Scan(&left); err != nil {
+			if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT EXISTS (SELECT 1 FROM fencegate.intents WHERE status = 'pending')`)).Scan(&left); err != nil {
 				d.Stop()
 				return nil, err
 			}
@@ -806,7 +811,7 @@ type pipeline struct {
 func (e *benchEnv) startPipeline(ctx context.Context) (*pipeline, error) {
 	kinds := outbox.DefaultKinds()
 	kinds["noop"] = outbox.KindSpec{DefaultFence: outbox.FenceCommit}
-	ob, err := outbox.New(e.pool, outbox.Config{Kinds: kinds})
+	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name(), Kinds: kinds})
 	if err != nil {
 		return nil, err
 	}
@@ -892,7 +897,7 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error)
 	deadline := time.Now().Add(time.Minute)
 	for len(lat) < len(ids) {
 		lat = lat[:0]
-		rows, err := e.pool.Query(ctx, `SELECT intent_id, completed_at FROM intents WHERE intent_id = ANY($1) AND completed_at IS NOT NULL`, ids)
+		rows, err := e.pool.Query(ctx, e.schema.SQL(`SELECT intent_id, completed_at FROM fencegate.intents WHERE intent_id = ANY($1) AND completed_at IS NOT NULL`), ids)
 		if err != nil {
 			return nil, err
 		}
@@ -926,11 +931,11 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error)
 	// a sequential scan of the million preloaded rows in case growth (a
 	// benchmark artifact, twice per run, on the machine being measured).
 	var floor, doneBefore int64
-	if err := e.pool.QueryRow(ctx, `SELECT coalesce(max(intent_id), 0) FROM intents`).Scan(&floor); err != nil {
+	if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT coalesce(max(intent_id), 0) FROM fencegate.intents`)).Scan(&floor); err != nil {
 		return nil, err
 	}
-	const doneSQL = `SELECT count(*) FROM intents WHERE intent_id > $1 AND completed_at IS NOT NULL`
-	if err := e.pool.QueryRow(ctx, doneSQL, floor).Scan(&doneBefore); err != nil {
+	const doneSQL = `SELECT count(*) FROM fencegate.intents WHERE intent_id > $1 AND completed_at IS NOT NULL`
+	if err := e.pool.QueryRow(ctx, e.schema.SQL(doneSQL), floor).Scan(&doneBefore); err != nil {
 		return nil, err
 	}
 	mstart := time.Now()
@@ -942,7 +947,7 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error)
 		return nil, err
 	}
 	var doneAfter int64
-	if err := e.pool.QueryRow(ctx, doneSQL, floor).Scan(&doneAfter); err != nil {
+	if err := e.pool.QueryRow(ctx, e.schema.SQL(doneSQL), floor).Scan(&doneAfter); err != nil {
 		return nil, err
 	}
 	out := float64(doneAfter-doneBefore) / time.Since(mstart).Seconds()
@@ -1019,7 +1024,7 @@ func (e *benchEnv) caseGrowth(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(e.pool, outbox.Config{})
+	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
 	if err != nil {
 		stop()
 		return nil, err
@@ -1035,10 +1040,10 @@ func (e *benchEnv) caseGrowth(ctx context.Context) ([]Result, error) {
 	// for 5 s): the e2e rows below would start with that backlog to relay
 	// and time it, not the pipeline (it put growth-e2e-p99 at ~1.4 s).
 	// Removed; the million completed intents stay.
-	if _, err := e.pool.Exec(ctx, `DELETE FROM intents WHERE status = 'pending'`); err != nil {
+	if _, err := e.pool.Exec(ctx, e.schema.SQL(`DELETE FROM fencegate.intents WHERE status = 'pending'`)); err != nil {
 		return nil, err
 	}
-	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE intents`); err != nil {
+	if _, err := e.pool.Exec(ctx, e.schema.SQL(`VACUUM ANALYZE fencegate.intents`)); err != nil {
 		return nil, err
 	}
 	rs, err := e.caseE2E(ctx, "growth-e2e")

@@ -51,7 +51,7 @@ type gatewayRun struct {
 // adapter when noop is set (else it relays only), and returns once it
 // runs.
 func (e *benchEnv) runGateway(ctx context.Context, noop bool) (*gatewayRun, error) {
-	args := []string{"--database-url", e.dbURL, "--nats-url", e.natsURL, "--adapters", ""}
+	args := []string{"--schema", e.schema.Name(), "--database-url", e.dbURL, "--nats-url", e.natsURL, "--adapters", ""}
 	if e.fsyncOff {
 		args = append(args, "--allow-fsync-off")
 	}
@@ -130,11 +130,11 @@ func (w *tailWriter) String() string {
 // itself.)
 func (e *benchEnv) waitDone(ctx context.Context, what, left string, lo, hi int64, deadline time.Time) error {
 	probe := `SELECT coalesce(min(intent_id), 0) FROM (
-		SELECT intent_id FROM intents WHERE intent_id >= $1 AND intent_id <= $2 AND (` + left + `)
+		SELECT intent_id FROM fencegate.intents WHERE intent_id >= $1 AND intent_id <= $2 AND (` + left + `)
 		ORDER BY intent_id LIMIT 1) first`
 	for {
 		var next int64
-		if err := e.pool.QueryRow(ctx, probe, lo, hi).Scan(&next); err != nil {
+		if err := e.pool.QueryRow(ctx, e.schema.SQL(probe), lo, hi).Scan(&next); err != nil {
 			return err
 		}
 		if next == 0 {
@@ -150,7 +150,7 @@ func (e *benchEnv) waitDone(ctx context.Context, what, left string, lo, hi int64
 
 // backlogRange is the lowest and highest intent id in the outbox.
 func (e *benchEnv) backlogRange(ctx context.Context) (lo, hi int64, err error) {
-	err = e.pool.QueryRow(ctx, `SELECT coalesce(min(intent_id), 0), coalesce(max(intent_id), 0) FROM intents`).Scan(&lo, &hi)
+	err = e.pool.QueryRow(ctx, e.schema.SQL(`SELECT coalesce(min(intent_id), 0), coalesce(max(intent_id), 0) FROM fencegate.intents`)).Scan(&lo, &hi)
 	return lo, hi, err
 }
 
@@ -168,7 +168,7 @@ func (e *benchEnv) purgeNoop(ctx context.Context) error {
 		return err
 	}
 	// The gateway ran with the database's namespace.
-	info, err := deployment.Resolve(ctx, e.pool)
+	info, err := deployment.Resolve(ctx, e.pool, e.schema.Name())
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]Result, error) {
 		}
 		if noop {
 			var ok int
-			if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE status = 'succeeded'`).Scan(&ok); err != nil {
+			if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT count(*) FROM fencegate.intents WHERE status = 'succeeded'`)).Scan(&ok); err != nil {
 				return 0, 0, err
 			}
 			if ok != n {

@@ -37,14 +37,14 @@ func InstallLogs(ctx context.Context, pool *pgxpool.Pool) error {
 			END IF;
 			RETURN NULL;
 		END $$;
-		CREATE TRIGGER chaos_log_grant AFTER INSERT OR UPDATE ON resources FOR EACH ROW EXECUTE FUNCTION chaos_log_grant();
+		CREATE TRIGGER chaos_log_grant AFTER INSERT OR UPDATE ON fencegate.resources FOR EACH ROW EXECUTE FUNCTION chaos_log_grant();
 		CREATE TABLE chaos_intent_log (intent_id bigint NOT NULL, resource_id text NOT NULL, epoch bigint NOT NULL, operation_id text NOT NULL);
 		CREATE FUNCTION chaos_log_intent() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			INSERT INTO chaos_intent_log VALUES (NEW.intent_id, NEW.resource_id, NEW.epoch, NEW.operation_id);
 			RETURN NULL;
 		END $$;
-		CREATE TRIGGER chaos_log_intent AFTER INSERT ON intents FOR EACH ROW EXECUTE FUNCTION chaos_log_intent();`)
+		CREATE TRIGGER chaos_log_intent AFTER INSERT ON fencegate.intents FOR EACH ROW EXECUTE FUNCTION chaos_log_intent();`)
 	return err
 }
 
@@ -136,7 +136,7 @@ func Observe(ctx context.Context, env Env, ops []Op) (*Observed, error) {
 	if obs.Grants, err = loadGrants(ctx, env.Pool); err != nil {
 		return nil, err
 	}
-	rows, err := env.Pool.Query(ctx, `SELECT resource_id, epoch FROM resources`)
+	rows, err := env.Pool.Query(ctx, `SELECT resource_id, epoch FROM fencegate.resources`)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func loadIntents(ctx context.Context, pool *pgxpool.Pool) ([]Intent, error) {
 	rows, err := pool.Query(ctx, `
 		SELECT i.intent_id, i.resource_id, i.epoch, i.operation_id, i.kind, i.idempotency_key, i.payload::text,
 		       i.status, coalesce(i.result::text, 'null'), pg_xact_commit_timestamp(l.xmin)
-		FROM intents i JOIN chaos_intent_log l USING (intent_id) ORDER BY i.intent_id`)
+		FROM fencegate.intents i JOIN chaos_intent_log l USING (intent_id) ORDER BY i.intent_id`)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -44,8 +45,8 @@ func demoOpID(worker, what string, epoch int64) string {
 // that far, by the file destination's own fence.
 func (d *devEnv) runDemo(ctx context.Context) error {
 	log := d.log.With("component", "demo")
-	issuer := lease.NewIssuer(d.pool)
-	ob, err := outbox.New(d.pool, outbox.Config{Logger: d.log})
+	issuer := lease.NewIssuer(d.pool, lease.WithSchema(d.opts.Schema))
+	ob, err := outbox.New(d.pool, outbox.Config{Schema: d.opts.Schema, Logger: d.log})
 	if err != nil {
 		return err
 	}
@@ -188,10 +189,10 @@ func (d *devEnv) runDemo(ctx context.Context) error {
 	// It goes through the real relay and the file adapter, which compares
 	// epochs under its lock at the destination and refuses it; the outcome
 	// (superseded) is recorded on the intent, for the pages to show.
-	if err := intents.Unpark(ctx, d.pool, aLateID); err != nil {
+	if err := intents.In(pgschema.MustParse(d.opts.Schema)).Unpark(ctx, d.pool, aLateID); err != nil {
 		return fmt.Errorf("release A's delayed publication: %w", err)
 	}
-	_, _ = d.pool.Exec(ctx, `SELECT pg_notify('fencegate_intents', '')`)
+	_, _ = d.pool.Exec(ctx, `SELECT pg_notify($1, '')`, pgschema.MustParse(d.opts.Schema).IntentsChannel())
 	lrec, err := demoAwait(ctx, ob, log, aLateID)
 	if err != nil {
 		return err
@@ -234,7 +235,7 @@ func (d *devEnv) demoEnqueueParked(ctx context.Context, ob *outbox.Client, in ou
 	if err != nil {
 		return 0, err
 	}
-	if err := intents.Park(ctx, tx, res.IntentID, "demo: in transit", time.Hour); err != nil {
+	if err := intents.In(pgschema.MustParse(d.opts.Schema)).Park(ctx, tx, res.IntentID, "demo: in transit", time.Hour); err != nil {
 		return 0, err
 	}
 	return res.IntentID, tx.Commit(ctx)

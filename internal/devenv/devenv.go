@@ -139,6 +139,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 // Options are what `gateway dev` runs: its parsed flags, and what the
 // command line hands it (its output, logger and database checks).
 type Options struct {
+	// Schema is the PostgreSQL schema of fencegate's tables ("": the
+	// default, fencegate).
+	Schema      string
 	Addr        string // the admin server's address (loopback)
 	DataDir     string // "": a temporary directory removed on exit
 	DatabaseURL string // "": a throwaway PostgreSQL
@@ -285,6 +288,7 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 	d.fileRoot = root
 
 	cfg := gateway.Config{
+		Schema:        d.opts.Schema,
 		Pool:          d.pool,
 		NATSURL:       d.natsURL,
 		RunDispatcher: true,
@@ -413,7 +417,7 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 	if err := d.opts.RequireFsync(ctx, pool, d.opts.AllowFsyncOff); err != nil {
 		return err
 	}
-	applied, err := migrations.Up(ctx, pool, nil)
+	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: d.opts.Schema})
 	if err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
@@ -504,7 +508,7 @@ func (d *devEnv) startMail() error {
 // Dev configures no tokens: admin then serves without authentication, and
 // Options.Validate allows loopback addresses only.
 func (d *devEnv) startAdmin() error {
-	issuer := lease.NewIssuer(d.pool)
+	issuer := lease.NewIssuer(d.pool, lease.WithSchema(d.opts.Schema))
 	srv, err := admin.New(admin.Config{
 		Pool:     d.pool,
 		Outbox:   d.stack.Outbox(),

@@ -13,8 +13,8 @@ import (
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/pgcluster"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -63,7 +63,7 @@ func TestAcknowledgedDecisionsSurviveACrash(t *testing.T) {
 	c := asyncCommitCluster(t)
 	{
 		setup := plainPool(t, c.URL("postgres"))
-		if _, err := migrations.Up(ctx, setup, nil); err != nil {
+		if _, err := testdb.Migrate(ctx, setup); err != nil {
 			t.Fatal(err)
 		}
 		// Make sure the migrations are on disk before the acknowledged
@@ -78,12 +78,12 @@ func TestAcknowledgedDecisionsSurviveACrash(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&sc); err != nil || sc != "off" {
 		t.Fatalf("synchronous_commit = %q (%v), want off at the server", sc, err)
 	}
-	iss := lease.NewIssuer(pool)
-	ob, err := outbox.New(pool, outbox.Config{})
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(pool, idempotency.Config{})
+	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,19 +155,19 @@ func TestAcknowledgedDecisionsSurviveACrash(t *testing.T) {
 
 	var epoch int64
 	var holder *string
-	if err := after.QueryRow(ctx, `SELECT epoch, holder FROM resources WHERE resource_id = 'reports/durable'`).Scan(&epoch, &holder); err != nil {
+	if err := after.QueryRow(ctx, testdb.SQL(`SELECT epoch, holder FROM fencegate.resources WHERE resource_id = 'reports/durable'`)).Scan(&epoch, &holder); err != nil {
 		t.Fatalf("the acknowledged grant is gone after the crash: %v", err)
 	}
 	if epoch != l.Epoch || holder == nil || *holder != "worker-a" {
 		t.Fatalf("after the crash: epoch %d holder %v, want the acknowledged epoch %d held by worker-a", epoch, holder, l.Epoch)
 	}
 	var lastEpoch int64
-	if err := after.QueryRow(ctx, `SELECT epoch FROM resources WHERE resource_id = 'reports/durable-last'`).Scan(&lastEpoch); err != nil || lastEpoch != last.Epoch {
+	if err := after.QueryRow(ctx, testdb.SQL(`SELECT epoch FROM fencegate.resources WHERE resource_id = 'reports/durable-last'`)).Scan(&lastEpoch); err != nil || lastEpoch != last.Epoch {
 		t.Errorf("the last acknowledged grant (epoch %d) is gone after the crash: epoch %d (%v)", last.Epoch, lastEpoch, err)
 	}
 	for _, op := range []string{"alone", "in-tx", "batch"} {
 		var n int
-		if err := after.QueryRow(ctx, `SELECT count(*) FROM intents WHERE operation_id = $1`, op).Scan(&n); err != nil || n != 1 {
+		if err := after.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents WHERE operation_id = $1`), op).Scan(&n); err != nil || n != 1 {
 			t.Errorf("acknowledged intent %q: %d rows after the crash (%v), want 1", op, n, err)
 		}
 	}
@@ -176,13 +176,13 @@ func TestAcknowledgedDecisionsSurviveACrash(t *testing.T) {
 	}
 	for key, want := range map[string]string{"key-1": "completed", "key-2": "started"} {
 		var state string
-		if err := after.QueryRow(ctx, `SELECT state FROM idempotency_keys WHERE idempotency_key = $1`, key).Scan(&state); err != nil || state != want {
+		if err := after.QueryRow(ctx, testdb.SQL(`SELECT state FROM fencegate.idempotency_keys WHERE idempotency_key = $1`), key).Scan(&state); err != nil || state != want {
 			t.Errorf("idempotency key %s: state %q (%v) after the crash, want %q", key, state, err, want)
 		}
 	}
 	// And the next grant is above the acknowledged one: no token twice.
-	iss2 := lease.NewIssuer(after)
-	if _, err := after.Exec(ctx, `UPDATE resources SET lease_expires_at = now() WHERE resource_id = 'reports/durable'`); err != nil {
+	iss2 := lease.NewIssuer(after, lease.WithSchema(testdb.Schema()))
+	if _, err := after.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() WHERE resource_id = 'reports/durable'`)); err != nil {
 		t.Fatal(err)
 	}
 	l2, err := iss2.Acquire(ctx, "reports/durable", "worker-b", time.Minute)

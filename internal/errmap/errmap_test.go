@@ -79,12 +79,12 @@ func TestMapRealErrors(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	ctx := context.Background()
-	iss := lease.NewIssuer(pool, lease.WithLockTimeout(100*time.Millisecond))
-	ob, err := outbox.New(pool, outbox.Config{})
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithLockTimeout(100*time.Millisecond))
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(pool, idempotency.Config{})
+	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestMapRealErrors(t *testing.T) {
 	// A's lease, taken over by B after its expiry: epochs 1 (A) and 2 (B).
 	a, err := iss.Acquire(ctx, "r", "A", lease.MinTTL)
 	must(err)
-	_, err = pool.Exec(ctx, `UPDATE resources SET lease_expires_at = now() - interval '1 second' WHERE resource_id = 'r'`)
+	_, err = pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 second' WHERE resource_id = 'r'`))
 	must(err)
 	b, err := iss.Acquire(ctx, "r", "B", time.Hour)
 	must(err)
@@ -111,10 +111,10 @@ func TestMapRealErrors(t *testing.T) {
 	_, conflict := ob.Enqueue(ctx, emailIntent("r", b.Epoch, "op", `{"to":["bob@example.com"],"from":"reports@example.com","subject":"Other","text":"other"}`))
 	_, leaseInvalid := iss.Acquire(ctx, "r", "", time.Hour)
 	_, outboxInvalid := ob.Enqueue(ctx, emailIntent("r", 0, "op2", emailPayload))
-	_, idemInvalid := idempotency.New(nil, idempotency.Config{})
+	_, idemInvalid := idempotency.New(nil, idempotency.Config{Schema: testdb.Schema()})
 	_, adminInvalid := admin.ParseListFilter("", "done", "", "", "")
 	_, intentMissing := ob.Get(ctx, first.IntentID+1000)
-	_, resourceMissing := admin.GetResource(ctx, pool, "never-used")
+	_, resourceMissing := admin.GetResource(ctx, pool, testdb.Schema(), "never-used")
 	_, keyMissing := store.Get(ctx, "email", "no-such-key")
 
 	// busy: a worker paused inside EnqueueTx keeps r's control row locked.
@@ -148,11 +148,11 @@ func TestMapRealErrors(t *testing.T) {
 	// authority_changed: a database restored from an older backup (its
 	// recorded timeline is ahead of its own), in a database of its own.
 	apool := testdb.New(t)
-	_, err = apool.Exec(ctx, `UPDATE epoch_authority SET timeline_id = timeline_id + 1`)
+	_, err = apool.Exec(ctx, testdb.SQL(`UPDATE fencegate.epoch_authority SET timeline_id = timeline_id + 1`))
 	must(err)
 	var tli int64
-	must(apool.QueryRow(ctx, `SELECT fencegate_timeline_id()`).Scan(&tli))
-	_, authority := lease.NewIssuer(apool).Acquire(ctx, "r", "A", time.Hour)
+	must(apool.QueryRow(ctx, testdb.SQL(`SELECT fencegate.fencegate_timeline_id()`)).Scan(&tli))
+	_, authority := lease.NewIssuer(apool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "r", "A", time.Hour)
 
 	// internal: a statement failing, a file missing, a plain error whose
 	// text merely mentions a connection.

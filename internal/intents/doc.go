@@ -55,7 +55,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/internal/pgschema"
 )
+
+// Table is the intents table of one schema: its statements are methods of
+// Table, their SQL qualified for the schema (pgschema). The zero value is
+// the default schema's.
+type Table struct{ s pgschema.Schema }
+
+// In returns the intents table of schema s.
+func In(s pgschema.Schema) Table { return Table{s: s} }
 
 // Querier runs statements: a pgx.Tx, a *pgxpool.Pool, a *pgx.Conn or a
 // *pgxpool.Conn.

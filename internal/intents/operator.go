@@ -15,29 +15,29 @@ import (
 // Retry puts intent id back in the dispatcher's queue as if new: pending,
 // no claim, no relay, no outcome. last_error is cleared here (the action's
 // event keeps it).
-func Retry(ctx context.Context, tx pgx.Tx, id int64) error {
-	_, err := tx.Exec(ctx, `UPDATE intents
+func (t Table) Retry(ctx context.Context, tx pgx.Tx, id int64) error {
+	_, err := tx.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents
 			SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, relayed_at = NULL,
 			    completed_at = NULL, result = NULL, last_error = NULL, updated_at = now()
-			WHERE intent_id = $1`, id)
+			WHERE intent_id = $1`), id)
 	return err
 }
 
 // Cancel cancels intent id and drops any claim on it.
-func Cancel(ctx context.Context, tx pgx.Tx, id int64) error {
-	_, err := tx.Exec(ctx, `UPDATE intents
+func (t Table) Cancel(ctx context.Context, tx pgx.Tx, id int64) error {
+	_, err := tx.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents
 			SET status = 'cancelled', claimed_by = NULL, claim_expires_at = NULL,
 			    completed_at = now(), updated_at = now()
-			WHERE intent_id = $1`, id)
+			WHERE intent_id = $1`), id)
 	return err
 }
 
 // Resolve records the outcome status an operator established for intent id,
 // with lastError (nil: NULL).
-func Resolve(ctx context.Context, tx pgx.Tx, id int64, status string, lastError *string) error {
-	_, err := tx.Exec(ctx, `UPDATE intents
+func (t Table) Resolve(ctx context.Context, tx pgx.Tx, id int64, status string, lastError *string) error {
+	_, err := tx.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents
 			SET status = $2, last_error = $3, completed_at = now(), updated_at = now()
-			WHERE intent_id = $1`, id, status, lastError)
+			WHERE intent_id = $1`), id, status, lastError)
 	return err
 }
 
@@ -55,8 +55,8 @@ func Resolve(ctx context.Context, tx pgx.Tx, id int64, status string, lastError 
 // one statement holds and for how long. Exported for the outbox's plan
 // test.
 const SweepSQL = `
-DELETE FROM intents WHERE intent_id IN (
-	SELECT intent_id FROM intents
+DELETE FROM fencegate.intents WHERE intent_id IN (
+	SELECT intent_id FROM fencegate.intents
 	WHERE status IN ('succeeded', 'failed', 'superseded', 'cancelled')
 	  AND completed_at < now() - $1 * interval '1 microsecond'
 	LIMIT $2
@@ -64,8 +64,8 @@ DELETE FROM intents WHERE intent_id IN (
 
 // Sweep deletes at most batch intents completed more than maxAge ago and
 // returns how many it deleted.
-func Sweep(ctx context.Context, q Querier, maxAge time.Duration, batch int) (int64, error) {
-	tag, err := q.Exec(ctx, SweepSQL, maxAge.Microseconds(), batch)
+func (t Table) Sweep(ctx context.Context, q Querier, maxAge time.Duration, batch int) (int64, error) {
+	tag, err := q.Exec(ctx, t.s.SQL(SweepSQL), maxAge.Microseconds(), batch)
 	return tag.RowsAffected(), err
 }
 
@@ -75,16 +75,16 @@ func Sweep(ctx context.Context, q Querier, maxAge time.Duration, batch int) (int
 // Park claims intent id for by, a dispatcher that does not exist, for d: no
 // dispatcher relays it until Unpark or the claim expires. Park in the
 // enqueuing transaction, so no dispatcher can claim it first.
-func Park(ctx context.Context, q Querier, id int64, by string, d time.Duration) error {
-	_, err := q.Exec(ctx, `UPDATE intents SET claimed_by = $2, claim_expires_at = now() + $3 * interval '1 microsecond' WHERE intent_id = $1`,
+func (t Table) Park(ctx context.Context, q Querier, id int64, by string, d time.Duration) error {
+	_, err := q.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents SET claimed_by = $2, claim_expires_at = now() + $3 * interval '1 microsecond' WHERE intent_id = $1`),
 		id, by, d.Microseconds())
 	return err
 }
 
 // Unpark drops the claim on intent id, parked or not. The dispatchers find
 // it at their next poll, or at once after a pg_notify('fencegate_intents').
-func Unpark(ctx context.Context, q Querier, id int64) error {
-	_, err := q.Exec(ctx, `UPDATE intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`, id)
+func (t Table) Unpark(ctx context.Context, q Querier, id int64) error {
+	_, err := q.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents SET claimed_by = NULL, claim_expires_at = NULL WHERE intent_id = $1`), id)
 	return err
 }
 
@@ -93,10 +93,10 @@ func Unpark(ctx context.Context, q Querier, id int64) error {
 // its relay timeout; only while no dispatcher claims it and it was relayed
 // before (a dispatcher's mark would set relayed_at to now again). It
 // reports whether it did.
-func Backdate(ctx context.Context, q Querier, id int64, age time.Duration) (bool, error) {
-	tag, err := q.Exec(ctx, `
-			UPDATE intents SET status = 'relayed', relayed_at = now() - $2 * interval '1 microsecond', completed_at = NULL
-			WHERE intent_id = $1 AND claimed_by IS NULL AND relay_count > 0`, id, age.Microseconds())
+func (t Table) Backdate(ctx context.Context, q Querier, id int64, age time.Duration) (bool, error) {
+	tag, err := q.Exec(ctx, t.s.SQL(`
+			UPDATE fencegate.intents SET status = 'relayed', relayed_at = now() - $2 * interval '1 microsecond', completed_at = NULL
+			WHERE intent_id = $1 AND claimed_by IS NULL AND relay_count > 0`), id, age.Microseconds())
 	if err != nil {
 		return false, err
 	}

@@ -19,11 +19,11 @@ import (
 // intent's row, so it is ordered with an operator's cancel: either the
 // cancel committed first and it matches nothing, or the cancel waits for
 // the caller's transaction and then sees the attempt.
-func CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []string) (attempts int, ok bool, err error) {
-	err = tx.QueryRow(ctx, `
-		UPDATE intents SET attempts = attempts + 1, updated_at = now()
+func (t Table) CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []string) (attempts int, ok bool, err error) {
+	err = tx.QueryRow(ctx, t.s.SQL(`
+		UPDATE fencegate.intents SET attempts = attempts + 1, updated_at = now()
 		WHERE intent_id = $1 AND status <> ALL($2::text[])
-		RETURNING attempts`, id, final).Scan(&attempts)
+		RETURNING attempts`), id, final).Scan(&attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -40,12 +40,12 @@ func CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []string) (att
 // the count with an operator's cancel, as CountAttempt does. upd returns
 // intent_id and attempts.
 const CountAttemptsCTE = `l AS (
-				SELECT intent_id FROM intents
+				SELECT intent_id FROM fencegate.intents
 				WHERE intent_id IN (SELECT owner_intent_id FROM ins) AND status <> ALL($6::text[])
 				ORDER BY intent_id
 				FOR UPDATE
 			), upd AS (
-				UPDATE intents i SET attempts = i.attempts + 1, updated_at = now()
+				UPDATE fencegate.intents i SET attempts = i.attempts + 1, updated_at = now()
 				FROM l WHERE i.intent_id = l.intent_id
 				RETURNING i.intent_id, i.attempts
 			)`
@@ -55,11 +55,11 @@ const CountAttemptsCTE = `l AS (
 // did. A final status is never overwritten: an operator's cancel, or the
 // outcome another path recorded first, stays. An empty result or errMsg is
 // stored as NULL.
-func Complete(ctx context.Context, tx pgx.Tx, id int64, status string, result json.RawMessage, errMsg string, final []string) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE intents
+func (t Table) Complete(ctx context.Context, tx pgx.Tx, id int64, status string, result json.RawMessage, errMsg string, final []string) (bool, error) {
+	tag, err := tx.Exec(ctx, t.s.SQL(`
+		UPDATE fencegate.intents
 		SET status = $2, result = $3::jsonb, last_error = $4, completed_at = now(), updated_at = now()
-		WHERE intent_id = $1 AND status <> ALL($5::text[])`,
+		WHERE intent_id = $1 AND status <> ALL($5::text[])`),
 		id, status, NullJSON(result), NullString(errMsg), final)
 	if err != nil {
 		return false, err
@@ -72,12 +72,12 @@ func Complete(ctx context.Context, tx pgx.Tx, id int64, status string, result js
 // NULL). The caller has locked the intents in id order in the same
 // transaction, after their keys, and checked that none has a final status:
 // this statement writes them without looking again.
-func QueueComplete(b *pgx.Batch, ids []int64, statuses []string, results, errs []*string) {
-	b.Queue(`
-				UPDATE intents i
+func (t Table) QueueComplete(b *pgx.Batch, ids []int64, statuses []string, results, errs []*string) {
+	b.Queue(t.s.SQL(`
+				UPDATE fencegate.intents i
 				SET status = t.status, result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
 				FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS t(id, status, result, err)
-				WHERE i.intent_id = ANY($1) AND i.intent_id = t.id`,
+				WHERE i.intent_id = ANY($1) AND i.intent_id = t.id`),
 		ids, statuses, results, errs)
 }
 
@@ -89,16 +89,16 @@ func QueueComplete(b *pgx.Batch, ids []int64, statuses []string, results, errs [
 // it holds the row's lock, so a Begin that counted an attempt first (under
 // the same row lock) makes it match nothing, and a Begin after it is
 // refused (the intent is final).
-func SupersedeUnstarted(ctx context.Context, q Querier, id int64, final []string) (current int64, ok bool, err error) {
-	err = q.QueryRow(ctx, `
-		UPDATE intents i
+func (t Table) SupersedeUnstarted(ctx context.Context, q Querier, id int64, final []string) (current int64, ok bool, err error) {
+	err = q.QueryRow(ctx, t.s.SQL(`
+		UPDATE fencegate.intents i
 		SET status = 'superseded',
 		    result = jsonb_build_object('superseded_by_epoch', r.epoch, 'fenced_at', 'execute'),
 		    last_error = NULL, completed_at = now(), updated_at = now()
-		FROM resources r
+		FROM fencegate.resources r
 		WHERE i.intent_id = $1 AND r.resource_id = i.resource_id
 		  AND i.attempts = 0 AND i.status <> ALL($2::text[]) AND r.epoch > i.epoch
-		RETURNING r.epoch`, id, final).Scan(&current)
+		RETURNING r.epoch`), id, final).Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -108,10 +108,10 @@ func SupersedeUnstarted(ctx context.Context, q Querier, id int64, final []string
 // NoteLastError sets the last_error of intent id to msg while it has no
 // final status and msg changes it, and reports whether it did: a
 // redelivery that notes the same message again writes nothing.
-func NoteLastError(ctx context.Context, q Querier, id int64, msg string, final []string) (bool, error) {
-	tag, err := q.Exec(ctx, `
-			UPDATE intents SET last_error = $2, updated_at = now()
-			WHERE intent_id = $1 AND status <> ALL($3::text[]) AND last_error IS DISTINCT FROM $2`,
+func (t Table) NoteLastError(ctx context.Context, q Querier, id int64, msg string, final []string) (bool, error) {
+	tag, err := q.Exec(ctx, t.s.SQL(`
+			UPDATE fencegate.intents SET last_error = $2, updated_at = now()
+			WHERE intent_id = $1 AND status <> ALL($3::text[]) AND last_error IS DISTINCT FROM $2`),
 		id, msg, final)
 	if err != nil {
 		return false, err
@@ -121,8 +121,8 @@ func NoteLastError(ctx context.Context, q Querier, id int64, msg string, final [
 
 // SetLastError sets the last_error of intent id to msg, whatever its
 // status: the runtime's note of a retryable error before the redelivery.
-func SetLastError(ctx context.Context, q Querier, id int64, msg string) error {
-	_, err := q.Exec(ctx, `UPDATE intents SET last_error = $2, updated_at = now() WHERE intent_id = $1`, id, msg)
+func (t Table) SetLastError(ctx context.Context, q Querier, id int64, msg string) error {
+	_, err := q.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents SET last_error = $2, updated_at = now() WHERE intent_id = $1`), id, msg)
 	return err
 }
 
@@ -152,8 +152,8 @@ type Locked struct {
 // Lock locks intent id's row (FOR UPDATE) and returns its status, last
 // error and attempts; ok is false when there is no such intent. Take it
 // after the key's lock, as every writer does (the package's lock order).
-func Lock(ctx context.Context, tx pgx.Tx, id int64) (l Locked, ok bool, err error) {
-	err = tx.QueryRow(ctx, `SELECT status, last_error, attempts FROM intents WHERE intent_id = $1 FOR UPDATE`, id).
+func (t Table) Lock(ctx context.Context, tx pgx.Tx, id int64) (l Locked, ok bool, err error) {
+	err = tx.QueryRow(ctx, t.s.SQL(`SELECT status, last_error, attempts FROM fencegate.intents WHERE intent_id = $1 FOR UPDATE`), id).
 		Scan(&l.Status, &l.LastError, &l.Attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, false, nil
@@ -165,8 +165,8 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) (l Locked, ok bool, err erro
 // intent_id order (the order every multi-row lock takes, so that two
 // batches never wait for each other), calling found with each one's
 // status.
-func QueueLockStatuses(b *pgx.Batch, ids []int64, found func(id int64, status string)) {
-	b.Queue(`SELECT intent_id, status FROM intents WHERE intent_id = ANY($1) ORDER BY intent_id FOR UPDATE`, ids).
+func (t Table) QueueLockStatuses(b *pgx.Batch, ids []int64, found func(id int64, status string)) {
+	b.Queue(t.s.SQL(`SELECT intent_id, status FROM fencegate.intents WHERE intent_id = ANY($1) ORDER BY intent_id FOR UPDATE`), ids).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64

@@ -20,10 +20,10 @@ type Claimer struct {
 
 // NewClaimer returns a Claimer taking up to batchSize intents a claim.
 // batchSize must be at least 1 (the dispatcher's validated BatchSize).
-func NewClaimer(batchSize int) Claimer {
+func (t Table) NewClaimer(batchSize int) Claimer {
 	// BatchSize is a validated int: formatting it into the statement is
 	// safe.
-	return Claimer{sql: fmt.Sprintf(claimSQLFormat, batchSize)}
+	return Claimer{sql: t.s.SQL(fmt.Sprintf(claimSQLFormat, batchSize))}
 }
 
 // claimSQLFormat claims up to BatchSize (the %[1]d) intents for dispatcher
@@ -55,7 +55,7 @@ func NewClaimer(batchSize int) Claimer {
 // scan stops (and locks nothing more) once the batch is full.
 const claimSQLFormat = `
 WITH stale AS (
-	SELECT intent_id FROM intents
+	SELECT intent_id FROM fencegate.intents
 	WHERE status = 'relayed'
 	  AND relayed_at < now() - $2 * interval '1 microsecond'
 	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
@@ -63,7 +63,7 @@ WITH stale AS (
 	LIMIT %[1]d
 	FOR UPDATE SKIP LOCKED
 ), pending AS (
-	SELECT intent_id FROM intents
+	SELECT intent_id FROM fencegate.intents
 	WHERE status = 'pending'
 	  AND intent_id > $4
 	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
@@ -71,7 +71,7 @@ WITH stale AS (
 	LIMIT %[1]d
 	FOR UPDATE SKIP LOCKED
 )
-UPDATE intents i
+UPDATE fencegate.intents i
 SET claimed_by = $1, claim_expires_at = now() + $3 * interval '1 microsecond'
 FROM (SELECT intent_id FROM stale UNION ALL SELECT intent_id FROM pending LIMIT %[1]d) c
 WHERE i.intent_id = c.intent_id
@@ -102,11 +102,11 @@ func (c Claimer) Claim(ctx context.Context, q Querier, by string, relayTimeout, 
 // UPDATE) before any is written: see the package doc, Lock order.
 const markRelayedSQL = `
 WITH l AS (
-	SELECT intent_id FROM intents WHERE intent_id = ANY($1) AND claimed_by = $2
+	SELECT intent_id FROM fencegate.intents WHERE intent_id = ANY($1) AND claimed_by = $2
 	ORDER BY intent_id
 	FOR UPDATE
 )
-UPDATE intents i SET
+UPDATE fencegate.intents i SET
 	status = CASE WHEN i.status IN ('pending', 'relayed') THEN 'relayed' ELSE i.status END,
 	relayed_at = CASE WHEN i.status IN ('pending', 'relayed') THEN now() ELSE i.relayed_at END,
 	relay_count = i.relay_count + 1,
@@ -118,8 +118,8 @@ WHERE i.intent_id = l.intent_id AND i.claimed_by = $2 AND ` + durable.Where
 // (keeping a final status an adapter recorded first), counts the relay and
 // clears the claim, durably. It returns how many it marked: fewer than
 // len(ids) when claims expired meanwhile.
-func MarkRelayed(ctx context.Context, q Querier, ids []int64, by string) (int64, error) {
-	tag, err := q.Exec(ctx, markRelayedSQL, ids, by)
+func (t Table) MarkRelayed(ctx context.Context, q Querier, ids []int64, by string) (int64, error) {
+	tag, err := q.Exec(ctx, t.s.SQL(markRelayedSQL), ids, by)
 	return tag.RowsAffected(), err
 }
 
@@ -127,18 +127,18 @@ func MarkRelayed(ctx context.Context, q Querier, ids []int64, by string) (int64,
 // markRelayedSQL does.
 const releaseSQL = `
 WITH l AS (
-	SELECT intent_id FROM intents WHERE intent_id = ANY($1) AND claimed_by = $2
+	SELECT intent_id FROM fencegate.intents WHERE intent_id = ANY($1) AND claimed_by = $2
 	ORDER BY intent_id
 	FOR UPDATE
 )
-UPDATE intents i SET claimed_by = NULL, claim_expires_at = NULL
+UPDATE fencegate.intents i SET claimed_by = NULL, claim_expires_at = NULL
 FROM l
 WHERE i.intent_id = l.intent_id AND i.claimed_by = $2`
 
 // Release returns the claims of dispatcher by on ids, without relaying, and
 // returns how many it returned.
-func Release(ctx context.Context, q Querier, ids []int64, by string) (int64, error) {
-	tag, err := q.Exec(ctx, releaseSQL, ids, by)
+func (t Table) Release(ctx context.Context, q Querier, ids []int64, by string) (int64, error) {
+	tag, err := q.Exec(ctx, t.s.SQL(releaseSQL), ids, by)
 	return tag.RowsAffected(), err
 }
 
@@ -148,17 +148,17 @@ func Release(ctx context.Context, q Querier, ids []int64, by string) (int64, err
 // Rows are locked in id order, as in markRelayedSQL.
 const releaseAllSQL = `
 WITH l AS (
-	SELECT intent_id FROM intents WHERE claimed_by = $1 AND (status = 'pending' OR status = 'relayed')
+	SELECT intent_id FROM fencegate.intents WHERE claimed_by = $1 AND (status = 'pending' OR status = 'relayed')
 	ORDER BY intent_id
 	FOR UPDATE
 )
-UPDATE intents i SET claimed_by = NULL, claim_expires_at = NULL
+UPDATE fencegate.intents i SET claimed_by = NULL, claim_expires_at = NULL
 FROM l
 WHERE i.intent_id = l.intent_id AND i.claimed_by = $1`
 
 // ReleaseAll returns every claim of dispatcher by and returns how many it
 // returned.
-func ReleaseAll(ctx context.Context, q Querier, by string) (int64, error) {
-	tag, err := q.Exec(ctx, releaseAllSQL, by)
+func (t Table) ReleaseAll(ctx context.Context, q Querier, by string) (int64, error) {
+	tag, err := q.Exec(ctx, t.s.SQL(releaseAllSQL), by)
 	return tag.RowsAffected(), err
 }

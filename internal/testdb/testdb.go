@@ -8,6 +8,7 @@
 package testdb
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencegate/fencegate/internal/pgcluster"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -102,8 +104,11 @@ func setup() error {
 		return err
 	}
 	defer pool.Close()
-	if _, err := migrations.Up(ctx, pool, nil); err != nil {
-		return fmt.Errorf("migrate template database: %w", err)
+	if _, err := pool.Exec(ctx, decoysSQL); err != nil {
+		return fmt.Errorf("template database: an application's tables: %w", err)
+	}
+	if _, err := Migrate(ctx, pool); err != nil {
+		return fmt.Errorf("migrate template database (schema %s): %w", Schema(), err)
 	}
 	return nil
 }
@@ -192,3 +197,41 @@ func randHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// EnvSchema names the environment variable with the schema the tests
+// migrate into and run in ("": pgschema.Default). The test command runs
+// the suite twice: with the default schema and with another one.
+const EnvSchema = "GATEWAY_TEST_SCHEMA"
+
+// Schema is the schema the tests' databases are migrated into: every
+// component a test makes must be given it (Config.Schema,
+// lease.WithSchema, …), and a test's own SQL, written for the default
+// schema ("fencegate.intents"), goes through SQL.
+func Schema() string { return cmp.Or(os.Getenv(EnvSchema), pgschema.Default) }
+
+// SQL rewrites a test's statement, written for the default schema
+// ("SELECT … FROM fencegate.intents"), for Schema().
+func SQL(query string) string { return pgschema.MustParse(Schema()).SQL(query) }
+
+// Migrate migrates the database behind pool into Schema().
+func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]migrations.Applied, error) {
+	return migrations.Up(ctx, pool, migrations.Config{Schema: Schema()})
+}
+
+// decoysSQL gives every test database an application's own tables in
+// public with the names of fencegate's (an application may well have a
+// table called intents): a statement of fencegate's that named a table
+// without its schema would find these instead and fail, in every test,
+// whatever the test schema is.
+const decoysSQL = `
+CREATE TABLE public.intents (app_intent text PRIMARY KEY);
+CREATE TABLE public.resources (app_resource text PRIMARY KEY);
+CREATE TABLE public.idempotency_keys (app_key text PRIMARY KEY);
+CREATE TABLE public.intent_events (app_event text PRIMARY KEY);
+CREATE TABLE public.epoch_grants (app_grant text PRIMARY KEY);
+CREATE TABLE public.deployment (app_deployment text PRIMARY KEY);
+CREATE TABLE public.epoch_authority (app_authority text PRIMARY KEY);
+INSERT INTO public.intents VALUES ('an application''s own row');`
+
+// PGSchema is Schema, parsed.
+func PGSchema() pgschema.Schema { return pgschema.MustParse(Schema()) }

@@ -237,10 +237,10 @@ func TestArticle2PauseBetweenCheckAndInsert(t *testing.T) {
 	}
 	// Commit order: A's intent committed before B's grant.
 	var intentTS, grantTS time.Time
-	if err := pool.QueryRow(ctx, `SELECT pg_xact_commit_timestamp(xmin) FROM intents WHERE operation_id = 'A-1'`).Scan(&intentTS); err != nil {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT pg_xact_commit_timestamp(xmin) FROM fencegate.intents WHERE operation_id = 'A-1'`)).Scan(&intentTS); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.QueryRow(ctx, `SELECT pg_xact_commit_timestamp(xmin) FROM resources WHERE resource_id = 'r'`).Scan(&grantTS); err != nil {
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT pg_xact_commit_timestamp(xmin) FROM fencegate.resources WHERE resource_id = 'r'`)).Scan(&grantTS); err != nil {
 		t.Fatal(err)
 	}
 	if !intentTS.Before(grantTS) {
@@ -320,7 +320,7 @@ func TestArticle2PauseAndCrashBetweenApplyAndAnswer(t *testing.T) {
 	// A new operation at an old epoch: stale.
 	ft.Expect(t, e.gw("", "enqueue", "--resource", "r", "--epoch", "2", "--op", "B-2", "--kind", "email", "--payload", payload), 3, "stale_epoch")
 	var n int
-	if err := e.pool().QueryRow(context.Background(), `SELECT count(*) FROM intents`).Scan(&n); err != nil || n != 2 {
+	if err := e.pool().QueryRow(context.Background(), testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d intents stored (%v), want 2 (A-1, B-1)", n, err)
 	}
 }
@@ -332,7 +332,7 @@ func TestArticle2PauseAndCrashBetweenApplyAndAnswer(t *testing.T) {
 func expireAbandoned(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(),
-		`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE state = 'started'`); err != nil {
+		testdb.SQL(`UPDATE fencegate.idempotency_keys SET locked_until = now() - interval '1 second' WHERE state = 'started'`)); err != nil {
 		t.Fatal(err)
 	}
 }

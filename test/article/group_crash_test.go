@@ -10,6 +10,7 @@ import (
 	"github.com/fencegate/fencegate/internal/failpoint"
 	ft "github.com/fencegate/fencegate/internal/faulttest"
 	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -32,11 +33,11 @@ func TestCrashInsideGroupCommit(t *testing.T) {
 			ctx := context.Background()
 			pool := e.pool()
 			ft.Expect(t, e.gw("", "migrate"), 0, "")
-			l, err := lease.NewIssuer(pool).Acquire(ctx, "r", "A", time.Hour)
+			l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "r", "A", time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ob, err := outbox.New(pool, outbox.Config{DisableNotify: true})
+			ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testdb"
 )
 
 var (
@@ -319,7 +320,7 @@ func TestChaos(t *testing.T) {
 	if !front.Wait(time.Minute) {
 		t.Fatal("the SMTP front still holds messages a minute after the gateways stopped")
 	}
-	if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE state = 'started'`); err != nil {
+	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.idempotency_keys SET locked_until = now() - interval '1 second' WHERE state = 'started'`)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range gateways {
@@ -332,7 +333,7 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE status IN ('pending', 'relayed')`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents WHERE status IN ('pending', 'relayed')`)).Scan(&n); err != nil {
 			return false, err.Error()
 		}
 		return n == 0, fmt.Sprintf("%d intents pending or relayed", n)
