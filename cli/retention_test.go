@@ -37,7 +37,7 @@ func TestStackRetentionHorizons(t *testing.T) {
 		{"intents 7d, keys 30d", 7 * day, 30 * day, false},
 		{"intents default, keys longer", 0, 31 * day, false},
 	} {
-		cfg := gateway.Config{RunDispatcher: true,
+		cfg := gateway.Config{Schema: testdb.Schema(), RunDispatcher: true,
 			Retention:   outbox.SweeperConfig{Schema: testdb.Schema(), MaxAge: c.intents},
 			Idempotency: idempotency.Config{Schema: testdb.Schema(), Retention: c.key}}
 		err := cfg.Validate()

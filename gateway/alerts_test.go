@@ -33,7 +33,7 @@ func TestShippedAlertsAndDashboardNameRealMetrics(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	ns := natstest.Start(t)
-	g, err := Start(context.Background(), Config{Pool: pool, NATSURL: ns.URL, RunDispatcher: true, MetricsAddr: "127.0.0.1:0",
+	g, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: ns.URL, RunDispatcher: true, MetricsAddr: "127.0.0.1:0",
 		Adapters: []string{file.Kind}, File: file.Config{Root: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func TestStart(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	srv := natstest.Start(t)
-	s, err := Start(context.Background(), Config{
+	s, err := Start(context.Background(), Config{Schema: testdb.Schema(),
 		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
 		Adapters:    []string{file.Kind},
 		File:        file.Config{Root: t.TempDir()},
@@ -64,7 +64,7 @@ func TestStart(t *testing.T) {
 	default:
 	}
 
-	if _, err := Start(context.Background(), Config{Pool: pool, NATSURL: srv.URL}); err == nil {
+	if _, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL}); err == nil {
 		t.Fatal("a stack with nothing to run started")
 	}
 }
@@ -99,7 +99,7 @@ func TestOwnKindThroughIntakeAndPages(t *testing.T) {
 		}
 		return nil
 	}}
-	g, err := Start(context.Background(), Config{
+	g, err := Start(context.Background(), Config{Schema: testdb.Schema(),
 		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
 		Kinds:          map[string]outbox.KindSpec{"notify": spec},
 		ExtraExecutors: []adapters.Executor{own},
@@ -174,10 +174,10 @@ func TestNewStartOnce(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	srv := natstest.Start(t)
-	if _, err := New(pool, nil, Config{RunDispatcher: true, Adapters: []string{"sms"}}); err == nil {
+	if _, err := New(pool, nil, Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []string{"sms"}}); err == nil {
 		t.Fatal("New accepted an unknown adapter")
 	}
-	if _, err := New(nil, nil, Config{RunDispatcher: true}); err == nil {
+	if _, err := New(nil, nil, Config{Schema: testdb.Schema(), RunDispatcher: true}); err == nil {
 		t.Fatal("New accepted no pool")
 	}
 	nc, err := nats.Connect(srv.URL)
@@ -185,7 +185,7 @@ func TestNewStartOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	g, err := New(pool, nc, Config{RunDispatcher: true})
+	g, err := New(pool, nc, Config{Schema: testdb.Schema(), RunDispatcher: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestNewStartOnce(t *testing.T) {
 	if nc.IsClosed() {
 		t.Fatal("Stop closed the caller's NATS connection")
 	}
-	g2, err := New(pool, nc, Config{RunDispatcher: true})
+	g2, err := New(pool, nc, Config{Schema: testdb.Schema(), RunDispatcher: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestNATSAuthTLSAndNKey(t *testing.T) {
 	pg := testdb.New(t)
 	good := NATSAuth{NKeyFile: seedFile, TLSCAFile: ca, TLSCertFile: cliCert, TLSKeyFile: cliKey}
 
-	g, err := Start(context.Background(), Config{Pool: pg, NATSURL: url, NATSAuth: good, RunDispatcher: true, MetricsAddr: "127.0.0.1:0"})
+	g, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pg, NATSURL: url, NATSAuth: good, RunDispatcher: true, MetricsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestNATSAuthTLSAndNKey(t *testing.T) {
 	noKey := good
 	noKey.NKeyFile = ""
 	var logs faulttest.SyncBuffer
-	bad, err := Start(context.Background(), Config{Pool: pg, NATSURL: url, NATSAuth: noKey, RunDispatcher: true, MetricsAddr: "127.0.0.1:0",
+	bad, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pg, NATSURL: url, NATSAuth: noKey, RunDispatcher: true, MetricsAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestNATSAuthTLSAndNKey(t *testing.T) {
 		"nats_tls_cert": {TLSCertFile: cliCert},
 		"nats_creds":    {CredsFile: seedFile, NKeyFile: seedFile},
 	} {
-		_, err := New(pg, nil, Config{NATSURL: url, NATSAuth: a, RunDispatcher: true})
+		_, err := New(pg, nil, Config{Schema: testdb.Schema(), NATSURL: url, NATSAuth: a, RunDispatcher: true})
 		var me *errmap.Error
 		if !errors.As(err, &me) || me.Field != field {
 			t.Errorf("New with %+v: %v, want bad input naming %s", a, err, field)

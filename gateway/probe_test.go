@@ -41,7 +41,7 @@ func TestProbesOnTheMetricsAddress(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	srv := natstest.Start(t)
-	relay, err := Start(context.Background(), Config{Pool: pool, NATSURL: srv.URL, RunDispatcher: true, MetricsAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	relay, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL, RunDispatcher: true, MetricsAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestProbesOnTheMetricsAddress(t *testing.T) {
 	}
 
 	// An adapter-only process: no admin server, probes all the same.
-	worker, err := Start(context.Background(), Config{Pool: pool, NATSURL: srv.URL,
+	worker, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL,
 		Adapters: []string{file.Kind}, File: file.Config{Root: t.TempDir()}, MetricsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)

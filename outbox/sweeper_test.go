@@ -199,7 +199,7 @@ func TestSweepQueryUsesIndex(t *testing.T) {
 	}
 	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
 	// The sweeper's own statement, with its default age and batch.
-	rows, err := conn.Query(ctx, "EXPLAIN "+outbox.SweepSQL, outbox.DefaultSweepMaxAge.Microseconds(), 1000)
+	rows, err := conn.Query(ctx, "EXPLAIN "+testdb.SQL(outbox.SweepSQL), outbox.DefaultSweepMaxAge.Microseconds(), 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

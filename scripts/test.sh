@@ -34,6 +34,8 @@ setup_mailpit
 setup_versitygw
 setup_nats
 setup_chromium
+setup_python_psycopg
+setup_node_pg
 
 echo "== vulnerabilities"
 vulncheck

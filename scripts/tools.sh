@@ -15,6 +15,15 @@
 #                   missing (about a minute, once)
 #   setup_chromium  CHROMIUM_BIN for the admin pages' browser test,
 #                   installed from Debian's packages as root when missing
+#   setup_python_psycopg
+#                   PYTHON_BIN: a python3 that imports psycopg (3), for the
+#                   SQL interface's Python worker (examples/sql-worker):
+#                   $PYTHON_BIN, else /usr/bin/python3 with Debian's
+#                   python3-psycopg, installed with apt-get as root when
+#                   missing (PyPI is not needed)
+#   setup_node_pg   NODE_BIN and the node-postgres module of the Node.js
+#                   worker (examples/sql-worker/node), installed there with
+#                   npm ci from its package-lock.json when missing
 #   vulncheck       govulncheck ./... against the Go vulnerability database
 #                   built offline from the golang.org/x/vulndb module (the
 #                   module proxy serves it; vuln.go.dev may be unreachable):
@@ -74,6 +83,35 @@ setup_nats() {
 	fi
 	export NATS_SERVER_BIN
 	echo "nats-server: $NATS_SERVER_BIN"
+}
+
+setup_python_psycopg() {
+	if [ -z "${PYTHON_BIN:-}" ]; then
+		PYTHON_BIN=/usr/bin/python3
+		if ! "$PYTHON_BIN" -c 'import psycopg' >/dev/null 2>&1; then
+			if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+				echo "installing python3-psycopg (once): apt-get install -y python3-psycopg"
+				{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-psycopg >/dev/null 2>&1 ||
+					{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-psycopg >/dev/null; }; } ||
+					echo "installing python3-psycopg failed"
+			else
+				echo "psycopg is missing and this is not root: apt-get install -y python3-psycopg, or set PYTHON_BIN"
+			fi
+		fi
+	fi
+	export PYTHON_BIN
+	echo "python (psycopg): $PYTHON_BIN"
+}
+
+setup_node_pg() {
+	NODE_BIN="${NODE_BIN:-$(command -v node || true)}"
+	local dir="$PWD/examples/sql-worker/node"
+	if [ -n "$NODE_BIN" ] && [ ! -d "$dir/node_modules/pg" ]; then
+		echo "installing node-postgres for examples/sql-worker/node (once): npm ci"
+		(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || echo "npm ci failed"
+	fi
+	export NODE_BIN
+	echo "node: ${NODE_BIN:-missing (the Node.js worker test will fail)}"
 }
 
 setup_chromium() {

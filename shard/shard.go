@@ -57,6 +57,10 @@ type Router struct {
 
 // Config configures New.
 type Config struct {
+	// Schema is the PostgreSQL schema fencegate's tables live in on every
+	// shard (gateway migrate --schema). Default: "fencegate"; Outbox.Schema,
+	// when set, must be the same.
+	Schema string
 	// Outbox is the configuration of each shard's outbox client (when a
 	// Shard has none).
 	Outbox outbox.Config
@@ -69,6 +73,12 @@ type Config struct {
 func New(shards []Shard, cfg Config) (*Router, error) {
 	if len(shards) == 0 {
 		return nil, errors.New("shard: at least one shard is required")
+	}
+	if cfg.Outbox.Schema == "" {
+		cfg.Outbox.Schema = cfg.Schema
+	}
+	if cfg.Outbox.Schema != cfg.Schema {
+		return nil, fmt.Errorf("shard: Outbox.Schema %q is not Schema %q", cfg.Outbox.Schema, cfg.Schema)
 	}
 	r := &Router{}
 	seen := map[string]bool{}
@@ -90,7 +100,7 @@ func New(shards []Shard, cfg Config) (*Router, error) {
 			s.Outbox = ob
 		}
 		if s.Issuer == nil {
-			s.Issuer = lease.NewIssuer(s.Pool, cfg.IssuerOptions...)
+			s.Issuer = lease.NewIssuer(s.Pool, append([]lease.Option{lease.WithSchema(cfg.Schema)}, cfg.IssuerOptions...)...)
 		}
 		r.shards = append(r.shards, &s)
 	}

@@ -92,7 +92,7 @@ func TestTwoShardsOneNATS(t *testing.T) {
 		t.Cleanup(g.Stop)
 		shards = append(shards, shard.Shard{Name: name, Pool: pool})
 	}
-	r, err := shard.New(shards, shard.Config{})
+	r, err := shard.New(shards, shard.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}

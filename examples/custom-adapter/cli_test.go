@@ -27,7 +27,7 @@ func cliRun(t *testing.T, opts cli.Options, args ...string) (int, map[string]any
 	t.Helper()
 	var out, errOut bytes.Buffer
 	opts.Stdout, opts.Stderr = &out, &errOut
-	opts.Getenv = func(string) string { return "" }
+	opts.Getenv = testdb.SchemaEnv
 	code := cli.Main(context.Background(), args, opts)
 	var m map[string]any
 	_ = json.Unmarshal(out.Bytes(), &m)
@@ -54,7 +54,7 @@ func TestOwnKindThroughCLIIntakeGoAndPages(t *testing.T) {
 	runDone := make(chan int, 1)
 	go func() {
 		o := opts
-		o.Stdout, o.Stderr, o.Getenv = io.Discard, logs, func(string) string { return "" }
+		o.Stdout, o.Stderr, o.Getenv = io.Discard, logs, testdb.SchemaEnv
 		runDone <- cli.Main(ctx, []string{"run", "--database-url", db, "--nats-url", ns.URL, "--adapters", "notify",
 			"--admin-addr", "127.0.0.1:0", "--log-format", "json", "--allow-fsync-off"}, o)
 	}()

@@ -56,12 +56,13 @@ func main() {
 		os.Exit(code)
 	}
 	dbURL := flag.String("database-url", os.Getenv("GATEWAY_DATABASE_URL"), "PostgreSQL URL (migrated with `gateway migrate`)")
+	schema := flag.String("schema", os.Getenv("GATEWAY_SCHEMA"), "fencegate's schema (gateway migrate --schema; default $GATEWAY_SCHEMA, else fencegate)")
 	natsURL := flag.String("nats-url", nats.DefaultURL, "NATS URL (JetStream enabled)")
 	endpoint := flag.String("endpoint", "http://127.0.0.1:9000", "the notification service")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dbURL, *natsURL, *endpoint); err != nil {
+	if err := run(ctx, *dbURL, *schema, *natsURL, *endpoint); err != nil {
 		fmt.Fprintln(os.Stderr, "custom-adapter:", err)
 		os.Exit(1)
 	}
@@ -76,7 +77,7 @@ func cliOptions(endpoint string) cli.Options {
 	}
 }
 
-func run(ctx context.Context, dbURL, natsURL, endpoint string) error {
+func run(ctx context.Context, dbURL, schema, natsURL, endpoint string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -93,7 +94,7 @@ func run(ctx context.Context, dbURL, natsURL, endpoint string) error {
 	// built-in ones, for the worker's enqueues.
 	kinds := outbox.DefaultKinds()
 	kinds[Kind] = KindSpec()
-	ob, err := outbox.New(pool, outbox.Config{Kinds: kinds, Logger: log})
+	ob, err := outbox.New(pool, outbox.Config{Schema: schema, Kinds: kinds, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -101,6 +102,7 @@ func run(ctx context.Context, dbURL, natsURL, endpoint string) error {
 	// adapter runtime with group commit, the sweepers — with this kind's
 	// executor as the only adapter.
 	g, err := gateway.Start(ctx, gateway.Config{
+		Schema:         schema,
 		Pool:           pool,
 		NC:             nc,
 		RunDispatcher:  true,
@@ -114,7 +116,7 @@ func run(ctx context.Context, dbURL, natsURL, endpoint string) error {
 	defer g.Stop()
 
 	// A worker: take the lease, enqueue with its epoch.
-	l, err := lease.NewIssuer(pool).Acquire(ctx, "ops-digest", "custom-adapter-example", time.Minute)
+	l, err := lease.NewIssuer(pool, lease.WithSchema(schema)).Acquire(ctx, "ops-digest", "custom-adapter-example", time.Minute)
 	if err != nil {
 		return err
 	}

@@ -147,7 +147,7 @@ func TestProgramDelivers(t *testing.T) {
 	ns := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, db, ns.URL, url) }()
+	go func() { done <- run(ctx, db, testdb.Schema(), ns.URL, url) }()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		r.mu.Lock()

@@ -38,12 +38,13 @@ type Result struct {
 
 func main() {
 	dbURL := flag.String("database-url", os.Getenv("GATEWAY_DATABASE_URL"), "PostgreSQL URL (migrated with `gateway migrate`)")
+	schema := flag.String("schema", os.Getenv("GATEWAY_SCHEMA"), "fencegate's schema (gateway migrate --schema; default $GATEWAY_SCHEMA, else fencegate)")
 	day := flag.String("day", time.Now().UTC().Format("2006-01-02"), "the report's day")
 	holder := flag.String("holder", "nightly-"+hostname(), "this worker's name")
 	to := flag.String("mail-to", "readers@example.com", "who gets the report")
 	flag.Parse()
 	ctx := context.Background()
-	res, err := run(ctx, *dbURL, *day, *holder, *to)
+	res, err := run(ctx, *dbURL, *schema, *day, *holder, *to)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nightly-report:", err)
 		os.Exit(1)
@@ -56,7 +57,7 @@ func hostname() string {
 	return h
 }
 
-func run(ctx context.Context, dbURL, day, holder, to string) (*Result, error) {
+func run(ctx context.Context, dbURL, schema, day, holder, to string) (*Result, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return nil, err
@@ -67,14 +68,14 @@ func run(ctx context.Context, dbURL, day, holder, to string) (*Result, error) {
 		return nil, err
 	}
 	defer pool.Close()
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: schema})
 	if err != nil {
 		return nil, err
 	}
 	const resource = "nightly-report"
 	// The Keeper renews every TTL/3 and cancels k.Context() once the lease
 	// can no longer be trusted: work under that context.
-	issuer := lease.NewIssuer(pool)
+	issuer := lease.NewIssuer(pool, lease.WithSchema(schema))
 	k, err := issuer.Hold(ctx, resource, holder, lease.KeeperConfig{TTL: 30 * time.Second})
 	if err != nil {
 		return nil, err // *lease.HeldError: another worker holds it

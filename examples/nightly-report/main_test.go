@@ -21,14 +21,14 @@ func TestWorker(t *testing.T) {
 	t.Parallel()
 	url := testdb.NewURL(t)
 	ctx := context.Background()
-	first, err := run(ctx, url, "2026-12-01", "worker-a", "alice@example.com")
+	first, err := run(ctx, url, testdb.Schema(), "2026-12-01", "worker-a", "alice@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(first.Intents) != 2 || first.Intents[0].Duplicate || first.Intents[1].Duplicate {
 		t.Fatalf("first run: %+v", first)
 	}
-	again, err := run(ctx, url, "2026-12-01", "worker-a", "alice@example.com")
+	again, err := run(ctx, url, testdb.Schema(), "2026-12-01", "worker-a", "alice@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestWorker(t *testing.T) {
 	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "nightly-report", "worker-b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	_, err = run(ctx, url, "2026-12-02", "worker-a", "alice@example.com")
+	_, err = run(ctx, url, testdb.Schema(), "2026-12-02", "worker-a", "alice@example.com")
 	var held *lease.HeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("while worker-b holds the lease: %v, want *lease.HeldError", err)

@@ -46,7 +46,7 @@ var Objects = []string{
 	"deployment", "epoch_authority", "epoch_grants", "fencegate_schema_version",
 	"idempotency_keys", "intent_events", "intents", "resources",
 	// sequences
-	"epoch_grants_grant_id_seq", "fencegate_schema_version_id_seq", "idempotency_token_seq",
+	"fencegate_schema_version_id_seq", "idempotency_token_seq",
 	"intent_events_event_id_seq", "intents_intent_id_seq",
 	// functions: the stable SQL interface (migration 00020, docs/sql.md)
 	"acquire", "enqueue", "release", "renew",

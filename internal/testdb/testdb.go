@@ -235,3 +235,13 @@ INSERT INTO public.intents VALUES ('an application''s own row');`
 
 // PGSchema is Schema, parsed.
 func PGSchema() pgschema.Schema { return pgschema.MustParse(Schema()) }
+
+// SchemaEnv is an empty environment but for GATEWAY_SCHEMA, the test
+// schema: for a command line run in the test with an environment of its
+// own (cli.Options.Getenv).
+func SchemaEnv(key string) string {
+	if key == "GATEWAY_SCHEMA" {
+		return Schema()
+	}
+	return ""
+}

@@ -180,9 +180,7 @@ func TestArticle2PauseBetweenCheckAndInsert(t *testing.T) {
 	// The failpoint lives in the version of fencegate_enqueue migration
 	// 00010 created and 00015 replaced: installed again in this test's
 	// database only (production has none).
-	if _, err := pool.Exec(ctx, failpointEnqueueSQL(t)); err != nil {
-		t.Fatalf("install the failpoint version of fencegate_enqueue: %v", err)
-	}
+	installFailpointEnqueue(t, pool)
 	ft.Expect(t, e.gw("", "lease", "acquire", "--resource", "r", "--holder", "A", "--ttl", "300ms"), 0, "")
 
 	// The test holds the failpoint's advisory lock: A's enqueue stops
@@ -526,6 +524,28 @@ func TestArticle4RestartPostgresAndNATS(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(root, "r.txt")); err != nil || string(b) != fmt.Sprintf("epoch %d", epoch) {
 		t.Fatalf("r.txt = %q, %v; want the last epoch's %d content", b, err, epoch)
+	}
+}
+
+// installFailpointEnqueue replaces fencegate_enqueue in the test schema
+// with failpointEnqueueSQL's, notifying the schema's channel, and pins its
+// search_path again as migrations.Up does.
+func installFailpointEnqueue(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	fn := strings.ReplaceAll(failpointEnqueueSQL(t), "'fencegate_intents'", "current_schema() || '_intents'")
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('search_path', $1, true)`, testdb.Schema()+", pg_temp"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fn)
+		return err
+	})
+	if err == nil {
+		err = migrations.PinFunctions(ctx, pool, testdb.Schema())
+	}
+	if err != nil {
+		t.Fatalf("install the failpoint version of fencegate_enqueue: %v", err)
 	}
 }
 

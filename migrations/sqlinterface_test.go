@@ -1,0 +1,693 @@
+package migrations_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// sqlErr is the SQLSTATE, the COLUMN (the field) and the DETAIL (JSON) of
+// a refusal of the SQL interface.
+type sqlErr struct {
+	Code, Field string
+	Detail      map[string]any
+}
+
+func asSQLErr(t *testing.T, err error) sqlErr {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v is not a PostgreSQL error", err)
+	}
+	e := sqlErr{Code: pe.Code, Field: pe.ColumnName}
+	if pe.Detail != "" {
+		if err := json.Unmarshal([]byte(pe.Detail), &e.Detail); err != nil {
+			t.Fatalf("DETAIL %q is not JSON: %v", pe.Detail, err)
+		}
+	}
+	return e
+}
+
+type enqueueArgs struct {
+	resource  string
+	epoch     int64
+	operation string
+	kind      string
+	payload   string
+	key       *string
+	fence     *string
+}
+
+type enqueueOut struct {
+	Outcome      string
+	IntentID     int64
+	Status       string
+	CurrentEpoch int64
+}
+
+const enqueueSQL = `SELECT outcome, intent_id, status, current_epoch FROM fencegate.enqueue(
+	resource => $1, epoch => $2, operation_id => $3, kind => $4, payload => $5::jsonb, key => $6, fence => $7)`
+
+func sqlEnqueue(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, a enqueueArgs) (enqueueOut, error) {
+	var o enqueueOut
+	err := q.QueryRow(ctx, testdb.SQL(enqueueSQL), a.resource, a.epoch, a.operation, a.kind, a.payload, a.key, a.fence).
+		Scan(&o.Outcome, &o.IntentID, &o.Status, &o.CurrentEpoch)
+	return o, err
+}
+
+func ptr(s string) *string { return &s }
+
+const mail = `{"to":"alice@example.com","from":"reports@example.com","subject":"Nightly report","text":"ready"}`
+
+// sqlSetup is a migrated database with an application table of its own.
+func sqlSetup(t *testing.T) (*pgxpool.Pool, *lease.Issuer) {
+	t.Helper()
+	pool := testdb.New(t)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE reports (day text PRIMARY KEY, sent boolean NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return pool, lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+}
+
+// The SQL enqueue commits with the caller's own writes, or not at all; a
+// retry after a lost response gets the same intent, also after a takeover;
+// a stale epoch is ZF002 and aborts the caller's transaction; another
+// content under the same operation id is ZF003; the intent is the one the
+// Go client would have stored (its defaults), and the Go client's retry of
+// it is a duplicate.
+func TestSQLEnqueue(t *testing.T) {
+	t.Parallel()
+	pool, iss := sqlSetup(t)
+	ctx := context.Background()
+	l, err := iss.Acquire(ctx, "nightly", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := enqueueArgs{resource: "nightly", epoch: l.Epoch, operation: "report-1", kind: "email", payload: mail}
+
+	// Committed with the business row.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO reports VALUES ('2026-12-01', true)`); err != nil {
+		t.Fatal(err)
+	}
+	// Durable whatever the session's synchronous_commit: the enqueue raises
+	// it for the caller's transaction.
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sqlEnqueue(ctx, tx, a)
+	if err != nil || got.Outcome != "created" || got.Status != "pending" || got.CurrentEpoch != l.Epoch || got.IntentID == 0 {
+		t.Fatalf("enqueue = %+v, %v; want created, pending, current epoch %d", got, err, l.Epoch)
+	}
+	var sc string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&sc); err != nil || sc != "on" {
+		t.Fatalf("synchronous_commit in the caller's transaction = %q, %v; want on", sc, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ob.Get(ctx, got.IntentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.IdempotencyKey != "nightly/report-1" || rec.Fence != outbox.FenceCommit || rec.Kind != "email" || rec.Epoch != l.Epoch {
+		t.Fatalf("stored %+v; want the Go client's defaults (key nightly/report-1, fence commit)", rec)
+	}
+	// The Go client's retry of the same intent is a duplicate: both sides
+	// store the same content.
+	res, err := ob.Enqueue(ctx, outbox.Intent{Resource: "nightly", Epoch: l.Epoch, OperationID: "report-1", Kind: "email", Payload: json.RawMessage(mail)})
+	if err != nil || !res.Duplicate || res.IntentID != got.IntentID {
+		t.Fatalf("Go retry = %+v, %v; want a duplicate of %d", res, err, got.IntentID)
+	}
+
+	// Rolled back with the business row: neither stays.
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO reports VALUES ('2026-12-02', true)`); err != nil {
+		t.Fatal(err)
+	}
+	rb := a
+	rb.operation = "report-2"
+	if got, err := sqlEnqueue(ctx, tx, rb); err != nil || got.Outcome != "created" {
+		t.Fatalf("enqueue = %+v, %v", got, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT (SELECT count(*) FROM reports WHERE day = '2026-12-02')
+		+ (SELECT count(*) FROM fencegate.intents WHERE operation_id = 'report-2')`)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after the rollback %d rows remain, %v; want 0", n, err)
+	}
+
+	// A takeover: the old epoch is fenced out, the caller's transaction
+	// aborts, nothing of it is stored.
+	if _, err := iss.Advance(ctx, "nightly", l.Epoch+3); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO reports VALUES ('2026-12-03', true)`); err != nil {
+		t.Fatal(err)
+	}
+	st := a
+	st.operation = "report-3"
+	_, err = sqlEnqueue(ctx, tx, st)
+	e := asSQLErr(t, err)
+	if e.Code != "ZF002" || e.Detail["code"] != "stale_epoch" || e.Detail["current_epoch"] != float64(l.Epoch+3) || e.Detail["supplied_epoch"] != float64(l.Epoch) || e.Detail["resource"] != "nightly" {
+		t.Fatalf("stale enqueue = %+v; want ZF002 with current_epoch %d, supplied_epoch %d", e, l.Epoch+3, l.Epoch)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("the caller's transaction committed after a stale enqueue")
+	}
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT (SELECT count(*) FROM reports WHERE day = '2026-12-03')
+		+ (SELECT count(*) FROM fencegate.intents WHERE operation_id = 'report-3')`)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after a stale enqueue %d rows remain, %v; want 0", n, err)
+	}
+
+	// The retry of the first one, after the takeover: the same intent.
+	if got2, err := sqlEnqueue(ctx, pool, a); err != nil || got2.Outcome != "duplicate" || got2.IntentID != got.IntentID || got2.CurrentEpoch != l.Epoch+3 {
+		t.Fatalf("retry after the takeover = %+v, %v; want duplicate of %d (current epoch %d)", got2, err, got.IntentID, l.Epoch+3)
+	}
+	// Another content under that operation id: ZF003, naming the intent.
+	c := a
+	c.payload = strings.Replace(mail, "ready", "changed", 1)
+	_, err = sqlEnqueue(ctx, pool, c)
+	if e := asSQLErr(t, err); e.Code != "ZF003" || e.Detail["intent_id"] != float64(got.IntentID) {
+		t.Fatalf("conflicting enqueue = %+v; want ZF003 naming intent %d", e, got.IntentID)
+	}
+	// Explicit key and fence are kept.
+	l2, err := iss.Acquire(ctx, "files", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sqlEnqueue(ctx, pool, enqueueArgs{resource: "files", epoch: l2.Epoch, operation: "f1", kind: "file",
+		payload: `{"target":"out/a.txt","content":"x"}`, key: ptr("report-file"), fence: ptr("commit")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := ob.Get(ctx, f.IntentID); err != nil || rec.IdempotencyKey != "report-file" || rec.Fence != outbox.FenceCommit {
+		t.Fatalf("stored %+v, %v; want key report-file, fence commit", rec, err)
+	}
+	if f, err := sqlEnqueue(ctx, pool, enqueueArgs{resource: "files", epoch: l2.Epoch, operation: "f2", kind: "file",
+		payload: `{"target":"out/b.txt","content":"x"}`}); err != nil {
+		t.Fatal(err)
+	} else if rec, err := ob.Get(ctx, f.IntentID); err != nil || rec.Fence != outbox.FenceExecute {
+		t.Fatalf("file's default fence: %+v, %v; want execute", rec, err)
+	}
+}
+
+// The SQL enqueue's commit wakes the dispatchers on the schema's channel.
+func TestSQLEnqueueNotifies(t *testing.T) {
+	t.Parallel()
+	pool, iss := sqlSetup(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+testdb.PGSchema().IntentsChannel()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := iss.Acquire(ctx, "n", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlEnqueue(ctx, pool, enqueueArgs{resource: "n", epoch: l.Epoch, operation: "o", kind: "email", payload: mail}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := conn.Conn().WaitForNotification(wctx); err != nil {
+		t.Fatalf("no notification on %s: %v", testdb.PGSchema().IntentsChannel(), err)
+	}
+}
+
+// Bad input is ZF004 naming the field, and stores nothing.
+func TestSQLEnqueueBadInput(t *testing.T) {
+	t.Parallel()
+	pool, iss := sqlSetup(t)
+	ctx := context.Background()
+	l, err := iss.Acquire(ctx, "r", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := enqueueArgs{resource: "r", epoch: l.Epoch, operation: "o", kind: "email", payload: mail}
+	long := strings.Repeat("x", 201)
+	for _, c := range []struct {
+		name  string
+		edit  func(a *enqueueArgs)
+		field string
+	}{
+		{"no resource", func(a *enqueueArgs) { a.resource = "" }, "resource"},
+		{"long resource", func(a *enqueueArgs) { a.resource = long }, "resource"},
+		{"epoch 0", func(a *enqueueArgs) { a.epoch = 0 }, "epoch"},
+		{"epoch above 2^53", func(a *enqueueArgs) { a.epoch = 1<<53 + 1 }, "epoch"},
+		{"no operation", func(a *enqueueArgs) { a.operation = "" }, "operation_id"},
+		{"long operation", func(a *enqueueArgs) { a.operation = long }, "operation_id"},
+		{"no kind", func(a *enqueueArgs) { a.kind = "" }, "kind"},
+		{"unknown kind", func(a *enqueueArgs) { a.kind = "notify" }, "kind"},
+		{"bad fence", func(a *enqueueArgs) { a.fence = ptr("later") }, "fence"},
+		{"long key", func(a *enqueueArgs) { a.key = ptr(strings.Repeat("k", 256)) }, "idempotency_key"},
+		{"long default key", func(a *enqueueArgs) { a.resource, a.operation = strings.Repeat("r", 200), strings.Repeat("o", 60) }, "idempotency_key"},
+		{"payload not an object", func(a *enqueueArgs) { a.payload = `[1]` }, "payload"},
+		{"payload too large", func(a *enqueueArgs) { a.payload = `{"x":"` + strings.Repeat("y", 262144) + `"}` }, "payload"},
+		{"bad recipient", func(a *enqueueArgs) { a.payload = strings.Replace(mail, "alice@example.com", "alice", 1) }, "payload.to[0]"},
+		{"no subject", func(a *enqueueArgs) { a.payload = strings.Replace(mail, "Nightly report", " ", 1) }, "payload.subject"},
+		{"file escapes", func(a *enqueueArgs) { a.kind, a.payload = "file", `{"target":"../x","content":"y"}` }, "payload.target"},
+	} {
+		a := ok
+		a.operation = "op-" + c.name
+		c.edit(&a)
+		_, err := sqlEnqueue(ctx, pool, a)
+		if err == nil {
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != c.field || e.Detail["field"] != c.field || e.Detail["code"] != "invalid_input" {
+			t.Errorf("%s: %+v (%v); want ZF004 naming %s", c.name, e, err, c.field)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d intents stored by refused enqueues, %v", n, err)
+	}
+}
+
+// checkSQL runs the SQL interface's payload check; "" when it accepts,
+// else the field it names.
+func checkSQL(ctx context.Context, t *testing.T, pool *pgxpool.Pool, kind, payload string) (field string, accepted bool) {
+	t.Helper()
+	_, err := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.fencegate_check_payload($1, $2::jsonb)`), kind, payload)
+	if err == nil {
+		return "", true
+	}
+	e := asSQLErr(t, err)
+	if e.Code != "ZF004" {
+		t.Fatalf("check of %s %s: %v; want ZF004", kind, payload, err)
+	}
+	return e.Field, false
+}
+
+// checkGo runs the Go client's check of the kind (outbox.DefaultKinds).
+func checkGo(kind, payload string) (field string, accepted bool) {
+	err := outbox.DefaultKinds()[kind].Check(json.RawMessage(payload))
+	if err == nil {
+		return "", true
+	}
+	var inv *fenceerr.InvalidError
+	if errors.As(err, &inv) {
+		return inv.Field, false
+	}
+	return "payload", false
+}
+
+// The SQL interface checks the built-in kinds' payloads in the database
+// with the Go parsers' rules or stricter ones: it never accepts a payload
+// the Go client refuses (which an adapter would refuse at execute). The
+// corpus pins the common cases (both accept; both refuse naming the same
+// field); the random mutations search for a payload only SQL accepts.
+func TestSQLPayloadRulesNeverLooser(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	type tc struct{ kind, payload, field string } // field "": both accept
+	corpus := []tc{
+		{"email", mail, ""},
+		{"email", `{"to":["a@example.com","B <b@example.co.jp>"],"cc":"c+tag@x-y.example","bcc":[],"from":"Ops Team <ops@example.com>","subject":"夜間レポート","html":"<p>x</p>","extra":1}`, ""},
+		{"email", `{"to":null,"from":"b@example.com","subject":"s","text":"t"}`, "payload.to"},
+		{"email", `{"to":[],"from":"b@example.com","subject":"s","text":"t"}`, "payload.to"},
+		{"email", `{"to":42,"from":"b@example.com","subject":"s","text":"t"}`, "payload.to"},
+		{"email", `{"to":["a@example.com",7],"from":"b@example.com","subject":"s","text":"t"}`, "payload.to[1]"},
+		{"email", `{"to":"nobody","from":"b@example.com","subject":"s","text":"t"}`, "payload.to[0]"},
+		{"email", `{"to":"a@example.com","bcc":["x"],"from":"b@example.com","subject":"s","text":"t"}`, "payload.bcc[0]"},
+		{"email", `{"to":"a@example.com","from":"nobody","subject":"s","text":"t"}`, "payload.from"},
+		{"email", `{"to":"a@example.com","from":" ","subject":"s","text":"t"}`, "payload.from"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s\r\nBcc: x@y.z","text":"t"}`, "payload.subject"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":" \u3000\u00a0","text":"t"}`, "payload.subject"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s","text":5}`, "payload.text"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s"}`, "payload.text"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s","text":"","html":""}`, "payload.text"},
+		{"email", `[1]`, "payload"},
+		{"file", `{"target":"reports/2026-12-01.txt","content":"x"}`, ""},
+		{"file", `{"target":"a/b","content_base64":"aGk=","extra":true}`, ""},
+		{"file", `{"content":"x"}`, "payload.target"},
+		{"file", `{"target":7,"content":"x"}`, "payload.target"},
+		{"file", `{"target":"/etc/passwd","content":"x"}`, "payload.target"},
+		{"file", `{"target":"\\x","content":"x"}`, "payload.target"},
+		{"file", `{"target":"a/../../etc/passwd","content":"x"}`, "payload.target"},
+		{"file", `{"target":"dir/","content":"x"}`, "payload.target"},
+		{"file", `{"target":"a//b","content":"x"}`, "payload.target"},
+		{"file", `{"target":"./a","content":"x"}`, "payload.target"},
+		{"file", `{"target":".","content":"x"}`, "payload.target"},
+		{"file", `{"target":"reports/.Nightly.txt.FENCEGATE.json","content":"x"}`, "payload.target"},
+		{"file", `{"target":"x"}`, "payload.content"},
+		{"file", `{"target":"x","content":null}`, "payload.content"},
+		{"file", `{"target":"x","content":"a","content_base64":"YQ=="}`, "payload.content"},
+		{"file", `{"target":"x","content":5}`, "payload.content"},
+		{"file", `{"target":"x","content_base64":"!!!"}`, "payload.content_base64"},
+		{"webhook", `{"url":"https://hooks.example.com/a/b?x=1&y=%20z","method":"PUT","headers":{"X-Api-Key":"k"},"body":{"a":[1,null]},"lookup_url":"http://hooks.example.com:8080/lookup"}`, ""},
+		{"webhook", `{"url":"https://h.example/x","body_base64":"aGk=","content_type":"text/plain"}`, ""},
+		{"webhook", `{"url":"https://h.example/x","body":null}`, ""},
+		{"webhook", `{"method":"POST"}`, "payload.url"},
+		{"webhook", `{"url":"ftp://h.example/x"}`, "payload.url"},
+		{"webhook", `{"url":"https://user:pw@h.example/x"}`, "payload.url"},
+		{"webhook", `{"url":"https://h.example/x#frag"}`, "payload.url"},
+		{"webhook", `{"url":"https://h.example/x","method":"GET"}`, "payload.method"},
+		{"webhook", `{"url":"https://h.example/x","headers":{"Idempotency-Key":"x"}}`, "payload.headers.Idempotency-Key"},
+		{"webhook", `{"url":"https://h.example/x","headers":{"content-type":"x"}}`, "payload.headers.content-type"},
+		{"webhook", `{"url":"https://h.example/x","headers":{"Host":"x"}}`, "payload.headers.Host"},
+		{"webhook", `{"url":"https://h.example/x","headers":{"Bad Name":"x"}}`, "payload.headers.Bad Name"},
+		{"webhook", `{"url":"https://h.example/x","headers":{"X":"a\nb"}}`, "payload.headers.X"},
+		{"webhook", `{"url":"https://h.example/x","headers":{"X":1}}`, "payload.headers.X"},
+		{"webhook", `{"url":"https://h.example/x","body":1,"body_base64":"aGk="}`, "payload.body"},
+		{"webhook", `{"url":"https://h.example/x","body_base64":"aGk="}`, "payload.content_type"},
+		{"webhook", `{"url":"https://h.example/x","content_type":"text/plain"}`, "payload.content_type"},
+		{"webhook", `{"url":"https://h.example/x","lookup_url":"mailto:x@y"}`, "payload.lookup_url"},
+		{"webhook", `{"url":"https://h.example/x","header":{}}`, "payload.header"},
+		{"s3", `{"bucket":"my-bucket.1","key":"reports/a.txt","content":"x","content_type":"text/plain","metadata":{"day":"2026-12-01"}}`, ""},
+		{"s3", `{"key":"a","content_base64":"aGk="}`, ""},
+		{"s3", `{"bucket":"AB","key":"a","content":"x"}`, "payload.bucket"},
+		{"s3", `{"bucket":"-ab","key":"a","content":"x"}`, "payload.bucket"},
+		{"s3", `{"key":"../a","content":"x"}`, "payload.key"},
+		{"s3", `{"key":"a","content":"x","metadata":{"Day":"x"}}`, "payload.metadata.Day"},
+		{"s3", `{"key":"a","content":"x","metadata":{"fencegate-epoch":"x"}}`, "payload.metadata.fencegate-epoch"},
+		{"s3", `{"key":"a","content":"x","metadata":{"a":"` + strings.Repeat("v", 1024) + `"}}`, "payload.metadata"},
+		{"s3", `{"key":"a","content":"x","content_type":"a\r\nb"}`, "payload.content_type"},
+		{"s3", `{"key":"a","content":"x","acl":"public"}`, "payload.acl"},
+	}
+	for _, c := range corpus {
+		gf, gok := checkGo(c.kind, c.payload)
+		sf, sok := checkSQL(ctx, t, pool, c.kind, c.payload)
+		switch {
+		case c.field == "" && (!gok || !sok):
+			t.Errorf("%s %s: Go accepts %v (%s), SQL accepts %v (%s); want both to accept", c.kind, c.payload, gok, gf, sok, sf)
+		case c.field != "" && (gok || sok || gf != c.field || sf != c.field):
+			t.Errorf("%s %s: Go %v %q, SQL %v %q; want both to refuse naming %s", c.kind, c.payload, gok, gf, sok, sf, c.field)
+		}
+	}
+
+	// Random mutations of valid payloads: whatever SQL accepts, Go accepts.
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("mutation seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 19))
+	bases := map[string][]map[string]any{}
+	for _, c := range corpus {
+		if c.field == "" {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(c.payload), &m); err != nil {
+				t.Fatal(err)
+			}
+			bases[c.kind] = append(bases[c.kind], m)
+		}
+	}
+	kinds := slices.Sorted(func(yield func(string) bool) {
+		for k := range bases {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	accepted, tried := 0, 0
+	const rounds = 3000
+	for range rounds {
+		kind := kinds[rng.IntN(len(kinds))]
+		p := mutate(rng, bases[kind][rng.IntN(len(bases[kind]))])
+		raw, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tried++
+		_, sok := checkSQL(ctx, t, pool, kind, string(raw))
+		if !sok {
+			continue
+		}
+		accepted++
+		if gf, gok := checkGo(kind, string(raw)); !gok {
+			t.Errorf("SQL accepts a %s payload Go refuses (%s): %s", kind, gf, raw)
+		}
+	}
+	t.Logf("%d mutations, %d accepted by SQL (and Go)", tried, accepted)
+	if accepted < rounds/20 {
+		t.Errorf("only %d of %d mutations accepted: the mutations hardly test acceptance", accepted, rounds)
+	}
+}
+
+// pieces are what mutate puts into strings: the characters address, path
+// and URL rules care about.
+var pieces = []string{"a", "Z", "0", ".", "..", "/", "\\", "@", "<", ">", " ", "\u00a0", "\u3000", "\r", "\n",
+	"%", "%2F", "%zz", "#", "?", "=", ":", "&", "-", "_", "+", "=?utf-8?q?x?=", "\"", "'", "(", ")", ",", ";",
+	"[", "]", "é", "日", ".fencegate.", "http://", "https://", "user:pw@", "example.com", ":80", "aGk=", "==", "*"}
+
+// mutate returns a copy of m with one or a few random edits: a string
+// changed (characters inserted, replaced, removed), a field removed,
+// added, made null or of another type.
+func mutate(rng *rand.Rand, m map[string]any) map[string]any {
+	out := map[string]any{}
+	raw, _ := json.Marshal(m)
+	_ = json.Unmarshal(raw, &out)
+	for range 1 + rng.IntN(3) {
+		keys := make([]string, 0, len(out))
+		for k := range out {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if len(keys) == 0 {
+			out["x"] = "y"
+			continue
+		}
+		k := keys[rng.IntN(len(keys))]
+		switch rng.IntN(10) {
+		case 0:
+			delete(out, k)
+		case 1:
+			out[k] = nil
+		case 2:
+			out[k] = []any{mutateString(rng, "a@example.com"), 1}[rng.IntN(2)]
+		case 3:
+			out[[]string{"to", "cc", "bcc", "from", "subject", "text", "html", "target", "content", "content_base64",
+				"url", "method", "headers", "body", "body_base64", "content_type", "lookup_url", "bucket", "key", "metadata", "x"}[rng.IntN(21)]] = mutateString(rng, "")
+		default:
+			switch v := out[k].(type) {
+			case string:
+				out[k] = mutateString(rng, v)
+			case []any:
+				if len(v) > 0 {
+					i := rng.IntN(len(v))
+					if s, ok := v[i].(string); ok {
+						v[i] = mutateString(rng, s)
+					}
+				}
+			case map[string]any:
+				for hk, hv := range v {
+					if s, ok := hv.(string); ok && rng.IntN(2) == 0 {
+						v[hk] = mutateString(rng, s)
+					} else if rng.IntN(3) == 0 {
+						delete(v, hk)
+						v[mutateString(rng, hk)] = hv
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func mutateString(rng *rand.Rand, s string) string {
+	r := []rune(s)
+	for range 1 + rng.IntN(3) {
+		p := []rune(pieces[rng.IntN(len(pieces))])
+		i := 0
+		if len(r) > 0 {
+			i = rng.IntN(len(r) + 1)
+		}
+		switch rng.IntN(3) {
+		case 0: // insert
+			r = slices.Concat(r[:i], p, r[i:])
+		case 1: // replace one
+			if i < len(r) {
+				r = slices.Concat(r[:i], p, r[i+1:])
+			}
+		default: // remove one
+			if i < len(r) {
+				r = slices.Delete(r, i, i+1)
+			}
+		}
+	}
+	return string(r)
+}
+
+// acquire, renew and release through SQL are the issuer's: each acquire a
+// new epoch recorded in the history as Go's grants are, ZF005 for another
+// holder's live lease, ZF002 for a renew or release of an epoch that moved
+// on, ZF004 naming a bad argument; the Go issuer and SQL interleave.
+func TestSQLLease(t *testing.T) {
+	t.Parallel()
+	pool, iss := sqlSetup(t)
+	ctx := context.Background()
+	acquire := func(resource, holder string, ttl time.Duration) (int64, error) {
+		var epoch int64
+		err := pool.QueryRow(ctx, testdb.SQL(`SELECT epoch FROM fencegate.acquire($1, $2, $3 * interval '1 microsecond')`),
+			resource, holder, ttl.Microseconds()).Scan(&epoch)
+		return epoch, err
+	}
+	renew := func(resource, holder string, epoch int64) error {
+		_, err := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.renew($1, $2, $3, interval '1 minute')`), resource, holder, epoch)
+		return err
+	}
+	release := func(resource, holder string, epoch int64) error {
+		_, err := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.release($1, $2, $3)`), resource, holder, epoch)
+		return err
+	}
+	e1, err := acquire("r", "A", time.Minute)
+	if err != nil || e1 != 1 {
+		t.Fatalf("first acquire = %d, %v; want epoch 1", e1, err)
+	}
+	e2, err := acquire("r", "A", time.Minute)
+	if err != nil || e2 != 2 {
+		t.Fatalf("acquire again by the holder = %d, %v; want a new epoch 2", e2, err)
+	}
+	_, err = acquire("r", "B", time.Minute)
+	if e := asSQLErr(t, err); e.Code != "ZF005" || e.Detail["holder"] != "A" || e.Detail["current_epoch"] != float64(2) || e.Detail["code"] != "lease_held" {
+		t.Fatalf("acquire by B = %+v; want ZF005 naming A at epoch 2", e)
+	}
+	if err := renew("r", "A", 2); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if e := asSQLErr(t, renew("r", "A", 1)); e.Code != "ZF002" || e.Detail["current_epoch"] != float64(2) {
+		t.Fatalf("renew of epoch 1 = %+v; want ZF002 at current epoch 2", e)
+	}
+	if e := asSQLErr(t, renew("r", "B", 2)); e.Code != "ZF002" || !strings.Contains(fmt.Sprint(e.Detail["reason"]), `"A"`) {
+		t.Fatalf("renew by B = %+v; want ZF002, the lease held by A", e)
+	}
+	if err := release("r", "A", 2); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if err := release("r", "A", 2); err != nil {
+		t.Fatalf("release again: %v", err)
+	}
+	// Go after SQL, SQL after Go: one sequence of epochs.
+	gl, err := iss.Acquire(ctx, "r", "B", time.Minute)
+	if err != nil || gl.Epoch != 3 {
+		t.Fatalf("Go acquire after the SQL release = %+v, %v; want epoch 3", gl, err)
+	}
+	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 second' WHERE resource_id = 'r'`)); err != nil {
+		t.Fatal(err)
+	}
+	e4, err := acquire("r", "C", time.Minute)
+	if err != nil || e4 != 4 {
+		t.Fatalf("SQL acquire after B's lease expired = %d, %v; want 4", e4, err)
+	}
+	hist, err := iss.History(ctx, "r", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, g := range hist {
+		got = append(got, fmt.Sprintf("%d %s %s prev=%d/%s", g.Epoch, g.Holder, g.How, g.PreviousEpoch, g.PreviousHolder))
+	}
+	want := []string{"4 C after_expiry prev=3/B", "3 B released prev=2/A", "2 A reacquired prev=1/A", "1 A free prev=0/"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("history = %q; want %q", got, want)
+	}
+	for _, c := range []struct {
+		name, sql, field string
+	}{
+		{"ttl", `SELECT fencegate.acquire('x', 'A', interval '1 millisecond')`, "ttl"},
+		{"holder", `SELECT fencegate.acquire('x', '', interval '1 minute')`, "holder"},
+		{"resource", `SELECT fencegate.renew('', 'A', 1, interval '1 minute')`, "resource"},
+		{"epoch", `SELECT fencegate.release('x', 'A', 0)`, "epoch"},
+	} {
+		_, err := pool.Exec(ctx, testdb.SQL(c.sql))
+		if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != c.field {
+			t.Errorf("%s: %+v; want ZF004 naming %s", c.name, e, c.field)
+		}
+	}
+}
+
+// Every function in the schema has its search_path pinned to the schema:
+// called from a session whose search_path leads to an application's own
+// tables of the same names (every test database has public.intents), it
+// still reads fencegate's.
+func TestFunctionsPinned(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT p.proname, coalesce(array_to_string(p.proconfig, ';'), '')
+		FROM pg_proc p WHERE p.pronamespace = $1::regnamespace ORDER BY 1`, testdb.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type fn struct{ name, config string }
+	fns, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fn, error) {
+		var f fn
+		return f, r.Scan(&f.name, &f.config)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fns) < 20 {
+		t.Fatalf("%d functions in schema %s; want fencegate's", len(fns), testdb.Schema())
+	}
+	want := "search_path=" + testdb.Schema() + ", pg_temp"
+	for _, f := range fns {
+		if !slices.Contains(strings.Split(f.config, ";"), want) {
+			t.Errorf("function %s has settings %q, without %s", f.name, f.config, want)
+		}
+	}
+	var app int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM intents`).Scan(&app); err != nil || app != 1 {
+		t.Fatalf("the session's own intents table (public) has %d rows, %v: the test database lacks its application table", app, err)
+	}
+}
+
+// pgschema.Objects names every table, sequence and function of the
+// schema, and nothing else: what Go's SQL can name is what exists.
+func TestObjectsAreTheSchemas(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	rows, err := pool.Query(context.Background(), `
+		SELECT c.relname FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind IN ('r', 'S')
+		UNION SELECT p.proname FROM pg_proc p WHERE p.pronamespace = $1::regnamespace ORDER BY 1`, testdb.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := slices.Sorted(slices.Values(pgschema.Objects))
+	if !slices.Equal(have, slices.Compact(listed)) {
+		t.Fatalf("the schema holds %q; pgschema.Objects lists %q", have, listed)
+	}
+}
