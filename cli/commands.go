@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
@@ -23,6 +24,7 @@ import (
 func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("migrate")
 	allowFsyncOff := a.fsyncFlag(fs)
+	moveFrom := fs.String("move-from", "", "first move an install from this schema (public: an install from before schemas) into --schema, in one transaction; stop every gateway process and worker of the database first")
 	nsFlag := fs.String("namespace", "", "record this as the deployment's namespace on NATS (default $GATEWAY_NAMESPACE, else the recorded one, first derived from the cluster's system identifier and the database's name); unique per NATS: a-z, 0-9, '-', '_', at most 32")
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -45,7 +47,24 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	if err := a.requireFsync(ctx, pool, *allowFsyncOff); err != nil {
 		return a.fail(err)
 	}
+	var moved []string
+	if *moveFrom != "" {
+		if err := pgschema.Check(*moveFrom); err != nil {
+			return a.fail(badInput("move_from", "--move-from: "+strings.TrimPrefix(err.Error(), "schema: ")))
+		}
+		if *moveFrom == a.schema() {
+			return a.fail(badInput("move_from", fmt.Sprintf("--move-from %s is --schema itself", *moveFrom)))
+		}
+		if moved, err = migrations.Move(ctx, pool, *moveFrom, a.schema()); err != nil {
+			return a.fail(err)
+		}
+		fmt.Fprintf(a.stderr, "gateway migrate: moved %d objects from schema %s to %s\n", len(moved), *moveFrom, a.schema())
+	}
 	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: a.schema()})
+	var elsewhere *migrations.ElsewhereError
+	if errors.As(err, &elsewhere) {
+		return a.fail(badInput("schema", err.Error()))
+	}
 	if err != nil {
 		return a.fail(err)
 	}
@@ -71,7 +90,11 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	a.writeJSON(map[string]any{"version": version, "applied": applied, "namespace": info.Namespace, "namespace_explicit": info.Explicit})
+	if moved == nil {
+		moved = []string{}
+	}
+	a.writeJSON(map[string]any{"version": version, "applied": applied, "schema": a.schema(), "moved": moved,
+		"namespace": info.Namespace, "namespace_explicit": info.Explicit})
 	return exitOK
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -689,5 +690,183 @@ func TestObjectsAreTheSchemas(t *testing.T) {
 	listed := slices.Sorted(slices.Values(pgschema.Objects))
 	if !slices.Equal(have, slices.Compact(listed)) {
 		t.Fatalf("the schema holds %q; pgschema.Objects lists %q", have, listed)
+	}
+}
+
+// emptyDatabase is a new database with nothing in it (not the tests'
+// template), dropped at the test's end.
+func emptyDatabase(t *testing.T) (*pgxpool.Pool, string) {
+	t.Helper()
+	base := testdb.Server(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	name := fmt.Sprintf("fencegate_empty_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), base)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = c.Close(context.Background())
+		}
+	})
+	url := testdb.WithDB(base, name)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, url
+}
+
+// An install from before schemas (its tables in public, beside the
+// application's) is never given a second, empty install that would hand
+// out its epochs again: Up and Installed refuse, naming it. Move takes it
+// into a schema of its own in one transaction, data and epochs and the
+// namespace on NATS kept, the application's tables left alone, and its
+// functions then read the moved tables.
+func TestMoveFromPublic(t *testing.T) {
+	t.Parallel()
+	pool, _ := emptyDatabase(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: "public"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id int PRIMARY KEY); INSERT INTO invoices VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	old := lease.NewIssuer(pool, lease.WithSchema("public"))
+	l, err := old.Acquire(ctx, "r", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obOld, err := outbox.New(pool, outbox.Config{Schema: "public"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := obOld.Enqueue(ctx, outbox.Intent{Resource: "r", Epoch: l.Epoch, OperationID: "o", Kind: "email", Payload: json.RawMessage(mail)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns string
+	if err := pool.QueryRow(ctx, `SELECT namespace FROM public.deployment`).Scan(&ns); err != nil {
+		t.Fatal(err)
+	}
+
+	const target = "moved_fg"
+	var elsewhere *migrations.ElsewhereError
+	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: target}); !errors.As(err, &elsewhere) || elsewhere.Found != "public" {
+		t.Fatalf("Up into %s beside an install in public = %v; want *ElsewhereError naming public", target, err)
+	}
+	if ok, err := migrations.Installed(ctx, pool, target); ok || !errors.As(err, &elsewhere) {
+		t.Fatalf("Installed(%s) = %v, %v; want false and *ElsewhereError", target, ok, err)
+	}
+	var schemaMade bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, target).Scan(&schemaMade); err != nil || schemaMade {
+		t.Fatalf("the refused Up created schema %s (%v)", target, err)
+	}
+
+	moved, err := migrations.Move(ctx, pool, "public", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"intents", "resources", "idempotency_keys", "fencegate_schema_version", "deployment"} {
+		if !slices.Contains(moved, want) {
+			t.Errorf("moved %q, without %s", moved, want)
+		}
+	}
+	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: target})
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("Up after the move = %v, %v; want nothing left to apply", applied, err)
+	}
+	var left, invoices int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relname = ANY ($1)`, pgschema.Objects).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d of fencegate's relations left in public (%v)", left, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM public.invoices`).Scan(&invoices); err != nil || invoices != 1 {
+		t.Fatalf("the application's table: %d rows, %v; want its 1 row untouched", invoices, err)
+	}
+	// Epochs go on from where they were; the intent is there.
+	iss := lease.NewIssuer(pool, lease.WithSchema(target))
+	if l2, err := iss.Acquire(ctx, "r", "A", time.Minute); err != nil || l2.Epoch != l.Epoch+1 {
+		t.Fatalf("acquire after the move = %+v, %v; want epoch %d", l2, err, l.Epoch+1)
+	}
+	ob, err := outbox.New(pool, outbox.Config{Schema: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ob.Get(ctx, res.IntentID); err != nil || r.OperationID != "o" {
+		t.Fatalf("the intent after the move: %+v, %v", r, err)
+	}
+	// The functions read the moved tables, from a session on public.
+	var outcome string
+	if err := pool.QueryRow(ctx, `SELECT outcome FROM moved_fg.enqueue('r', $1, 'o2', 'email', $2::jsonb)`, l.Epoch+1, mail).Scan(&outcome); err != nil || outcome != "created" {
+		t.Fatalf("enqueue after the move = %q, %v", outcome, err)
+	}
+	var ns2 string
+	if err := pool.QueryRow(ctx, `SELECT namespace FROM moved_fg.deployment`).Scan(&ns2); err != nil || ns2 != ns {
+		t.Fatalf("namespace after the move = %q, %v; want %q kept (its stream on NATS)", ns2, err, ns)
+	}
+	// A second move finds the target taken.
+	if _, err := migrations.Move(ctx, pool, "public", target); err == nil {
+		t.Fatal("a second move into an occupied schema was accepted")
+	}
+}
+
+// Two schemas of one database are two deployments: epochs of their own,
+// notifications on channels of their own, namespaces of their own.
+func TestTwoSchemasOneDatabase(t *testing.T) {
+	t.Parallel()
+	pool, _ := emptyDatabase(t)
+	ctx := context.Background()
+	for _, s := range []string{"fg_a", "fg_b"} {
+		if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var nsA, nsB string
+	if err := pool.QueryRow(ctx, `SELECT (SELECT namespace FROM fg_a.deployment), (SELECT namespace FROM fg_b.deployment)`).Scan(&nsA, &nsB); err != nil {
+		t.Fatal(err)
+	}
+	if nsA == nsB {
+		t.Fatalf("both schemas have namespace %s", nsA)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN fg_a_intents; LISTEN fg_b_intents"); err != nil {
+		t.Fatal(err)
+	}
+	a := lease.NewIssuer(pool, lease.WithSchema("fg_a"))
+	b := lease.NewIssuer(pool, lease.WithSchema("fg_b"))
+	for range 3 {
+		if _, err := a.Acquire(ctx, "r", "A", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb, err := b.Acquire(ctx, "r", "A", time.Minute)
+	if err != nil || lb.Epoch != 1 {
+		t.Fatalf("fg_b's first epoch of r = %+v, %v; want 1 (fg_a's are its own)", lb, err)
+	}
+	obB, err := outbox.New(pool, outbox.Config{Schema: "fg_b", NotifyWindow: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obB.Enqueue(ctx, outbox.Intent{Resource: "r", Epoch: 1, OperationID: "o", Kind: "email", Payload: json.RawMessage(mail)}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.Conn().WaitForNotification(wctx)
+	if err != nil || n.Channel != "fg_b_intents" {
+		t.Fatalf("notification %+v, %v; want one on fg_b_intents", n, err)
 	}
 }

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/testdb"
+)
+
+// emptyDB is a new database with nothing in it (not the tests' template).
+func emptyDB(t *testing.T) string {
+	t.Helper()
+	base := testdb.Server(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	name := fmt.Sprintf("fencegate_cli_empty_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), base); err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = c.Close(context.Background())
+		}
+	})
+	return testdb.WithDB(base, name)
+}
+
+func errorField(r cliResult) string {
+	e, _ := r.obj["error"].(map[string]any)
+	f, _ := e["field"].(string)
+	return f
+}
+
+// --schema ($GATEWAY_SCHEMA) is checked by every command: bad input
+// naming schema, before anything connects.
+func TestSchemaFlag(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, []string{"migrate", "--schema", "Bad-Name"}},
+		{nil, []string{"lease", "acquire", "--schema", "pg_catalog", "--resource", "r", "--holder", "h"}},
+		{[]string{"GATEWAY_SCHEMA=information_schema"}, []string{"status", "1"}},
+		{nil, []string{"run", "--schema", strings.Repeat("s", 41), "--adapters", ""}},
+		{nil, []string{"ls", "--schema", "1abc"}},
+	} {
+		r := gwEnv(t, c.env, "postgres://127.0.0.1:1/nowhere", c.args...)
+		if r.code != 2 || errorField(r) != "schema" {
+			t.Errorf("%v %v: exit %d, %s; want exit 2 naming schema", c.env, c.args, r.code, r.stdout)
+		}
+	}
+}
+
+// The migration path of an install from before schemas: its tables in
+// public. A plain migrate or run into another schema is refused naming
+// schema (and how to move), commands against a schema never migrated say
+// so; migrate --move-from public moves it, epochs and all.
+func TestMigrateMoveFromPublic(t *testing.T) {
+	t.Parallel()
+	db := emptyDB(t)
+	// The old install: everything in public.
+	r := gw(t, db, "migrate", "--schema", "public")
+	expectCode(t, r, 0, "")
+	if r.obj["schema"] != "public" {
+		t.Fatalf("migrate --schema public: %s", r.stdout)
+	}
+	r = gw(t, db, "lease", "acquire", "--schema", "public", "--resource", "r", "--holder", "A")
+	expectCode(t, r, 0, "")
+	epoch := r.obj["epoch"].(float64)
+
+	const target = "app_fencegate"
+	r = gw(t, db, "migrate", "--schema", target)
+	if r.code != 2 || errorField(r) != "schema" || !strings.Contains(r.stdout, "--move-from public") {
+		t.Fatalf("migrate into %s beside an install in public: exit %d %s; want exit 2 naming schema and --move-from", target, r.code, r.stdout)
+	}
+	r = gw(t, db, "lease", "acquire", "--schema", target, "--resource", "r", "--holder", "A")
+	if r.code != 2 || errorField(r) != "schema" {
+		t.Fatalf("lease acquire in the unmigrated %s: exit %d %s; want exit 2 naming schema", target, r.code, r.stdout)
+	}
+	r = gwEnv(t, []string{"GATEWAY_SCHEMA=" + target}, db, "run", "--adapters", "", "--nats-url", "nats://127.0.0.1:1", "--allow-fsync-off")
+	if r.code != 2 || errorField(r) != "schema" {
+		t.Fatalf("run in %s beside an install in public: exit %d %s; want exit 2 naming schema", target, r.code, r.stdout)
+	}
+
+	r = gw(t, db, "migrate", "--schema", target, "--move-from", "public")
+	expectCode(t, r, 0, "")
+	if moved, _ := r.obj["moved"].([]any); r.obj["schema"] != target || len(moved) < 8 {
+		t.Fatalf("migrate --move-from public: %s", r.stdout)
+	}
+	r = gw(t, db, "lease", "acquire", "--schema", target, "--resource", "r", "--holder", "A")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"].(float64) != epoch+1 {
+		t.Fatalf("epoch after the move = %v; want %v: the epochs came along", r.obj["epoch"], epoch+1)
+	}
+	r = gw(t, db, "migrate", "--schema", target, "--move-from", target)
+	if r.code != 2 || errorField(r) != "move_from" {
+		t.Fatalf("--move-from the schema itself: exit %d %s; want exit 2 naming move_from", r.code, r.stdout)
+	}
+}
