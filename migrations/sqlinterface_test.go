@@ -667,7 +667,7 @@ func TestFunctionsPinned(t *testing.T) {
 		}
 	}
 	var app int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM intents`).Scan(&app); err != nil || app != 1 {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM public.intents`).Scan(&app); err != nil || app != 1 {
 		t.Fatalf("the session's own intents table (public) has %d rows, %v: the test database lacks its application table", app, err)
 	}
 }
