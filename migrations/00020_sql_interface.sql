@@ -30,7 +30,11 @@
 --      ZF004 invalid_input a field is missing or invalid (the error's
 --                          COLUMN names it: "payload.to[1]")
 --      ZF005 lease_held    another holder's lease is live
---    with the details as JSON in the error's DETAIL. A raised error aborts
+--    with the details as JSON in the error's DETAIL. They run with their
+--    owner's rights (SECURITY DEFINER, their search_path pinned) and are
+--    callable only by roles granted EXECUTE (and USAGE on the schema): a
+--    worker's role needs nothing on the tables, so it can enqueue and hold
+--    leases but never write an intent's status by hand. A raised error aborts
 --    the caller's transaction: nothing of it is stored, the caller's own
 --    writes included. The payloads of the built-in kinds are checked here
 --    with the rules of their Go parsers (adapters/*/…kind) or stricter ones
@@ -682,6 +686,7 @@ CREATE OR REPLACE FUNCTION enqueue(
     key text DEFAULT NULL, fence text DEFAULT NULL,
     OUT outcome text, OUT intent_id bigint, OUT status text, OUT current_epoch bigint)
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_variable
@@ -834,6 +839,7 @@ CREATE OR REPLACE FUNCTION acquire(
     resource text, holder text, ttl interval, failover_epoch_jump bigint DEFAULT 1000000,
     OUT epoch bigint, OUT expires_at timestamptz)
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 SET lock_timeout = '5s'
 AS $$
@@ -909,6 +915,7 @@ $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION renew(resource text, holder text, epoch bigint, ttl interval, OUT expires_at timestamptz)
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 SET lock_timeout = '5s'
 AS $$
@@ -936,6 +943,7 @@ $$;
 CREATE OR REPLACE FUNCTION release(resource text, holder text, epoch bigint)
 RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 SET lock_timeout = '5s'
 AS $$
@@ -954,6 +962,16 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+
+-- Least authority: the interface runs with its owner's rights, so nobody
+-- may call it but the roles granted to (docs/sql.md):
+--   GRANT USAGE ON SCHEMA fencegate TO worker;
+--   GRANT EXECUTE ON FUNCTION fencegate.enqueue(text, bigint, text, text, jsonb, text, text) TO worker;
+-- (and acquire, renew, release for a worker that takes its leases here).
+REVOKE EXECUTE ON FUNCTION enqueue(text, bigint, text, text, jsonb, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION acquire(text, text, interval, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION renew(text, text, bigint, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION release(text, text, bigint) FROM PUBLIC;
 
 -- +goose Down
 DROP FUNCTION IF EXISTS release(text, text, bigint);

@@ -870,3 +870,71 @@ func TestTwoSchemasOneDatabase(t *testing.T) {
 		t.Fatalf("notification %+v, %v; want one on fg_b_intents", n, err)
 	}
 }
+
+// A worker's role granted USAGE on the schema and EXECUTE on the interface
+// (docs/sql.md), and nothing on the tables, enqueues and holds leases
+// through it, and can neither read nor write fencegate's tables; a role
+// without the grant cannot call it.
+func TestSQLInterfaceLeastAuthority(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	worker, other := "fg_worker_"+suffix, "fg_other_"+suffix
+	s := testdb.Schema()
+	for _, stmt := range []string{
+		"CREATE ROLE " + worker + " LOGIN PASSWORD 'pw'",
+		"CREATE ROLE " + other + " LOGIN PASSWORD 'pw'",
+		"GRANT USAGE ON SCHEMA " + s + " TO " + worker + ", " + other,
+		"GRANT EXECUTE ON FUNCTION " + s + ".enqueue(text, bigint, text, text, jsonb, text, text), " +
+			s + ".acquire(text, text, interval, bigint), " + s + ".release(text, text, bigint) TO " + worker,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, r := range []string{worker, other} {
+			_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+r)
+			_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+r)
+		}
+	})
+	as := func(role string) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(pool.Config().ConnString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.User, cfg.Password = role, "pw"
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	w := as(worker)
+	var epoch int64
+	if err := w.QueryRow(ctx, testdb.SQL(`SELECT epoch FROM fencegate.acquire('r', 'w', interval '1 minute')`)).Scan(&epoch); err != nil {
+		t.Fatalf("acquire as the worker role: %v", err)
+	}
+	if got, err := sqlEnqueue(ctx, w, enqueueArgs{resource: "r", epoch: epoch, operation: "o", kind: "email", payload: mail}); err != nil || got.Outcome != "created" {
+		t.Fatalf("enqueue as the worker role = %+v, %v", got, err)
+	}
+	for _, stmt := range []string{
+		`SELECT count(*) FROM fencegate.intents`,
+		`UPDATE fencegate.intents SET status = 'succeeded'`,
+		`UPDATE fencegate.resources SET epoch = epoch + 1`,
+		`SELECT fencegate.renew('r', 'w', 1, interval '1 minute')`, // not granted
+	} {
+		_, err := w.Exec(ctx, testdb.SQL(stmt))
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" {
+			t.Errorf("%s as the worker role: %v; want insufficient_privilege", stmt, err)
+		}
+	}
+	_, err := sqlEnqueue(ctx, as(other), enqueueArgs{resource: "r", epoch: epoch, operation: "o2", kind: "email", payload: mail})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		t.Errorf("enqueue by a role without EXECUTE: %v; want insufficient_privilege", err)
+	}
+}

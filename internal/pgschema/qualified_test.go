@@ -99,13 +99,13 @@ func TestUnqualifiedRE(t *testing.T) {
 func TestRewrite(t *testing.T) {
 	s := MustParse("app_fg")
 	for in, want := range map[string]string{
-		"SELECT * FROM fencegate.intents i JOIN fencegate.resources r":                 "SELECT * FROM app_fg.intents i JOIN app_fg.resources r",
-		"nextval('fencegate.idempotency_token_seq')":                                   "nextval('app_fg.idempotency_token_seq')",
-		"SELECT fencegate.fencegate_enqueue($1)":                                       "SELECT app_fg.fencegate_enqueue($1)",
-		"current_setting('fencegate.principal', true)":                                 "current_setting('fencegate.principal', true)",
-		"FROM fencegate.intentsx, xfencegate.intents, fencegate.enqueue(":              "FROM fencegate.intentsx, xfencegate.intents, app_fg.enqueue(",
-		"no schema here":                                                               "no schema here",
-		"fencegate.intents":                                                            "app_fg.intents",
+		"SELECT * FROM fencegate.intents i JOIN fencegate.resources r":    "SELECT * FROM app_fg.intents i JOIN app_fg.resources r",
+		"nextval('fencegate.idempotency_token_seq')":                      "nextval('app_fg.idempotency_token_seq')",
+		"SELECT fencegate.fencegate_enqueue($1)":                          "SELECT app_fg.fencegate_enqueue($1)",
+		"current_setting('fencegate.principal', true)":                    "current_setting('fencegate.principal', true)",
+		"FROM fencegate.intentsx, xfencegate.intents, fencegate.enqueue(": "FROM fencegate.intentsx, xfencegate.intents, app_fg.enqueue(",
+		"no schema here":    "no schema here",
+		"fencegate.intents": "app_fg.intents",
 		"SELECT 1 FROM fencegate.intents WHERE a = 'fencegate.failpoint' -- fencegate.": "SELECT 1 FROM app_fg.intents WHERE a = 'fencegate.failpoint' -- fencegate.",
 	} {
 		if got := s.SQL(in); got != want {
