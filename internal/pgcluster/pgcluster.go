@@ -285,6 +285,13 @@ func (c *Cluster) signalAndWait(sig syscall.Signal, timeout time.Duration) error
 	if cmd == nil {
 		return nil
 	}
+	// The backends, before the postmaster goes: each backend calls
+	// setsid() at start, so it is in a process group of its own, not the
+	// postmaster's, and a kill of the postmaster's group misses it.
+	var kids []int
+	if sig == syscall.SIGKILL {
+		kids = children(cmd.Process.Pid)
+	}
 	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
@@ -299,12 +306,64 @@ func (c *Cluster) signalAndWait(sig syscall.Signal, timeout time.Duration) error
 		// block and the next start would refuse to run.
 		pgid := cmd.Process.Pid
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		for _, k := range kids {
+			_ = syscall.Kill(k, syscall.SIGKILL)
+		}
 		deadline := time.Now().Add(10 * time.Second)
-		for syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline) {
+		for (syscall.Kill(-pgid, 0) == nil || anyAlive(kids)) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	return nil
+}
+
+// children returns the ids of pid's child processes (Linux: /proc).
+func children(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var kids []int
+	for _, e := range ents {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(id); ok && ppid == pid {
+			kids = append(kids, id)
+		}
+	}
+	return kids
+}
+
+// anyAlive reports whether one of pids still runs: exists and is not a
+// zombie (a zombie holds no memory, so no shared memory block either).
+func anyAlive(pids []int) bool {
+	for _, p := range pids {
+		if _, state, ok := procStat(p); ok && state != "Z" {
+			return true
+		}
+	}
+	return false
+}
+
+// procStat reads a process's parent id and state from /proc/<pid>/stat.
+func procStat(pid int) (ppid int, state string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", false
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, "", false
+	}
+	f := strings.Fields(string(b)[i+1:])
+	if len(f) < 2 {
+		return 0, "", false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[0], err == nil
 }
 
 // Shutdown stops the server with a fast shutdown (SIGINT), keeping the data.
