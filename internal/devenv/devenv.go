@@ -34,6 +34,7 @@ import (
 	"github.com/fencegate/fencegate/internal/devsmtp"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/pgcluster"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -571,6 +572,10 @@ func (d *devEnv) printReady(r Ready, took time.Duration) {
 	}
 	if d.natsSrv != nil {
 		exports = append(exports, "GATEWAY_NATS_URL='"+r.NATSURL+"'")
+	}
+	if d.opts.Schema != "" && d.opts.Schema != pgschema.Default {
+		// The second shell's commands must work in the same schema.
+		exports = append(exports, "GATEWAY_SCHEMA="+d.opts.Schema)
 	}
 	if len(exports) > 0 {
 		fmt.Fprintf(w, "\n  export %s\n", strings.Join(exports, " "))
