@@ -237,6 +237,16 @@ WHERE NOT explicit AND current_schema() NOT IN ('fencegate', 'public')
 
 -- 4. The SQL interface.
 
+-- interface_version: the SQL interface's major version. A worker can check
+-- it at start (SELECT fencegate.interface_version() = 1): the signatures
+-- and SQLSTATEs below change only when it changes.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION interface_version() RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 1 $$;
+-- +goose StatementEnd
+
 -- fencegate_raise raises an error of the interface: SQLSTATE code, the
 -- message, the field named as the error's COLUMN (invalid input), and a
 -- DETAIL of JSON for programs.
@@ -992,3 +1002,4 @@ DROP FUNCTION IF EXISTS fencegate_payload_string(jsonb, text, text);
 DROP FUNCTION IF EXISTS fencegate_check_id(text, text, int);
 DROP FUNCTION IF EXISTS fencegate_invalid(text, text);
 DROP FUNCTION IF EXISTS fencegate_raise(text, text, text, jsonb);
+DROP FUNCTION IF EXISTS interface_version();

@@ -26,7 +26,7 @@ func BenchmarkPinnedSearchPath(b *testing.B) {
 		BEGIN SELECT r.epoch INTO e FROM fencegate.resources r WHERE r.resource_id = p; RETURN e; END $$;
 		CREATE FUNCTION fencegate.bench_pinned(p text) RETURNS bigint LANGUAGE plpgsql SET search_path = `+s+`, pg_temp AS $$
 		DECLARE e bigint;
-		BEGIN SELECT r.epoch INTO e FROM resources r WHERE r.resource_id = p; RETURN e; END $$;`)); err != nil {
+		BEGIN SELECT r.epoch INTO e FROM fencegate.resources r WHERE r.resource_id = p; RETURN e; END $$;`)); err != nil {
 		b.Fatal(err)
 	}
 	conn, err := pool.Acquire(ctx)

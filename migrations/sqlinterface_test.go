@@ -570,6 +570,10 @@ func TestSQLLease(t *testing.T) {
 		_, err := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.release($1, $2, $3)`), resource, holder, epoch)
 		return err
 	}
+	var version int
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT fencegate.interface_version()`)).Scan(&version); err != nil || version != 1 {
+		t.Fatalf("interface_version() = %d, %v; want 1", version, err)
+	}
 	e1, err := acquire("r", "A", time.Minute)
 	if err != nil || e1 != 1 {
 		t.Fatalf("first acquire = %d, %v; want epoch 1", e1, err)

@@ -49,7 +49,7 @@ var Objects = []string{
 	"fencegate_schema_version_id_seq", "idempotency_token_seq",
 	"intent_events_event_id_seq", "intents_intent_id_seq",
 	// functions: the stable SQL interface (migration 00020, docs/sql.md)
-	"acquire", "enqueue", "release", "renew",
+	"acquire", "enqueue", "interface_version", "release", "renew",
 	// functions: internal
 	"fencegate_base64_ok", "fencegate_blank", "fencegate_check_content",
 	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_check_payload",
