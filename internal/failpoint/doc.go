@@ -23,6 +23,8 @@
 // function fencegate_enqueue: see BetweenCheckAndInsert.
 package failpoint
 
+import "strconv"
+
 // Names of the failpoints.
 const (
 	// AfterLeaseAcquire: `gateway lease acquire` got its epoch and has not
@@ -73,3 +75,14 @@ const BetweenCheckAndInsertLock int64 = 0x66656e6365 // "fence"
 // EnvVar is the environment variable that arms failpoints (failpoints
 // builds only).
 const EnvVar = "GATEWAY_FAILPOINTS"
+
+// EnvReleaseDir names a directory where a paused process looks for its
+// release: a pause ends only once the file ReleaseFile(dir, pid) exists
+// (then a SIGCONT wakes it); a SIGCONT without it stops the process again.
+// Unset: any SIGCONT continues it.
+const EnvReleaseDir = "GATEWAY_FAILPOINTS_RELEASE_DIR"
+
+// ReleaseFile is the file that releases process pid's pause (EnvReleaseDir).
+func ReleaseFile(dir string, pid int) string {
+	return dir + "/" + strconv.Itoa(pid) + ".continue"
+}

@@ -94,7 +94,22 @@ func Inject(name string) {
 	fmt.Fprintf(os.Stderr, "failpoint: %s: %s pid=%d\n", name, a.kind, os.Getpid())
 	switch a.kind {
 	case "pause":
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// Stopped until the test releases it (EnvReleaseDir): a SIGCONT
+		// from anyone else stops it again. Once, under a loaded full
+		// suite, a paused process was continued by a SIGCONT the test
+		// never sent (cause not found) and ran to its end before the test
+		// saw it stopped.
+		dir := os.Getenv(EnvReleaseDir)
+		for {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			if dir == "" {
+				return
+			}
+			if _, err := os.Stat(ReleaseFile(dir, os.Getpid())); err == nil {
+				return
+			}
+			fmt.Fprintf(os.Stderr, "failpoint: %s: continued without a release: pause again pid=%d\n", name, os.Getpid())
+		}
 	case "crash":
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // never reached: SIGKILL cannot be caught

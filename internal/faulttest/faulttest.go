@@ -123,6 +123,9 @@ type Proc struct {
 	stderr SyncBuffer
 	done   chan struct{}
 	err    error
+	// release is the process's failpoint release directory
+	// (failpoint.EnvReleaseDir): Resume writes its release file there.
+	release string
 }
 
 // Start starts the gateway binary with args, GATEWAY_DATABASE_URL=dbURL and
@@ -140,9 +143,13 @@ func Start(t testing.TB, bin, dbURL string, env []string, args ...string) *Proc 
 
 // StartProc starts bin with args and the extra environment env.
 func StartProc(bin string, env []string, args ...string) (*Proc, error) {
+	release, err := os.MkdirTemp("", "faulttest-release-")
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	cmd.Env = append(append(os.Environ(), failpoint.EnvReleaseDir+"="+release), env...)
+	p := &Proc{Cmd: cmd, done: make(chan struct{}), release: release}
 	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
 	// Own process group: a signal to the test's group does not reach it,
 	// and it dies with its parent.
@@ -150,7 +157,7 @@ func StartProc(bin string, env []string, args ...string) (*Proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s %v: %w", bin, args, err)
 	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	go func() { p.err = cmd.Wait(); _ = os.RemoveAll(release); close(p.done) }()
 	return p, nil
 }
 
@@ -175,6 +182,18 @@ func (p *Proc) Signal(sig syscall.Signal) {
 	if !p.Exited() {
 		_ = p.Cmd.Process.Signal(sig)
 	}
+}
+
+// Resume ends a pause failpoint: it releases the pause (a SIGCONT alone
+// would not: failpoint.EnvReleaseDir) and continues the process.
+func (p *Proc) Resume() {
+	if p.Exited() {
+		return
+	}
+	if err := os.WriteFile(failpoint.ReleaseFile(p.release, p.Pid()), nil, 0o600); err != nil {
+		panic(fmt.Sprintf("faulttest: release the pause: %v", err))
+	}
+	p.Signal(syscall.SIGCONT)
 }
 
 // Kill SIGKILLs the process (continuing it first, so a stopped process

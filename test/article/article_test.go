@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -142,7 +141,7 @@ func TestArticle1PausedHolderIsFencedOut(t *testing.T) {
 	}
 
 	// A resumes, still believing it holds epoch 1, and writes.
-	a.Signal(syscall.SIGCONT)
+	a.Resume()
 	ar, err := a.Wait(time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +280,7 @@ func TestArticle2PauseAndCrashBetweenApplyAndAnswer(t *testing.T) {
 	if b.Int("epoch") != 2 {
 		t.Fatalf("B: %s", b.Stdout)
 	}
-	a.Signal(syscall.SIGCONT)
+	a.Resume()
 	ar, err := a.Wait(time.Minute)
 	if err != nil {
 		t.Fatal(err)
