@@ -1,7 +1,9 @@
 // Package natstest gives tests a real NATS JetStream server: an embedded one
-// (Start), cheap enough for one per test, and a real nats-server process
+// (Start), cheap enough for one per test, a real nats-server process
 // (StartProcess) for tests that kill it and start it again on the same port
-// and store directory.
+// and store directory, and a JetStream cluster of such processes
+// (StartCluster, cluster.go) whose nodes can be killed, restarted, paused
+// and resumed.
 //
 // The process is built once per test binary from the nats-server module in
 // go.mod (`go build github.com/nats-io/nats-server/v2`), so it works offline;
@@ -148,8 +150,13 @@ type Process struct {
 
 	t   testing.TB
 	bin string
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	// args are the command line after the client port and store options
+	// (a cluster node's name, routes and monitoring port).
+	args []string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	// paused: stopped with SIGSTOP and not continued yet.
+	paused bool
 	// exited is closed when the current process has been waited for.
 	exited chan struct{}
 }
@@ -169,33 +176,86 @@ func StartProcess(t testing.TB) *Process {
 // and waits until it serves JetStream. The process must not be running.
 func (p *Process) Restart() {
 	p.t.Helper()
+	exited := p.start()
+	if err := waitJetStream(p.URL, exited, 30*time.Second); err != nil {
+		p.Kill()
+		p.t.Fatalf("natstest: nats-server on port %d: %v", p.Port, err)
+	}
+}
+
+// start starts the process and returns the channel closed when it exits,
+// without waiting for it to serve.
+func (p *Process) start() <-chan struct{} {
+	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
 		p.t.Fatalf("natstest: nats-server pid %d is still running", p.cmd.Process.Pid)
 	}
-	cmd := exec.Command(p.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-js", "-sd", p.StoreDir)
+	args := append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-js", "-sd", p.StoreDir}, p.args...)
+	cmd := exec.Command(p.bin, args...)
 	cmd.Stdout, cmd.Stderr = nil, nil
+	// Dies with the test binary, even when the test's cleanup never runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("natstest: start nats-server: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	p.cmd, p.exited = cmd, exited
-	if err := waitJetStream(p.URL, exited, 30*time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		p.cmd = nil
-		p.t.Fatalf("natstest: nats-server on port %d: %v", p.Port, err)
-	}
+	p.cmd, p.exited, p.paused = cmd, exited, false
+	return exited
 }
 
 // Kill stops the process with SIGKILL, by pid, and waits for it to exit.
-// It does nothing when the process is not running.
+// It does nothing when the process is not running. A paused process is
+// killed too (SIGKILL needs no SIGCONT).
 func (p *Process) Kill() { p.signal(syscall.SIGKILL) }
 
 // Stop stops the process with SIGTERM (a clean shutdown) and waits.
 func (p *Process) Stop() { p.signal(syscall.SIGTERM) }
+
+// Pause stops the process with SIGSTOP: it keeps its sockets open and
+// answers nothing (a hung machine, a long GC or VM pause) until Resume.
+func (p *Process) Pause() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		p.t.Fatalf("natstest: pause: nats-server on port %d is not running", p.Port)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		p.t.Fatalf("natstest: pause nats-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	p.paused = true
+}
+
+// Resume continues a paused process with SIGCONT.
+func (p *Process) Resume() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		p.t.Fatalf("natstest: resume: nats-server on port %d is not running", p.Port)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		p.t.Fatalf("natstest: resume nats-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	p.paused = false
+}
+
+// Running reports whether the process is running (paused or not).
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// Paused reports whether the process is paused.
+func (p *Process) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil && p.paused
+}
 
 func (p *Process) signal(sig syscall.Signal) {
 	p.mu.Lock()
@@ -204,13 +264,17 @@ func (p *Process) signal(sig syscall.Signal) {
 		return
 	}
 	_ = p.cmd.Process.Signal(sig)
+	if p.paused && sig != syscall.SIGKILL {
+		// A stopped process handles no other signal before it continues.
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
 	select {
 	case <-p.exited:
 	case <-time.After(20 * time.Second):
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	}
-	p.cmd = nil
+	p.cmd, p.paused = nil, false
 }
 
 // waitJetStream polls until a client can reach JetStream at url.

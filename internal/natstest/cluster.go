@@ -1,0 +1,192 @@
+package natstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster is a JetStream cluster of nats-server processes on 127.0.0.1,
+// fully meshed by routes, each node with its own ports and store directory
+// that survive Kill and Restart.
+type Cluster struct {
+	// Name is the cluster's name (--cluster_name).
+	Name  string
+	Nodes []*Node
+}
+
+// Node is one server of a Cluster.
+type Node struct {
+	*Process
+	// Name is the server's name (--server_name), the name stream and
+	// consumer info report for leaders and replicas.
+	Name string
+	// ClusterPort takes the routes of the other nodes.
+	ClusterPort int
+	// MonitorURL is the HTTP monitoring endpoint, http://127.0.0.1:PORT
+	// (/varz, /connz, /jsz).
+	MonitorURL string
+}
+
+// StartCluster starts an n-node JetStream cluster (n >= 3 for a quorum that
+// survives a node) and waits until JetStream is served with a meta leader
+// elected. The nodes are killed when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("natstest: StartCluster needs at least one node, got %d", n)
+	}
+	bin := Binary(t)
+	c := &Cluster{Name: "fencegate-test"}
+	routes := make([]string, n)
+	for i := range n {
+		node := &Node{
+			Process:     &Process{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir()},
+			Name:        "n" + strconv.Itoa(i+1),
+			ClusterPort: FreePort(t),
+		}
+		node.URL = "nats://127.0.0.1:" + strconv.Itoa(node.Port)
+		node.MonitorURL = "http://127.0.0.1:" + strconv.Itoa(FreePort(t))
+		routes[i] = "nats://127.0.0.1:" + strconv.Itoa(node.ClusterPort)
+		c.Nodes = append(c.Nodes, node)
+	}
+	for _, node := range c.Nodes {
+		node.args = []string{
+			"--server_name", node.Name,
+			"--cluster_name", c.Name,
+			"--cluster", "nats://127.0.0.1:" + strconv.Itoa(node.ClusterPort),
+			// Every node lists every route, itself included (the server
+			// skips it): the mesh forms whatever order they start in.
+			"--routes", strings.Join(routes, ","),
+			"-m", strings.TrimPrefix(node.MonitorURL, "http://127.0.0.1:"),
+		}
+		t.Cleanup(node.Kill)
+	}
+	// All nodes start before any is waited for: JetStream is served only
+	// once a quorum has elected a meta leader.
+	exited := make([]<-chan struct{}, n)
+	for i, node := range c.Nodes {
+		exited[i] = node.start()
+	}
+	for i, node := range c.Nodes {
+		if err := waitJetStream(node.URL, exited[i], 60*time.Second); err != nil {
+			t.Fatalf("natstest: cluster node %s on port %d: %v", node.Name, node.Port, err)
+		}
+	}
+	return c
+}
+
+// URLs returns the client URLs of all nodes, comma-separated: the seed list
+// a client is given (nats.Connect and --nats-url take it as is).
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.Nodes))
+	for i, node := range c.Nodes {
+		urls[i] = node.URL
+	}
+	return strings.Join(urls, ",")
+}
+
+// Node returns the node called name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, node := range c.Nodes {
+		if node.Name == name {
+			return node
+		}
+	}
+	return nil
+}
+
+// liveURLs returns the client URLs of the nodes running and not paused.
+func (c *Cluster) liveURLs() string {
+	var urls []string
+	for _, node := range c.Nodes {
+		if node.Running() && !node.Paused() {
+			urls = append(urls, node.URL)
+		}
+	}
+	return strings.Join(urls, ",")
+}
+
+// StreamInfo asks the cluster (any live node) for stream's info, bounded by
+// timeout. The answer comes from the stream's leader: an error while there
+// is none.
+func (c *Cluster) StreamInfo(stream string, timeout time.Duration) (*jetstream.StreamInfo, error) {
+	urls := c.liveURLs()
+	if urls == "" {
+		return nil, errors.New("no live node")
+	}
+	nc, err := nats.Connect(urls, nats.Timeout(time.Second), nats.NoReconnect())
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
+}
+
+// WaitStream polls the stream's info until ok accepts it or timeout passes,
+// and returns the info ok accepted. ok nil: any answer (a leader is
+// elected).
+func (c *Cluster) WaitStream(t testing.TB, stream string, timeout time.Duration, what string, ok func(*jetstream.StreamInfo) bool) *jetstream.StreamInfo {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		info, err := c.StreamInfo(stream, 2*time.Second)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case ok == nil || ok(info):
+			return info
+		default:
+			last = DescribeCluster(info)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: stream %s: %s not reached in %s (last: %s)", stream, what, timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// AllCurrent reports whether info shows a leader and every replica current
+// (caught up with the leader) and online.
+func AllCurrent(info *jetstream.StreamInfo) bool {
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return false
+	}
+	for _, r := range info.Cluster.Replicas {
+		if !r.Current || r.Offline {
+			return false
+		}
+	}
+	return true
+}
+
+// DescribeCluster says who leads the stream and how its replicas are.
+func DescribeCluster(info *jetstream.StreamInfo) string {
+	if info == nil || info.Cluster == nil {
+		return "no cluster info"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "leader %q", info.Cluster.Leader)
+	for _, r := range info.Cluster.Replicas {
+		fmt.Fprintf(&b, ", %s current=%t offline=%t lag=%d active=%s", r.Name, r.Current, r.Offline, r.Lag, r.Active.Round(time.Millisecond))
+	}
+	return b.String()
+}
