@@ -76,7 +76,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		exited[i] = node.start()
 	}
 	for i, node := range c.Nodes {
-		if err := waitJetStream(node.URL, exited[i], 60*time.Second); err != nil {
+		if err := waitJetStream(node.URL, exited[i], startTimeout); err != nil {
 			t.Fatalf("natstest: cluster node %s on port %d: %v", node.Name, node.Port, err)
 		}
 	}

@@ -140,6 +140,12 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// startTimeout bounds a process's start until it serves JetStream: generous,
+// because a cluster node serves it only once it has joined the meta group
+// (an election after a restart), and CI runs every package's tests at once
+// on 2 cores.
+const startTimeout = 90 * time.Second
+
 // Process is a nats-server process with JetStream, on a fixed port and store
 // directory that survive Kill and Restart.
 type Process struct {
@@ -177,7 +183,7 @@ func StartProcess(t testing.TB) *Process {
 func (p *Process) Restart() {
 	p.t.Helper()
 	exited := p.start()
-	if err := waitJetStream(p.URL, exited, 30*time.Second); err != nil {
+	if err := waitJetStream(p.URL, exited, startTimeout); err != nil {
 		p.Kill()
 		p.t.Fatalf("natstest: nats-server on port %d: %v", p.Port, err)
 	}
