@@ -2,8 +2,10 @@ package natstest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -189,4 +191,85 @@ func DescribeCluster(info *jetstream.StreamInfo) string {
 		fmt.Fprintf(&b, ", %s current=%t offline=%t lag=%d active=%s", r.Name, r.Current, r.Offline, r.Lag, r.Active.Round(time.Millisecond))
 	}
 	return b.String()
+}
+
+// Clients returns how many client connections named name (nats.Name) the
+// node serves, from its monitoring endpoint (/connz). A paused node does
+// not answer: ask only live ones.
+func (n *Node) Clients(name string) (int, error) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	res, err := hc.Get(n.MonitorURL + "/connz?limit=4096")
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("node %s: /connz: %s", n.Name, res.Status)
+	}
+	var connz struct {
+		Connections []struct {
+			Name string `json:"name"`
+		} `json:"connections"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&connz); err != nil {
+		return 0, fmt.Errorf("node %s: /connz: %w", n.Name, err)
+	}
+	count := 0
+	for _, c := range connz.Connections {
+		if c.Name == name {
+			count++
+		}
+	}
+	return count, nil
+}
+
+// MoveStreamLeader asks the stream's leader to step down in favour of node
+// (a stepdown with a preferred placement) and polls until node leads,
+// retrying the request while it is refused (node not caught up yet) until
+// timeout passes.
+func (c *Cluster) MoveStreamLeader(stream string, node *Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		info, err := c.StreamInfo(stream, 2*time.Second)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader == node.Name {
+			return nil
+		}
+		if err != nil {
+			last = err
+		} else {
+			last = c.stepDown(stream, node.Name)
+		}
+		time.Sleep(200 * time.Millisecond) // between tries: an election takes a moment
+	}
+	return fmt.Errorf("stream %s: %s does not lead after %s (last: %v)", stream, node.Name, timeout, last)
+}
+
+func (c *Cluster) stepDown(stream, preferred string) error {
+	urls := c.liveURLs()
+	if urls == "" {
+		return errors.New("no live node")
+	}
+	nc, err := nats.Connect(urls, nats.Timeout(time.Second), nats.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
+	msg, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, req, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	var res struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
+		return err
+	}
+	if res.Error != nil {
+		return errors.New(res.Error.Description)
+	}
+	return nil
 }
