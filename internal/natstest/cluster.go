@@ -40,12 +40,34 @@ type Node struct {
 // StartCluster starts an n-node JetStream cluster (n >= 3 for a quorum that
 // survives a node) and waits until JetStream is served with a meta leader
 // elected. The nodes are killed when the test ends.
+//
+// A node that exits during start-up (a port FreePort found free was taken
+// meanwhile: another test's listener or outgoing connection, on a busy
+// machine) makes it start the whole cluster again on new ports, up to three
+// times.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("natstest: StartCluster needs at least one node, got %d", n)
 	}
 	bin := Binary(t)
+	const tries = 3
+	for try := 1; ; try++ {
+		c, err := startCluster(t, bin, n)
+		if err == nil {
+			return c
+		}
+		for _, node := range c.Nodes {
+			node.Kill()
+		}
+		if try == tries || !errors.Is(err, errExited) {
+			t.Fatalf("natstest: %v", err)
+		}
+		t.Logf("natstest: starting the cluster again on other ports: %v", err)
+	}
+}
+
+func startCluster(t testing.TB, bin string, n int) (*Cluster, error) {
 	c := &Cluster{Name: "fencegate-test"}
 	routes := make([]string, n)
 	for i := range n {
@@ -78,11 +100,11 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		exited[i] = node.start()
 	}
 	for i, node := range c.Nodes {
-		if err := waitJetStream(node.URL, exited[i], startTimeout); err != nil {
-			t.Fatalf("natstest: cluster node %s on port %d: %v", node.Name, node.Port, err)
+		if err := node.waitJetStream(exited[i], startTimeout); err != nil {
+			return c, fmt.Errorf("cluster node %s on port %d: %w", node.Name, node.Port, err)
 		}
 	}
-	return c
+	return c, nil
 }
 
 // URLs returns the client URLs of all nodes, comma-separated: the seed list

@@ -13,6 +13,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -165,6 +166,9 @@ type Process struct {
 	paused bool
 	// exited is closed when the current process has been waited for.
 	exited chan struct{}
+	// log is the end of the current process's stderr, said when it exits
+	// during start-up.
+	log *tailBuffer
 }
 
 // StartProcess starts a nats-server process with JetStream on a free port,
@@ -183,7 +187,7 @@ func StartProcess(t testing.TB) *Process {
 func (p *Process) Restart() {
 	p.t.Helper()
 	exited := p.start()
-	if err := waitJetStream(p.URL, exited, startTimeout); err != nil {
+	if err := p.waitJetStream(exited, startTimeout); err != nil {
 		p.Kill()
 		p.t.Fatalf("natstest: nats-server on port %d: %v", p.Port, err)
 	}
@@ -200,7 +204,8 @@ func (p *Process) start() <-chan struct{} {
 	}
 	args := append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-js", "-sd", p.StoreDir}, p.args...)
 	cmd := exec.Command(p.bin, args...)
-	cmd.Stdout, cmd.Stderr = nil, nil
+	log := &tailBuffer{max: 4096}
+	cmd.Stdout, cmd.Stderr = log, log
 	// Dies with the test binary, even when the test's cleanup never runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -208,7 +213,7 @@ func (p *Process) start() <-chan struct{} {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	p.cmd, p.exited, p.paused = cmd, exited, false
+	p.cmd, p.exited, p.paused, p.log = cmd, exited, false, log
 	return exited
 }
 
@@ -283,17 +288,22 @@ func (p *Process) signal(sig syscall.Signal) {
 	p.cmd, p.paused = nil, false
 }
 
-// waitJetStream polls until a client can reach JetStream at url.
-func waitJetStream(url string, exited <-chan struct{}, timeout time.Duration) error {
+// errExited: the process exited before it served JetStream.
+var errExited = errors.New("exited during start-up")
+
+// waitJetStream polls until a client can reach JetStream at the process's
+// URL. An exit meanwhile is errExited, with the end of what the process
+// logged (why: a port in use, a bad option).
+func (p *Process) waitJetStream(exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("exited during start-up")
+			return fmt.Errorf("%w; its log ends:\n%s", errExited, p.logTail())
 		default:
 		}
-		nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
+		nc, err := nats.Connect(p.URL, nats.Timeout(time.Second), nats.NoReconnect())
 		if err == nil {
 			js, jerr := nc.JetStream()
 			if jerr == nil {
@@ -306,7 +316,41 @@ func waitJetStream(url string, exited <-chan struct{}, timeout time.Duration) er
 			err = jerr
 		}
 		last = err
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // between polls
 	}
 	return fmt.Errorf("not ready in %s: %v", timeout, last)
+}
+
+// logTail returns the end of what the current (or last) process wrote to
+// stderr.
+func (p *Process) logTail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.log == nil {
+		return ""
+	}
+	return p.log.String()
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	if over := len(b.b) - b.max; over > 0 {
+		b.b = append(b.b[:0], b.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
 }
