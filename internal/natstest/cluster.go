@@ -250,24 +250,78 @@ func (n *Node) Clients(name string) (int, error) {
 // retrying the request while it is refused (node not caught up yet) until
 // timeout passes.
 func (c *Cluster) MoveStreamLeader(stream string, node *Node, timeout time.Duration) error {
+	return c.moveLeader("stream "+stream, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, node, timeout, func() (string, error) {
+		info, err := c.StreamInfo(stream, 2*time.Second)
+		if err != nil {
+			return "", err
+		}
+		if info.Cluster == nil {
+			return "", nil
+		}
+		return info.Cluster.Leader, nil
+	})
+}
+
+// MoveConsumerLeader is MoveStreamLeader for a consumer of stream.
+func (c *Cluster) MoveConsumerLeader(stream, consumer string, node *Node, timeout time.Duration) error {
+	return c.moveLeader("consumer "+consumer, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, node, timeout, func() (string, error) {
+		info, err := c.ConsumerInfo(stream, consumer, 2*time.Second)
+		if err != nil {
+			return "", err
+		}
+		if info.Cluster == nil {
+			return "", nil
+		}
+		return info.Cluster.Leader, nil
+	})
+}
+
+// ConsumerInfo asks the cluster (any live node) for a consumer's info,
+// bounded by timeout: an error while the consumer has no leader.
+func (c *Cluster) ConsumerInfo(stream, consumer string, timeout time.Duration) (*jetstream.ConsumerInfo, error) {
+	urls := c.liveURLs()
+	if urls == "" {
+		return nil, errors.New("no live node")
+	}
+	nc, err := nats.Connect(urls, nats.Timeout(time.Second), nats.NoReconnect())
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cons, err := js.Consumer(ctx, stream, consumer)
+	if err != nil {
+		return nil, err
+	}
+	return cons.CachedInfo(), nil
+}
+
+func (c *Cluster) moveLeader(what, subject string, node *Node, timeout time.Duration, leader func() (string, error)) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		info, err := c.StreamInfo(stream, 2*time.Second)
-		if err == nil && info.Cluster != nil && info.Cluster.Leader == node.Name {
+		l, err := leader()
+		if err == nil && l == node.Name {
 			return nil
 		}
 		if err != nil {
 			last = err
 		} else {
-			last = c.stepDown(stream, node.Name)
+			last = c.stepDown(subject, node.Name)
 		}
 		time.Sleep(200 * time.Millisecond) // between tries: an election takes a moment
 	}
-	return fmt.Errorf("stream %s: %s does not lead after %s (last: %v)", stream, node.Name, timeout, last)
+	return fmt.Errorf("%s: %s does not lead after %s (last: %v)", what, node.Name, timeout, last)
 }
 
-func (c *Cluster) stepDown(stream, preferred string) error {
+// stepDown sends a leader stepdown request (stream, consumer) to subject
+// with preferred as the placement.
+func (c *Cluster) stepDown(subject, preferred string) error {
 	urls := c.liveURLs()
 	if urls == "" {
 		return errors.New("no live node")
@@ -278,7 +332,7 @@ func (c *Cluster) stepDown(stream, preferred string) error {
 	}
 	defer nc.Close()
 	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
-	msg, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, req, 2*time.Second)
+	msg, err := nc.Request(subject, req, 2*time.Second)
 	if err != nil {
 		return err
 	}
