@@ -74,17 +74,13 @@ const (
 	// may stay there: the node's sockets stay open, so only a client's
 	// own pings can tell it hangs.
 	moveBound = 30 * time.Second
-	// relayBound bounds the relays' stall around each fault: the election
-	// (4 to 9 s, 12 s seen on a saturated machine) and the 2 s the relay
-	// takes to see the stream again (dispatcher.recheckStream).
-	relayBound = 25 * time.Second
-	// outcomeBound bounds the outcomes' stall: what the design promises,
-	// a message delivered into a connection that then hangs is delivered
-	// again after the consumer's AckWait (60 s). Outcomes stalled at most
-	// a few seconds longer than relays in every run but one (30 s, on a
-	// machine saturated by two busy loops besides the test; cause not
-	// found).
-	outcomeBound = 75 * time.Second
+	// stallBound bounds the relays' and the outcomes' stall around each
+	// fault: the election (4 to 9 s, 12 s seen on a saturated machine) and
+	// the few seconds the gateway takes to notice it (the relay looks at
+	// the stream every 2 s, the adapters renew a pull that missed two 2-s
+	// heartbeats). Outcomes stalled 30 s (relays 5 s) about once in ten
+	// faults while the adapters kept nats.go's 15-s pull heartbeat.
+	stallBound = 25 * time.Second
 )
 
 // fault is one injected fault and what the test saw of it.
@@ -111,9 +107,8 @@ type fault struct {
 // recorded in PostgreSQL and exactly one request at the destination, an
 // HTTP receiver counting deliveries per Idempotency-Key; the gateway
 // processes on the stopped node must move to a live one within 30 s; and
-// relays may not stall longer than 25 s around a fault, outcomes not
-// longer than 75 s (the consumer's AckWait and a margin). The test reports
-// how long they stalled.
+// neither relays nor outcomes may stall longer than 25 s around a fault.
+// The test reports how long they stalled.
 func TestClusterFaults(t *testing.T) {
 	t.Parallel()
 	p := planFor()
@@ -371,8 +366,8 @@ func TestClusterFaults(t *testing.T) {
 		t.Logf("%s: for %s, replicas current %s after its end; stream leader elsewhere after %s, gateway processes all on live nodes after %s; relays stalled %s, outcomes %s; slowest intent enqueued meanwhile: %s to its outcome",
 			f.name, ms(f.end.Sub(f.start)), ms(f.recovered.Sub(f.end)), ms(f.elected), ms(f.clientsMoved), ms(rg), ms(og), ms(slowest))
 		parts = append(parts, fmt.Sprintf("%s relay stall %s, outcome stall %s", strings.SplitN(f.name, " (", 2)[0], ms(rg), ms(og)))
-		if rg > relayBound || og > outcomeBound {
-			t.Errorf("%s: relays stalled %s and outcomes %s; want at most %s and %s", f.name, ms(rg), ms(og), relayBound, outcomeBound)
+		if rg > stallBound || og > stallBound {
+			t.Errorf("%s: relays stalled %s and outcomes %s; want at most %s each", f.name, ms(rg), ms(og), stallBound)
 		}
 	}
 	for name, pr := range procs {
