@@ -53,7 +53,9 @@ var builtinAdapters = gateway.BuiltinAdapters
 // cmdRun runs the relay and the adapters until SIGTERM or SIGINT.
 //
 // Relay flags: --dispatcher (default true) runs the relay; --nats-url
-// (default $GATEWAY_NATS_URL, else nats://127.0.0.1:4222); --batch-size,
+// (default $GATEWAY_NATS_URL, else nats://127.0.0.1:4222; comma-separated
+// seeds of a cluster) and --nats-ping-interval (default 2s: a server that
+// answers neither of two pings is left for another seed); --batch-size,
 // --max-in-flight, --claim-ttl, --relay-timeout, --poll-interval,
 // --publish-timeout, --stream-replicas, --duplicate-window (dispatcher
 // defaults); --dispatcher-id (default host-pid-random).
