@@ -1,4 +1,4 @@
-.PHONY: build test dev clean chaos vulncheck alerts
+.PHONY: build test dev clean chaos cluster vulncheck alerts
 
 # The Go that builds fencegate (see scripts/test.sh): go1.26.8's standard
 # library has vulnerabilities the gateway calls. The go command fetches it
@@ -31,8 +31,18 @@ clean:
 # test`): worker processes, gateway processes, nats-server and PostgreSQL
 # under a seeded nemesis, then the history checker. Same tool setup as
 # `make test` (scripts/tools.sh). SEED=0 picks a random seed (printed;
-# replay with it).
+# replay with it). Then the NATS cluster fault test's long form (`make
+# cluster`).
 SEED ?= 0
 DURATION ?= 60s
 chaos:
 	scripts/chaos.sh $(SEED) $(DURATION)
+	scripts/cluster.sh
+
+# The NATS cluster fault test's long form (test/cluster, about 6 minutes):
+# a 3-node JetStream cluster, the stream on 3 replicas, two relay and two
+# adapter processes under a steady load while nodes are killed, restarted,
+# paused and resumed, four rounds; it prints the relay's stalls. Its short
+# form (one round) runs in `make test`. LOGS=dir keeps the gateway logs.
+cluster:
+	scripts/cluster.sh $(LOGS)

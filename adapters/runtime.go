@@ -341,7 +341,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 				defer func() { <-sem; wg.Done() }()
 				r.handle(runCtx, ex, msg)
 			}()
-		}, jetstream.PullMaxMessages(n*2))
+		}, jetstream.PullMaxMessages(n*2), jetstream.PullHeartbeat(pullHeartbeat))
 		if err != nil {
 			for _, c := range consumers {
 				c.Stop()
@@ -373,6 +373,15 @@ func (r *Runtime) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // Durable is the name of the durable JetStream consumer of kind's intents.
 func (r *Runtime) Durable(kind string) string { return r.ns.Durable(r.cfg.DurablePrefix, kind) }
+
+// pullHeartbeat is the idle heartbeat the consumers' pull requests ask
+// for; two missed and the pull is renewed. A pull request can be lost with
+// a consumer's leader (one sent during the election, after a reconnect, is
+// never answered): with nats.go's default (15 s, half the pull's 30 s
+// expiry) the adapters then received nothing for 30 s, while the relay had
+// long resumed (test/cluster: outcomes stalled 30 s after a consumer leader
+// was killed, relays 5 s). With 2 s, a lost pull is renewed within 4 s.
+const pullHeartbeat = 2 * time.Second
 
 // verdict is how a message is settled after its outcome is committed.
 type verdict int

@@ -53,7 +53,9 @@ var builtinAdapters = gateway.BuiltinAdapters
 // cmdRun runs the relay and the adapters until SIGTERM or SIGINT.
 //
 // Relay flags: --dispatcher (default true) runs the relay; --nats-url
-// (default $GATEWAY_NATS_URL, else nats://127.0.0.1:4222); --batch-size,
+// (default $GATEWAY_NATS_URL, else nats://127.0.0.1:4222; comma-separated
+// seeds of a cluster) and --nats-ping-interval (default 2s: a server that
+// answers neither of two pings is left for another seed); --batch-size,
 // --max-in-flight, --claim-ttl, --relay-timeout, --poll-interval,
 // --publish-timeout, --stream-replicas, --duplicate-window (dispatcher
 // defaults); --dispatcher-id (default host-pid-random).
@@ -100,6 +102,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		natsTLSCA     = fs.String("nats-tls-ca", "", "CA certificates (PEM) to verify the NATS server with (default: the system's)")
 		natsTLSCert   = fs.String("nats-tls-cert", "", "client certificate (PEM) for NATS TLS, with --nats-tls-key")
 		natsTLSKey    = fs.String("nats-tls-key", "", "client certificate's key (PEM) for NATS TLS")
+		natsPing      = fs.Duration("nats-ping-interval", gateway.DefaultNATSPingInterval, "ping the NATS server this often; two unanswered pings and the connection moves to another --nats-url seed (a hung server keeps its socket open)")
 		relayTimeout  = fs.Duration("relay-timeout", dispatcher.DefaultRelayTimeout, "relay an intent again when it has no outcome this long after its relay")
 		pollInterval  = fs.Duration("poll-interval", dispatcher.DefaultPollInterval, "look for work this often when no NOTIFY arrives")
 		pubTimeout    = fs.Duration("publish-timeout", dispatcher.DefaultPublishTimeout, "wait this long for a PubAck")
@@ -224,7 +227,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		NATSURL: *natsURL,
 		NATSAuth: gateway.NATSAuth{CredsFile: *natsCreds, NKeyFile: *natsNKey,
 			TLSCAFile: *natsTLSCA, TLSCertFile: *natsTLSCert, TLSKeyFile: *natsTLSKey},
-		RunDispatcher: *runDispatcher,
+		NATSPingInterval: *natsPing,
+		RunDispatcher:    *runDispatcher,
 		Dispatcher: dispatcher.Config{
 			ID:              *dispatcherID,
 			BatchSize:       *batchSize,
@@ -294,6 +298,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	if *execTimeout <= 0 {
 		return a.fail(badInput("execute_timeout", "--execute-timeout must be positive"))
+	}
+	if *natsPing <= 0 {
+		return a.fail(badInput("nats_ping_interval", "--nats-ping-interval must be positive"))
 	}
 	if err := checkLockTimeout(*leaseLockTO); err != nil {
 		return a.fail(err)

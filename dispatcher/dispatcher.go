@@ -63,6 +63,9 @@ type Dispatcher struct {
 	// claim loop backs off before claiming again.
 	failed      atomic.Bool
 	streamReady atomic.Bool
+	// configured: ensureStream succeeded once, so the stream has this
+	// dispatcher's configuration (replicas, duplicate window).
+	configured atomic.Bool
 
 	// hooks are the tests' hooks (internal/testhook), read from Start's
 	// context before the loops start; zero in production.
@@ -201,6 +204,40 @@ func (d *Dispatcher) ensureStream(ctx context.Context) error {
 	if _, err := d.js.CreateOrUpdateStream(ctx, d.cfg.StreamConfig()); err != nil {
 		return fmt.Errorf("create or update stream %s: %w", wire.Namespace(d.cfg.Namespace).Stream(), err)
 	}
+	d.configured.Store(true)
+	d.streamReady.Store(true)
+	return nil
+}
+
+// streamCheckTimeout bounds recheckStream's look at the stream. JetStream
+// answers it in milliseconds when the stream has a leader, and never
+// answers a request sent while it has none (an election after its leader
+// died or hung): a short bound, retried after the backoff, resumes the
+// relay within about this long of the new leader's election.
+const streamCheckTimeout = 2 * time.Second
+
+// recheckStream runs after a failed publish, before the next claim: it
+// looks at the stream (a read, answered by its leader) and sets it up
+// again only when it is gone (deleted by an operator, a server that lost
+// its store), or while Start could not configure it yet. It used to make Start's create-or-update, bounded by
+// DBTimeout: sent during a leader election it went unanswered, so every
+// leader change stalled the relay for 10 s after its first failed publish,
+// however soon the election ended (test/cluster measured it); and each
+// failed publish proposed a stream update to the meta leader.
+func (d *Dispatcher) recheckStream(ctx context.Context) error {
+	if !d.configured.Load() {
+		return d.ensureStream(ctx)
+	}
+	name := wire.Namespace(d.cfg.Namespace).Stream()
+	cctx, cancel := context.WithTimeout(ctx, min(streamCheckTimeout, d.cfg.DBTimeout))
+	_, err := d.js.Stream(cctx, name)
+	cancel()
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return d.ensureStream(ctx)
+	case err != nil:
+		return fmt.Errorf("stream %s: %w", name, err)
+	}
 	d.streamReady.Store(true)
 	return nil
 }
@@ -312,7 +349,7 @@ func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch, after int
 		return 0, 0, errNotConnected
 	}
 	if !d.streamReady.Load() {
-		if err := d.ensureStream(ctx); err != nil {
+		if err := d.recheckStream(ctx); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -1,7 +1,9 @@
 // Package natstest gives tests a real NATS JetStream server: an embedded one
-// (Start), cheap enough for one per test, and a real nats-server process
+// (Start), cheap enough for one per test, a real nats-server process
 // (StartProcess) for tests that kill it and start it again on the same port
-// and store directory.
+// and store directory, and a JetStream cluster of such processes
+// (StartCluster, cluster.go) whose nodes can be killed, restarted, paused
+// and resumed.
 //
 // The process is built once per test binary from the nats-server module in
 // go.mod (`go build github.com/nats-io/nats-server/v2`), so it works offline;
@@ -11,6 +13,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -138,6 +141,12 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// startTimeout bounds a process's start until it serves JetStream: generous,
+// because a cluster node serves it only once it has joined the meta group
+// (an election after a restart), and CI runs every package's tests at once
+// on 2 cores.
+const startTimeout = 90 * time.Second
+
 // Process is a nats-server process with JetStream, on a fixed port and store
 // directory that survive Kill and Restart.
 type Process struct {
@@ -148,10 +157,18 @@ type Process struct {
 
 	t   testing.TB
 	bin string
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	// args are the command line after the client port and store options
+	// (a cluster node's name, routes and monitoring port).
+	args []string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	// paused: stopped with SIGSTOP and not continued yet.
+	paused bool
 	// exited is closed when the current process has been waited for.
 	exited chan struct{}
+	// log is the end of the current process's stderr, said when it exits
+	// during start-up.
+	log *tailBuffer
 }
 
 // StartProcess starts a nats-server process with JetStream on a free port,
@@ -169,33 +186,87 @@ func StartProcess(t testing.TB) *Process {
 // and waits until it serves JetStream. The process must not be running.
 func (p *Process) Restart() {
 	p.t.Helper()
+	exited := p.start()
+	if err := p.waitJetStream(exited, startTimeout); err != nil {
+		p.Kill()
+		p.t.Fatalf("natstest: nats-server on port %d: %v", p.Port, err)
+	}
+}
+
+// start starts the process and returns the channel closed when it exits,
+// without waiting for it to serve.
+func (p *Process) start() <-chan struct{} {
+	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
 		p.t.Fatalf("natstest: nats-server pid %d is still running", p.cmd.Process.Pid)
 	}
-	cmd := exec.Command(p.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-js", "-sd", p.StoreDir)
-	cmd.Stdout, cmd.Stderr = nil, nil
+	args := append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-js", "-sd", p.StoreDir}, p.args...)
+	cmd := exec.Command(p.bin, args...)
+	log := &tailBuffer{max: 4096}
+	cmd.Stdout, cmd.Stderr = log, log
+	// Dies with the test binary, even when the test's cleanup never runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("natstest: start nats-server: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	p.cmd, p.exited = cmd, exited
-	if err := waitJetStream(p.URL, exited, 30*time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		p.cmd = nil
-		p.t.Fatalf("natstest: nats-server on port %d: %v", p.Port, err)
-	}
+	p.cmd, p.exited, p.paused, p.log = cmd, exited, false, log
+	return exited
 }
 
 // Kill stops the process with SIGKILL, by pid, and waits for it to exit.
-// It does nothing when the process is not running.
+// It does nothing when the process is not running. A paused process is
+// killed too (SIGKILL needs no SIGCONT).
 func (p *Process) Kill() { p.signal(syscall.SIGKILL) }
 
 // Stop stops the process with SIGTERM (a clean shutdown) and waits.
 func (p *Process) Stop() { p.signal(syscall.SIGTERM) }
+
+// Pause stops the process with SIGSTOP: it keeps its sockets open and
+// answers nothing (a hung machine, a long GC or VM pause) until Resume.
+func (p *Process) Pause() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		p.t.Fatalf("natstest: pause: nats-server on port %d is not running", p.Port)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		p.t.Fatalf("natstest: pause nats-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	p.paused = true
+}
+
+// Resume continues a paused process with SIGCONT.
+func (p *Process) Resume() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		p.t.Fatalf("natstest: resume: nats-server on port %d is not running", p.Port)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		p.t.Fatalf("natstest: resume nats-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	p.paused = false
+}
+
+// Running reports whether the process is running (paused or not).
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// Paused reports whether the process is paused.
+func (p *Process) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil && p.paused
+}
 
 func (p *Process) signal(sig syscall.Signal) {
 	p.mu.Lock()
@@ -204,26 +275,35 @@ func (p *Process) signal(sig syscall.Signal) {
 		return
 	}
 	_ = p.cmd.Process.Signal(sig)
+	if p.paused && sig != syscall.SIGKILL {
+		// A stopped process handles no other signal before it continues.
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
 	select {
 	case <-p.exited:
 	case <-time.After(20 * time.Second):
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	}
-	p.cmd = nil
+	p.cmd, p.paused = nil, false
 }
 
-// waitJetStream polls until a client can reach JetStream at url.
-func waitJetStream(url string, exited <-chan struct{}, timeout time.Duration) error {
+// errExited: the process exited before it served JetStream.
+var errExited = errors.New("exited during start-up")
+
+// waitJetStream polls until a client can reach JetStream at the process's
+// URL. An exit meanwhile is errExited, with the end of what the process
+// logged (why: a port in use, a bad option).
+func (p *Process) waitJetStream(exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("exited during start-up")
+			return fmt.Errorf("%w; its log ends:\n%s", errExited, p.logTail())
 		default:
 		}
-		nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
+		nc, err := nats.Connect(p.URL, nats.Timeout(time.Second), nats.NoReconnect())
 		if err == nil {
 			js, jerr := nc.JetStream()
 			if jerr == nil {
@@ -236,7 +316,41 @@ func waitJetStream(url string, exited <-chan struct{}, timeout time.Duration) er
 			err = jerr
 		}
 		last = err
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // between polls
 	}
 	return fmt.Errorf("not ready in %s: %v", timeout, last)
+}
+
+// logTail returns the end of what the current (or last) process wrote to
+// stderr.
+func (p *Process) logTail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.log == nil {
+		return ""
+	}
+	return p.log.String()
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	if over := len(b.b) - b.max; over > 0 {
+		b.b = append(b.b[:0], b.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
 }
