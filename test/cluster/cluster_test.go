@@ -120,13 +120,13 @@ func TestClusterFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	info, err := deployment.Resolve(ctx, pool)
+	info, err := deployment.Resolve(ctx, pool, testdb.Schema())
 	if err != nil {
 		t.Fatal(err)
 	}
 	stream := info.Namespace.Stream()
 	consumer := info.Namespace.Durable("fencegate-", "webhook")
-	ob, err := outbox.New(pool, outbox.Config{})
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
