@@ -185,7 +185,11 @@ func (p *Proc) Signal(sig syscall.Signal) {
 }
 
 // Resume ends a pause failpoint: it releases the pause (a SIGCONT alone
-// would not: failpoint.EnvReleaseDir) and continues the process.
+// would not: failpoint.EnvReleaseDir) and continues the process. The
+// SIGCONT is repeated while the process is still stopped: one that
+// arrives while the process runs (woken meanwhile, looking for its
+// release before it had been written) is lost, and the process stops
+// again.
 func (p *Proc) Resume() {
 	if p.Exited() {
 		return
@@ -193,7 +197,20 @@ func (p *Proc) Resume() {
 	if err := os.WriteFile(failpoint.ReleaseFile(p.release, p.Pid()), nil, 0o600); err != nil {
 		panic(fmt.Sprintf("faulttest: release the pause: %v", err))
 	}
-	p.Signal(syscall.SIGCONT)
+	running := 0
+	for deadline := time.Now().Add(30 * time.Second); running < 3 && time.Now().Before(deadline) && !p.Exited(); {
+		st, err := failpoint.ProcState(p.Pid())
+		switch {
+		case err != nil:
+			return
+		case st == 'T' || st == 't':
+			running = 0
+			p.Signal(syscall.SIGCONT)
+		default:
+			running++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Kill SIGKILLs the process (continuing it first, so a stopped process
