@@ -1,39 +1,11 @@
 package cli
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/internal/testdb"
 )
-
-// emptyDB is a new database with nothing in it (not the tests' template).
-func emptyDB(t *testing.T) string {
-	t.Helper()
-	base := testdb.Server(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	name := fmt.Sprintf("fencegate_cli_empty_%d", time.Now().UnixNano())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(context.Background(), base); err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			_ = c.Close(context.Background())
-		}
-	})
-	return testdb.WithDB(base, name)
-}
 
 func errorField(r cliResult) string {
 	e, _ := r.obj["error"].(map[string]any)
@@ -68,7 +40,7 @@ func TestSchemaFlag(t *testing.T) {
 // so; migrate --move-from public moves it, epochs and all.
 func TestMigrateMoveFromPublic(t *testing.T) {
 	t.Parallel()
-	db := emptyDB(t)
+	db := testdb.NewEmptyURL(t)
 	// The old install: everything in public.
 	r := gw(t, db, "migrate", "--schema", "public")
 	expectCode(t, r, 0, "")

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/testdb"
@@ -19,23 +18,8 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // applied exactly once, and a third run finds nothing to do.
 func TestUpConcurrentAndIdempotent(t *testing.T) {
 	t.Parallel()
-	base := testdb.Server(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	name := "fencegate_migrate_race"
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
-
-	url := testdb.WithDB(base, name)
+	url := testdb.NewEmptyURL(t)
 	const n = 4
 	var wg sync.WaitGroup
 	counts := make([]int, n)

@@ -697,35 +697,15 @@ func TestObjectsAreTheSchemas(t *testing.T) {
 	}
 }
 
-// emptyDatabase is a new database with nothing in it (not the tests'
-// template), dropped at the test's end.
-func emptyDatabase(t *testing.T) (*pgxpool.Pool, string) {
+// emptyDatabase is a pool on a new, empty database (testdb.NewEmptyURL).
+func emptyDatabase(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	base := testdb.Server(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	name := fmt.Sprintf("fencegate_empty_%d", time.Now().UnixNano())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			_ = c.Close(context.Background())
-		}
-	})
-	url := testdb.WithDB(base, name)
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(context.Background(), testdb.NewEmptyURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pool, url
+	return pool
 }
 
 // An install from before schemas (its tables in public, beside the
@@ -736,7 +716,7 @@ func emptyDatabase(t *testing.T) (*pgxpool.Pool, string) {
 // functions then read the moved tables.
 func TestMoveFromPublic(t *testing.T) {
 	t.Parallel()
-	pool, _ := emptyDatabase(t)
+	pool := emptyDatabase(t)
 	ctx := context.Background()
 	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: "public"}); err != nil {
 		t.Fatal(err)
@@ -827,7 +807,7 @@ func TestMoveFromPublic(t *testing.T) {
 // notifications on channels of their own, namespaces of their own.
 func TestTwoSchemasOneDatabase(t *testing.T) {
 	t.Parallel()
-	pool, _ := emptyDatabase(t)
+	pool := emptyDatabase(t)
 	ctx := context.Background()
 	for _, s := range []string{"fg_a", "fg_b"} {
 		if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: s}); err != nil {

@@ -143,16 +143,7 @@ func NewURL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("testdb: create database: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
+	t.Cleanup(func() { drop(base, name) })
 	return WithDB(base, name)
 }
 
@@ -244,4 +235,38 @@ func SchemaEnv(key string) string {
 		return Schema()
 	}
 	return ""
+}
+
+// NewEmptyURL creates a new database with nothing in it — not migrated,
+// without the application's tables of the template — dropped at the
+// test's end, and returns its URL: for tests of migrating itself.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	base := Server(t)
+	name := "fencegate_empty_" + randHex(8)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("testdb: create database: %v", err)
+	}
+	t.Cleanup(func() { drop(base, name) })
+	return WithDB(base, name)
+}
+
+// drop drops database name of the server at base, connected anew (the
+// test's connections are gone by its cleanup).
+func drop(base, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 }
