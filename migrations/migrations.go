@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -208,9 +209,11 @@ func up(ctx context.Context, db *sql.DB, s pgschema.Schema, logger *slog.Logger)
 	return applied, nil
 }
 
-// PinFunctions pins the search_path of every function in schema to the
-// schema (then pg_temp, so a temporary table can never stand in for one
-// of fencegate's), where it is not pinned already. Up calls it after the
+// PinFunctions pins the search_path of every function of fencegate's in
+// schema (pgschema.Objects: an application's own functions in the same
+// schema, public say, are left alone) to the schema (then pg_temp, so a
+// temporary table can never stand in for one of fencegate's), where it is
+// not pinned already. Up calls it after the
 // migrations; call it again after replacing a function by hand (a fault
 // test's failpoint version): CREATE OR REPLACE FUNCTION drops the setting.
 func PinFunctions(ctx context.Context, q interface {
@@ -221,6 +224,10 @@ func PinFunctions(ctx context.Context, q interface {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	setting := "search_path=" + s.Name() + ", pg_temp"
+	// The names are fencegate's constants and the schema a checked
+	// identifier: the block is built as text (a DO block takes no
+	// parameters).
+	names := "'" + strings.Join(pgschema.Objects, "','") + "'"
 	if _, err := q.Exec(ctx, `
 		DO $$
 		DECLARE f regprocedure;
@@ -228,6 +235,7 @@ func PinFunctions(ctx context.Context, q interface {
 			FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
 			         WHERE p.pronamespace = '`+s.Name()+`'::regnamespace
 			           AND p.prokind = 'f'
+			           AND p.proname IN (`+names+`)
 			           AND NOT coalesce('`+setting+`' = ANY (p.proconfig), false)
 			LOOP
 				EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, '`+s.Name()+`');

@@ -718,8 +718,17 @@ func TestMoveFromPublic(t *testing.T) {
 	t.Parallel()
 	pool := emptyDatabase(t)
 	ctx := context.Background()
+	// The application's own function in public: fencegate pins its own
+	// functions' search_path, never the application's.
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION public.app_total() RETURNS int LANGUAGE sql AS 'SELECT 1'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: "public"}); err != nil {
 		t.Fatal(err)
+	}
+	var appConfig *string
+	if err := pool.QueryRow(ctx, `SELECT array_to_string(proconfig, ';') FROM pg_proc WHERE proname = 'app_total'`).Scan(&appConfig); err != nil || appConfig != nil {
+		t.Fatalf("the application's function public.app_total has settings %v (%v): fencegate changed it", *appConfig, err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id int PRIMARY KEY); INSERT INTO invoices VALUES (1)`); err != nil {
 		t.Fatal(err)
@@ -775,6 +784,10 @@ func TestMoveFromPublic(t *testing.T) {
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM public.invoices`).Scan(&invoices); err != nil || invoices != 1 {
 		t.Fatalf("the application's table: %d rows, %v; want its 1 row untouched", invoices, err)
+	}
+	var appLeft bool
+	if err := pool.QueryRow(ctx, `SELECT to_regprocedure('public.app_total()') IS NOT NULL`).Scan(&appLeft); err != nil || !appLeft {
+		t.Fatalf("the application's function left public: %v", err)
 	}
 	// Epochs go on from where they were; the intent is there.
 	iss := lease.NewIssuer(pool, lease.WithSchema(target))
