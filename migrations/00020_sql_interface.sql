@@ -269,11 +269,13 @@ $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencegate_invalid(p_field text, p_message text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-    SELECT fencegate_raise('ZF004', p_field || ': ' || p_message, p_field,
-        jsonb_build_object('code', 'invalid_input', 'field', p_field))
+BEGIN
+    PERFORM fencegate_raise('ZF004', p_field || ': ' || p_message, p_field,
+        jsonb_build_object('code', 'invalid_input', 'field', p_field));
+END
 $$;
 -- +goose StatementEnd
 
@@ -362,16 +364,21 @@ $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencegate_email_address_ok(s text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT s ~ ('^(' || n || '( ' || n || ')* <' || a || '>|' || a || ')$')
-    FROM (SELECT '[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+'::text AS w,
-                 -- a display name's words: no '=' nor '?', so never an
-                 -- encoded word (=?charset?…?=) that net/mail would try
-                 -- to decode and may refuse
-                 '[A-Za-z0-9!#$%&''*+/^_`{|}~-]+'::text AS n) words,
-         LATERAL (SELECT w || '(\.' || w || ')*@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*' AS a) addr
+DECLARE
+    -- an address's words (atext), and a display name's: no '=' nor '?' in
+    -- those, so never an encoded word (=?charset?…?=) that net/mail would
+    -- try to decode and may refuse
+    w constant text := '[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]+';
+    n constant text := '[A-Za-z0-9!#$%&''*+/^_`{|}~-]+';
+    a constant text := w || '(\.' || w || ')*@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*';
+BEGIN
+    -- PL/pgSQL, not SQL: a SQL function with a SET clause is planned anew
+    -- in every statement that calls it; a PL/pgSQL one once per session.
+    RETURN s ~ ('^(' || n || '( ' || n || ')* <' || a || '>|' || a || ')$');
+END
 $$;
 -- +goose StatementEnd
 
@@ -383,11 +390,14 @@ $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencegate_url_ok(s text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT s ~ ('^https?://[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?(:[0-9]{1,5})?(/' || p || ')?(\?' || p || ')?$')
-    FROM (SELECT '([A-Za-z0-9._~!$&''()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*'::text AS p) pchar
+DECLARE
+    p constant text := '([A-Za-z0-9._~!$&''()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*';
+BEGIN
+    RETURN s ~ ('^https?://[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?(:[0-9]{1,5})?(/' || p || ')?(\?' || p || ')?$');
+END
 $$;
 -- +goose StatementEnd
 
@@ -396,10 +406,12 @@ $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencegate_base64_ok(s text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT s ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$'
+BEGIN
+    RETURN s ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$';
+END
 $$;
 -- +goose StatementEnd
 
@@ -465,10 +477,12 @@ $$;
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencegate_blank(s text)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT s IS NULL OR s !~ '[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'
+BEGIN
+    RETURN s IS NULL OR s !~ '[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]';
+END
 $$;
 -- +goose StatementEnd
 
@@ -495,6 +509,34 @@ DECLARE
 BEGIN
     IF p IS NULL OR jsonb_typeof(p) <> 'object' THEN
         PERFORM fencegate_invalid('payload', 'must be a JSON object');
+    END IF;
+    -- The common payloads pass in one expression: PL/pgSQL prepares each
+    -- expression it evaluates again in every transaction, and the field
+    -- by field checks below are dozens of them (measured: an enqueue
+    -- through the interface, each in its own transaction, took about
+    -- 0.3 ms more than the Go client's without this). Everything accepted
+    -- here the checks below accept too; whatever is not, they judge.
+    IF p_kind = 'email'
+       AND jsonb_typeof(p -> 'to') = 'string' AND fencegate_email_address_ok(p ->> 'to')
+       AND p -> 'cc' IS NULL AND p -> 'bcc' IS NULL
+       AND jsonb_typeof(p -> 'from') = 'string' AND fencegate_email_address_ok(p ->> 'from')
+       AND jsonb_typeof(p -> 'subject') = 'string' AND NOT fencegate_blank(p ->> 'subject') AND (p ->> 'subject') !~ '[\r\n]'
+       AND (p -> 'text' IS NULL OR jsonb_typeof(p -> 'text') = 'string')
+       AND (p -> 'html' IS NULL OR jsonb_typeof(p -> 'html') = 'string')
+       AND (coalesce(p ->> 'text', '') <> '' OR coalesce(p ->> 'html', '') <> '')
+    THEN
+        RETURN;
+    END IF;
+    IF p_kind = 'file'
+       AND jsonb_typeof(p -> 'target') = 'string'
+       -- segments that start with a letter, a digit, '_' or '-': none
+       -- empty, '.', '..' or a dotfile (so none reserved), not absolute
+       AND (p ->> 'target') ~ '^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$'
+       AND ((jsonb_typeof(p -> 'content') = 'string' AND p -> 'content_base64' IS NULL)
+            OR (jsonb_typeof(p -> 'content_base64') = 'string' AND p -> 'content' IS NULL
+                AND fencegate_base64_ok(p ->> 'content_base64')))
+    THEN
+        RETURN;
     END IF;
     CASE p_kind
     WHEN 'email' THEN
@@ -705,43 +747,62 @@ DECLARE
     l_key   text;
     r       record;
 BEGIN
-    -- The checks of outbox.normalize, in its order; a refusal raises, so
-    -- nothing is stored.
-    PERFORM fencegate_check_id('resource', enqueue.resource, 200);
-    IF enqueue.epoch IS NULL OR enqueue.epoch < 1 THEN
-        PERFORM fencegate_invalid('epoch', format('must be at least 1, got %s', coalesce(enqueue.epoch::text, 'null')));
-    ELSIF enqueue.epoch > 9007199254740992 THEN
-        PERFORM fencegate_invalid('epoch', format('must be at most 9007199254740992 (2^53), got %s', enqueue.epoch));
-    END IF;
-    PERFORM fencegate_check_id('operation_id', enqueue.operation_id, 200);
-    IF coalesce(enqueue.kind, '') = '' THEN
-        PERFORM fencegate_invalid('kind', 'must not be empty');
-    END IF;
-    l_fence := CASE enqueue.kind WHEN 'email' THEN 'commit' WHEN 'webhook' THEN 'commit'
-                                 WHEN 'file' THEN 'execute' WHEN 's3' THEN 'execute' END;
-    IF l_fence IS NULL THEN
-        PERFORM fencegate_check_payload(enqueue.kind, '{}'); -- raises: not a kind of the SQL interface
-    END IF;
-    IF coalesce(enqueue.fence, '') <> '' THEN
-        IF enqueue.fence NOT IN ('commit', 'execute') THEN
-            PERFORM fencegate_invalid('fence', format('must be "commit" or "execute", got %s', to_json(enqueue.fence)));
+    -- The checks of outbox.normalize. The common case passes in one
+    -- expression (see fencegate_check_payload for why that matters);
+    -- otherwise each check in outbox.normalize's order, a refusal raising,
+    -- so nothing is stored.
+    -- (coalesce: a NULL argument makes the expression NULL, which must
+    -- send the call to the checks, not past them.)
+    IF NOT coalesce(octet_length(enqueue.resource) BETWEEN 1 AND 200
+            AND enqueue.epoch BETWEEN 1 AND 9007199254740992
+            AND octet_length(enqueue.operation_id) BETWEEN 1 AND 200
+            AND enqueue.kind IN ('email', 'file', 'webhook', 's3')
+            AND coalesce(enqueue.fence, '') IN ('', 'commit', 'execute')
+            AND CASE WHEN coalesce(enqueue.key, '') = ''
+                     THEN octet_length(enqueue.resource) + 1 + octet_length(enqueue.operation_id) <= 255
+                     ELSE octet_length(enqueue.key) <= 255 END
+            AND enqueue.payload IS NOT NULL
+            AND octet_length(enqueue.payload::text) <= 262144, false)
+    THEN
+        PERFORM fencegate_check_id('resource', enqueue.resource, 200);
+        IF enqueue.epoch IS NULL OR enqueue.epoch < 1 THEN
+            PERFORM fencegate_invalid('epoch', format('must be at least 1, got %s', coalesce(enqueue.epoch::text, 'null')));
+        ELSIF enqueue.epoch > 9007199254740992 THEN
+            PERFORM fencegate_invalid('epoch', format('must be at most 9007199254740992 (2^53), got %s', enqueue.epoch));
         END IF;
-        l_fence := enqueue.fence;
-    END IF;
-    IF coalesce(enqueue.key, '') = '' THEN
-        l_key := enqueue.resource || '/' || enqueue.operation_id;
-        IF octet_length(l_key) > 255 THEN
-            PERFORM fencegate_invalid('idempotency_key', format('the default key "<resource>/<operation_id>" is %s bytes, over the limit of 255; pass a shorter key', octet_length(l_key)));
+        PERFORM fencegate_check_id('operation_id', enqueue.operation_id, 200);
+        IF coalesce(enqueue.kind, '') = '' THEN
+            PERFORM fencegate_invalid('kind', 'must not be empty');
         END IF;
-    ELSE
-        PERFORM fencegate_check_id('idempotency_key', enqueue.key, 255);
-        l_key := enqueue.key;
+        l_fence := CASE enqueue.kind WHEN 'email' THEN 'commit' WHEN 'webhook' THEN 'commit'
+                                     WHEN 'file' THEN 'execute' WHEN 's3' THEN 'execute' END;
+        IF l_fence IS NULL THEN
+            PERFORM fencegate_check_payload(enqueue.kind, '{}'); -- raises: not a kind of the SQL interface
+        END IF;
+        IF coalesce(enqueue.fence, '') <> '' THEN
+            IF enqueue.fence NOT IN ('commit', 'execute') THEN
+                PERFORM fencegate_invalid('fence', format('must be "commit" or "execute", got %s', to_json(enqueue.fence)));
+            END IF;
+            l_fence := enqueue.fence;
+        END IF;
+        IF coalesce(enqueue.key, '') = '' THEN
+            l_key := enqueue.resource || '/' || enqueue.operation_id;
+            IF octet_length(l_key) > 255 THEN
+                PERFORM fencegate_invalid('idempotency_key', format('the default key "<resource>/<operation_id>" is %s bytes, over the limit of 255; pass a shorter key', octet_length(l_key)));
+            END IF;
+        ELSE
+            PERFORM fencegate_check_id('idempotency_key', enqueue.key, 255);
+            l_key := enqueue.key;
+        END IF;
+        IF enqueue.payload IS NULL THEN
+            PERFORM fencegate_invalid('payload', 'is required (a JSON object)');
+        ELSIF octet_length(enqueue.payload::text) > 262144 THEN
+            PERFORM fencegate_invalid('payload', format('is %s bytes, over the limit of 262144', octet_length(enqueue.payload::text)));
+        END IF;
     END IF;
-    IF enqueue.payload IS NULL THEN
-        PERFORM fencegate_invalid('payload', 'is required (a JSON object)');
-    ELSIF octet_length(enqueue.payload::text) > 262144 THEN
-        PERFORM fencegate_invalid('payload', format('is %s bytes, over the limit of 262144', octet_length(enqueue.payload::text)));
-    END IF;
+    l_fence := coalesce(nullif(enqueue.fence, ''),
+        CASE WHEN enqueue.kind IN ('email', 'webhook') THEN 'commit' ELSE 'execute' END);
+    l_key := coalesce(nullif(enqueue.key, ''), enqueue.resource || '/' || enqueue.operation_id);
     PERFORM fencegate_check_payload(enqueue.kind, enqueue.payload);
 
     -- Durable when the caller's COMMIT returns, whatever the server's

@@ -299,6 +299,23 @@ func TestSQLEnqueueBadInput(t *testing.T) {
 			t.Errorf("%s: %+v (%v); want ZF004 naming %s", c.name, e, err, c.field)
 		}
 	}
+	// NULL arguments (SQL has them, Go's strings do not).
+	for field, call := range map[string]string{
+		"resource":     `fencegate.enqueue(NULL, 1, 'o', 'email', $1::jsonb)`,
+		"epoch":        `fencegate.enqueue('r', NULL, 'o', 'email', $1::jsonb)`,
+		"operation_id": `fencegate.enqueue('r', 1, NULL, 'email', $1::jsonb)`,
+		"kind":         `fencegate.enqueue('r', 1, 'o', NULL, $1::jsonb)`,
+		"payload":      `fencegate.enqueue('r', 1, 'o', 'email', NULL::jsonb || $1::jsonb)`,
+	} {
+		_, err := pool.Exec(ctx, testdb.SQL(`SELECT * FROM `+call), mail)
+		if err == nil {
+			t.Errorf("%s: accepted", call)
+			continue
+		}
+		if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != field {
+			t.Errorf("%s: %+v (%v); want ZF004 naming %s", call, e, err, field)
+		}
+	}
 	var n int
 	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d intents stored by refused enqueues, %v", n, err)
