@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/internal/devenv"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/testdb"
 )
 
@@ -281,7 +282,8 @@ func checkDemo(t *testing.T, p *devProc, intents []demoIntent, fileRoot string) 
 func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
 	t.Parallel()
 	fileRoot := t.TempDir()
-	p := startDev(t, "--demo", "--addr", devFreeAddr(t), "--file-root", fileRoot)
+	// --schema as the tests' (the default in one pass, fg_alt in the other).
+	p := startDev(t, "--demo", "--addr", devFreeAddr(t), "--file-root", fileRoot, "--schema", testdb.Schema())
 	r := p.ready
 	if r.AdminURL == "" || r.NATSURL == "" || r.DatabaseURL == "" || r.SMTPAddr == "" || r.FileRoot != fileRoot ||
 		r.PostgresPID <= 0 || r.DataDir == "" || r.DataDirKept || !r.Demo {
@@ -328,6 +330,10 @@ func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), "PostgreSQL  "+r.DatabaseURL) {
 		t.Error("the PostgreSQL line shows the password (only the export line may)")
+	}
+	// A second shell gets the schema with the export line.
+	if testdb.Schema() != pgschema.Default && !strings.Contains(p.stderr.String(), "GATEWAY_SCHEMA="+testdb.Schema()) {
+		t.Errorf("the export line lacks GATEWAY_SCHEMA=%s:\n%s", testdb.Schema(), p.stderr.String())
 	}
 	intents := waitDemo(t, p, conn)
 	checkDemo(t, p, intents, fileRoot)
@@ -389,6 +395,10 @@ func TestDevDataDirIsKeptAndReused(t *testing.T) {
 		conn, err := pgx.Connect(context.Background(), p.ready.DatabaseURL)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// A second shell gets the schema with the export line.
+		if testdb.Schema() != pgschema.Default && !strings.Contains(p.stderr.String(), "GATEWAY_SCHEMA="+testdb.Schema()) {
+			t.Errorf("the export line lacks GATEWAY_SCHEMA=%s:\n%s", testdb.Schema(), p.stderr.String())
 		}
 		intents := waitDemo(t, p, conn)
 		_ = conn.Close(context.Background())

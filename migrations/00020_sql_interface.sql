@@ -486,6 +486,74 @@ END
 $$;
 -- +goose StatementEnd
 
+-- fencegate_payload_only refuses a field of p that is not one of fields
+-- (kindcheck.Only), naming it; what is "an s3" or "a webhook".
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencegate_payload_only(p jsonb, what text, fields text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    k text;
+BEGIN
+    FOR k IN SELECT jsonb_object_keys(p) ORDER BY 1 LOOP
+        IF k <> ALL (fields) THEN
+            PERFORM fencegate_invalid('payload.' || k, format('is not a field of %s payload (fields: %s)', what, array_to_string(fields, ', ')));
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- fencegate_payload_string_map reads the field p_name, an object of string
+-- values (kindcheck.StringMap): NULL when absent or JSON null.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencegate_payload_string_map(p jsonb, p_name text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v jsonb := p -> p_name;
+    k text;
+BEGIN
+    IF v IS NULL OR jsonb_typeof(v) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(v) <> 'object' THEN
+        PERFORM fencegate_invalid('payload.' || p_name, 'must be an object of string values');
+    END IF;
+    FOR k IN SELECT jsonb_object_keys(v) ORDER BY 1 LOOP
+        IF jsonb_typeof(v -> k) <> 'string' THEN
+            PERFORM fencegate_invalid('payload.' || p_name || '.' || k, 'must be a string');
+        END IF;
+    END LOOP;
+    RETURN v;
+END
+$$;
+-- +goose StatementEnd
+
+-- fencegate_check_url: webhookkind.CheckURL, with fencegate_url_ok's
+-- stricter form, for the field p_field.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencegate_check_url(p_field text, s text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF coalesce(s, '') = '' THEN
+        PERFORM fencegate_invalid(p_field, 'is required');
+    ELSIF octet_length(s) > 2048 THEN
+        PERFORM fencegate_invalid(p_field, format('must be at most 2048 bytes, got %s', octet_length(s)));
+    ELSIF NOT fencegate_url_ok(s) THEN
+        PERFORM fencegate_invalid(p_field, format('%s is not a URL the SQL interface accepts (http or https, a host name, no credentials or fragment)', to_json(s)));
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
 -- fencegate_check_payload checks a payload of a built-in kind with its
 -- rules (the Go parsers' order, so the first refusal names the same field),
 -- refusing any other kind.
@@ -589,27 +657,13 @@ BEGIN
     WHEN 's3' THEN
         -- s3kind.Parse: only its fields, then bucket, key, content_type,
         -- content, content_base64, metadata, then Validate.
-        FOR k IN SELECT jsonb_object_keys(p) ORDER BY 1 LOOP
-            IF k <> ALL (ARRAY['bucket', 'key', 'content', 'content_base64', 'content_type', 'metadata']) THEN
-                PERFORM fencegate_invalid('payload.' || k, 'is not a field of an s3 payload (fields: bucket, key, content, content_base64, content_type, metadata)');
-            END IF;
-        END LOOP;
+        PERFORM fencegate_payload_only(p, 'an s3', ARRAY['bucket', 'key', 'content', 'content_base64', 'content_type', 'metadata']);
         s := fencegate_payload_string(p, 'bucket', 'payload.bucket');
         s2 := fencegate_payload_string(p, 'key', 'payload.key');
         PERFORM fencegate_payload_string(p, 'content_type', 'payload.content_type'),
                 fencegate_payload_string(p, 'content', 'payload.content'),
                 fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
-        v := p -> 'metadata';
-        IF v IS NOT NULL AND jsonb_typeof(v) <> 'null' THEN
-            IF jsonb_typeof(v) <> 'object' THEN
-                PERFORM fencegate_invalid('payload.metadata', 'must be an object of string values');
-            END IF;
-            FOR k IN SELECT jsonb_object_keys(v) ORDER BY 1 LOOP
-                IF jsonb_typeof(v -> k) <> 'string' THEN
-                    PERFORM fencegate_invalid('payload.metadata.' || k, 'must be a string');
-                END IF;
-            END LOOP;
-        END IF;
+        v := fencegate_payload_string_map(p, 'metadata');
         IF coalesce(s, '') <> '' AND (octet_length(s) < 3 OR octet_length(s) > 63 OR s !~ '^[a-z0-9][a-z0-9.-]*[a-z0-9]$') THEN
             PERFORM fencegate_invalid('payload.bucket', format('%s is not a valid bucket name (3-63 of a-z, 0-9, ''.'', ''-'')', to_json(s)));
         END IF;
@@ -640,35 +694,14 @@ BEGIN
     WHEN 'webhook' THEN
         -- webhookkind.Parse: only its fields, then url, method,
         -- content_type, lookup_url, body_base64, headers, then Validate.
-        FOR k IN SELECT jsonb_object_keys(p) ORDER BY 1 LOOP
-            IF k <> ALL (ARRAY['url', 'method', 'headers', 'body', 'body_base64', 'content_type', 'lookup_url']) THEN
-                PERFORM fencegate_invalid('payload.' || k, 'is not a field of a webhook payload (fields: url, method, headers, body, body_base64, content_type, lookup_url)');
-            END IF;
-        END LOOP;
+        PERFORM fencegate_payload_only(p, 'a webhook', ARRAY['url', 'method', 'headers', 'body', 'body_base64', 'content_type', 'lookup_url']);
         PERFORM fencegate_payload_string(p, 'url', 'payload.url'),
                 fencegate_payload_string(p, 'method', 'payload.method'),
                 fencegate_payload_string(p, 'content_type', 'payload.content_type'),
                 fencegate_payload_string(p, 'lookup_url', 'payload.lookup_url'),
                 fencegate_payload_string(p, 'body_base64', 'payload.body_base64');
-        v := p -> 'headers';
-        IF v IS NOT NULL AND jsonb_typeof(v) <> 'null' THEN
-            IF jsonb_typeof(v) <> 'object' THEN
-                PERFORM fencegate_invalid('payload.headers', 'must be an object of string values');
-            END IF;
-            FOR k IN SELECT jsonb_object_keys(v) ORDER BY 1 LOOP
-                IF jsonb_typeof(v -> k) <> 'string' THEN
-                    PERFORM fencegate_invalid('payload.headers.' || k, 'must be a string');
-                END IF;
-            END LOOP;
-        END IF;
-        s := fencegate_payload_string(p, 'url', 'payload.url');
-        IF coalesce(s, '') = '' THEN
-            PERFORM fencegate_invalid('payload.url', 'is required');
-        ELSIF octet_length(s) > 2048 THEN
-            PERFORM fencegate_invalid('payload.url', format('must be at most 2048 bytes, got %s', octet_length(s)));
-        ELSIF NOT fencegate_url_ok(s) THEN
-            PERFORM fencegate_invalid('payload.url', format('%s is not a URL the SQL interface accepts (http or https, a host name, no credentials or fragment)', to_json(s)));
-        END IF;
+        v := fencegate_payload_string_map(p, 'headers');
+        PERFORM fencegate_check_url('payload.url', fencegate_payload_string(p, 'url', 'payload.url'));
         s := fencegate_payload_string(p, 'method', 'payload.method');
         IF coalesce(s, '') <> '' AND s <> ALL (ARRAY['POST', 'PUT', 'PATCH', 'DELETE']) THEN
             PERFORM fencegate_invalid('payload.method', format('must be one of POST, PUT, PATCH, DELETE, got %s', to_json(s)));
@@ -710,11 +743,7 @@ BEGIN
         END IF;
         s := fencegate_payload_string(p, 'lookup_url', 'payload.lookup_url');
         IF coalesce(s, '') <> '' THEN
-            IF octet_length(s) > 2048 THEN
-                PERFORM fencegate_invalid('payload.lookup_url', format('must be at most 2048 bytes, got %s', octet_length(s)));
-            ELSIF NOT fencegate_url_ok(s) THEN
-                PERFORM fencegate_invalid('payload.lookup_url', format('%s is not a URL the SQL interface accepts (http or https, a host name, no credentials or fragment)', to_json(s)));
-            END IF;
+            PERFORM fencegate_check_url('payload.lookup_url', s);
         END IF;
     ELSE
         PERFORM fencegate_invalid('kind', format('kind %s is not accepted by the SQL interface (it accepts email, file, s3, webhook); '
@@ -774,25 +803,19 @@ BEGIN
         IF coalesce(enqueue.kind, '') = '' THEN
             PERFORM fencegate_invalid('kind', 'must not be empty');
         END IF;
-        l_fence := CASE enqueue.kind WHEN 'email' THEN 'commit' WHEN 'webhook' THEN 'commit'
-                                     WHEN 'file' THEN 'execute' WHEN 's3' THEN 'execute' END;
-        IF l_fence IS NULL THEN
+        IF enqueue.kind NOT IN ('email', 'file', 'webhook', 's3') THEN
             PERFORM fencegate_check_payload(enqueue.kind, '{}'); -- raises: not a kind of the SQL interface
         END IF;
-        IF coalesce(enqueue.fence, '') <> '' THEN
-            IF enqueue.fence NOT IN ('commit', 'execute') THEN
-                PERFORM fencegate_invalid('fence', format('must be "commit" or "execute", got %s', to_json(enqueue.fence)));
-            END IF;
-            l_fence := enqueue.fence;
+        IF coalesce(enqueue.fence, '') NOT IN ('', 'commit', 'execute') THEN
+            PERFORM fencegate_invalid('fence', format('must be "commit" or "execute", got %s', to_json(enqueue.fence)));
         END IF;
         IF coalesce(enqueue.key, '') = '' THEN
-            l_key := enqueue.resource || '/' || enqueue.operation_id;
-            IF octet_length(l_key) > 255 THEN
-                PERFORM fencegate_invalid('idempotency_key', format('the default key "<resource>/<operation_id>" is %s bytes, over the limit of 255; pass a shorter key', octet_length(l_key)));
+            IF octet_length(enqueue.resource || '/' || enqueue.operation_id) > 255 THEN
+                PERFORM fencegate_invalid('idempotency_key', format('the default key "<resource>/<operation_id>" is %s bytes, over the limit of 255; pass a shorter key',
+                    octet_length(enqueue.resource || '/' || enqueue.operation_id)));
             END IF;
         ELSE
             PERFORM fencegate_check_id('idempotency_key', enqueue.key, 255);
-            l_key := enqueue.key;
         END IF;
         IF enqueue.payload IS NULL THEN
             PERFORM fencegate_invalid('payload', 'is required (a JSON object)');
@@ -800,6 +823,8 @@ BEGIN
             PERFORM fencegate_invalid('payload', format('is %s bytes, over the limit of 262144', octet_length(enqueue.payload::text)));
         END IF;
     END IF;
+    -- The defaults of outbox.normalize: the kind's fence (email and
+    -- webhook commit, file and s3 execute), the key <resource>/<operation_id>.
     l_fence := coalesce(nullif(enqueue.fence, ''),
         CASE WHEN enqueue.kind IN ('email', 'webhook') THEN 'commit' ELSE 'execute' END);
     l_key := coalesce(nullif(enqueue.key, ''), enqueue.resource || '/' || enqueue.operation_id);
@@ -1052,6 +1077,9 @@ DROP FUNCTION IF EXISTS fencegate_stale_lease(text, text, bigint);
 DROP FUNCTION IF EXISTS fencegate_check_lease_args(text, text, bigint, interval, boolean, boolean);
 DROP FUNCTION IF EXISTS enqueue(text, bigint, text, text, jsonb, text, text);
 DROP FUNCTION IF EXISTS fencegate_check_payload(text, jsonb);
+DROP FUNCTION IF EXISTS fencegate_check_url(text, text);
+DROP FUNCTION IF EXISTS fencegate_payload_string_map(jsonb, text);
+DROP FUNCTION IF EXISTS fencegate_payload_only(jsonb, text, text[]);
 DROP FUNCTION IF EXISTS fencegate_blank(text);
 DROP FUNCTION IF EXISTS fencegate_check_content(jsonb);
 DROP FUNCTION IF EXISTS fencegate_check_target(text, text);

@@ -144,15 +144,8 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) e
 	}
 	// An install from before schemas has its tables in public. Up never
 	// starts a second, empty install beside it (see Up).
-	if s.Name() != "public" {
-		var here, legacy bool
-		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
-			s.Qualify(versionTable), "public."+versionTable).Scan(&here, &legacy); err != nil {
-			return fmt.Errorf("migrations: look for an install: %w", err)
-		}
-		if !here && legacy {
-			return &ElsewhereError{Schema: s.Name(), Found: "public"}
-		}
+	if _, err := installed(ctx, tx, s); err != nil {
+		return err
 	}
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Name()); err != nil {
 		return fmt.Errorf("migrations: create schema %s: %w", s.Name(), err)
@@ -389,8 +382,16 @@ func Installed(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, er
 	if err != nil {
 		return false, err
 	}
+	return installed(ctx, pool, s)
+}
+
+// installed is Installed for a checked schema, on q (a pool, or Up's
+// transaction holding the schema's lock).
+func installed(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, s pgschema.Schema) (bool, error) {
 	var here, legacy bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
 		s.Qualify(versionTable), "public."+versionTable).Scan(&here, &legacy); err != nil {
 		return false, fmt.Errorf("migrations: look for an install: %w", err)
 	}

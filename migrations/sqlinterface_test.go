@@ -952,3 +952,46 @@ func TestSQLInterfaceLeastAuthority(t *testing.T) {
 		t.Errorf("enqueue by a role without EXECUTE: %v; want insufficient_privilege", err)
 	}
 }
+
+// A grant through SQL waits at most 5 s for the resource's control row
+// (lock_timeout, SQLSTATE 55P03: nothing granted), as the Go issuer does;
+// an enqueue through SQL records the principal the transaction set.
+func TestSQLAcquireBusyAndPrincipal(t *testing.T) {
+	t.Parallel()
+	pool, iss := sqlSetup(t)
+	ctx := context.Background()
+	l, err := iss.Acquire(ctx, "r", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker's open transaction holds the control row.
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(context.Background()) }()
+	if _, err := hold.Exec(ctx, `SET LOCAL fencegate.principal = 'billing'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sqlEnqueue(ctx, hold, enqueueArgs{resource: "r", epoch: l.Epoch, operation: "o", kind: "email", payload: mail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = pool.Exec(ctx, testdb.SQL(`SELECT fencegate.acquire('r', 'B', interval '1 minute')`))
+	waited := time.Since(start)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" || waited < 4*time.Second || waited > 30*time.Second {
+		t.Fatalf("acquire while the row is held: %v after %s; want 55P03 after about 5 s", err, waited)
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var principal *string
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT principal FROM fencegate.intents WHERE intent_id = $1`), got.IntentID).Scan(&principal); err != nil || principal == nil || *principal != "billing" {
+		t.Fatalf("principal = %v, %v; want billing", principal, err)
+	}
+	if r, err := iss.Get(ctx, "r"); err != nil || r.Epoch != l.Epoch {
+		t.Fatalf("after the refused acquire: %+v, %v; want epoch %d, nothing granted", r, err, l.Epoch)
+	}
+}

@@ -73,7 +73,7 @@ func Resolve(ctx context.Context, pool *pgxpool.Pool, schema string) (Info, erro
 		return nil
 	})
 	if err != nil {
-		if isUndefinedTable(err) || errors.Is(err, pgx.ErrNoRows) {
+		if pgschema.Missing(err) || errors.Is(err, pgx.ErrNoRows) {
 			return Info{}, &NotMigratedError{Schema: sch.Name()}
 		}
 		return Info{}, fmt.Errorf("deployment: read the namespace: %w", err)
@@ -98,17 +98,10 @@ func Set(ctx context.Context, pool *pgxpool.Pool, schema string, ns wire.Namespa
 			system_identifier = fencegate.fencegate_deployment_sysid(), updated_at = now()
 		FROM old RETURNING old.namespace`), string(ns)).Scan(&prev)
 	if err != nil {
-		if isUndefinedTable(err) || errors.Is(err, pgx.ErrNoRows) {
+		if pgschema.Missing(err) || errors.Is(err, pgx.ErrNoRows) {
 			return "", &NotMigratedError{Schema: sch.Name()}
 		}
 		return "", fmt.Errorf("deployment: set the namespace: %w", err)
 	}
 	return wire.Namespace(prev), nil
-}
-
-func isUndefinedTable(err error) bool {
-	var pe interface{ SQLState() string }
-	// 42P01 undefined_table, 42883 undefined_function, 3F000
-	// invalid_schema_name (the schema does not exist at all).
-	return errors.As(err, &pe) && (pe.SQLState() == "42P01" || pe.SQLState() == "42883" || pe.SQLState() == "3F000")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -226,22 +227,13 @@ func Map(err error) *Error {
 		return New(NotFound, err.Error())
 	case DatabaseUnavailable(err) || errors.Is(err, nats.ErrNoServers):
 		return New(Unavailable, OneLine(err.Error()))
-	case NotMigrated(err):
+	case pgschema.Missing(err):
 		// Nothing was stored: the statement found none of fencegate's
 		// tables where --schema says they are.
 		return Invalid("schema", "fencegate is not migrated in this schema of the database ("+OneLine(err.Error())+
 			"): run gateway migrate --schema with this --schema, or pass the schema it was migrated into (--schema, $GATEWAY_SCHEMA)")
 	}
 	return New(Internal, OneLine(err.Error()))
-}
-
-// NotMigrated reports whether err is PostgreSQL's answer to a statement
-// naming a table, function or schema of fencegate's that does not exist
-// (42P01 undefined_table, 42883 undefined_function, 3F000
-// invalid_schema_name): the schema was never migrated, or is another one.
-func NotMigrated(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883" || pgErr.Code == "3F000")
 }
 
 // DatabaseUnavailable reports whether err means PostgreSQL could not be

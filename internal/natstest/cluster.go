@@ -142,19 +142,11 @@ func (c *Cluster) liveURLs() string {
 // timeout. The answer comes from the stream's leader: an error while there
 // is none.
 func (c *Cluster) StreamInfo(stream string, timeout time.Duration) (*jetstream.StreamInfo, error) {
-	urls := c.liveURLs()
-	if urls == "" {
-		return nil, errors.New("no live node")
-	}
-	nc, err := nats.Connect(urls, nats.Timeout(time.Second), nats.NoReconnect())
+	nc, js, err := c.dial()
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	s, err := js.Stream(ctx, stream)
@@ -279,19 +271,11 @@ func (c *Cluster) MoveConsumerLeader(stream, consumer string, node *Node, timeou
 // ConsumerInfo asks the cluster (any live node) for a consumer's info,
 // bounded by timeout: an error while the consumer has no leader.
 func (c *Cluster) ConsumerInfo(stream, consumer string, timeout time.Duration) (*jetstream.ConsumerInfo, error) {
-	urls := c.liveURLs()
-	if urls == "" {
-		return nil, errors.New("no live node")
-	}
-	nc, err := nats.Connect(urls, nats.Timeout(time.Second), nats.NoReconnect())
+	nc, js, err := c.dial()
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cons, err := js.Consumer(ctx, stream, consumer)
@@ -319,14 +303,29 @@ func (c *Cluster) moveLeader(what, subject string, node *Node, timeout time.Dura
 	return fmt.Errorf("%s: %s does not lead after %s (last: %v)", what, node.Name, timeout, last)
 }
 
+// dial connects, without reconnecting, to the live nodes (the one that
+// answers first), for one request; the caller closes nc.
+func (c *Cluster) dial() (*nats.Conn, jetstream.JetStream, error) {
+	urls := c.liveURLs()
+	if urls == "" {
+		return nil, nil, errors.New("no live node")
+	}
+	nc, err := nats.Connect(urls, nats.Timeout(time.Second), nats.NoReconnect())
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
 // stepDown sends a leader stepdown request (stream, consumer) to subject
 // with preferred as the placement.
 func (c *Cluster) stepDown(subject, preferred string) error {
-	urls := c.liveURLs()
-	if urls == "" {
-		return errors.New("no live node")
-	}
-	nc, err := nats.Connect(urls, nats.Timeout(time.Second), nats.NoReconnect())
+	nc, _, err := c.dial()
 	if err != nil {
 		return err
 	}

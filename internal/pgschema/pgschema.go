@@ -18,6 +18,7 @@
 package pgschema
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -53,10 +54,11 @@ var Objects = []string{
 	// functions: internal
 	"fencegate_base64_ok", "fencegate_blank", "fencegate_check_content",
 	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_check_payload",
-	"fencegate_check_target", "fencegate_deployment_sysid", "fencegate_derived_namespace",
+	"fencegate_check_target", "fencegate_check_url", "fencegate_deployment_sysid", "fencegate_derived_namespace",
 	"fencegate_email_address_ok", "fencegate_enqueue", "fencegate_enqueue_batch",
 	"fencegate_epoch_authority", "fencegate_epoch_never_decreases", "fencegate_invalid",
-	"fencegate_notify_outcome", "fencegate_payload_string", "fencegate_payload_strings",
+	"fencegate_notify_outcome", "fencegate_payload_only", "fencegate_payload_string",
+	"fencegate_payload_string_map", "fencegate_payload_strings",
 	"fencegate_raise", "fencegate_stale_lease", "fencegate_system_identifier",
 	"fencegate_timeline_id", "fencegate_url_ok",
 }
@@ -192,4 +194,21 @@ func rewrite(query, name string) string {
 
 func isIdent(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// Missing reports whether err is PostgreSQL's answer to a statement
+// naming a table, function or schema that does not exist (SQLSTATE 42P01
+// undefined_table, 42883 undefined_function, 3F000 invalid_schema_name):
+// for fencegate's statements, the schema was never migrated, or is another
+// one.
+func Missing(err error) bool {
+	var pe interface{ SQLState() string }
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.SQLState() {
+	case "42P01", "42883", "3F000":
+		return true
+	}
+	return false
 }
