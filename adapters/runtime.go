@@ -49,8 +49,15 @@ const (
 	UnknownResend UnknownPolicy = "resend"
 )
 
-// MaxRetryAfter is the longest an executor's RetryAfter delays a retry.
-const MaxRetryAfter = 5 * time.Minute
+// DefaultMaxRetryAfter is Config.MaxRetryAfter's default: a destination's
+// Retry-After is honoured up to an hour.
+const DefaultMaxRetryAfter = time.Hour
+
+// MaxRetryAfter is DefaultMaxRetryAfter.
+//
+// Deprecated: the bound is Config.MaxRetryAfter (default
+// DefaultMaxRetryAfter).
+const MaxRetryAfter = DefaultMaxRetryAfter
 
 // DefaultLookupSettle is Config.LookupSettle's default: 10 minutes, RFC
 // 5321's timeout for the reply to the end-of-data marker (§4.5.3.2.6) — a
@@ -88,9 +95,13 @@ type Config struct {
 	MaxAttempts int
 	// ExecuteTimeout bounds one Execute or Lookup call. Default 30s.
 	ExecuteTimeout time.Duration
-	// RetryBase and RetryMax shape the exponential redelivery delay after a
-	// retryable error (with jitter). Defaults 1s and 1m.
+	// RetryBase and RetryMax shape the exponential delay of a retry after a
+	// retryable error (by attempt, with jitter). Defaults 1s and 1m.
 	RetryBase, RetryMax time.Duration
+	// MaxRetryAfter bounds how long a destination's Retry-After
+	// (Error.RetryAfter) defers a retry: a longer one waits this long.
+	// Default DefaultMaxRetryAfter (1h).
+	MaxRetryAfter time.Duration
 	// Unknown is the unknown-outcome policy. Default hold.
 	Unknown UnknownPolicy
 	// LookupSettle is how long after an attempt's last I/O with the
@@ -128,6 +139,7 @@ func (c Config) WithDefaults() Config {
 	c.ExecuteTimeout = cmp.Or(c.ExecuteTimeout, 30*time.Second)
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
 	c.RetryMax = cmp.Or(c.RetryMax, time.Minute)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, DefaultMaxRetryAfter)
 	c.Unknown = cmp.Or(c.Unknown, UnknownHold)
 	c.LookupSettle = cmp.Or(c.LookupSettle, DefaultLookupSettle)
 	c.DurablePrefix = cmp.Or(c.DurablePrefix, "fencegate-")
@@ -171,6 +183,9 @@ func (c Config) validate() error {
 	}
 	if c.LookupSettle < 0 {
 		return fmt.Errorf("adapters: LookupSettle must be positive, got %s", c.LookupSettle)
+	}
+	if c.MaxRetryAfter < 0 {
+		return fmt.Errorf("adapters: MaxRetryAfter must not be negative, got %s", c.MaxRetryAfter)
 	}
 	if c.Unknown != UnknownHold && c.Unknown != UnknownResend {
 		return fmt.Errorf("adapters: unknown-outcome policy must be hold or resend, got %q", c.Unknown)
@@ -481,6 +496,15 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 		r.m.outcomes.WithLabelValues(ex.Kind(), "already_terminal").Inc()
 		return ack, 0, nil
 	}
+	if rec.NotBefore != nil {
+		// A deferred retry (a destination's Retry-After, the backoff) is
+		// not executed before it is due, whichever copy of its message
+		// arrives early (a redelivery, a relay of the intent again).
+		if early := time.Until(*rec.NotBefore); early > 0 {
+			r.m.outcomes.WithLabelValues(ex.Kind(), "not_due").Inc()
+			return retry, early + 10*time.Millisecond, nil
+		}
+	}
 	// Settle latency: commit → outcome recorded, for the intents this
 	// delivery settles (an ack after a non-terminal load).
 	defer func() {
@@ -672,7 +696,8 @@ func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d
 		r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
 		log.Info("adapters: superseded before execution", "current_epoch", current)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
-		return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)}, "")
+		// Proven: no attempt under the key performed the effect.
+		return r.recordProven(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)})
 	})
 }
 
@@ -847,16 +872,20 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 			cause := err
 			return r.lookupOrWait(ctx, ex, l, req, d, log, func() (verdict, time.Duration, error) {
 				// Looked up after the settle window and not there: it
-				// did not happen. Retry.
-				return r.retryable(ctx, ex, req, d, cause, log)
+				// did not happen, under any attempt of the key. Retry.
+				return r.retryable(ctx, ex, req, d, cause, true, log)
 			})
 		}
 		if r.resends(ex, req) {
-			return r.retryable(ctx, ex, req, d, err, log)
+			return r.resendLater(ctx, ex, req, d, err, log)
 		}
 		return r.hold(ctx, req, d, err.Error(), log)
 	case IsRetryable(err):
-		return r.retryable(ctx, ex, req, d, err, log)
+		return r.retryable(ctx, ex, req, d, err, false, log)
+	case d.Effect == outbox.EffectPossible:
+		// A permanent refusal now says nothing of an earlier attempt whose
+		// outcome is unknown: the effect may have happened. Never failed.
+		return r.hold(ctx, req, d, fmt.Sprintf("%v (an earlier attempt's outcome is unknown: the effect may have happened)", err), log)
 	default:
 		r.m.outcomes.WithLabelValues(ex.Kind(), "failed").Inc()
 		log.Warn("adapters: permanent error; intent failed", "error", err)
@@ -864,10 +893,27 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 	}
 }
 
-// retryable handles an attempt that definitely did not perform the effect.
-func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, log *slog.Logger) (verdict, time.Duration, error) {
-	// Give the key back first, so the next attempt gets Execute at once.
-	err := r.persist(ctx, func() error { return r.store.Release(ctx, req.Kind, req.IdempotencyKey, d.Token) })
+// retryable handles an attempt that definitely did not perform the effect
+// (a refusal, nothing sent), or one whose lookup proved, after the settle
+// window, that no attempt under the key performed it (proven).
+//
+// Where the intent's effect is possible otherwise — an earlier attempt's
+// outcome is unknown — the key is kept (keepForRetry): releasing it would
+// say that nothing happened under it. Otherwise the key is given back and
+// the retry deferred in one write, so that the next attempt gets Execute.
+// Either way the retry's due time is written on the intent (not_before)
+// before the message is settled, so that the dispatcher never relays it
+// again earlier.
+func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, proven bool, log *slog.Logger) (verdict, time.Duration, error) {
+	if d.Effect == outbox.EffectPossible && !proven {
+		if req.Attempt >= r.cfg.MaxAttempts {
+			return r.hold(ctx, req, d, fmt.Sprintf("gave up after %d attempts: %v (an earlier attempt's outcome is unknown: the effect may have happened)", req.Attempt, cause), log)
+		}
+		return r.keepForRetry(ctx, ex, req, d, cause, false, log)
+	}
+	delay := r.retryDelay(req.Attempt, cause)
+	retry1 := idempotency.Retry{Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID, Error: cause.Error(), Delay: delay}
+	err := r.persist(ctx, func() error { return r.store.ReleaseForRetry(ctx, retry1, proven) })
 	if errors.Is(err, idempotency.ErrLostOwnership) {
 		// Another attempt owns the key (ours was taken over, e.g. while
 		// an executor stopped at StillOwner): it decides.
@@ -878,6 +924,8 @@ func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d ide
 		return 0, 0, fmt.Errorf("release key: %w", err)
 	}
 	if req.Attempt >= r.cfg.MaxAttempts {
+		// failed: no attempt of this intent can have performed the effect
+		// (none had an unknown outcome, or a lookup proved it).
 		msg := fmt.Sprintf("gave up after %d attempts: %v", req.Attempt, cause)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "failed").Inc()
 		log.Warn("adapters: attempts exhausted; intent failed (an operator can retry it)", "attempts", req.Attempt, "error", cause)
@@ -889,18 +937,59 @@ func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d ide
 		return ack, 0, nil
 	}
 	r.m.outcomes.WithLabelValues(ex.Kind(), "retry").Inc()
-	log.Info("adapters: retryable error; will retry", "attempt", req.Attempt, "error", cause)
-	if err := r.intents.SetLastError(ctx, r.pool, req.IntentID, cause.Error()); err != nil {
-		log.Warn("adapters: record last error", "error", err)
+	log.Info("adapters: retryable error; will retry", "attempt", req.Attempt, "in", delay, "error", cause)
+	return retry, delay, nil
+}
+
+// resendLater handles an unknown outcome at a destination that dedups on
+// the key (the resend policy, or a destination an operator listed): the
+// effect may have happened, so the key is kept and the intent's effect
+// marked possible; the next attempt sends again with the same key. When
+// attempts run out the intent is held unknown, never failed.
+func (r *Runtime) resendLater(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, log *slog.Logger) (verdict, time.Duration, error) {
+	if req.Attempt >= r.cfg.MaxAttempts {
+		return r.hold(ctx, req, d, fmt.Sprintf("outcome unknown after %d attempts, the last: %v", req.Attempt, cause), log)
 	}
-	// The destination said when to come back (Retry-After): not sooner
-	// (at most MaxRetryAfter). Zero: the usual backoff. A wait longer than
-	// the dispatcher's RelayTimeout is cut short by its re-relay.
+	return r.keepForRetry(ctx, ex, req, d, cause, true, log)
+}
+
+// keepForRetry defers the intent's next attempt while this attempt keeps
+// the key (idempotency.Store.KeepForRetry): the redelivery resumes the key
+// and, since an earlier attempt may have performed the effect, recovers —
+// looks up where the destination can, resends where it dedups, else holds.
+// possible marks the intent's effect possible (this attempt's outcome is
+// unknown).
+func (r *Runtime) keepForRetry(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, possible bool, log *slog.Logger) (verdict, time.Duration, error) {
+	delay := r.retryDelay(req.Attempt, cause)
+	k := idempotency.Retry{Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID, Error: cause.Error(), Delay: delay}
+	err := r.persist(ctx, func() error { return r.store.KeepForRetry(ctx, k, possible) })
+	if errors.Is(err, idempotency.ErrLostOwnership) {
+		log.Info("adapters: the key was taken over before the retry was deferred; leaving it to the owner", "error", cause)
+		return retry, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("keep key for a retry: %w", err)
+	}
+	r.m.outcomes.WithLabelValues(ex.Kind(), "retry_key_kept").Inc()
+	log.Warn("adapters: the effect may have happened; keeping the key and retrying with it", "attempt", req.Attempt, "in", delay, "error", cause)
+	return retry, delay, nil
+}
+
+// retryDelay is how long after attempt n (from 1) the next one is due: the
+// destination's Retry-After (at least RetryBase, at most MaxRetryAfter),
+// else exponential from RetryBase, doubling per attempt up to RetryMax,
+// with jitter (between half and all of it).
+func (r *Runtime) retryDelay(n int, cause error) time.Duration {
 	var e *Error
 	if errors.As(cause, &e) && e.RetryAfter > 0 {
-		return retry, min(max(e.RetryAfter, r.cfg.RetryBase), MaxRetryAfter), nil
+		return min(max(e.RetryAfter, r.cfg.RetryBase), r.cfg.MaxRetryAfter)
 	}
-	return retry, 0, nil
+	d := r.cfg.RetryBase
+	for i := 1; i < n && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.RetryMax)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 func (r *Runtime) hold(ctx context.Context, req Request, d idempotency.Decision, why string, log *slog.Logger) (verdict, time.Duration, error) {
@@ -915,16 +1004,27 @@ func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decis
 	return r.record(ctx, req, d, out, errMsg, false)
 }
 
+// recordProven is complete for an outcome decided once a lookup after the
+// settle window proved that no attempt under the key performed the effect:
+// the intent's effect, if marked possible, becomes none with it.
+func (r *Runtime) recordProven(ctx context.Context, req Request, d idempotency.Decision, out Outcome) (verdict, time.Duration, error) {
+	return r.recordCompletion(ctx, req, d, out, "", false, true)
+}
+
 // record records the outcome under the key and on the intent; performed says
 // the outcome is that of an effect this very attempt performed (Execute
 // returned it), as opposed to one it found out.
 func (r *Runtime) record(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string, performed bool) (verdict, time.Duration, error) {
+	return r.recordCompletion(ctx, req, d, out, errMsg, performed, false)
+}
+
+func (r *Runtime) recordCompletion(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string, performed, proven bool) (verdict, time.Duration, error) {
 	var res idempotency.CompleteResult
 	err := r.persist(ctx, func() error {
 		var err error
 		res, err = r.store.CompleteOutcome(ctx, idempotency.Completion{
 			Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID,
-			Status: out.Status, Result: out.Result, Error: errMsg,
+			Status: out.Status, Result: out.Result, Error: errMsg, Proven: proven,
 		})
 		return err
 	})

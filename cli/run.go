@@ -139,7 +139,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		s3Bucket    = fs.String("s3-bucket", "", "the s3 adapter's default bucket (required to run it; probed at start: it must enforce conditional writes)")
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", adapters.DefaultConcurrency, "intents executed at once, per adapter")
-		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent")
+		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent (or, where an attempt's outcome was unknown, holds it unknown)")
+		maxRetryAft = fs.Duration("max-retry-after", adapters.DefaultMaxRetryAfter, "a destination's Retry-After is honoured up to this long; a longer one waits this long")
 		intentRet   = fs.Duration("intent-retention", outbox.DefaultSweepMaxAge, "delete completed intents this long after completion (unknown intents are kept for an operator); operation ids dedup this long, so it must be at least --key-retention")
 		keyRet      = fs.Duration("key-retention", idempotency.DefaultRetention, "forget completed idempotency keys this long after completion")
 		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
@@ -267,6 +268,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Runtime: adapters.Config{
 			Concurrency:    *concurrency,
 			MaxAttempts:    *maxAttempts,
+			MaxRetryAfter:  *maxRetryAft,
 			ExecuteTimeout: *execTimeout,
 			AckWait:        max(60*time.Second, 2**execTimeout),
 			Unknown:        adapters.UnknownPolicy(*unknown),
@@ -295,6 +297,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	if *maxAttempts < 1 {
 		return a.fail(badInput("max_attempts", "--max-attempts must be at least 1"))
+	}
+	if *maxRetryAft <= 0 {
+		return a.fail(badInput("max_retry_after", "--max-retry-after must be positive, e.g. 1h"))
 	}
 	if *execTimeout <= 0 {
 		return a.fail(badInput("execute_timeout", "--execute-timeout must be positive"))

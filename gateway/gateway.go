@@ -370,6 +370,9 @@ func (c *Config) Validate() error {
 	if c.Runtime.MaxAttempts < 0 {
 		return errmap.Invalid("max_attempts", "--max-attempts must be at least 1")
 	}
+	if c.Runtime.MaxRetryAfter < 0 {
+		return errmap.Invalid("max_retry_after", "--max-retry-after must be positive")
+	}
 	// Checked whatever this process runs: the sweepers may run in different
 	// processes, which must all be given the same retentions.
 	if err := outbox.CheckRetention(c.Retention.MaxAge, c.Idempotency.WithDefaults().Retention); err != nil {

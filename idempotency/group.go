@@ -161,7 +161,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 				ON CONFLICT (kind, idempotency_key) DO NOTHING
 				RETURNING owner_intent_id, token, locked_until
 			), `+intents.CountAttemptsCTE+`
-			SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts
+			SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts, upd.effect
 			FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`),
 			kinds, keys, fps, ids, interval(s.cfg.LockTimeout), terminalStatuses)
 		if err != nil {
@@ -174,11 +174,15 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 			var id int64
 			var d Decision
 			var n *int
-			if err := rows.Scan(&id, &d.Token, &d.LockedUntil, &n); err != nil {
+			var effect *string
+			if err := rows.Scan(&id, &d.Token, &d.LockedUntil, &n, &effect); err != nil {
 				rows.Close()
 				return err
 			}
 			d.Outcome, d.OwnerIntentID = OutcomeExecute, id
+			if effect != nil {
+				d.Effect = outbox.Effect(*effect)
+			}
 			inserted[id] = d
 			newIDs = append(newIDs, id)
 			if n != nil {
@@ -240,9 +244,9 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 	var cand []int
 	for _, i := range order {
 		c := calls[i]
-		// Unknown and superseded outcomes write the key differently; they
-		// are rare and go alone.
-		if dup[i] || (c.Status != outbox.StatusSucceeded && c.Status != outbox.StatusFailed) {
+		// Unknown and superseded outcomes write the key differently, and a
+		// proven one the intent's effect; they are rare and go alone.
+		if dup[i] || c.Proven || (c.Status != outbox.StatusSucceeded && c.Status != outbox.StatusFailed) {
 			out[i].Err = errAlone
 			continue
 		}
@@ -367,7 +371,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		// and records the event).
 		for _, i := range final {
 			c := calls[i]
-			if _, err := s.completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error); err != nil {
+			if _, err := s.completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error, c.Proven); err != nil {
 				return err
 			}
 		}

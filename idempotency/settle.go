@@ -60,11 +60,11 @@ func (s *Store) recordUnexecuted(ctx context.Context, tx pgx.Tx, key string, d *
 	var err error
 	switch {
 	case d.Outcome == OutcomeDone:
-		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, d.Status, d.Result, "")
+		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, d.Status, d.Result, "", false)
 	case d.Outcome == OutcomeConflict:
-		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, outbox.StatusFailed, nil, ConflictMessage(key, d.OwnerIntentID))
+		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, outbox.StatusFailed, nil, ConflictMessage(key, d.OwnerIntentID), false)
 	case d.Outcome == OutcomeBusy && d.Held:
-		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, outbox.StatusUnknown, d.Result, HeldMessage(key, d.OwnerIntentID))
+		d.IntentRecorded, err = s.completeIntent(ctx, tx, intentID, outbox.StatusUnknown, d.Result, HeldMessage(key, d.OwnerIntentID), false)
 	}
 	return err
 }
@@ -142,7 +142,7 @@ func (s *Store) BeginIO(ctx context.Context, kind, key string, token, intentID i
 			return nil
 		}
 		if countAttempts {
-			attempts, err = s.countAttempt(ctx, tx, intentID)
+			attempts, _, err = s.countAttempt(ctx, tx, intentID, false)
 		}
 		return err
 	})

@@ -252,6 +252,12 @@ type Decision struct {
 	// nothing is proof only once the destination's settle window has
 	// passed since then (see AwaitProof).
 	LastIOAt *time.Time
+	// Effect (Execute, Recover) is the intent's effect after this Begin:
+	// possible when an earlier attempt's outcome is unknown or, on a
+	// takeover, the abandoned attempt may have performed it (Begin marks
+	// it so in the same transaction). Where it is possible, an attempt
+	// that fails must neither release the key nor end the intent failed.
+	Effect outbox.Effect
 	// Resumed (Recover) says this intent was itself the owner, waiting for
 	// proof with a fresh lock: the redelivery took the key back with a new
 	// token, without counting an attempt.
@@ -420,7 +426,7 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			d.Outcome, d.OwnerIntentID = OutcomeExecute, intentID
 			// Counted in the same transaction as the key: if the intent
 			// cannot take an attempt, the key is not created either.
-			d.Attempts, err = s.countAttempt(ctx, tx, intentID)
+			d.Attempts, d.Effect, err = s.countAttempt(ctx, tx, intentID, false)
 			return d, err
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -503,7 +509,7 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 				if err != nil {
 					return Decision{}, fmt.Errorf("resume key: %w", err)
 				}
-				d.Attempts, err = s.currentAttempts(ctx, tx, intentID)
+				d.Attempts, d.Effect, err = s.currentAttempts(ctx, tx, intentID)
 				return d, err
 			}
 			if fresh != nil && *fresh {
@@ -539,7 +545,10 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			if err != nil {
 				return Decision{}, fmt.Errorf("take over key: %w", err)
 			}
-			d.Attempts, err = s.countAttempt(ctx, tx, intentID)
+			// The abandoned attempt may have performed the effect: the
+			// intent's effect is possible from now on, marked in the
+			// takeover's own transaction.
+			d.Attempts, d.Effect, err = s.countAttempt(ctx, tx, intentID, true)
 			return d, err
 		}
 		return Decision{}, fmt.Errorf("key in unexpected state %q", state)
@@ -550,38 +559,39 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 // currentAttempts returns the intent's attempts without counting one, only
 // while the intent has no final status; the row lock orders it with an
 // operator's cancel as countAttempt's UPDATE does.
-func (s *Store) currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
+func (s *Store) currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) (int, outbox.Effect, error) {
 	l, ok, err := s.intents.Lock(ctx, tx, intentID)
 	if err != nil {
-		return 0, fmt.Errorf("read attempts of intent %d: %w", intentID, err)
+		return 0, "", fmt.Errorf("read attempts of intent %d: %w", intentID, err)
 	}
 	if !ok {
-		return 0, fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
+		return 0, "", fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
 	}
 	if outbox.Status(l.Status).Terminal() {
-		return 0, &IntentTerminalError{IntentID: intentID, Status: outbox.Status(l.Status)}
+		return 0, "", &IntentTerminalError{IntentID: intentID, Status: outbox.Status(l.Status)}
 	}
-	return l.Attempts, nil
+	return l.Attempts, outbox.Effect(l.Effect), nil
 }
 
 // countAttempt increments the intent's attempts, only while the intent has
 // no final status. The UPDATE locks the intent's row, so it is ordered with
 // an operator's cancel: either the cancel committed first and we refuse, or
 // it waits for our transaction and then sees the attempt
-// (internal/intents.CountAttempt).
-func (s *Store) countAttempt(ctx context.Context, tx pgx.Tx, intentID int64) (int, error) {
-	attempts, ok, err := s.intents.CountAttempt(ctx, tx, intentID, terminalStatuses)
+// (internal/intents.CountAttempt). possible marks the intent's effect
+// possible in the same statement; it returns the attempts and the effect.
+func (s *Store) countAttempt(ctx context.Context, tx pgx.Tx, intentID int64, possible bool) (int, outbox.Effect, error) {
+	attempts, effect, ok, err := s.intents.CountAttempt(ctx, tx, intentID, terminalStatuses, possible)
 	if err == nil && !ok {
 		status, err := s.intentStatus(ctx, tx, intentID)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
-		return 0, &IntentTerminalError{IntentID: intentID, Status: status}
+		return 0, "", &IntentTerminalError{IntentID: intentID, Status: status}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("count attempt of intent %d: %w", intentID, err)
+		return 0, "", fmt.Errorf("count attempt of intent %d: %w", intentID, err)
 	}
-	return attempts, nil
+	return attempts, outbox.Effect(effect), nil
 }
 
 func (s *Store) intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status, error) {
@@ -599,8 +609,8 @@ func (s *Store) intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (ou
 // completeIntent sets the intent's outcome only while it has no final
 // status, and reports whether it did. A final status is never overwritten:
 // an operator's cancel, or the outcome another path recorded first, stays.
-func (s *Store) completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbox.Status, result json.RawMessage, errMsg string) (bool, error) {
-	updated, err := s.intents.Complete(ctx, tx, intentID, string(status), result, errMsg, terminalStatuses)
+func (s *Store) completeIntent(ctx context.Context, tx pgx.Tx, intentID int64, status outbox.Status, result json.RawMessage, errMsg string, proven bool) (bool, error) {
+	updated, err := s.intents.Complete(ctx, tx, intentID, string(status), result, errMsg, terminalStatuses, proven)
 	if err != nil {
 		return false, fmt.Errorf("record outcome of intent %d: %w", intentID, err)
 	}
@@ -664,6 +674,10 @@ type Completion struct {
 	// Error is the error message recorded as the intent's last_error (and
 	// the key's); optional.
 	Error string
+	// Proven: a lookup after the settle window proved that no attempt
+	// under the key performed the effect; the intent's effect, if marked
+	// possible, becomes none.
+	Proven bool
 }
 
 // Complete records an attempt's outcome under its key and on its intent, in
@@ -793,7 +807,7 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 		if err != nil {
 			return fmt.Errorf("record key outcome: %w", err)
 		}
-		intentUpdated, err = s.completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error)
+		intentUpdated, err = s.completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error, c.Proven)
 		notRecorded = err == nil && !intentUpdated
 		return err
 	})
@@ -828,7 +842,7 @@ func (s *Store) CompleteIntent(ctx context.Context, intentID int64, status outbo
 	var updated bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		updated, err = s.completeIntent(ctx, tx, intentID, status, result, errMsg)
+		updated, err = s.completeIntent(ctx, tx, intentID, status, result, errMsg, false)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrIntentNotFound) {

@@ -52,6 +52,27 @@ func (s Status) Terminal() bool {
 	return false
 }
 
+// Effect says whether an intent's effect may have happened at its
+// destination. It is kept across retries, resolves and sweeps: an intent
+// whose effect is possible never ends failed (its attempts exhausted, it
+// ends unknown), and an operator's retry or cancel of it must say so
+// explicitly.
+type Effect string
+
+// Effects.
+const (
+	// EffectNone: no attempt of the intent can have reached the
+	// destination, or a lookup proved, after the destination's settle
+	// window, that none did.
+	EffectNone Effect = "none"
+	// EffectPossible: an attempt's outcome was lost (unknown), or an
+	// abandoned attempt was taken over: the effect may have happened.
+	EffectPossible Effect = "possible"
+	// EffectDone: the effect happened (succeeded, found by a lookup, or
+	// resolved succeeded by an operator).
+	EffectDone Effect = "done"
+)
+
 // MaxEpoch is the largest epoch an intent may carry: 2^53, the same
 // ceiling as lease.MaxEpoch (the issuer never grants more; the largest
 // integer every JSON client reads exactly). Above it is bad input naming
@@ -109,12 +130,18 @@ type Record struct {
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Status         Status          `json:"status"`
 	Attempts       int             `json:"attempts"`
-	Result         json.RawMessage `json:"result"`
-	LastError      *string         `json:"last_error"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	RelayedAt      *time.Time      `json:"relayed_at"`
-	CompletedAt    *time.Time      `json:"completed_at"`
+	// Effect: whether the effect may have happened (none, possible, done).
+	Effect    Effect          `json:"effect"`
+	Result    json.RawMessage `json:"result"`
+	LastError *string         `json:"last_error"`
+	// NotBefore: a deferred retry is neither relayed again nor executed
+	// before this moment (a destination's Retry-After, the runtime's
+	// backoff); null when no retry is deferred.
+	NotBefore   *time.Time `json:"not_before"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	RelayedAt   *time.Time `json:"relayed_at"`
+	CompletedAt *time.Time `json:"completed_at"`
 	// Principal is who enqueued it through the admin API (a token's name,
 	// or "anonymous"); empty for the CLI, Go workers and SQL.
 	Principal string `json:"principal,omitempty"`

@@ -322,21 +322,22 @@ func mayHaveInserted(res Result, err error) bool {
 
 const recordColumns = `intent_id, resource_id, epoch, operation_id, kind, idempotency_key, fence,
 	payload, status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, trace_context,
-	coalesce(principal, '')`
+	coalesce(principal, ''), effect, not_before`
 
 func scanRecord(row pgx.Row) (*Record, error) {
 	var r Record
-	var fence, status string
+	var fence, status, effect string
 	var payload, result, traceCtx []byte
 	err := row.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
-		&payload, &status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &traceCtx, &r.Principal)
+		&payload, &status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &traceCtx, &r.Principal,
+		&effect, &r.NotBefore)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.Fence, r.Status, r.Payload, r.TraceContext = Fence(fence), Status(status), payload, traceCtx
+	r.Fence, r.Status, r.Payload, r.TraceContext, r.Effect = Fence(fence), Status(status), payload, traceCtx, Effect(effect)
 	if result != nil {
 		r.Result = result
 	}

@@ -18,7 +18,7 @@ import (
 func (t Table) Retry(ctx context.Context, tx pgx.Tx, id int64) error {
 	_, err := tx.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents
 			SET status = 'pending', claimed_by = NULL, claim_expires_at = NULL, relayed_at = NULL,
-			    completed_at = NULL, result = NULL, last_error = NULL, updated_at = now()
+			    completed_at = NULL, result = NULL, last_error = NULL, not_before = NULL, updated_at = now()
 			WHERE intent_id = $1`), id)
 	return err
 }
@@ -26,17 +26,21 @@ func (t Table) Retry(ctx context.Context, tx pgx.Tx, id int64) error {
 // Cancel cancels intent id and drops any claim on it.
 func (t Table) Cancel(ctx context.Context, tx pgx.Tx, id int64) error {
 	_, err := tx.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents
-			SET status = 'cancelled', claimed_by = NULL, claim_expires_at = NULL,
+			SET status = 'cancelled', claimed_by = NULL, claim_expires_at = NULL, not_before = NULL,
 			    completed_at = now(), updated_at = now()
 			WHERE intent_id = $1`), id)
 	return err
 }
 
 // Resolve records the outcome status an operator established for intent id,
-// with lastError (nil: NULL).
+// with lastError (nil: NULL). Resolved succeeded, its effect is done; resolved
+// failed, its effect stays what it was: the gateway cannot know more than
+// its attempts showed, and a later retry of an effect that may have happened
+// still needs the operator's explicit force.
 func (t Table) Resolve(ctx context.Context, tx pgx.Tx, id int64, status string, lastError *string) error {
 	_, err := tx.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents
-			SET status = $2, last_error = $3, completed_at = now(), updated_at = now()
+			SET status = $2, last_error = $3, completed_at = now(), updated_at = now(), not_before = NULL,
+			    effect = CASE WHEN $2 = 'succeeded' THEN 'done' ELSE effect END
 			WHERE intent_id = $1`), id, status, lastError)
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -19,15 +20,20 @@ import (
 // intent's row, so it is ordered with an operator's cancel: either the
 // cancel committed first and it matches nothing, or the cancel waits for
 // the caller's transaction and then sees the attempt.
-func (t Table) CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []string) (attempts int, ok bool, err error) {
+//
+// possible marks the intent's effect possible (a takeover of an abandoned
+// attempt, which may have performed it) in the same statement. effect is the
+// intent's effect after the statement.
+func (t Table) CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []string, possible bool) (attempts int, effect string, ok bool, err error) {
 	err = tx.QueryRow(ctx, t.s.SQL(`
-		UPDATE fencegate.intents SET attempts = attempts + 1, updated_at = now()
+		UPDATE fencegate.intents SET attempts = attempts + 1,
+		    effect = CASE WHEN $3 AND effect = 'none' THEN 'possible' ELSE effect END, updated_at = now()
 		WHERE intent_id = $1 AND status <> ALL($2::text[])
-		RETURNING attempts`), id, final).Scan(&attempts)
+		RETURNING attempts, effect`), id, final, possible).Scan(&attempts, &effect)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		return 0, "", false, nil
 	}
-	return attempts, err == nil, err
+	return attempts, effect, err == nil, err
 }
 
 // CountAttemptsCTE is the intents half of the group commit's Begin
@@ -47,20 +53,25 @@ const CountAttemptsCTE = `l AS (
 			), upd AS (
 				UPDATE fencegate.intents i SET attempts = i.attempts + 1, updated_at = now()
 				FROM l WHERE i.intent_id = l.intent_id
-				RETURNING i.intent_id, i.attempts
+				RETURNING i.intent_id, i.attempts, i.effect
 			)`
 
 // Complete sets the outcome of intent id (status, result, last error,
-// completed_at) only while it has no final status, and reports whether it
-// did. A final status is never overwritten: an operator's cancel, or the
-// outcome another path recorded first, stays. An empty result or errMsg is
-// stored as NULL.
-func (t Table) Complete(ctx context.Context, tx pgx.Tx, id int64, status string, result json.RawMessage, errMsg string, final []string) (bool, error) {
+// completed_at, effect) only while it has no final status, and reports
+// whether it did. A final status is never overwritten: an operator's
+// cancel, or the outcome another path recorded first, stays. An empty
+// result or errMsg is stored as NULL. proven says a lookup after the settle
+// window proved that no attempt under the intent's key performed the
+// effect: an effect marked possible becomes none. An intent whose effect is
+// possible is never recorded failed: it becomes unknown (held for an
+// operator) — a second belt under the runtime's own rule.
+func (t Table) Complete(ctx context.Context, tx pgx.Tx, id int64, status string, result json.RawMessage, errMsg string, final []string, proven bool) (bool, error) {
 	tag, err := tx.Exec(ctx, t.s.SQL(`
 		UPDATE fencegate.intents
-		SET status = $2, result = $3::jsonb, last_error = $4, completed_at = now(), updated_at = now()
+		SET status = `+statusAfter("$2", "effect")+`, result = $3::jsonb, last_error = $4, completed_at = now(), updated_at = now(),
+		    effect = `+effectAfter("$2", "CASE WHEN $6 AND effect = 'possible' THEN 'none' ELSE effect END")+`, not_before = NULL
 		WHERE intent_id = $1 AND status <> ALL($5::text[])`),
-		id, status, NullJSON(result), NullString(errMsg), final)
+		id, status, NullJSON(result), NullString(errMsg), final, proven)
 	if err != nil {
 		return false, err
 	}
@@ -75,7 +86,8 @@ func (t Table) Complete(ctx context.Context, tx pgx.Tx, id int64, status string,
 func (t Table) QueueComplete(b *pgx.Batch, ids []int64, statuses []string, results, errs []*string) {
 	b.Queue(t.s.SQL(`
 				UPDATE fencegate.intents i
-				SET status = t.status, result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
+				SET status = `+statusAfter("t.status", "i.effect")+`, result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now(),
+				    effect = `+effectAfter("t.status", "i.effect")+`, not_before = NULL
 				FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS t(id, status, result, err)
 				WHERE i.intent_id = ANY($1) AND i.intent_id = t.id`),
 		ids, statuses, results, errs)
@@ -119,11 +131,40 @@ func (t Table) NoteLastError(ctx context.Context, q Querier, id int64, msg strin
 	return tag.RowsAffected() > 0, nil
 }
 
-// SetLastError sets the last_error of intent id to msg, whatever its
-// status: the runtime's note of a retryable error before the redelivery.
-func (t Table) SetLastError(ctx context.Context, q Querier, id int64, msg string) error {
-	_, err := q.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents SET last_error = $2, updated_at = now() WHERE intent_id = $1`), id, msg)
-	return err
+// statusAfter is the SQL expression of the status recorded for status (an
+// SQL expression) on an intent whose effect is the column expression col:
+// failed becomes unknown where the effect is possible.
+func statusAfter(status, col string) string {
+	return `CASE WHEN ` + status + ` = 'failed' AND ` + col + ` = 'possible' THEN 'unknown' ELSE ` + status + ` END`
+}
+
+// effectAfter is the SQL expression of an intent's effect once status (an
+// SQL expression) is recorded on it, its effect before being the column
+// expression col: a success is an effect done, an unknown outcome one that
+// may have happened; any other outcome (failed, superseded, cancelled)
+// leaves it as it was — it never turns "possible" back into "none".
+func effectAfter(status, col string) string {
+	return `CASE WHEN ` + status + ` = 'succeeded' THEN 'done' WHEN ` + status + ` = 'unknown' AND ` + col + ` = 'none' THEN 'possible' ELSE ` + col + ` END`
+}
+
+// Defer notes a deferred retry of intent id while it has no final status:
+// last_error msg, and not_before now()+delay (PostgreSQL's clock), in one
+// write, so that the dispatcher's re-relay never brings the intent back
+// before the retry is due (a destination's Retry-After, the runtime's
+// backoff). possible marks the intent's effect possible (an attempt whose
+// outcome is unknown); proven marks it none again (a lookup after the
+// settle window proved that no attempt under its key performed it). It
+// reports whether the intent was updated.
+func (t Table) Defer(ctx context.Context, q Querier, id int64, msg string, delay time.Duration, possible, proven bool, final []string) (bool, error) {
+	tag, err := q.Exec(ctx, t.s.SQL(`
+		UPDATE fencegate.intents SET last_error = $2, not_before = now() + $3 * interval '1 microsecond',
+		    effect = CASE WHEN $4 AND effect = 'none' THEN 'possible' WHEN $5 AND effect = 'possible' THEN 'none' ELSE effect END,
+		    updated_at = now()
+		WHERE intent_id = $1 AND status <> ALL($6::text[])`), id, msg, delay.Microseconds(), possible, proven, final)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // NullJSON is r as a jsonb parameter: SQL NULL when empty.
@@ -147,14 +188,16 @@ type Locked struct {
 	Status    string
 	LastError *string
 	Attempts  int
+	// Effect is none, possible or done (see the intents table's effect).
+	Effect string
 }
 
 // Lock locks intent id's row (FOR UPDATE) and returns its status, last
 // error and attempts; ok is false when there is no such intent. Take it
 // after the key's lock, as every writer does (the package's lock order).
 func (t Table) Lock(ctx context.Context, tx pgx.Tx, id int64) (l Locked, ok bool, err error) {
-	err = tx.QueryRow(ctx, t.s.SQL(`SELECT status, last_error, attempts FROM fencegate.intents WHERE intent_id = $1 FOR UPDATE`), id).
-		Scan(&l.Status, &l.LastError, &l.Attempts)
+	err = tx.QueryRow(ctx, t.s.SQL(`SELECT status, last_error, attempts, effect FROM fencegate.intents WHERE intent_id = $1 FOR UPDATE`), id).
+		Scan(&l.Status, &l.LastError, &l.Attempts, &l.Effect)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, false, nil
 	}

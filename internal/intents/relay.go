@@ -28,7 +28,11 @@ func (t Table) NewClaimer(batchSize int) Claimer {
 
 // claimSQLFormat claims up to BatchSize (the %[1]d) intents for dispatcher
 // $1 until now()+$3 µs: first relayed intents whose relay timed out ($2 µs)
-// with no outcome, then pending intents in id order from $4 on (see the
+// with no outcome — and, for a deferred retry (not_before, a destination's
+// Retry-After or the runtime's backoff), whose retry has been due for as
+// long: its message waits in the stream until then, and relaying it again
+// earlier would execute it before the destination asked to be called
+// again — then pending intents in id order from $4 on (see the
 // dispatcher's claimLoop cursor; 0 looks at every pending intent).
 //
 // FOR UPDATE SKIP LOCKED lets two dispatchers claim at once without waiting
@@ -58,6 +62,7 @@ WITH stale AS (
 	SELECT intent_id FROM fencegate.intents
 	WHERE status = 'relayed'
 	  AND relayed_at < now() - $2 * interval '1 microsecond'
+	  AND (not_before IS NULL OR not_before < now() - $2 * interval '1 microsecond')
 	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
 	ORDER BY relayed_at
 	LIMIT %[1]d
