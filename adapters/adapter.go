@@ -176,7 +176,9 @@ type Error struct {
 	Unknown bool
 	// RetryAfter, on a retryable error, is the least time to wait before
 	// the next attempt (an HTTP Retry-After); the runtime waits at least
-	// that long, at most MaxRetryAfter.
+	// that long, at most Config.MaxRetryAfter, and writes when the retry
+	// is due on the intent (not_before) so that nothing executes it
+	// earlier.
 	RetryAfter time.Duration
 }
 

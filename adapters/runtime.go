@@ -669,11 +669,11 @@ func (r *Runtime) recoverAttempt(ctx context.Context, ex Executor, req Request, 
 			// The destination has no trace of it, and had time to show
 			// it: the abandoned attempt did not perform the effect.
 			// Execute now, as the owner.
-			return r.executeRecovered(ctx, ex, req, d, log)
+			return r.executeRecovered(ctx, ex, req, d, true, log)
 		})
 	}
 	if r.resends(ex, req) {
-		return r.executeRecovered(ctx, ex, req, d, log)
+		return r.executeRecovered(ctx, ex, req, d, false, log)
 	}
 	return r.hold(ctx, req, d, "an earlier attempt was abandoned and the destination offers no lookup", log)
 }
@@ -784,13 +784,22 @@ func waitDelay(p idempotency.Proof, settle, base time.Duration) time.Duration {
 // or a destination that dedups). BeginIO first, committed before any I/O:
 // it marks the key's I/O as in progress, so that a takeover measures its
 // settle window from its own time instead of the earlier attempts' end.
-func (r *Runtime) executeRecovered(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
+//
+// proven: a lookup after the settle window proved that no earlier attempt
+// performed the effect; the intent's effect becomes none again (in BeginIO's
+// transaction), so that this attempt's failure may end it failed. Without
+// proof (a destination that dedups, resent to) the effect stays possible.
+func (r *Runtime) executeRecovered(ctx context.Context, ex Executor, req Request, d idempotency.Decision, proven bool, log *slog.Logger) (verdict, time.Duration, error) {
 	// A resumed key's Begin counted no attempt (it only looked up); this
 	// execution is one.
 	var n int
 	err := r.persist(ctx, func() error {
 		var err error
-		n, err = r.store.BeginIO(ctx, req.Kind, req.IdempotencyKey, d.Token, req.IntentID, d.Resumed)
+		if proven {
+			n, err = r.store.BeginIOAfterProof(ctx, req.Kind, req.IdempotencyKey, d.Token, req.IntentID, d.Resumed)
+		} else {
+			n, err = r.store.BeginIO(ctx, req.Kind, req.IdempotencyKey, d.Token, req.IntentID, d.Resumed)
+		}
 		return err
 	})
 	if errors.Is(err, idempotency.ErrLostOwnership) {
@@ -810,6 +819,9 @@ func (r *Runtime) executeRecovered(ctx context.Context, ex Executor, req Request
 	}
 	if d.Resumed {
 		req.Attempt = n
+	}
+	if proven && d.Effect == outbox.EffectPossible {
+		d.Effect = outbox.EffectNone
 	}
 	return r.execute(ctx, ex, req, d, log)
 }

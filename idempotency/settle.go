@@ -123,6 +123,18 @@ func (s *Store) EndIO(ctx context.Context, kind, key string, token int64) (time.
 // an *OwnershipError, and the caller must not execute — or it comes after
 // and sees the I/O as possibly in progress.
 func (s *Store) BeginIO(ctx context.Context, kind, key string, token, intentID int64, countAttempts bool) (int, error) {
+	return s.beginIO(ctx, kind, key, token, intentID, countAttempts, false)
+}
+
+// BeginIOAfterProof is BeginIO for an owner whose lookup, after the settle
+// window, proved that no earlier attempt under the key performed the
+// effect: in the same transaction the intent's effect, if marked possible,
+// becomes none again.
+func (s *Store) BeginIOAfterProof(ctx context.Context, kind, key string, token, intentID int64, countAttempts bool) (int, error) {
+	return s.beginIO(ctx, kind, key, token, intentID, countAttempts, true)
+}
+
+func (s *Store) beginIO(ctx context.Context, kind, key string, token, intentID int64, countAttempts, proven bool) (int, error) {
 	if err := checkKey(kind, key); err != nil {
 		return 0, err
 	}
@@ -140,6 +152,11 @@ func (s *Store) BeginIO(ctx context.Context, kind, key string, token, intentID i
 		if tag.RowsAffected() == 0 {
 			lost = true
 			return nil
+		}
+		if proven {
+			if err := s.intents.ProveNoEffect(ctx, tx, intentID); err != nil {
+				return err
+			}
 		}
 		if countAttempts {
 			attempts, _, err = s.countAttempt(ctx, tx, intentID, false)

@@ -120,9 +120,13 @@ func (t Table) SupersedeUnstarted(ctx context.Context, q Querier, id int64, fina
 // NoteLastError sets the last_error of intent id to msg while it has no
 // final status and msg changes it, and reports whether it did: a
 // redelivery that notes the same message again writes nothing.
+//
+// It is the note of an intent waiting for proof (a lookup found nothing
+// yet): its effect may have happened, and is marked possible with it.
 func (t Table) NoteLastError(ctx context.Context, q Querier, id int64, msg string, final []string) (bool, error) {
 	tag, err := q.Exec(ctx, t.s.SQL(`
-			UPDATE fencegate.intents SET last_error = $2, updated_at = now()
+			UPDATE fencegate.intents SET last_error = $2, updated_at = now(),
+			    effect = CASE WHEN effect = 'none' THEN 'possible' ELSE effect END
 			WHERE intent_id = $1 AND status <> ALL($3::text[]) AND last_error IS DISTINCT FROM $2`),
 		id, msg, final)
 	if err != nil {
@@ -165,6 +169,14 @@ func (t Table) Defer(ctx context.Context, q Querier, id int64, msg string, delay
 		return false, err
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// ProveNoEffect marks the effect of intent id none again where it was
+// possible: a lookup after the settle window proved that no attempt under
+// its key performed it.
+func (t Table) ProveNoEffect(ctx context.Context, q Querier, id int64) error {
+	_, err := q.Exec(ctx, t.s.SQL(`UPDATE fencegate.intents SET effect = 'none', updated_at = now() WHERE intent_id = $1 AND effect = 'possible'`), id)
+	return err
 }
 
 // NullJSON is r as a jsonb parameter: SQL NULL when empty.
