@@ -22,12 +22,17 @@ type Action string
 
 // Actions.
 const (
-	// ActionRetry: failed or unknown → pending, to be relayed again.
+	// ActionRetry: failed or unknown → pending, to be relayed again. An
+	// intent whose effect is possible (an attempt's outcome was lost: the
+	// effect may have happened) is retried only with Force: the operator
+	// accepts a second effect.
 	ActionRetry Action = "retry"
 	// ActionCancel: pending, failed or unknown → cancelled. A pending
 	// intent whose attempt has begun (the adapter took its message before
 	// the dispatcher marked it relayed) is in flight and is not cancelled:
-	// the effect may be happening; its outcome decides.
+	// the effect may be happening; its outcome decides. An intent whose
+	// effect is possible is never cancelled: a cancelled intent reads as an
+	// effect that did not happen; resolve records what the operator found.
 	ActionCancel Action = "cancel"
 	// ActionResolve: unknown → succeeded or failed, as the operator found
 	// out at the destination.
@@ -44,6 +49,13 @@ var allowedFrom = map[Action][]outbox.Status{
 // MaxNoteLen is the longest note on an action, in bytes.
 const MaxNoteLen = 4096
 
+// ForcedNote begins the note of the event a forced retry records (a retry
+// of an intent whose effect is possible), followed by "; " and the
+// operator's note when there is one: the history says that the operator
+// accepted a second effect. A forced retry's own note is therefore at most
+// MaxNoteLen-len(ForcedNote)-2 bytes.
+const ForcedNote = "forced: a second effect accepted"
+
 // ActionRequest asks for one action on one intent.
 type ActionRequest struct {
 	IntentID int64
@@ -54,6 +66,9 @@ type ActionRequest struct {
 	Outcome outbox.Status
 	// Note is the operator's reason; optional.
 	Note string
+	// Force retries an intent whose effect is possible: the operator
+	// accepts that the effect may happen twice. Only retry takes it.
+	Force bool
 }
 
 func (r ActionRequest) validate() error {
@@ -72,11 +87,22 @@ func (r ActionRequest) validate() error {
 	if r.Action != ActionResolve && r.Outcome != "" {
 		return inputErr("outcome", "only resolve takes an outcome")
 	}
+	if r.Force && r.Action != ActionRetry {
+		return inputErr("force", "only retry takes force (accepting a second effect); %s of an intent whose effect may have happened is refused whatever, "+
+			"and resolve records what the operator found at the destination", r.Action)
+	}
 	if len(r.Note) > MaxNoteLen || !utf8.ValidString(r.Note) || containsNUL(r.Note) {
 		return inputErr("note", "must be valid UTF-8 without NUL, at most %d bytes", MaxNoteLen)
 	}
+	if r.Force && len(r.Note) > maxForcedNoteLen {
+		return inputErr("note", "must be at most %d bytes with force (the event's note begins with %q)", maxForcedNoteLen, ForcedNote)
+	}
 	return nil
 }
+
+// maxForcedNoteLen is the longest operator's note of a forced retry: its
+// event's note is ForcedNote, "; " and it.
+const maxForcedNoteLen = MaxNoteLen - len(ForcedNote) - 2
 
 func containsNUL(s string) bool {
 	for i := 0; i < len(s); i++ {
@@ -98,14 +124,44 @@ type InvalidStateError struct {
 	// intent has begun and has no outcome yet, so a cancel now would record
 	// a status that may contradict what the attempt does.
 	InFlight bool
+	// Effect is set (EffectPossible) when the status allows the action
+	// but the intent's effect may have happened: a retry without Force, or
+	// a cancel.
+	Effect outbox.Effect
 }
 
 func (e *InvalidStateError) Error() string {
+	if e.Effect != "" {
+		return fmt.Sprintf("intent %d is %s and its effect is %s: an attempt's outcome was lost, so the effect may have happened; %s",
+			e.IntentID, e.Status, e.Effect, e.effectAdvice())
+	}
 	if e.InFlight {
 		return fmt.Sprintf("intent %d is %s but in flight: an attempt has begun and has no outcome yet; "+
 			"wait for its outcome, or %s it once it is held unknown or failed", e.IntentID, e.Status, e.Action)
 	}
 	return fmt.Sprintf("intent %d is %s; %s applies only to %v", e.IntentID, e.Status, e.Action, e.Allowed)
+}
+
+// effectAdvice says what the operator can do about an intent whose effect
+// is possible, for the refused action and the intent's status. A failed
+// intent whose effect is possible was resolved failed by an operator: the
+// resolve does not make the effect less possible.
+func (e *InvalidStateError) effectAdvice() string {
+	const resolve = "find out at the destination and resolve the intent with what you found"
+	if e.Action == ActionRetry {
+		if e.Status == outbox.StatusUnknown {
+			return resolve + ", or retry with force to accept a second effect"
+		}
+		return "a resolve to failed does not change that: retry with force to accept a second effect"
+	}
+	advice := "a " + string(e.Action) + " would record that it did not happen, and force does not apply to it: "
+	switch e.Status {
+	case outbox.StatusUnknown:
+		return advice + resolve
+	case outbox.StatusPending:
+		return advice + "wait for its outcome (should it end unknown, " + resolve + ")"
+	}
+	return advice + "it stays " + string(e.Status)
 }
 
 // KeyChange says what an action did to the intent's idempotency key.
@@ -117,8 +173,8 @@ const (
 	// KeyUnheld: a held key was released so the next attempt looks the
 	// outcome up first (Recover).
 	KeyUnheld KeyChange = "unheld"
-	// KeyDeleted: a key completed as failed was deleted so the effect can
-	// be attempted again.
+	// KeyDeleted: a key completed as failed, or (a forced retry) a held
+	// key, was deleted so the effect can be attempted again.
 	KeyDeleted KeyChange = "deleted"
 	// KeyCompleted: a held key was completed with the resolved outcome.
 	KeyCompleted KeyChange = "completed"
@@ -132,6 +188,12 @@ type ActionResult struct {
 	Status     outbox.Status `json:"status"`
 	EventID    int64         `json:"event_id"`
 	Key        KeyChange     `json:"key,omitempty"`
+	// Effect is the intent's effect after the action (none, possible,
+	// done).
+	Effect outbox.Effect `json:"effect"`
+	// Forced: a retry of an intent whose effect is possible, with Force
+	// (recorded in the event's note, ForcedNote).
+	Forced bool `json:"forced,omitempty"`
 }
 
 // Apply performs an operator action in one transaction: it locks the
@@ -139,8 +201,9 @@ type ActionResult struct {
 // status allows the action, changes status and key, and records the event.
 // It returns outbox.ErrNotFound for an unknown intent, an
 // *InvalidStateError when the status does not allow the action (or, for a
-// cancel, when an attempt of the intent is in flight: InFlight), and an
-// *InputError for bad requests.
+// cancel, when an attempt of the intent is in flight: InFlight; or when its
+// effect is possible, for a cancel or a retry without Force: Effect), and
+// an *InputError for bad requests.
 func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, req ActionRequest) (ActionResult, error) {
 	sch, err := parseSchema(schema)
 	if err != nil {
@@ -261,11 +324,19 @@ func apply(ctx context.Context, tx pgx.Tx, sch pgschema.Schema, req ActionReques
 		return outbox.ErrNotFound
 	}
 	status, lastError, attempts := locked.Status, locked.LastError, locked.Attempts
-	from := outbox.Status(status)
-	res.FromStatus, res.Status = from, from
+	from, effect := outbox.Status(status), outbox.Effect(locked.Effect)
+	res.FromStatus, res.Status, res.Effect = from, from, effect
 	if !slices.Contains(allowedFrom[req.Action], from) {
 		return &InvalidStateError{IntentID: req.IntentID, Action: req.Action, Status: from, Allowed: allowedFrom[req.Action]}
 	}
+	// The effect is read under the intent's row lock, which every writer of
+	// it takes (an attempt's start, its outcome, a deferred retry), so it
+	// cannot turn possible between this check and the change below.
+	if effect == outbox.EffectPossible && (req.Action == ActionCancel || (req.Action == ActionRetry && !req.Force)) {
+		return &InvalidStateError{IntentID: req.IntentID, Action: req.Action, Status: from, Allowed: allowedFrom[req.Action], Effect: effect}
+	}
+	forced := req.Action == ActionRetry && req.Force && effect == outbox.EffectPossible
+	res.Forced = forced
 	if req.Action == ActionCancel && !from.Terminal() {
 		inFlight, err := attemptInFlight(ctx, tx, sch, req.IntentID, kind, key, idempotency.Fingerprint(kind, payload), attempts)
 		if err != nil {
@@ -281,12 +352,23 @@ func apply(ctx context.Context, tx pgx.Tx, sch pgschema.Schema, req ActionReques
 	case ActionRetry:
 		to = outbox.StatusPending
 		// Back to the dispatcher's queue as if new: no claim, no relay, no
-		// outcome. last_error is cleared here and kept in the event.
+		// outcome. last_error is cleared here and kept in the event. The
+		// effect stays: a forced retry's intent still may have performed
+		// it, and a later retry needs force again.
 		if err := intents.In(sch).Retry(ctx, tx, req.IntentID); err != nil {
 			return fmt.Errorf("retry: %w", err)
 		}
 		if k != nil {
 			switch {
+			case k.state == idempotency.StateHeld && forced:
+				// The operator accepted a second effect: the next attempt
+				// executes afresh. Unholding instead would make it Recover,
+				// and where the destination has no lookup the key would be
+				// held again without a new attempt.
+				if _, err := tx.Exec(ctx, sch.SQL(`DELETE FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2`), kind, key); err != nil {
+					return fmt.Errorf("delete held idempotency key: %w", err)
+				}
+				res.Key = KeyDeleted
 			case k.state == idempotency.StateHeld:
 				// The outcome of the last attempt is unknown: the effect
 				// may have happened. Unholding (what idempotency.Store.Unhold
@@ -340,6 +422,9 @@ func apply(ctx context.Context, tx pgx.Tx, sch pgschema.Schema, req ActionReques
 		if err := intents.In(sch).Resolve(ctx, tx, req.IntentID, string(to), errMsg); err != nil {
 			return fmt.Errorf("resolve: %w", err)
 		}
+		if to == outbox.StatusSucceeded {
+			res.Effect = outbox.EffectDone // as Resolve records it
+		}
 		if k != nil && k.state == idempotency.StateHeld {
 			// Record the outcome the operator found under the key too, so
 			// later intents with this key get Done with it instead of
@@ -355,7 +440,12 @@ func apply(ctx context.Context, tx pgx.Tx, sch pgschema.Schema, req ActionReques
 		}
 	}
 	var note any
-	if req.Note != "" {
+	switch {
+	case forced && req.Note != "":
+		note = ForcedNote + "; " + req.Note
+	case forced:
+		note = ForcedNote
+	case req.Note != "":
 		note = req.Note
 	}
 	if err := tx.QueryRow(ctx, sch.SQL(`INSERT INTO fencegate.intent_events (intent_id, actor, action, from_status, to_status, note, last_error)

@@ -560,11 +560,15 @@ func TestPagination(t *testing.T) {
 	expect(t, e.do("GET", "/api/v1/intents?limit=500", operatorSecret, ""), http.StatusOK, "")
 }
 
-// setStatus forces an intent's status, as the adapter runtime would.
+// setStatus forces an intent's status, as the adapter runtime would, with
+// the effect the runtime records with it: an unknown outcome makes it
+// possible, a success done.
 func (e *env) setStatus(id int64, status outbox.Status, lastError string) {
 	e.t.Helper()
 	if _, err := e.pool.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = $2, last_error = nullif($3, ''),
-		completed_at = CASE WHEN $2 IN ('failed', 'unknown', 'succeeded') THEN now() END WHERE intent_id = $1`),
+		completed_at = CASE WHEN $2 IN ('failed', 'unknown', 'succeeded') THEN now() END,
+		effect = CASE WHEN $2 = 'succeeded' THEN 'done' WHEN $2 = 'unknown' AND effect = 'none' THEN 'possible' ELSE effect END
+		WHERE intent_id = $1`),
 		id, string(status), lastError); err != nil {
 		e.t.Fatal(err)
 	}
@@ -625,28 +629,59 @@ func TestActions(t *testing.T) {
 		return e.do("POST", fmt.Sprintf("/api/v1/intents/%d/%s", id, action), operatorSecret, body)
 	}
 
-	// retry of an unknown intent whose key is held: pending, key unheld
-	// (started, expired lock, new token → the next attempt recovers).
+	// retry of an unknown intent whose key is held: its effect is possible
+	// (the attempt's outcome was lost), so without force the retry is 409
+	// invalid_state naming effect, and nothing changes.
 	unknown := newIntent("unknown")
 	e.setStatus(unknown, outbox.StatusUnknown, "smtp: connection reset after DATA")
 	e.putKey(unknown, idempotency.StateHeld, outbox.StatusUnknown)
-	heldToken := e.key(unknown).Token
-	r := act(unknown, "retry", `{"note":"looked at the mailbox, nothing there"}`)
+	events := e.count(`SELECT count(*) FROM fencegate.intent_events`)
+	expectEffectRefused(t, act(unknown, "retry", `{"note":"looked at the mailbox, nothing there"}`), "retry", "unknown")
+	if k := e.key(unknown); e.status(unknown) != outbox.StatusUnknown || k == nil || k.State != idempotency.StateHeld ||
+		e.count(`SELECT count(*) FROM fencegate.intent_events`) != events {
+		t.Fatalf("a refused retry changed something: status %s, key %+v", e.status(unknown), k)
+	}
+	// With force: pending, the held key deleted (the next attempt executes
+	// afresh instead of recovering), the effect still possible.
+	r := act(unknown, "retry", `{"note":"looked at the mailbox, nothing there","force":true}`)
 	expect(t, r, http.StatusOK, "")
-	if r.obj["status"] != "pending" || r.obj["from_status"] != "unknown" || r.obj["key"] != "unheld" {
-		t.Fatalf("retry = %s", r.raw)
+	if r.obj["status"] != "pending" || r.obj["from_status"] != "unknown" || r.obj["key"] != "deleted" || r.obj["forced"] != true || r.obj["effect"] != "possible" {
+		t.Fatalf("forced retry = %s", r.raw)
 	}
-	if k := e.key(unknown); k.State != idempotency.StateStarted || k.Token == heldToken || k.LockedUntil.After(time.Now().Add(time.Minute)) {
-		t.Fatalf("key after retry = %+v", k)
+	if k := e.key(unknown); k != nil {
+		t.Fatalf("key after a forced retry = %+v, want none", k)
 	}
-	if d := e.do("GET", fmt.Sprintf("/api/v1/intents/%d", unknown), operatorSecret, ""); d.obj["last_error"] != nil || d.obj["completed_at"] != nil {
+	if d := e.do("GET", fmt.Sprintf("/api/v1/intents/%d", unknown), operatorSecret, ""); d.obj["last_error"] != nil || d.obj["completed_at"] != nil || d.obj["effect"] != "possible" {
 		t.Fatalf("intent after retry = %s", d.raw)
 	}
-	// the key's Begin now answers Recover.
+	// the next attempt executes.
 	rec, _ := e.ob.Get(ctx, unknown)
 	dec, err := e.srv.cfg.Store.Begin(ctx, rec.Kind, rec.IdempotencyKey, e.fingerprint(unknown), unknown)
-	if err != nil || dec.Outcome != idempotency.OutcomeRecover {
-		t.Fatalf("Begin after retry = %+v, %v", dec, err)
+	if err != nil || dec.Outcome != idempotency.OutcomeExecute {
+		t.Fatalf("Begin after a forced retry = %+v, %v", dec, err)
+	}
+
+	// retry of an intent whose effect is none, its key held: the key is
+	// unheld (started, expired lock, new token → the next attempt
+	// recovers: it looks the outcome up first).
+	unheld := newIntent("unheld")
+	e.setStatus(unheld, outbox.StatusFailed, "smtp: connection reset after DATA")
+	e.putKey(unheld, idempotency.StateHeld, outbox.StatusUnknown)
+	heldToken := e.key(unheld).Token
+	r = act(unheld, "retry", "")
+	expect(t, r, http.StatusOK, "")
+	if r.obj["key"] != "unheld" || r.obj["effect"] != "none" {
+		t.Fatalf("retry = %s", r.raw)
+	}
+	if _, ok := r.obj["forced"]; ok {
+		t.Fatalf("a retry of an intent whose effect is none says forced: %s", r.raw)
+	}
+	if k := e.key(unheld); k.State != idempotency.StateStarted || k.Token == heldToken || k.LockedUntil.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("key after retry = %+v", k)
+	}
+	rec2, _ := e.ob.Get(ctx, unheld)
+	if d, err := e.srv.cfg.Store.Begin(ctx, rec2.Kind, rec2.IdempotencyKey, e.fingerprint(unheld), unheld); err != nil || d.Outcome != idempotency.OutcomeRecover {
+		t.Fatalf("Begin after retry = %+v, %v", d, err)
 	}
 
 	// retry of a failed intent whose key completed as failed: key deleted.
@@ -677,24 +712,31 @@ func TestActions(t *testing.T) {
 	r = act(unknown, "resolve", `{"outcome":"succeeded"}`)
 	expect(t, r, http.StatusConflict, "invalid_state")
 
-	// cancel while the Recover attempt above is in flight → 409; once that
-	// attempt ends held unknown, cancel → cancelled (the operator
-	// decides); again → 409.
-	r = act(unknown, "cancel", "")
-	expect(t, r, http.StatusConflict, "invalid_state")
-	if r.errField("in_flight") != true {
-		t.Fatalf("cancel in flight = %s", r.raw)
-	}
+	// cancel of the forced retry's intent, pending with its attempt in
+	// flight and its effect possible: 409 naming effect (a cancelled
+	// intent would read as an effect that did not happen). Once that
+	// attempt ends held unknown, still 409 naming effect, and force does
+	// not apply to a cancel (400 naming force): resolve records what the
+	// operator found.
+	expectEffectRefused(t, act(unknown, "cancel", ""), "cancel", "pending")
 	if _, err := e.srv.cfg.Store.Complete(ctx, idempotency.Completion{Kind: rec.Kind, Key: rec.IdempotencyKey,
 		Token: dec.Token, IntentID: unknown, Status: outbox.StatusUnknown, Error: "still no answer"}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, act(unknown, "cancel", `{"note":"customer asked"}`), http.StatusOK, "")
-	r = act(unknown, "cancel", "")
-	expect(t, r, http.StatusConflict, "invalid_state")
-	if r.errField("status") != "cancelled" {
-		t.Fatalf("cancel twice = %s", r.raw)
+	expectEffectRefused(t, act(unknown, "cancel", `{"note":"customer asked"}`), "cancel", "unknown")
+	expectField(t, act(unknown, "cancel", `{"note":"customer asked","force":true}`), "force")
+	expectField(t, act(unknown, "resolve", `{"outcome":"failed","force":true}`), "force")
+	expectField(t, act(unknown, "retry", `{"force":"yes"}`), "force")
+	expectField(t, act(unknown, "retry", `{"force":true,"note":"`+strings.Repeat("n", maxForcedNoteLen+1)+`"}`), "note")
+	// Resolved failed, its effect stays possible: a retry still needs
+	// force, a cancel is still refused.
+	r = act(unknown, "resolve", `{"outcome":"failed","note":"customer asked"}`)
+	expect(t, r, http.StatusOK, "")
+	if r.obj["status"] != "failed" || r.obj["effect"] != "possible" {
+		t.Fatalf("resolve failed = %s", r.raw)
 	}
+	expectEffectRefused(t, act(unknown, "retry", ""), "retry", "failed")
+	expectEffectRefused(t, act(unknown, "cancel", ""), "cancel", "failed")
 
 	// resolve unknown → succeeded completes the held key: later intents
 	// with the same key get Done.
@@ -709,7 +751,7 @@ func TestActions(t *testing.T) {
 	expectField(t, act(res, "resolve", `{"outcome":"succeeded","note":"`+strings.Repeat("n", MaxNoteLen+1)+`"}`), "note")
 	r = act(res, "resolve", `{"outcome":"succeeded","note":"found it in the sent folder"}`)
 	expect(t, r, http.StatusOK, "")
-	if r.obj["status"] != "succeeded" || r.obj["key"] != "completed" {
+	if r.obj["status"] != "succeeded" || r.obj["key"] != "completed" || r.obj["effect"] != "done" {
 		t.Fatalf("resolve = %s", r.raw)
 	}
 	if k := e.key(res); k.State != idempotency.StateCompleted || k.Status != outbox.StatusSucceeded {
@@ -731,18 +773,48 @@ func TestActions(t *testing.T) {
 	}
 	h0, h1 := hist[0].(map[string]any), hist[1].(map[string]any)
 	if h0["action"] != "retry" || h0["actor"] != "op1" || h0["from_status"] != "unknown" || h0["to_status"] != "pending" ||
-		h0["note"] != "looked at the mailbox, nothing there" || h0["last_error"] != "smtp: connection reset after DATA" {
+		h0["note"] != ForcedNote+"; looked at the mailbox, nothing there" || h0["last_error"] != "smtp: connection reset after DATA" {
 		t.Fatalf("history[0] = %v", h0)
 	}
-	if h1["action"] != "cancel" || h1["to_status"] != "cancelled" || h1["note"] != "customer asked" {
+	if h1["action"] != "resolve" || h1["to_status"] != "failed" || h1["note"] != "customer asked" {
 		t.Fatalf("history[1] = %v", h1)
 	}
 	if tl := d.obj["timeline"].([]any); len(tl) < 3 {
 		t.Fatalf("timeline = %v", tl)
 	}
 	// failed attempts of actions wrote no events.
-	if n := e.count(`SELECT count(*) FROM fencegate.intent_events`); n != 5 {
-		t.Fatalf("events = %d, want 5", n)
+	if n := e.count(`SELECT count(*) FROM fencegate.intent_events`); n != 6 {
+		t.Fatalf("events = %d, want 6", n)
+	}
+}
+
+// expectEffectRefused checks r is the refusal of action on an intent of
+// status whose effect is possible: 409 invalid_state naming the field
+// effect, saying that the effect may have happened and what the operator
+// can do.
+func expectEffectRefused(t *testing.T, r resp, action string, status outbox.Status) {
+	t.Helper()
+	expect(t, r, http.StatusConflict, "invalid_state")
+	if r.errField("field") != "effect" || r.errField("effect") != "possible" || r.errField("status") != string(status) || r.errField("action") != action {
+		t.Fatalf("refusal = %s, want field effect, effect possible, status %s, action %s", r.raw, status, action)
+	}
+	msg, _ := r.errField("message").(string)
+	want := []string{"may have happened"}
+	switch {
+	case action == "retry":
+		want = append(want, "retry with force to accept a second effect")
+	case status == outbox.StatusFailed:
+		want = append(want, "force does not apply", "it stays failed")
+	default:
+		want = append(want, "force does not apply", "resolve the intent with what you found")
+	}
+	if status == outbox.StatusUnknown && action == "retry" {
+		want = append(want, "resolve the intent with what you found")
+	}
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Fatalf("message %q does not say %q", msg, w)
+		}
 	}
 }
 

@@ -60,12 +60,19 @@ func toAPIError(err error) *apiError {
 		// The issuer's ttl is the API's ttl_ms.
 		return badRequest("ttl_ms", "ttl_ms: %s", inv.Message)
 	case ae.Code == errmap.Internal && errors.As(err, &ise):
-		// The admin package's own error: the CLI has no operator actions.
+		// The admin package's own error: the CLI's operator actions are bulk
+		// ones, which count a refused intent as skipped.
 		extra := map[string]any{"intent_id": ise.IntentID, "action": ise.Action, "status": ise.Status, "allowed": ise.Allowed}
 		if ise.InFlight {
 			extra["in_flight"] = true
 		}
-		return &apiError{Code: errmap.InvalidState, Message: err.Error(), Extra: extra}
+		e := &apiError{Code: errmap.InvalidState, Message: err.Error(), Extra: extra}
+		if ise.Effect != "" {
+			// The status allows the action; what refuses it is the effect.
+			e.Field = "effect"
+			extra["effect"] = ise.Effect
+		}
+		return e
 	case ae.Code == errmap.Unavailable && errmap.DatabaseUnavailable(err):
 		return &apiError{Code: ae.Code, Message: "database unavailable: " + ae.Message}
 	}

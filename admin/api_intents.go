@@ -145,7 +145,8 @@ func (s *Server) getEpochs(r *http.Request, p principal) (int, any, error) {
 }
 
 // action: POST /api/v1/intents/{id}/retry|cancel|resolve with an optional
-// {"note"} ({"outcome","note"} for resolve, outcome required).
+// {"note"} ({"outcome","note"} for resolve, outcome required; retry also
+// takes "force": true, to retry an intent whose effect is possible).
 func (s *Server) action(a Action) handlerFunc {
 	return func(r *http.Request, p principal) (int, any, error) {
 		id, err := intentID(r)
@@ -155,6 +156,7 @@ func (s *Server) action(a Action) handlerFunc {
 		var body struct {
 			Outcome outbox.Status `json:"outcome"`
 			Note    string        `json:"note"`
+			Force   bool          `json:"force"`
 		}
 		if err := decodeBody(r, &body, a != ActionResolve); err != nil {
 			return 0, nil, err
@@ -172,7 +174,7 @@ func (s *Server) action(a Action) handlerFunc {
 				return 0, nil, err
 			}
 		}
-		res, err := Apply(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), ActionRequest{IntentID: id, Action: a, Actor: p.name, Outcome: body.Outcome, Note: body.Note})
+		res, err := Apply(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), ActionRequest{IntentID: id, Action: a, Actor: p.name, Outcome: body.Outcome, Note: body.Note, Force: body.Force})
 		if err != nil {
 			return 0, nil, err
 		}
@@ -181,7 +183,7 @@ func (s *Server) action(a Action) handlerFunc {
 }
 
 // bulk: POST /api/v1/intents/bulk {"action","status","kind","resource_prefix",
-// "since","until","outcome","note","dry_run"}: 200 with what it matched,
+// "since","until","outcome","note","force","dry_run"}: 200 with what it matched,
 // applied and skipped. A token scoped to resources may not (it would reach
 // past its scope by a prefix).
 func (s *Server) bulk(r *http.Request, p principal) (int, any, error) {

@@ -34,6 +34,10 @@ type BulkRequest struct {
 	// Outcome is resolve's; Note is recorded on every intent.
 	Outcome outbox.Status `json:"outcome,omitempty"`
 	Note    string        `json:"note,omitempty"`
+	// Force (retry only) retries intents whose effect is possible too:
+	// the operator accepts a second effect. Without it they are skipped
+	// (Skipped["effect_possible"]), as they always are by a cancel.
+	Force bool `json:"force,omitempty"`
 	// DryRun only counts what the action would touch.
 	DryRun bool `json:"dry_run"`
 	// Actor is who asks (set by the API from the token; the CLI's "cli").
@@ -46,8 +50,13 @@ type BulkResult struct {
 	DryRun bool   `json:"dry_run"`
 	// Matched: intents the filter selects (at the start).
 	Matched int `json:"matched"`
-	// Applied: intents the action changed; Skipped: those that had moved
-	// on meanwhile (another status, an attempt in flight), by reason.
+	// Applied: intents the action changed; Skipped: those it did not, by
+	// reason: moved on meanwhile (another status: the status's name; an
+	// attempt in flight: in_flight; deleted: gone), or refused because
+	// their effect may have happened (effect_possible: a retry without
+	// Force, a cancel). A dry run counts effect_possible among the matched
+	// intents (the others it cannot foresee); a reason with no intent is
+	// absent.
 	Applied int            `json:"applied"`
 	Skipped map[string]int `json:"skipped"`
 }
@@ -99,8 +108,15 @@ func (r *BulkRequest) where(now time.Time) (bulkWhere, error) {
 	if r.Action == ActionResolve && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed && !r.DryRun {
 		return bulkWhere{}, inputErr("outcome", "resolve needs an outcome: succeeded or failed")
 	}
+	if r.Force && r.Action != ActionRetry {
+		return bulkWhere{}, inputErr("force", "only retry takes force (accepting a second effect); %s of an intent whose effect may have happened is refused whatever, "+
+			"and resolve records what the operator found at the destination", r.Action)
+	}
 	if len(r.Note) > MaxNoteLen {
 		return bulkWhere{}, inputErr("note", "must be at most %d bytes", MaxNoteLen)
+	}
+	if r.Force && len(r.Note) > maxForcedNoteLen {
+		return bulkWhere{}, inputErr("note", "must be at most %d bytes with force (the event's note begins with %q)", maxForcedNoteLen, ForcedNote)
 	}
 	return w, nil
 }
@@ -116,7 +132,8 @@ func parseWhen(raw string, now time.Time) (time.Time, error) {
 // otherwise it acts on each of them with Apply (its own transaction, the
 // action recorded in the intent's history with the actor), reading them
 // in batches of BulkBatch by intent id. An intent that moved on meanwhile
-// is skipped and counted, never forced.
+// is skipped and counted, never forced; so is one whose effect is possible
+// (retry without Force, cancel).
 func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkRequest) (BulkResult, error) {
 	sch, err := parseSchema(schema)
 	if err != nil {
@@ -127,10 +144,15 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkReques
 	if err != nil {
 		return res, err
 	}
-	if err := pool.QueryRow(ctx, sch.SQL(`SELECT count(*) FROM fencegate.intents WHERE `+w.sql), w.args...).Scan(&res.Matched); err != nil {
+	var possible int
+	if err := pool.QueryRow(ctx, sch.SQL(`SELECT count(*), count(*) FILTER (WHERE effect = 'possible') FROM fencegate.intents WHERE `+w.sql), w.args...).
+		Scan(&res.Matched, &possible); err != nil {
 		return res, fmt.Errorf("admin: bulk %s: count: %w", req.Action, err)
 	}
 	if req.DryRun {
+		if refusesPossible(req) && possible > 0 {
+			res.Skipped[SkippedEffectPossible] = possible
+		}
 		return res, nil
 	}
 	var after int64
@@ -158,11 +180,13 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkReques
 			return res, nil
 		}
 		for _, id := range ids {
-			_, err := Apply(ctx, pool, schema, ActionRequest{IntentID: id, Action: req.Action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note})
+			_, err := Apply(ctx, pool, schema, ActionRequest{IntentID: id, Action: req.Action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note, Force: req.Force})
 			var ise *InvalidStateError
 			switch {
 			case err == nil:
 				res.Applied++
+			case errors.As(err, &ise) && ise.Effect != "":
+				res.Skipped[SkippedEffectPossible]++
 			case errors.As(err, &ise) && ise.InFlight:
 				res.Skipped["in_flight"]++
 			case errors.As(err, &ise):
@@ -175,4 +199,14 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkReques
 		}
 		after = ids[len(ids)-1]
 	}
+}
+
+// SkippedEffectPossible is the BulkResult.Skipped reason of intents whose
+// effect is possible.
+const SkippedEffectPossible = "effect_possible"
+
+// refusesPossible says whether req's action refuses intents whose effect is
+// possible: a cancel always, a retry without Force.
+func refusesPossible(req BulkRequest) bool {
+	return req.Action == ActionCancel || (req.Action == ActionRetry && !req.Force)
 }

@@ -83,6 +83,7 @@ var pageFuncs = template.FuncMap{
 		}
 		return d.Round(time.Millisecond).String()
 	},
+	"effectNote": effectNote,
 	"short": func(s string, n int) string {
 		if len(s) <= n {
 			return s
@@ -96,6 +97,19 @@ var pageFuncs = template.FuncMap{
 }
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// effectNote explains an intent's effect in a few words.
+func effectNote(e outbox.Effect) string {
+	switch e {
+	case outbox.EffectNone:
+		return "no attempt can have reached the destination (or a lookup proved none did)"
+	case outbox.EffectPossible:
+		return "an attempt's outcome was lost: the effect may have happened"
+	case outbox.EffectDone:
+		return "the effect happened"
+	}
+	return ""
+}
 
 // fmtTime formats a time, *time.Time (nil: empty) in UTC to the millisecond.
 func fmtTime(v any) string {
@@ -238,7 +252,7 @@ func withRefresh(d *pageData, u *url.URL) {
 	on.Set("refresh", "10")
 	off := cloneQuery(q)
 	off.Del("refresh")
-	for _, k := range []string{"done", "bulk", "applied", "skipped"} {
+	for _, k := range []string{"done", "bulk", "applied", "skipped", "skipped_effect"} {
 		off.Del(k)
 		on.Del(k)
 	}
@@ -285,6 +299,10 @@ type bulkForm struct {
 	// filter in words.
 	Preview *BulkResult
 	Scope   string
+	// Touch is how many intents the previewed action would change: those
+	// matched less those skipped because their effect is possible; Possible
+	// is those.
+	Touch, Possible int
 }
 
 // bulkActions are the actions that apply to intents of status st.
@@ -298,7 +316,8 @@ func bulkActions(st outbox.Status) []Action {
 	return out
 }
 
-// bulkFlash is the list's flash after a bulk action (?bulk=&applied=&skipped=).
+// bulkFlash is the list's flash after a bulk action
+// (?bulk=&applied=&skipped=&skipped_effect=).
 func bulkFlash(q url.Values) string {
 	a := q.Get("bulk")
 	if _, ok := allowedFrom[Action(a)]; !ok {
@@ -309,9 +328,20 @@ func bulkFlash(q url.Values) string {
 	if err1 != nil || err2 != nil {
 		return ""
 	}
+	// skipped_effect is part of skipped: those refused because their effect
+	// may have happened; the rest had moved on meanwhile.
+	effect, _ := strconv.Atoi(q.Get("skipped_effect"))
+	effect = max(0, min(effect, skipped))
 	msg := fmt.Sprintf("Bulk %s: %d intents changed", a, applied)
-	if skipped > 0 {
-		msg += fmt.Sprintf(", %d skipped (they had moved on meanwhile)", skipped)
+	if moved := skipped - effect; moved > 0 {
+		msg += fmt.Sprintf(", %d skipped (they had moved on meanwhile)", moved)
+	}
+	if effect > 0 {
+		msg += fmt.Sprintf(", %d skipped because their effect may have happened (an attempt's outcome was lost): "+
+			"resolve them with what you find at the destination", effect)
+		if a == string(ActionRetry) {
+			msg += ", or retry them accepting a second effect"
+		}
 	}
 	return msg + "."
 }
@@ -379,6 +409,10 @@ type intentBody struct {
 	CanRetry        bool
 	CanCancel       bool
 	CanResolve      bool
+	// Possible: the intent's effect may have happened; its retry form asks
+	// for force, and a cancel is not offered (NoCancel says why).
+	Possible bool
+	NoCancel string
 	// Note keeps what the operator typed when an action failed.
 	Note string
 }
@@ -428,6 +462,17 @@ func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, st
 	b.CanRetry = slices.Contains(allowedFrom[ActionRetry], det.Status)
 	b.CanCancel = slices.Contains(allowedFrom[ActionCancel], det.Status)
 	b.CanResolve = slices.Contains(allowedFrom[ActionResolve], det.Status)
+	b.Possible = det.Effect == outbox.EffectPossible
+	if b.CanCancel && b.Possible {
+		// The action would be refused (409): say why instead of offering it.
+		b.CanCancel = false
+		b.NoCancel = "Cancel is not offered: the effect may have happened, and a cancelled intent reads as one that did not. " +
+			"Find out at the destination and resolve the intent with what you found."
+		if det.Status == outbox.StatusPending {
+			b.NoCancel = "Cancel is not offered: the effect may have happened, and a cancelled intent reads as one that did not. " +
+				"Wait for its outcome; should it end unknown, find out at the destination and resolve it with what you found."
+		}
+	}
 	if s.cfg.Store != nil && det.IdempotencyKey != "" {
 		k, err := s.cfg.Store.Get(r.Context(), det.Kind, det.IdempotencyKey)
 		switch {
@@ -456,9 +501,10 @@ func prettyJSON(raw json.RawMessage) string {
 }
 
 // intentActionPost: POST /intents/{id}/retry|cancel|resolve, a form with
-// csrf, note and (resolve) outcome. Success: 303 to the intent's page.
-// Failure: the intent's page with the error, with the API's status (409
-// for a status the action does not apply to).
+// csrf, note, (resolve) outcome and (retry) force. Success: 303 to the
+// intent's page. Failure: the intent's page with the error, with the API's
+// status (409 for a status the action does not apply to, or an effect that
+// may have happened).
 func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	id, err := intentID(r)
 	if err != nil {
@@ -491,7 +537,8 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 			return
 		}
 	}
-	req := ActionRequest{IntentID: id, Action: a, Actor: v.name, Note: strings.TrimSpace(r.PostFormValue("note"))}
+	req := ActionRequest{IntentID: id, Action: a, Actor: v.name, Note: strings.TrimSpace(r.PostFormValue("note")),
+		Force: r.PostFormValue("force") != ""}
 	if a == ActionResolve {
 		req.Outcome = outbox.Status(r.PostFormValue("outcome"))
 	}
@@ -503,7 +550,13 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 		msg := ae.Message
 		var ise *InvalidStateError
 		switch {
-		case errors.As(err, &ise) && ise.InFlight:
+		case errors.As(err, &ise) && ise.Effect != "" && a == ActionRetry:
+			msg = fmt.Sprintf("Cannot retry intent %d without accepting a second effect: an attempt's outcome was lost, so the effect may have happened. "+
+				"Find out at the destination and resolve it with what you found, or tick “accept a second effect” to retry anyway.", id)
+		case ise != nil && ise.Effect != "":
+			msg = fmt.Sprintf("Cannot %s intent %d: an attempt's outcome was lost, so the effect may have happened, and a cancelled intent reads as one that did not. "+
+				"Find out at the destination and resolve it with what you found.", a, id)
+		case ise != nil && ise.InFlight:
 			msg = fmt.Sprintf("Cannot %s intent %d: it is in flight — an attempt has begun and has no outcome yet. "+
 				"Wait for its outcome, or %s it once it is held unknown or failed.", a, id, a)
 		case ise != nil:
@@ -549,6 +602,9 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	req := BulkRequest{Action: Action(f("action")), Status: outbox.Status(f("status")), Kind: strings.TrimSpace(f("kind")),
 		ResourcePrefix: strings.TrimSpace(f("resource_prefix")), Since: strings.TrimSpace(f("since")), Until: strings.TrimSpace(f("until")),
 		Outcome: outbox.Status(f("outcome")), Note: strings.TrimSpace(f("note")), Actor: v.name}
+	// The list's form has one action menu and one force box, labelled for
+	// retry: the box means nothing to the other actions.
+	req.Force = req.Action == ActionRetry && f("force") != ""
 	apply := f("step") == "apply"
 	req.DryRun = !apply
 	var res BulkResult
@@ -573,6 +629,8 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	}
 	if !apply {
 		b.Preview = &res
+		b.Possible = res.Skipped[SkippedEffectPossible]
+		b.Touch = max(0, res.Matched-b.Possible)
 		s.render(w, r, http.StatusOK, "bulk", d)
 		return
 	}
@@ -584,6 +642,9 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 		"applied", res.Applied, "skipped", skipped, "actor", v.name)
 	q := url.Values{"status": {string(req.Status)}, "bulk": {string(req.Action)},
 		"applied": {strconv.Itoa(res.Applied)}, "skipped": {strconv.Itoa(skipped)}}
+	if n := res.Skipped[SkippedEffectPossible]; n > 0 {
+		q.Set("skipped_effect", strconv.Itoa(n))
+	}
 	if req.Kind != "" {
 		q.Set("kind", req.Kind)
 	}

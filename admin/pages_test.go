@@ -313,10 +313,15 @@ func TestPagesNoTokens(t *testing.T) {
 	c.expect(c.do("GET", "/intents?status=bogus", nil), http.StatusBadRequest, "status: must be one of")
 	c.expect(c.do("GET", "/intents?status=unknown&kind=email", nil), http.StatusOK, fmt.Sprintf(`data-intent="%d"`, xss))
 
-	// The unknown intent offers resolve; resolving it records anonymous.
+	// The unknown intent offers resolve, and retry only accepting a second
+	// effect (its effect is possible); not cancel, saying why. Resolving it
+	// records anonymous.
 	ip := fmt.Sprintf("/intents/%d", xss)
 	r = c.do("GET", ip, nil)
-	c.expect(r, http.StatusOK, `id="resolve"`, `id="retry"`, `id="cancel"`, "&lt;img src=x")
+	c.expect(r, http.StatusOK, `id="resolve"`, `id="retry"`, `id="retry-force"`, `id="no-cancel"`, "&lt;img src=x")
+	if strings.Contains(r.body, `id="cancel"`) {
+		t.Fatal("cancel offered for an intent whose effect may have happened")
+	}
 	csrf := csrfOf(t, r.body)
 	if csrf != c.cookies[csrfCookie].Value {
 		t.Fatal("the form's CSRF token is not the cookie's")

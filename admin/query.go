@@ -118,7 +118,8 @@ type Page struct {
 }
 
 const listColumns = `intent_id, resource_id, epoch, operation_id, kind, idempotency_key, fence,
-	status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, coalesce(principal, '')`
+	status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, coalesce(principal, ''),
+	effect, not_before`
 
 // ListIntents returns a page of intents matching f, newest (highest id)
 // first. Pagination is by keyset on intent_id, not by offset: a page starts
@@ -155,13 +156,14 @@ func ListIntents(ctx context.Context, q Querier, schema string, f ListFilter) (P
 	p := Page{Intents: []outbox.Record{}}
 	for rows.Next() {
 		var r outbox.Record
-		var fence, status string
+		var fence, status, effect string
 		var result []byte
 		if err := rows.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
-			&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal); err != nil {
+			&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal,
+			&effect, &r.NotBefore); err != nil {
 			return Page{}, fmt.Errorf("admin: list intents: %w", err)
 		}
-		r.Fence, r.Status = outbox.Fence(fence), outbox.Status(status)
+		r.Fence, r.Status, r.Effect = outbox.Fence(fence), outbox.Status(status), outbox.Effect(effect)
 		if result != nil {
 			r.Result = result
 		}
@@ -220,18 +222,19 @@ func GetIntent(ctx context.Context, q Querier, schema string, id int64) (*Intent
 	}
 	var d IntentDetail
 	r := &d.Record
-	var fence, status string
+	var fence, status, effect string
 	var payload, result []byte
 	err = q.QueryRow(ctx, sch.SQL(`SELECT `+listColumns+`, payload FROM fencegate.intents WHERE intent_id = $1`), id).Scan(
 		&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
-		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal, &payload)
+		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal,
+		&effect, &r.NotBefore, &payload)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, outbox.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("admin: get intent %d: %w", id, err)
 	}
-	r.Fence, r.Status, r.Payload = outbox.Fence(fence), outbox.Status(status), payload
+	r.Fence, r.Status, r.Payload, r.Effect = outbox.Fence(fence), outbox.Status(status), payload, outbox.Effect(effect)
 	if result != nil {
 		r.Result = result
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"fmt"
 
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/outbox"
@@ -12,6 +13,10 @@ import (
 // every intent a filter selects. Without --yes it is a dry run that says
 // how many intents it would touch; with it, each is acted on in its own
 // transaction and the action recorded in its history (actor "cli:$USER").
+// Intents whose effect is possible are skipped and counted
+// (skipped.effect_possible, and a line on stderr), by a cancel always and
+// by a retry without --force; like every skip, it is not a failure (exit
+// 0): the JSON says what was done.
 func bulkCommand(action admin.Action) command {
 	return func(ctx context.Context, a *app, args []string) int {
 		fs, dbURL := a.newFlags(string(action))
@@ -25,6 +30,10 @@ func bulkCommand(action admin.Action) command {
 		outcome := fs.String("outcome", "", "resolve's outcome: succeeded or failed")
 		fs.StringVar(&req.Note, "note", "", "the reason, recorded on every intent")
 		yes := fs.Bool("yes", false, "do it (without: a dry run that says how many intents it would touch)")
+		if action == admin.ActionRetry {
+			fs.BoolVar(&req.Force, "force", false, "retry intents whose effect is possible too (an attempt's outcome was lost: the effect may have happened), "+
+				"accepting a second effect; recorded as forced in their history. Without it they are skipped: resolve records what you found at the destination")
+		}
 		if code, ok := a.parse(fs, args); !ok {
 			return code
 		}
@@ -43,6 +52,20 @@ func bulkCommand(action admin.Action) command {
 			return a.fail(err)
 		}
 		a.writeJSON(res)
+		if n := res.Skipped[admin.SkippedEffectPossible]; n > 0 {
+			what, verb := "intents", "skipped"
+			if n == 1 {
+				what = "intent"
+			}
+			if req.DryRun {
+				verb = "would be skipped"
+			}
+			advice := "find out at the destination and resolve them with what you found"
+			if action == admin.ActionRetry {
+				advice += ", or --force to accept a second effect"
+			}
+			fmt.Fprintf(a.stderr, "gateway %s: %d %s %s: the effect may have happened (an attempt's outcome was lost); %s\n", action, n, what, verb, advice)
+		}
 		return exitOK
 	}
 }

@@ -327,21 +327,25 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 
 // statusView is the JSON shape of `gateway status`.
 type statusView struct {
-	IntentID       int64           `json:"intent_id"`
-	Resource       string          `json:"resource"`
-	Epoch          int64           `json:"epoch"`
-	OperationID    string          `json:"operation_id"`
-	Kind           string          `json:"kind"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Fence          outbox.Fence    `json:"fence"`
-	Status         outbox.Status   `json:"status"`
-	Attempts       int             `json:"attempts"`
-	Result         json.RawMessage `json:"result"`
-	LastError      *string         `json:"last_error"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	RelayedAt      *time.Time      `json:"relayed_at"`
-	CompletedAt    *time.Time      `json:"completed_at"`
+	IntentID       int64         `json:"intent_id"`
+	Resource       string        `json:"resource"`
+	Epoch          int64         `json:"epoch"`
+	OperationID    string        `json:"operation_id"`
+	Kind           string        `json:"kind"`
+	IdempotencyKey string        `json:"idempotency_key"`
+	Fence          outbox.Fence  `json:"fence"`
+	Status         outbox.Status `json:"status"`
+	Attempts       int           `json:"attempts"`
+	// Effect: whether the effect may have happened (none, possible, done).
+	Effect    outbox.Effect   `json:"effect"`
+	Result    json.RawMessage `json:"result"`
+	LastError *string         `json:"last_error"`
+	// NotBefore: when a deferred retry is due; null when none is.
+	NotBefore   *time.Time `json:"not_before"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	RelayedAt   *time.Time `json:"relayed_at"`
+	CompletedAt *time.Time `json:"completed_at"`
 	// Principal: who enqueued it through the admin API; absent otherwise.
 	Principal string `json:"principal,omitempty"`
 }
@@ -354,7 +358,7 @@ func viewOf(r *outbox.Record) statusView {
 	return statusView{
 		IntentID: r.IntentID, Resource: r.Resource, Epoch: r.Epoch, OperationID: r.OperationID,
 		Kind: r.Kind, IdempotencyKey: r.IdempotencyKey, Fence: r.Fence, Status: r.Status,
-		Attempts: r.Attempts, Result: res, LastError: r.LastError, CreatedAt: r.CreatedAt,
+		Attempts: r.Attempts, Effect: r.Effect, Result: res, LastError: r.LastError, NotBefore: r.NotBefore, CreatedAt: r.CreatedAt,
 		UpdatedAt: r.UpdatedAt, RelayedAt: r.RelayedAt, CompletedAt: r.CompletedAt, Principal: r.Principal,
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/internal/testdb"
 )
 
@@ -103,5 +104,96 @@ func TestBulkRetryCLI(t *testing.T) {
 	expectCode(t, r, 2, "invalid_input")
 	if r.obj["error"].(map[string]any)["field"] != "status" {
 		t.Errorf("no status: %s", r.stdout)
+	}
+}
+
+// `gateway status` prints the intent's effect and not_before; `gateway
+// retry` skips the intents whose effect is possible, counting them
+// (skipped.effect_possible, and a line on stderr saying why), exit 0 like
+// every skip, and retries them with --force; `gateway cancel` skips them
+// and has no --force (exit 2).
+func TestBulkRetryEffectPossibleCLI(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewURL(t)
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "r", "--holder", "A", "--ttl", "60s"), 0, "")
+	lost := jsonNum(enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", "lost", "--kind", "file", "--payload", `{"target":"lost.txt","content":"x"}`))
+	plain := jsonNum(enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", "plain", "--kind", "file", "--payload", `{"target":"plain.txt","content":"x"}`))
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	ctx := context.Background()
+
+	// A pending intent: effect none, no deferred retry.
+	r := gw(t, db, "status", plain)
+	expectCode(t, r, 0, "")
+	if v, ok := r.obj["not_before"]; r.obj["effect"] != "none" || !ok || v != nil {
+		t.Fatalf("status = %s; want effect none, not_before null", r.stdout)
+	}
+	// A deferred retry after a lost outcome, as the runtime records it.
+	if _, err := conn.Exec(ctx, testdb.SQL(`UPDATE fencegate.intents SET effect = 'possible', not_before = '2030-01-02T03:04:05.678Z' WHERE intent_id = $1`), lost); err != nil {
+		t.Fatal(err)
+	}
+	r = gw(t, db, "status", lost)
+	expectCode(t, r, 0, "")
+	nb, _ := r.obj["not_before"].(string)
+	if got, err := time.Parse(time.RFC3339Nano, nb); r.obj["effect"] != "possible" || err != nil || !got.Equal(time.Date(2030, 1, 2, 3, 4, 5, 678e6, time.UTC)) {
+		t.Fatalf("status = %s; want effect possible, not_before 2030-01-02T03:04:05.678Z", r.stdout)
+	}
+
+	// Both end: one unknown (its effect possible), one failed.
+	if _, err := conn.Exec(ctx, testdb.SQL(`UPDATE fencegate.intents SET status = CASE WHEN effect = 'possible' THEN 'unknown' ELSE 'failed' END,
+		not_before = NULL, completed_at = now()`)); err != nil {
+		t.Fatal(err)
+	}
+	skipped := func(r cliResult) map[string]any {
+		m, _ := r.obj["skipped"].(map[string]any)
+		return m
+	}
+	r = gw(t, db, "retry", "--status", "unknown")
+	expectCode(t, r, 0, "")
+	if r.obj["matched"] != 1.0 || skipped(r)["effect_possible"] != 1.0 || !strings.Contains(r.stderr, "1 intent would be skipped") ||
+		!strings.Contains(r.stderr, "may have happened") || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("dry run: %s, stderr %q", r.stdout, r.stderr)
+	}
+	r = gw(t, db, "retry", "--status", "unknown", "--yes")
+	expectCode(t, r, 0, "")
+	if r.obj["applied"] != 0.0 || skipped(r)["effect_possible"] != 1.0 || !strings.Contains(r.stderr, "1 intent skipped") {
+		t.Fatalf("retry --yes: %s, stderr %q", r.stdout, r.stderr)
+	}
+	if st := gw(t, db, "status", lost); st.obj["status"] != "unknown" {
+		t.Fatalf("retried without --force: %s", st.stdout)
+	}
+	r = gw(t, db, "cancel", "--status", "unknown", "--yes")
+	expectCode(t, r, 0, "")
+	if r.obj["applied"] != 0.0 || skipped(r)["effect_possible"] != 1.0 || strings.Contains(r.stderr, "--force") {
+		t.Fatalf("cancel --yes: %s, stderr %q", r.stdout, r.stderr)
+	}
+	r = gw(t, db, "cancel", "--status", "unknown", "--force")
+	expectCode(t, r, 2, "invalid_input")
+
+	// The failed one (effect none) is retried without --force, nothing
+	// said on stderr.
+	r = gw(t, db, "retry", "--status", "failed", "--yes")
+	expectCode(t, r, 0, "")
+	if r.obj["applied"] != 1.0 || len(skipped(r)) != 0 || r.stderr != "" {
+		t.Fatalf("retry failed: %s, stderr %q", r.stdout, r.stderr)
+	}
+
+	// --force: retried, recorded forced, the effect still possible.
+	r = gw(t, db, "retry", "--status", "unknown", "--force", "--note", "nothing arrived", "--yes")
+	expectCode(t, r, 0, "")
+	if r.obj["applied"] != 1.0 || len(skipped(r)) != 0 || r.stderr != "" {
+		t.Fatalf("retry --force: %s, stderr %q", r.stdout, r.stderr)
+	}
+	if st := gw(t, db, "status", lost); st.obj["status"] != "pending" || st.obj["effect"] != "possible" {
+		t.Fatalf("after retry --force: %s", st.stdout)
+	}
+	var note string
+	if err := conn.QueryRow(ctx, testdb.SQL(`SELECT note FROM fencegate.intent_events WHERE intent_id = $1 AND action = 'retry'`), lost).Scan(&note); err != nil ||
+		note != admin.ForcedNote+"; nothing arrived" {
+		t.Fatalf("event note %q %v", note, err)
 	}
 }
