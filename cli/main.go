@@ -47,7 +47,9 @@ Usage:
   gateway ls [--status S] [--resource R] [--kind K] [--limit N] [--cursor C]
   gateway retry|cancel|resolve --status S [--kind K] [--resource-prefix P]
                   [--since 2h] [--until T] [--outcome O] [--note N] [--yes]
-                               a dry run (how many it would touch) unless --yes
+                               a dry run (how many it would touch) unless --yes;
+                               retry --force also retries intents whose effect
+                               may have happened (a second effect accepted)
   gateway lease history --resource R [--limit N]
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
