@@ -133,11 +133,18 @@ func Verify(obs *Observed, ops []Op) *Report {
 		}
 	}
 
-	// E: every operation's error was one the run expects.
+	// E: every operation's error was one the run expects. One violation
+	// per kind of operation and error text, with the first such operation.
+	unexpected := map[string][]Op{}
 	for _, o := range ops {
 		if o.Result == "error" {
-			r.add("E", fmt.Sprintf("worker %s: %s on %s failed unexpectedly: %s", o.Worker, o.Kind, o.Resource, o.Err), o.String())
+			unexpected[o.Kind+"\x00"+o.Err] = append(unexpected[o.Kind+"\x00"+o.Err], o)
 		}
+	}
+	for _, k := range sortedKeys(unexpected) {
+		same := unexpected[k]
+		o := same[0]
+		r.add("E", fmt.Sprintf("%d %s operations failed unexpectedly (first: worker %s on %s): %s", len(same), o.Kind, o.Worker, o.Resource, o.Err), o.String())
 	}
 
 	checkDeliveries(obs, r, "email", obs.MailCopies, obs.MailByIntent, !obs.EmailOnce)

@@ -113,7 +113,7 @@ func TestVerifyFlags(t *testing.T) {
 		{"unknown without a reason", "U", "webhook: intent 4 (key \"r/hook/1\") is unknown without a last_error", func(o *Observed, _ *[]Op) {
 			o.Intents[3].Status = "unknown"
 		}},
-		{"unexpected SQL error", "E", `worker b: enqueue on r failed unexpectedly: ERROR: relation "chaos_intent_log" does not exist`, func(_ *Observed, ops *[]Op) {
+		{"unexpected SQL error", "E", `1 enqueue operations failed unexpectedly (first: worker b on r): ERROR: relation "chaos_intent_log" does not exist`, func(_ *Observed, ops *[]Op) {
 			*ops = append(*ops, Op{Worker: "b", Kind: "enqueue", Resource: "r", Holder: "b", Epoch: 2, Call: 130, Ret: 140, Result: "error", OpID: "b-3",
 				IntentKnd: "file", Key: "r/file/b-3", Err: `ERROR: relation "chaos_intent_log" does not exist (SQLSTATE 42P01)`})
 		}},
