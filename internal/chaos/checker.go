@@ -150,8 +150,10 @@ func Verify(obs *Observed, ops []Op) *Report {
 	checkDeliveries(obs, r, "email", obs.MailCopies, obs.MailByIntent, !obs.EmailOnce)
 	hookKeys, hookIntents := map[string]int{}, map[int64]int{}
 	for _, d := range obs.Hooks {
-		hookKeys[d.Key]++
-		hookIntents[d.IntentID]++
+		if !d.Refused {
+			hookKeys[d.Key]++
+			hookIntents[d.IntentID]++
+		}
 	}
 	checkDeliveries(obs, r, "webhook", hookKeys, hookIntents, obs.HookDedups)
 	checkFiles(obs, r)
@@ -438,8 +440,12 @@ func effects(n int) string {
 func describeHooks(ds []Delivery, key string) string {
 	var b strings.Builder
 	for _, d := range ds {
+		what := "acted on"
+		if d.Refused {
+			what = "refused"
+		}
 		if d.Key == key {
-			fmt.Fprintf(&b, "acted on request of intent %d epoch %d at %s reused_conn=%v fault=%q\n", d.IntentID, d.Epoch, d.At.Format("15:04:05.000"), d.Reused, d.Fault)
+			fmt.Fprintf(&b, "%s request of intent %d epoch %d at %s reused_conn=%v fault=%q\n", what, d.IntentID, d.Epoch, d.At.Format("15:04:05.000"), d.Reused, d.Fault)
 		}
 	}
 	return b.String()

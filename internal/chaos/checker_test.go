@@ -72,6 +72,7 @@ func TestVerifyAttributesEffects(t *testing.T) {
 	obs, ops := world()
 	obs.Intents = append(obs.Intents, Intent{ID: 5, Resource: "r", Epoch: 2, OpID: "b-3", Kind: "webhook", Key: "r/hook/1", Payload: `{}`,
 		Status: "failed", LastError: "gave up after 5 attempts: 503", Committed: obs.Intents[3].Committed.Add(time.Millisecond)})
+	obs.Hooks = append(obs.Hooks, Delivery{Key: "r/hook/1", IntentID: 5, Epoch: 2, Fault: Hook503, Refused: true})
 	r := Verify(obs, ops)
 	if len(r.Violations) != 0 {
 		t.Fatalf("flagged: %v", r.Violations)

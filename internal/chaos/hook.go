@@ -39,19 +39,21 @@ const (
 // HookFaults are the webhook receiver's fault kinds.
 var HookFaults = []string{HookDropFresh, HookDropReused, HookLate, Hook429, Hook503, HookReset}
 
-// Delivery is a webhook request the receiver acted on.
+// Delivery is a webhook request the receiver received: acted on, or
+// refused (Refused: a 429 or 503, for the evidence).
 type Delivery struct {
 	Key      string
 	IntentID int64
 	Epoch    int64
 	Reused   bool   // it came on a kept-alive connection
 	Fault    string // the fault applied to its answer, if any
+	Refused  bool
 	At       time.Time
 }
 
 // HookReceiver is the webhook destination of the chaos run: an HTTP server
-// on 127.0.0.1 that acts on each POST /hook (records a Delivery under its
-// Idempotency-Key: it does not dedup) and answers GET /lookup?key=K with
+// on 127.0.0.1 that acts on each POST /hook it does not refuse (records a
+// Delivery under its Idempotency-Key: it does not dedup) and answers GET /lookup?key=K with
 // 200 when K was acted on, 404 otherwise (a payload's lookup_url). Armed
 // faults misbehave on the requests they pick.
 type HookReceiver struct {
@@ -133,7 +135,7 @@ func (h *HookReceiver) Injected() map[string]int {
 	return copyCounts(h.injected)
 }
 
-// Deliveries returns the requests acted on.
+// Deliveries returns the requests acted on and those refused (Refused).
 func (h *HookReceiver) Deliveries() []Delivery {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -223,6 +225,7 @@ func (h *HookReceiver) hook(w http.ResponseWriter, r *http.Request) {
 	}
 	switch fault {
 	case Hook429, Hook503:
+		h.deliveries = append(h.deliveries, Delivery{Key: key, IntentID: id, Epoch: epoch, Reused: reused, Fault: fault, Refused: true, At: now})
 	case HookLate:
 		h.pending++
 		if !lateAct {
@@ -293,7 +296,7 @@ func (h *HookReceiver) lookup(w http.ResponseWriter, r *http.Request) {
 	h.lookups++
 	n := 0
 	for _, d := range h.deliveries {
-		if d.Key == key {
+		if d.Key == key && !d.Refused {
 			n++
 		}
 	}
