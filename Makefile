@@ -27,12 +27,13 @@ alerts:
 clean:
 	rm -rf bin var
 
-# The randomized fault run (test/chaos, internal/chaos; not part of `make
-# test`): worker processes, gateway processes, nats-server and PostgreSQL
-# under a seeded nemesis, then the history checker. Same tool setup as
-# `make test` (scripts/tools.sh). SEED=0 picks a random seed (printed;
-# replay with it). Then the NATS cluster fault test's long form (`make
-# cluster`).
+# The randomized fault run (test/chaos, internal/chaos): worker processes,
+# gateway processes, nats-server, PostgreSQL and misbehaving SMTP and
+# webhook destinations under a seeded nemesis, then the history checker,
+# which fails a run that exercised too little. Its short form (20 s, a
+# fixed seed) runs in `make test`. Same tool setup as `make test`
+# (scripts/tools.sh). SEED=0 picks a random seed (printed; replay with
+# it). Then the NATS cluster fault test's long form (`make cluster`).
 SEED ?= 0
 DURATION ?= 60s
 chaos:

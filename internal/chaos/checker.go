@@ -14,7 +14,7 @@ import (
 
 // Violation is one broken invariant.
 type Violation struct {
-	// Invariant names the rule: I1–I9 or L (docs/guarantees.md, "Guarantees and how
+	// Invariant names the rule: I1–I9, L, U, E or V (docs/guarantees.md, "Guarantees and how
 	// we test them").
 	Invariant string
 	// Message says what is wrong.
@@ -31,6 +31,10 @@ type Report struct {
 	Violations []Violation
 	// Stats counts what was checked.
 	Stats map[string]int
+	// Deliveries counts, per destination kind, the business keys by the
+	// final statuses of their intents and the effects at the destination:
+	// "email" -> "succeeded: 1" -> keys.
+	Deliveries map[string]map[string]int
 }
 
 // Count returns how many violations of invariant the report holds.
@@ -77,8 +81,13 @@ func Check(ctx context.Context, env Env, ops []Op) (*Report, error) {
 //	   is in the database (also after PostgreSQL crashes)
 //	I9 an epoch is granted at most once per resource
 //	L  the lease/epoch register history is linearizable (porcupine)
+//	U  an unknown intent says why (last_error)
+//	E  no worker operation failed for a reason the run did not expect (an
+//	   SQL error, an invalid input): such a run checks nothing
+//	V  the run exercised what it checks (Observed.Min, every scheduled
+//	   fault injected)
 func Verify(obs *Observed, ops []Op) *Report {
-	r := &Report{Stats: map[string]int{}}
+	r := &Report{Stats: map[string]int{}, Deliveries: map[string]map[string]int{}}
 	byOp := map[string]Intent{}
 	for _, in := range obs.Intents {
 		byOp[in.Resource+"\x00"+in.OpID] = in
@@ -124,8 +133,31 @@ func Verify(obs *Observed, ops []Op) *Report {
 		}
 	}
 
-	checkEmail(obs, r)
+	// E: every operation's error was one the run expects. One violation
+	// per kind of operation and error text, with the first such operation.
+	unexpected := map[string][]Op{}
+	for _, o := range ops {
+		if o.Result == "error" {
+			unexpected[o.Kind+"\x00"+o.Err] = append(unexpected[o.Kind+"\x00"+o.Err], o)
+		}
+	}
+	for _, k := range sortedKeys(unexpected) {
+		same := unexpected[k]
+		o := same[0]
+		r.add("E", fmt.Sprintf("%d %s operations failed unexpectedly (first: worker %s on %s): %s", len(same), o.Kind, o.Worker, o.Resource, o.Err), o.String())
+	}
+
+	checkDeliveries(obs, r, "email", obs.MailCopies, obs.MailByIntent, !obs.EmailOnce)
+	hookKeys, hookIntents := map[string]int{}, map[int64]int{}
+	for _, d := range obs.Hooks {
+		if !d.Refused {
+			hookKeys[d.Key]++
+			hookIntents[d.IntentID]++
+		}
+	}
+	checkDeliveries(obs, r, "webhook", hookKeys, hookIntents, obs.HookDedups)
 	checkFiles(obs, r)
+	checkExercised(obs, ops, r)
 
 	// L: the lease/epoch register's history is linearizable.
 	bad, conclusive := Linearizable(ops, 60)
@@ -332,36 +364,119 @@ func deniesEffect(status string) bool {
 	return status == "superseded" || status == "cancelled" || status == "failed"
 }
 
-// checkEmail verifies I3, I5 and I7 per email business key from the
-// messages with its Message-ID at the destination.
-func checkEmail(obs *Observed, r *Report) {
+// checkDeliveries verifies I3, I5, I7 and U for the intents of kind from
+// the effects at their destination: perKey counts the effects per
+// business key (email: messages with the key's Message-ID; webhook:
+// requests acted on with its Idempotency-Key), perIntent those each
+// intent's own attempts caused. Where the destination does not dedup
+// (dedups false), a key has at most one effect, and exactly one when an
+// intent of it succeeded; an intent failed, cancelled or superseded caused
+// none; an unknown intent says why. The keys are tallied in
+// r.Deliveries[kind] by their intents' statuses and their effects.
+func checkDeliveries(obs *Observed, r *Report, kind string, perKey map[string]int, perIntent map[int64]int, dedups bool) {
 	byKey := map[string][]Intent{}
 	for _, in := range obs.Intents {
-		if in.Kind == "email" {
+		if in.Kind == kind {
 			byKey[in.Key] = append(byKey[in.Key], in)
 		}
 	}
-	for _, k := range sortedKeys(obs.MailCopies) {
-		n, ins := obs.MailCopies[k], byKey[k]
-		r.Stats["email_messages"] += n
-		r.Stats["email_keys"]++
+	keys := map[string]bool{}
+	for k := range perKey {
+		keys[k] = true
+	}
+	for k := range byKey {
+		keys[k] = true
+	}
+	tally := map[string]int{}
+	r.Deliveries[kind] = tally
+	for _, k := range sortedKeys(keys) {
+		n, ins := perKey[k], byKey[k]
+		r.Stats[kind+"_effects"] += n
+		r.Stats[kind+"_keys"]++
 		evidence := describeIntents(ins)
-		if late := obs.LateStores[email.MessageID(k, obs.MailDomain)]; late > 0 {
+		if late := obs.LateStores[email.MessageID(k, obs.MailDomain)]; kind == "email" && late > 0 {
 			evidence += fmt.Sprintf("the destination stored %d of its messages after the sender's reply deadline\n", late)
 		}
-		if n > 1 && obs.EmailOnce {
-			r.add("I3", fmt.Sprintf("%d messages with the Message-ID of business key %q, want at most 1", n, k), evidence)
+		if kind == "webhook" {
+			evidence += describeHooks(obs.Hooks, k)
+		}
+		statuses := map[string]bool{}
+		succeeded := false
+		for _, in := range ins {
+			statuses[in.Status] = true
+			succeeded = succeeded || in.Status == "succeeded"
+		}
+		tally[fmt.Sprintf("%s: %s", strings.Join(sortedKeys(statuses), "+"), effects(n))]++
+		if n > 1 && !dedups {
+			r.add("I3", fmt.Sprintf("%s: %d effects of business key %q at a destination that does not dedup, want at most 1", kind, n, k), evidence)
 		}
 		if n > 0 && len(ins) == 0 {
-			r.add("I5", fmt.Sprintf("a message for business key %q, but no committed intent has that key", k))
+			r.add("I5", fmt.Sprintf("%s: an effect of business key %q, but no committed intent has that key", kind, k))
+		}
+		if succeeded && n == 0 {
+			r.add("I7", fmt.Sprintf("%s: business key %q succeeded, but the destination holds no effect of it", kind, k), evidence)
 		}
 		for _, in := range ins {
 			switch {
-			case n > 0 && deniesEffect(in.Status):
-				r.add("I7", fmt.Sprintf("intent %d (key %q) is %s, but the destination holds %d message(s) of its key", in.ID, k, in.Status, n), evidence)
-			case n == 0 && in.Status == "succeeded":
-				r.add("I7", fmt.Sprintf("intent %d (key %q) succeeded, but the destination holds no message of its key", in.ID, k), evidence)
+			case deniesEffect(in.Status) && perIntent[in.ID] > 0:
+				r.add("I7", fmt.Sprintf("%s: intent %d (key %q) is %s, but the destination acted on %d of its attempts", kind, in.ID, k, in.Status, perIntent[in.ID]), evidence)
+			case in.Status == "unknown" && strings.TrimSpace(in.LastError) == "":
+				r.add("U", fmt.Sprintf("%s: intent %d (key %q) is unknown without a last_error: the operator cannot see why", kind, in.ID, k), evidence)
 			}
+		}
+	}
+}
+
+func effects(n int) string {
+	switch n {
+	case 0:
+		return "no effect"
+	case 1:
+		return "1 effect"
+	}
+	return fmt.Sprintf("%d effects", n)
+}
+
+func describeHooks(ds []Delivery, key string) string {
+	var b strings.Builder
+	for _, d := range ds {
+		what := "acted on"
+		if d.Refused {
+			what = "refused"
+		}
+		if d.Key == key {
+			fmt.Fprintf(&b, "%s request of intent %d epoch %d at %s reused_conn=%v fault=%q\n", what, d.IntentID, d.Epoch, d.At.Format("15:04:05.000"), d.Reused, d.Fault)
+		}
+	}
+	return b.String()
+}
+
+// checkExercised verifies V: the run did what its checks need — enough
+// acknowledged enqueues and intents, effects at every destination kind,
+// and every fault kind the nemesis scheduled injected at least once.
+func checkExercised(obs *Observed, ops []Op, r *Report) {
+	acked := 0
+	for _, o := range ops {
+		if o.Kind == "enqueue" && o.Result == "ok" && !o.Duplicate {
+			acked++
+		}
+	}
+	r.Stats["acknowledged_enqueues"] = acked
+	want := obs.Min
+	if acked < want.Enqueues {
+		r.add("V", fmt.Sprintf("only %d acknowledged enqueues, want at least %d", acked, want.Enqueues))
+	}
+	if len(obs.Intents) < want.Enqueues {
+		r.add("V", fmt.Sprintf("only %d intents checked, want at least %d", len(obs.Intents), want.Enqueues))
+	}
+	for _, k := range []string{"email_effects", "webhook_effects", "file_publications"} {
+		if r.Stats[k] < want.Effects {
+			r.add("V", fmt.Sprintf("only %d %s, want at least %d", r.Stats[k], strings.ReplaceAll(k, "_", " "), want.Effects))
+		}
+	}
+	for _, k := range sortedKeys(obs.Faults) {
+		if obs.Faults[k] > 0 && obs.Injected[k] == 0 {
+			r.add("V", fmt.Sprintf("fault %s was scheduled %d times and never injected", k, obs.Faults[k]))
 		}
 	}
 }

@@ -10,7 +10,8 @@ import (
 
 // world is a small clean run: worker a takes epoch 1 of r, enqueues one
 // email (key r/mail/1, delivered once) and one file intent (published);
-// b takes over with epoch 2 and publishes after it.
+// b takes over with epoch 2, publishes after it and sends one webhook (key
+// r/hook/1, acted on once).
 func world() (*Observed, []Op) {
 	t0 := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -23,6 +24,8 @@ func world() (*Observed, []Op) {
 		{Worker: "b", Kind: "acquire", Resource: "r", Holder: "b", Call: 70, Ret: 80, Result: "ok", OutEpoch: 2},
 		{Worker: "b", Kind: "enqueue", Resource: "r", Holder: "b", Epoch: 2, Call: 90, Ret: 100, Result: "ok", OpID: "b-1",
 			IntentKnd: "file", Key: "r/file/b-1", IntentID: 3},
+		{Worker: "b", Kind: "enqueue", Resource: "r", Holder: "b", Epoch: 2, Call: 110, Ret: 120, Result: "ok", OpID: "b-2",
+			IntentKnd: "webhook", Key: "r/hook/1", IntentID: 4},
 	}
 	pub := func(id, epoch int64, key string) file.Publication {
 		return file.Publication{Target: "r.txt", Epoch: epoch, IntentID: id, IdempotencyKey: key, SHA256: key}
@@ -32,10 +35,13 @@ func world() (*Observed, []Op) {
 			{ID: 1, Resource: "r", Epoch: 1, OpID: "a-1", Kind: "email", Key: "r/mail/1", Payload: `{}`, Status: "succeeded", Committed: at(2)},
 			{ID: 2, Resource: "r", Epoch: 1, OpID: "a-2", Kind: "file", Key: "r/file/a-2", Payload: `{"target":"r.txt"}`, Status: "succeeded", Committed: at(3)},
 			{ID: 3, Resource: "r", Epoch: 2, OpID: "b-1", Kind: "file", Key: "r/file/b-1", Payload: `{"target":"r.txt"}`, Status: "succeeded", Committed: at(5)},
+			{ID: 4, Resource: "r", Epoch: 2, OpID: "b-2", Kind: "webhook", Key: "r/hook/1", Payload: `{}`, Status: "succeeded", Committed: at(6)},
 		},
-		Grants:     []Grant{{Resource: "r", Epoch: 1, Holder: "a", Committed: at(1)}, {Resource: "r", Epoch: 2, Holder: "b", Committed: at(4)}},
-		Epochs:     map[string]int64{"r": 2},
-		MailCopies: map[string]int{"r/mail/1": 1},
+		Grants:       []Grant{{Resource: "r", Epoch: 1, Holder: "a", Committed: at(1)}, {Resource: "r", Epoch: 2, Holder: "b", Committed: at(4)}},
+		Epochs:       map[string]int64{"r": 2},
+		MailCopies:   map[string]int{"r/mail/1": 1},
+		MailByIntent: map[int64]int{1: 1},
+		Hooks:        []Delivery{{Key: "r/hook/1", IntentID: 4, Epoch: 2}},
 		Files: map[string]Target{"r.txt": {Exists: true, ContentMatches: true,
 			Manifest: file.Manifest{Resource: "r", Publication: pub(3, 2, "r/file/b-1"), History: []file.Publication{pub(2, 1, "r/file/a-2")}}}},
 		EmailOnce:  true,
@@ -47,8 +53,32 @@ func world() (*Observed, []Op) {
 func TestVerifyCleanRun(t *testing.T) {
 	t.Parallel()
 	obs, ops := world()
-	if r := Verify(obs, ops); len(r.Violations) != 0 {
+	obs.Min = Minimum{Enqueues: 4, Effects: 1}
+	obs.Faults, obs.Injected = map[string]int{HookLate: 1, "kill9_postgres": 1}, map[string]int{HookLate: 1, "kill9_postgres": 1}
+	r := Verify(obs, ops)
+	if len(r.Violations) != 0 {
 		t.Fatalf("clean run flagged: %v", r.Violations)
+	}
+	if got := r.Deliveries["webhook"]["succeeded: 1 effect"]; got != 1 {
+		t.Fatalf("webhook tally %v, want one succeeded key with 1 effect", r.Deliveries["webhook"])
+	}
+}
+
+// An effect is held against the intent whose attempt caused it: an intent
+// that failed (its attempts refused) beside another intent of its key
+// that succeeded is no contradiction.
+func TestVerifyAttributesEffects(t *testing.T) {
+	t.Parallel()
+	obs, ops := world()
+	obs.Intents = append(obs.Intents, Intent{ID: 5, Resource: "r", Epoch: 2, OpID: "b-3", Kind: "webhook", Key: "r/hook/1", Payload: `{}`,
+		Status: "failed", LastError: "gave up after 5 attempts: 503", Committed: obs.Intents[3].Committed.Add(time.Millisecond)})
+	obs.Hooks = append(obs.Hooks, Delivery{Key: "r/hook/1", IntentID: 5, Epoch: 2, Fault: Hook503, Refused: true})
+	r := Verify(obs, ops)
+	if len(r.Violations) != 0 {
+		t.Fatalf("flagged: %v", r.Violations)
+	}
+	if got := r.Deliveries["webhook"]["failed+succeeded: 1 effect"]; got != 1 {
+		t.Fatalf("webhook tally %v", r.Deliveries["webhook"])
 	}
 }
 
@@ -63,8 +93,11 @@ func TestVerifyFlags(t *testing.T) {
 		breakIt   func(*Observed, *[]Op)
 	}{
 		// (a) more than one copy of a business key where the mode promises one.
-		{"two messages of one key", "I3", `2 messages with the Message-ID of business key "r/mail/1"`, func(o *Observed, _ *[]Op) {
+		{"two messages of one key", "I3", `email: 2 effects of business key "r/mail/1" at a destination that does not dedup`, func(o *Observed, _ *[]Op) {
 			o.MailCopies["r/mail/1"] = 2
+		}},
+		{"a webhook acted on twice", "I3", `webhook: 2 effects of business key "r/hook/1"`, func(o *Observed, _ *[]Op) {
+			o.Hooks = append(o.Hooks, o.Hooks[0])
 		}},
 		{"one key published twice", "I3", "business key r/file/a-2 published 2 times", func(o *Observed, _ *[]Op) {
 			f := o.Files["r.txt"]
@@ -72,8 +105,28 @@ func TestVerifyFlags(t *testing.T) {
 			o.Files["r.txt"] = f
 		}},
 		// (b) a recorded status that contradicts the effect.
-		{"failed email delivered", "I7", "intent 1 (key \"r/mail/1\") is failed, but the destination holds 1 message(s)", func(o *Observed, _ *[]Op) {
+		{"failed email delivered", "I7", "email: intent 1 (key \"r/mail/1\") is failed, but the destination acted on 1 of its attempts", func(o *Observed, _ *[]Op) {
 			o.Intents[0].Status = "failed"
+		}},
+		{"failed webhook acted on", "I7", "webhook: intent 4 (key \"r/hook/1\") is failed, but the destination acted on 1", func(o *Observed, _ *[]Op) {
+			o.Intents[3].Status = "failed"
+		}},
+		{"unknown without a reason", "U", "webhook: intent 4 (key \"r/hook/1\") is unknown without a last_error", func(o *Observed, _ *[]Op) {
+			o.Intents[3].Status = "unknown"
+		}},
+		{"unexpected SQL error", "E", `1 enqueue operations failed unexpectedly (first: worker b on r): ERROR: relation "chaos_intent_log" does not exist`, func(_ *Observed, ops *[]Op) {
+			*ops = append(*ops, Op{Worker: "b", Kind: "enqueue", Resource: "r", Holder: "b", Epoch: 2, Call: 130, Ret: 140, Result: "error", OpID: "b-3",
+				IntentKnd: "file", Key: "r/file/b-3", Err: `ERROR: relation "chaos_intent_log" does not exist (SQLSTATE 42P01)`})
+		}},
+		{"too few enqueues", "V", "only 4 acknowledged enqueues, want at least 5", func(o *Observed, _ *[]Op) {
+			o.Min.Enqueues = 5
+		}},
+		{"no effects", "V", "only 1 webhook effects, want at least 2", func(o *Observed, _ *[]Op) {
+			o.Min.Effects = 2
+		}},
+		{"a fault never injected", "V", "fault hook_drop_reused was scheduled 2 times and never injected", func(o *Observed, _ *[]Op) {
+			o.Faults = map[string]int{HookDropReused: 2, HookLate: 1}
+			o.Injected = map[string]int{HookLate: 1}
 		}},
 		{"superseded file published", "I7", "intent 2 (a-2, key r/file/a-2) is superseded, but r.txt holds its publication", func(o *Observed, _ *[]Op) {
 			o.Intents[1].Status = "superseded"
@@ -81,8 +134,11 @@ func TestVerifyFlags(t *testing.T) {
 		{"cancelled file published", "I7", "is cancelled, but r.txt holds its publication", func(o *Observed, _ *[]Op) {
 			o.Intents[2].Status = "cancelled"
 		}},
-		{"succeeded email not delivered", "I7", "intent 1 (key \"r/mail/1\") succeeded, but the destination holds no message", func(o *Observed, _ *[]Op) {
+		{"succeeded email not delivered", "I7", "email: business key \"r/mail/1\" succeeded, but the destination holds no effect", func(o *Observed, _ *[]Op) {
 			o.MailCopies["r/mail/1"] = 0
+		}},
+		{"succeeded webhook not acted on", "I7", "webhook: business key \"r/hook/1\" succeeded, but the destination holds no effect", func(o *Observed, _ *[]Op) {
+			o.Hooks = nil
 		}},
 		{"succeeded file not published", "I7", "intent 2 (a-2, key r/file/a-2) succeeded, but r.txt has no publication", func(o *Observed, _ *[]Op) {
 			f := o.Files["r.txt"]

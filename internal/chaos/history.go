@@ -1,10 +1,16 @@
 // Package chaos is the randomized fault run of fencegate: worker processes
-// (./worker) take short leases and enqueue email and file intents while a
-// nemesis pauses workers past their TTL, kills and restarts `gateway run`
-// processes, and restarts NATS and PostgreSQL; afterwards a checker
-// verifies the invariants I1–I6 and the linearizability of the lease/epoch
-// register from the logged history (see docs/guarantees.md, "Guarantees and how we test them"). The run
-// itself is the test in test/chaos (make chaos SEED=… DURATION=…).
+// (RunWorker) take short leases and enqueue email, webhook and file
+// intents while a nemesis pauses workers past their TTL, kills and
+// restarts `gateway run` processes, restarts NATS and PostgreSQL, and
+// makes the destinations misbehave (SMTPFront, HookReceiver: act then
+// drop the connection, answer late, push back with Retry-After, reset
+// mid-answer); afterwards a checker verifies the invariants, the effects
+// at each destination against the intents' final statuses, and the
+// linearizability of the lease/epoch register from the logged history
+// (see docs/guarantees.md, "Guarantees and how we test them"), and that
+// the run exercised what it checks. The run itself is the test in
+// test/chaos (its short form in go test ./...; make chaos SEED=…
+// DURATION=…).
 package chaos
 
 import (

@@ -16,41 +16,15 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/smtptest"
 )
 
-// InstallLogs adds the test-only commit-order logs to a chaos database:
-// chaos_grant_log gets a row (resource, epoch, holder) in the transaction
-// of every change of a resource's epoch, chaos_intent_log one in the
-// transaction that inserted an intent (the intents row itself is updated
-// later, so its xmin is not the inserting transaction's). With
-// track_commit_timestamp on, their xmin commit timestamps order grants and
-// intent commits. A row is lost exactly when its transaction is: a grant
-// acknowledged to a worker and missing here was lost by the database.
-func InstallLogs(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `
-		CREATE TABLE chaos_grant_log (resource_id text NOT NULL, epoch bigint NOT NULL, holder text);
-		CREATE FUNCTION chaos_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.epoch > 0 AND (TG_OP = 'INSERT' OR NEW.epoch <> OLD.epoch) THEN
-				INSERT INTO chaos_grant_log VALUES (NEW.resource_id, NEW.epoch, NEW.holder);
-			END IF;
-			RETURN NULL;
-		END $$;
-		CREATE TRIGGER chaos_log_grant AFTER INSERT OR UPDATE ON fencegate.resources FOR EACH ROW EXECUTE FUNCTION chaos_log_grant();
-		CREATE TABLE chaos_intent_log (intent_id bigint NOT NULL, resource_id text NOT NULL, epoch bigint NOT NULL, operation_id text NOT NULL);
-		CREATE FUNCTION chaos_log_intent() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			INSERT INTO chaos_intent_log VALUES (NEW.intent_id, NEW.resource_id, NEW.epoch, NEW.operation_id);
-			RETURN NULL;
-		END $$;
-		CREATE TRIGGER chaos_log_intent AFTER INSERT ON fencegate.intents FOR EACH ROW EXECUTE FUNCTION chaos_log_intent();`)
-	return err
-}
-
 // Env is where the checker reads what the run left behind.
 type Env struct {
-	Pool       *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Schema is fencegate's schema (empty: the default).
+	Schema     string
 	MailpitURL string
 	MailDomain string
 	FileRoot   string
@@ -64,6 +38,31 @@ type Env struct {
 	// stored after the sender's reply deadline (a late-accepting SMTP
 	// front), for the evidence of a duplicate.
 	LateStores map[string]int
+	// MailByIntent counts, per intent id, the messages the email
+	// destination stored that the intent's attempts sent (SMTPFront).
+	MailByIntent map[int64]int
+	// Hooks are the webhook requests the receiver acted on; HookDedups
+	// says whether the receiver is listed as deduplicating on the key.
+	Hooks      []Delivery
+	HookDedups bool
+	// Min is what the run must have exercised (Verify's V).
+	Min Minimum
+	// Faults counts the faults the nemesis scheduled, per kind; Injected
+	// those a destination actually applied (a fault that needs no
+	// destination's cooperation counts as injected when scheduled).
+	Faults, Injected map[string]int
+}
+
+// Minimum is what a run must have exercised for its verdict to mean
+// anything: a run that enqueued nothing, or whose destinations saw no
+// effect, or whose scheduled faults never hit, passes every check
+// vacuously.
+type Minimum struct {
+	// Enqueues: acknowledged enqueues (first inserts, not duplicates).
+	Enqueues int
+	// Effects at each destination kind: email messages stored, webhook
+	// requests acted on, file publications.
+	Effects int
 }
 
 // Intent is an intents row as the checker sees it.
@@ -77,6 +76,10 @@ type Intent struct {
 	Payload   string
 	Status    string
 	Result    string
+	LastError string
+	// Effect is the intents row's effect column (none, possible, done)
+	// where the schema has it; empty otherwise.
+	Effect    string
 	Committed time.Time // commit timestamp of the inserting transaction
 }
 
@@ -122,21 +125,32 @@ type Observed struct {
 	LateStores map[string]int
 	// MailDomain makes Message-IDs for the evidence.
 	MailDomain string
+	// MailByIntent, Hooks, HookDedups, Min, Faults and Injected are copied
+	// from Env.
+	MailByIntent     map[int64]int
+	Hooks            []Delivery
+	HookDedups       bool
+	Min              Minimum
+	Faults, Injected map[string]int
 }
 
 // Observe reads the state the run left behind. The email business keys
 // counted at Mailpit are those of the history and of the outbox.
 func Observe(ctx context.Context, env Env, ops []Op) (*Observed, error) {
 	obs := &Observed{Epochs: map[string]int64{}, MailCopies: map[string]int{}, Files: map[string]Target{},
-		EmailOnce: env.EmailOnce, Crashes: env.Crashes, LateStores: env.LateStores, MailDomain: env.MailDomain}
-	var err error
-	if obs.Intents, err = loadIntents(ctx, env.Pool); err != nil {
+		EmailOnce: env.EmailOnce, Crashes: env.Crashes, LateStores: env.LateStores, MailDomain: env.MailDomain,
+		MailByIntent: env.MailByIntent, Hooks: env.Hooks, HookDedups: env.HookDedups, Min: env.Min, Faults: env.Faults, Injected: env.Injected}
+	schema, err := pgschema.Parse(env.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if obs.Intents, err = loadIntents(ctx, env.Pool, schema); err != nil {
 		return nil, err
 	}
 	if obs.Grants, err = loadGrants(ctx, env.Pool); err != nil {
 		return nil, err
 	}
-	rows, err := env.Pool.Query(ctx, `SELECT resource_id, epoch FROM fencegate.resources`)
+	rows, err := env.Pool.Query(ctx, schema.SQL(`SELECT resource_id, epoch FROM fencegate.resources`))
 	if err != nil {
 		return nil, err
 	}
@@ -221,11 +235,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func loadIntents(ctx context.Context, pool *pgxpool.Pool) ([]Intent, error) {
-	rows, err := pool.Query(ctx, `
+func loadIntents(ctx context.Context, pool *pgxpool.Pool, schema pgschema.Schema) ([]Intent, error) {
+	// The effect column where the schema has it (to_jsonb: no error
+	// where it has not).
+	rows, err := pool.Query(ctx, schema.SQL(`
 		SELECT i.intent_id, i.resource_id, i.epoch, i.operation_id, i.kind, i.idempotency_key, i.payload::text,
-		       i.status, coalesce(i.result::text, 'null'), pg_xact_commit_timestamp(l.xmin)
-		FROM fencegate.intents i JOIN chaos_intent_log l USING (intent_id) ORDER BY i.intent_id`)
+		       i.status, coalesce(i.result::text, 'null'), coalesce(i.last_error, ''), coalesce(to_jsonb(i)->>'effect', ''),
+		       pg_xact_commit_timestamp(l.xmin)
+		FROM fencegate.intents i JOIN chaos.intent_log l USING (intent_id) ORDER BY i.intent_id`))
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +250,7 @@ func loadIntents(ctx context.Context, pool *pgxpool.Pool) ([]Intent, error) {
 	var out []Intent
 	for rows.Next() {
 		var in Intent
-		if err := rows.Scan(&in.ID, &in.Resource, &in.Epoch, &in.OpID, &in.Kind, &in.Key, &in.Payload, &in.Status, &in.Result, &in.Committed); err != nil {
+		if err := rows.Scan(&in.ID, &in.Resource, &in.Epoch, &in.OpID, &in.Kind, &in.Key, &in.Payload, &in.Status, &in.Result, &in.LastError, &in.Effect, &in.Committed); err != nil {
 			return nil, err
 		}
 		out = append(out, in)
@@ -242,7 +259,7 @@ func loadIntents(ctx context.Context, pool *pgxpool.Pool) ([]Intent, error) {
 }
 
 func loadGrants(ctx context.Context, pool *pgxpool.Pool) ([]Grant, error) {
-	rows, err := pool.Query(ctx, `SELECT resource_id, epoch, coalesce(holder, ''), pg_xact_commit_timestamp(xmin) FROM chaos_grant_log`)
+	rows, err := pool.Query(ctx, `SELECT resource_id, epoch, coalesce(holder, ''), pg_xact_commit_timestamp(xmin) FROM chaos.grant_log`)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 // Package chaos runs the randomized fault run (internal/chaos) as a test.
-// It is not part of `go test ./...` (it skips unless -chaos.duration is
-// given); run it with
+// Its short form (shortDuration, seed shortSeed, the minimum counts scaled
+// down) runs in `go test ./...`; the long form runs with -chaos.duration:
 //
 //	make chaos SEED=42 DURATION=10m
 package chaos
@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,12 +33,24 @@ import (
 	"github.com/fencegate/fencegate/internal/testdb"
 )
 
+// The short form of the run, in go test ./...: a fixed seed, 20 s of
+// faults.
+const (
+	shortSeed     = 27
+	shortDuration = 20 * time.Second
+)
+
 var (
 	seedFlag     = flag.Uint64("chaos.seed", 1, "seed of the fault schedule and the workers (0: random)")
 	durationFlag = flag.Duration("chaos.duration", 60*time.Second, "how long faults are injected")
 )
 
 func TestMain(m *testing.M) {
+	// The workers are this test binary, run again: no binary of their own
+	// to build.
+	if os.Getenv(chaos.WorkerEnv) != "" {
+		os.Exit(chaos.RunWorker(os.Args[1:]))
+	}
 	code := m.Run()
 	natstest.Cleanup()
 	ft.Cleanup()
@@ -70,45 +83,79 @@ const (
 
 var crashPoints = []string{failpoint.AfterEffectBeforeRecord, failpoint.AfterRenameBeforeRecord, failpoint.AfterPublishBeforeMark}
 
+// processFaults are the nemesis's faults of processes; the destination
+// faults (chaos.SMTPFaults, chaos.HookFaults) arm the SMTP front and the
+// webhook receiver to misbehave on their next requests.
+var processFaults = []string{"pause_worker", "pause_gateway", "share_holder", "kill9_gateway",
+	"crash_gateway_at_failpoint", "restart_nats", "restart_postgres", "kill9_postgres"}
+
+// destinationFaults are the faults of the destinations.
+var destinationFaults = append(append([]string(nil), chaos.SMTPFaults...), chaos.HookFaults...)
+
+// deck deals kinds in shuffled rounds: every kind once before any twice,
+// so that a run with at least as many slots as kinds injects each.
+type deck struct {
+	rng   *rand.Rand
+	kinds []string
+	left  []string
+}
+
+func (d *deck) next() string {
+	if len(d.left) == 0 {
+		d.left = append([]string(nil), d.kinds...)
+		d.rng.Shuffle(len(d.left), func(i, j int) { d.left[i], d.left[j] = d.left[j], d.left[i] })
+	}
+	k := d.left[0]
+	d.left = d.left[1:]
+	return k
+}
+
 // schedule derives the whole fault schedule from the seed: the same seed
-// replays the same faults at the same offsets.
+// replays the same faults at the same offsets. Process faults come every
+// 0.5-2 s, destination faults every 0.3-1.5 s (each armed for 1-3
+// requests), until 3 s before the end, so that the last armed faults meet
+// traffic; each kind comes once before any comes twice.
 func schedule(seed uint64, d time.Duration) []fault {
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
 	var out []fault
-	at := time.Second
-	for {
-		at += time.Duration(500+rng.IntN(2500)) * time.Millisecond
-		if at >= d {
-			return out
+	procs := &deck{rng: rng, kinds: processFaults}
+	for at := time.Second; ; {
+		at += time.Duration(500+rng.IntN(1500)) * time.Millisecond
+		if at >= d-3*time.Second {
+			break
 		}
-		f := fault{at: at}
-		switch p := rng.IntN(100); {
-		case p < 22:
-			f.kind, f.target = "pause_worker", rng.IntN(nWorkers)
+		f := fault{at: at, kind: procs.next()}
+		switch f.kind {
+		case "pause_worker":
+			f.target = rng.IntN(nWorkers)
 			f.arg = (workerTTL*2 + time.Duration(rng.IntN(800))*time.Millisecond).String()
-		case p < 36:
+		case "pause_gateway":
 			// Past the idempotency lock timeout: the paused attempt's key
 			// is recovered by another gateway meanwhile.
-			f.kind, f.target = "pause_gateway", rng.IntN(nGateways)
+			f.target = rng.IntN(nGateways)
 			f.arg = (lockTimeout + time.Duration(500+rng.IntN(2500))*time.Millisecond).String()
-		case p < 46:
+		case "share_holder":
 			// Worker target uses the next worker's holder id for a while.
-			f.kind, f.target = "share_holder", rng.IntN(nWorkers)
+			f.target = rng.IntN(nWorkers)
 			f.arg = (time.Duration(2000+rng.IntN(4000)) * time.Millisecond).String()
-		case p < 60:
-			f.kind, f.target = "kill9_gateway", rng.IntN(nGateways)
-		case p < 70:
-			f.kind, f.target = "crash_gateway_at_failpoint", rng.IntN(nGateways)
+		case "kill9_gateway":
+			f.target = rng.IntN(nGateways)
+		case "crash_gateway_at_failpoint":
+			f.target = rng.IntN(nGateways)
 			f.arg = crashPoints[rng.IntN(len(crashPoints))]
-		case p < 80:
-			f.kind = "restart_nats"
-		case p < 88:
-			f.kind = "restart_postgres"
-		default:
-			f.kind = "kill9_postgres"
 		}
 		out = append(out, f)
 	}
+	dests := &deck{rng: rng, kinds: destinationFaults}
+	for at := time.Second; ; {
+		at += time.Duration(300+rng.IntN(1200)) * time.Millisecond
+		if at >= d-3*time.Second {
+			break
+		}
+		out = append(out, fault{at: at, kind: dests.next(), target: 1 + rng.IntN(3)})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
+	return out
 }
 
 // lateHold decides, from the seed alone, whether the SMTP front stores
@@ -146,25 +193,24 @@ func optionalFlags(t *testing.T, bin string) []string {
 }
 
 func TestChaos(t *testing.T) {
+	seed, dur := uint64(shortSeed), shortDuration
 	requested := false
 	flag.Visit(func(f *flag.Flag) { requested = requested || f.Name == "chaos.duration" })
-	if !requested {
-		t.Skip("the chaos run is not part of go test ./...: run it with make chaos SEED=… DURATION=…")
+	if requested {
+		seed, dur = *seedFlag, *durationFlag
+		if seed == 0 {
+			seed = rand.Uint64() % 1_000_000
+		}
 	}
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64() % 1_000_000
-	}
-	dur := *durationFlag
-	t.Logf("chaos: seed %d, duration %s (replay: make chaos SEED=%d DURATION=%s)", seed, dur, seed, dur)
+	schema := testdb.Schema()
+	t.Logf("chaos: seed %d, duration %s, schema %s (replay: make chaos SEED=%d DURATION=%s)", seed, dur, schema, seed, dur)
 	ctx := context.Background()
+	setupStart := time.Now()
 
-	bin := ft.Gateway(t)
+	// The gateway builds while the servers start.
+	built := make(chan error, 1)
+	go func() { _, err := ft.BuildGateway(); built <- err }()
 	dir := t.TempDir()
-	workerBin := filepath.Join(dir, "worker")
-	if err := ft.GoBuild(workerBin, "./internal/chaos/worker", ""); err != nil {
-		t.Fatal(err)
-	}
 	// fsync on, synchronous_commit off at the server: what the gateway
 	// acknowledges as decided must survive a kill -9 whatever the server's
 	// default (the gateway forces synchronous commit for its decisions). A
@@ -177,34 +223,53 @@ func TestChaos(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cl.Stop() })
 	db := cl.URL("postgres")
-	ft.Expect(t, ft.Gw(t, bin, db, nil, "migrate"), 0, "")
+	ns := natstest.StartProcess(t)
+	mp := smtptest.StartMailpit(t, "--max", "0")
+	// The destinations. The SMTP front stores some messages only after
+	// the reply deadline besides the scheduled faults: an unknown outcome
+	// whose message does arrive, after the lookup that follows the
+	// timeout.
+	front, err := chaos.NewSMTPFront(seed, mp.SMTPAddr, execTimeout, func(id string, n int) time.Duration { return lateHold(seed, id, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(front.Close)
+	hook, err := chaos.NewHookReceiver(seed, execTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hook.Close)
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	bin := ft.Gateway(t)
+	schemaEnv := []string{"GATEWAY_SCHEMA=" + schema}
+	ft.Expect(t, ft.Gw(t, bin, db, schemaEnv, "migrate"), 0, "")
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if err := chaos.InstallLogs(ctx, pool); err != nil {
+	if err := chaos.InstallLogs(ctx, pool, schema); err != nil {
 		t.Fatal(err)
 	}
-	ns := natstest.StartProcess(t)
-	mp := smtptest.StartMailpit(t, "--max", "0")
-	// The gateways send through a front that stores some messages only
-	// after their reply deadline: an unknown outcome whose message does
-	// arrive, after the lookup that follows the timeout.
-	front := smtptest.NewFront(t, mp.SMTPAddr, func(id string, n int) time.Duration { return lateHold(seed, id, n) })
 	root := filepath.Join(dir, "files")
 	const domain = "chaos.fencegate.test"
-	runArgs := []string{"run", "--nats-url", ns.URL, "--adapters", "email,file", "--file-root", root,
+	// The default unknown-outcome policy (hold), and the receiver is not
+	// listed as deduplicating: an outcome lost at either destination is
+	// looked up (Mailpit; a payload's lookup_url) or held.
+	runArgs := []string{"run", "--nats-url", ns.URL, "--adapters", "email,file,webhook", "--file-root", root,
 		"--smtp-addr", front.Addr, "--mail-lookup", "mailpit", "--mailpit-url", mp.BaseURL, "--mail-domain", domain,
+		"--webhook-allow", hook.Host,
 		"--poll-interval", "200ms", "--relay-timeout", "3s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "warn",
 		"--execute-timeout", execTimeout.String(), "--idempotency-lock-timeout", lockTimeout.String(),
 		"--mail-from-allow", "example.com"}
 	runArgs = append(runArgs, optionalFlags(t, bin)...)
 	gateways := make([]*ft.Proc, nGateways)
 	startGateway := func(i int, fp string) {
-		var env []string
+		env := schemaEnv
 		if fp != "" {
-			env = []string{failpoint.EnvVar + "=" + fp}
+			env = append([]string{failpoint.EnvVar + "=" + fp}, schemaEnv...)
 		}
 		gateways[i] = ft.Start(t, bin, db, env, runArgs...)
 	}
@@ -218,10 +283,11 @@ func TestChaos(t *testing.T) {
 	for i := range workers {
 		out := filepath.Join(dir, fmt.Sprintf("w%d.jsonl", i))
 		histories = append(histories, out)
-		workers[i] = ft.Start(t, workerBin, db, nil, "-id", fmt.Sprintf("w%d", i), "-share", fmt.Sprintf("w%d", (i+1)%nWorkers),
-			"-seed", strconv.FormatUint(seed*100+uint64(i), 10),
+		workers[i] = ft.Start(t, os.Args[0], db, []string{chaos.WorkerEnv + "=1"}, "-id", fmt.Sprintf("w%d", i), "-share", fmt.Sprintf("w%d", (i+1)%nWorkers),
+			"-seed", strconv.FormatUint(seed*100+uint64(i), 10), "-schema", schema, "-hook", hook.URL,
 			"-resources", resources, "-ttl", workerTTL.String(), "-out", out)
 	}
+	t.Logf("chaos: set up in %s", time.Since(setupStart).Round(100*time.Millisecond))
 
 	// The nemesis. Offsets count from here, after the set-up.
 	start := time.Now()
@@ -233,7 +299,9 @@ func TestChaos(t *testing.T) {
 			time.Sleep(wait) // the schedule's offset: the faults' timing
 		}
 		counts[f.kind]++
-		t.Logf("chaos: %6.1fs %s %d %s", time.Since(start).Seconds(), f.kind, f.target, f.arg)
+		if !slices.Contains(destinationFaults, f.kind) {
+			t.Logf("chaos: %6.1fs %s %d %s", time.Since(start).Seconds(), f.kind, f.target, f.arg)
+		}
 		d, _ := time.ParseDuration(f.arg)
 		switch f.kind {
 		case "pause_worker":
@@ -274,6 +342,12 @@ func TestChaos(t *testing.T) {
 				err := cl.StartAgain(ctx)
 				return err == nil, fmt.Sprint(err)
 			})
+		default: // a destination fault, for the next f.target requests
+			if slices.Contains(chaos.SMTPFaults, f.kind) {
+				front.Arm(f.kind, f.target)
+			} else {
+				hook.Arm(f.kind, f.target)
+			}
 		}
 		// A gateway that crashed at its failpoint is restarted plain; one
 		// refusing its flags is a broken run; any other exit is logged and
@@ -299,7 +373,8 @@ func TestChaos(t *testing.T) {
 		time.Sleep(wait)
 	}
 
-	// Faults stop: workers continue and finish.
+	// Faults stop: workers continue and finish. Armed destination faults
+	// stay armed: the drain's requests meet them.
 	for _, w := range workers {
 		w.Signal(syscall.SIGCONT)
 		w.Signal(syscall.SIGTERM)
@@ -312,14 +387,19 @@ func TestChaos(t *testing.T) {
 	// Drain. Every gateway is killed, so no attempt is in flight; the
 	// idempotency locks of attempts abandoned by killed processes are then
 	// expired at once, standing in for their lock timeout; fresh gateways
-	// recover them by lookup. Held messages reach Mailpit first, so the
-	// lookups see every message that will ever arrive.
+	// recover them by lookup. Held messages and requests reach the
+	// destinations first, so the lookups see every effect that will ever
+	// happen.
+	drainStart := time.Now()
 	for _, g := range gateways {
 		g.Kill()
 	}
-	if !front.Wait(time.Minute) {
-		t.Fatal("the SMTP front still holds messages a minute after the gateways stopped")
+	waitDestinations := func(when string) {
+		if !front.Wait(time.Minute) || !hook.Wait(time.Minute) {
+			t.Fatalf("a destination still holds messages or requests a minute after %s", when)
+		}
 	}
+	waitDestinations("the gateways stopped")
 	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.idempotency_keys SET locked_until = now() - interval '1 second' WHERE state = 'started'`)); err != nil {
 		t.Fatal(err)
 	}
@@ -341,23 +421,59 @@ func TestChaos(t *testing.T) {
 	for _, g := range gateways {
 		g.Kill()
 	}
-	if !front.Wait(time.Minute) {
-		t.Fatal("the SMTP front still holds messages a minute after the drain")
+	waitDestinations("the drain")
+	drained := time.Since(drainStart)
+
+	// What was injected: a process fault when it was done, a destination
+	// fault when a destination applied it.
+	injected := map[string]int{}
+	for k, v := range counts {
+		if !slices.Contains(destinationFaults, k) {
+			injected[k] = v
+		}
 	}
+	for _, m := range []map[string]int{front.Injected(), hook.Injected()} {
+		for k, v := range m {
+			injected[k] += v
+		}
+	}
+	scheduled := map[string]int{}
+	for _, f := range sched {
+		scheduled[f.kind]++
+	}
+	secs := int(dur / time.Second)
+	floor := chaos.Minimum{Enqueues: 3 * secs, Effects: secs / 2}
 
 	ops, err := chaos.ReadHistory(histories)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := chaos.Check(ctx, chaos.Env{Pool: pool, MailpitURL: mp.BaseURL, MailDomain: domain, FileRoot: root,
-		EmailOnce: true, Crashes: crashes, LateStores: front.LateStores()}, ops)
+	rep, err := chaos.Check(ctx, chaos.Env{Pool: pool, Schema: schema, MailpitURL: mp.BaseURL, MailDomain: domain, FileRoot: root,
+		EmailOnce: true, Crashes: crashes, LateStores: front.LateStores(), MailByIntent: front.StoredByIntent(),
+		Hooks: hook.Deliveries(), Min: floor, Faults: scheduled, Injected: injected}, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos: seed %d, duration %s, %d faults scheduled\n", seed, dur, len(sched))
-	fmt.Fprintf(&b, "faults: %s\n", fmtCounts(counts))
+	fmt.Fprintf(&b, "chaos: seed %d, duration %s, schema %s, %d faults scheduled; drained in %s\n", seed, dur, schema, len(sched), drained.Round(100*time.Millisecond))
+	fmt.Fprintf(&b, "faults scheduled: %s\n", fmtCounts(scheduled))
+	fmt.Fprintf(&b, "faults injected: %s\n", fmtCounts(injected))
+	fmt.Fprintf(&b, "minimum: %d acknowledged enqueues and intents, %d effects at each destination kind\n", floor.Enqueues, floor.Effects)
 	fmt.Fprintf(&b, "checked: %s\n", fmtCounts(rep.Stats))
+	fmt.Fprintf(&b, "destinations: %s; smtp stored=%d\n", fmtCounts(hook.Stats()), front.Stored())
+	for _, kind := range []string{"email", "webhook"} {
+		fmt.Fprintf(&b, "%s keys by final status and effects: %s\n", kind, fmtCounts(rep.Deliveries[kind]))
+	}
+	if effect := effectCounts(t, pool); len(effect) > 0 {
+		fmt.Fprintf(&b, "intents by kind, status and effect: %s\n", fmtCounts(effect))
+	}
+	for i, e := range hook.EarlyRetries() {
+		if i == 10 {
+			fmt.Fprintf(&b, "  … %d more\n", len(hook.EarlyRetries())-10)
+			break
+		}
+		fmt.Fprintf(&b, "  early retry: %s\n", e)
+	}
 	per := map[string]int{}
 	for _, v := range rep.Violations {
 		per[v.Invariant]++
@@ -374,6 +490,31 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("chaos: %d violations with seed %d", len(rep.Violations), seed)
 	}
 	t.Logf("chaos: done in %s", time.Since(start).Round(time.Second))
+}
+
+// effectCounts counts the intents by kind, status and effect where the
+// intents table has the effect column (by kind and status otherwise).
+func effectCounts(t *testing.T, pool *pgxpool.Pool) map[string]int {
+	rows, err := pool.Query(context.Background(), testdb.SQL(`
+		SELECT kind || '/' || status || coalesce('/' || (to_jsonb(i)->>'effect'), ''), count(*)
+		FROM fencegate.intents i GROUP BY 1`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func tail(s string) string {

@@ -1,13 +1,16 @@
-// Command worker is one worker process of the chaos run: it loops taking
-// short leases on a few resources and enqueueing email and file intents
-// with business keys, and logs every operation (JSON lines, monotonic
-// timestamps) to the file named by -out, until SIGTERM.
+package chaos
+
+// The worker of the chaos run (RunWorker): it loops taking short leases on
+// a few resources and enqueueing email, webhook and file intents with
+// business keys, and logs every operation (JSON lines, monotonic
+// timestamps) to the file named by -out, until SIGTERM. The run starts it
+// as a process of its own (the test binary re-executed), so that it can
+// be paused and signalled.
 //
 // SIGUSR1 makes it use the holder id given by -share (another worker's)
 // from its next round on, SIGUSR2 its own again: two workers then hold
 // leases under one holder id, and every acquire must still return a new
 // epoch.
-package main
 
 import (
 	"bufio"
@@ -18,7 +21,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -29,20 +35,30 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fenceerr"
-	"github.com/fencegate/fencegate/internal/chaos"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
-func main() {
-	db := flag.String("db", os.Getenv("GATEWAY_DATABASE_URL"), "database URL")
-	id := flag.String("id", "w0", "worker id (the lease holder)")
-	share := flag.String("share", "", "holder id used after SIGUSR1 (until SIGUSR2)")
-	seed := flag.Uint64("seed", 1, "random seed")
-	resList := flag.String("resources", "res-0,res-1", "resources, comma-separated")
-	ttl := flag.Duration("ttl", 400*time.Millisecond, "lease TTL")
-	out := flag.String("out", "", "history file (JSON lines)")
-	flag.Parse()
+// WorkerEnv is the environment variable that makes a test binary run
+// RunWorker instead of its tests (see test/chaos).
+const WorkerEnv = "FENCEGATE_CHAOS_WORKER"
+
+// RunWorker runs one worker with the command-line arguments args and
+// returns its exit code.
+func RunWorker(args []string) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	db := fs.String("db", os.Getenv("GATEWAY_DATABASE_URL"), "database URL")
+	schema := fs.String("schema", "", "fencegate's schema (default fencegate)")
+	id := fs.String("id", "w0", "worker id (the lease holder)")
+	share := fs.String("share", "", "holder id used after SIGUSR1 (until SIGUSR2)")
+	seed := fs.Uint64("seed", 1, "random seed")
+	resList := fs.String("resources", "res-0,res-1", "resources, comma-separated")
+	ttl := fs.Duration("ttl", 400*time.Millisecond, "lease TTL")
+	hook := fs.String("hook", "", "base URL of the webhook receiver (none: no webhook intents)")
+	out := fs.String("out", "", "history file (JSON lines)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -51,28 +67,28 @@ func main() {
 	f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	w := bufio.NewWriter(f)
 	cfg, err := pgxpool.ParseConfig(*db)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	wk := &worker{
-		id: *id, holder: *id, rng: rand.New(rand.NewPCG(*seed, 0x5eed)), ttl: *ttl,
-		iss: lease.NewIssuer(pool), log: w, resources: strings.Split(*resList, ","),
+		id: *id, holder: *id, rng: rand.New(rand.NewPCG(*seed, 0x5eed)), ttl: *ttl, hook: *hook,
+		iss: lease.NewIssuer(pool, lease.WithSchema(*schema)), log: w, resources: strings.Split(*resList, ","),
 	}
-	wk.ob, err = outbox.New(pool, outbox.Config{})
+	wk.ob, err = outbox.New(pool, outbox.Config{Schema: *schema})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	for ctx.Err() == nil {
 		// The holder changes between rounds only: a round's renew and
@@ -93,6 +109,7 @@ func main() {
 	}
 	_ = w.Flush()
 	_ = f.Close()
+	return 0
 }
 
 type worker struct {
@@ -100,6 +117,7 @@ type worker struct {
 	holder    string // the lease holder id: id, or -share's while shared
 	rng       *rand.Rand
 	ttl       time.Duration
+	hook      string // the webhook receiver's base URL
 	iss       *lease.Issuer
 	ob        *outbox.Client
 	log       *bufio.Writer
@@ -109,7 +127,7 @@ type worker struct {
 	last *outbox.Intent
 }
 
-func (w *worker) record(o chaos.Op) {
+func (w *worker) record(o Op) {
 	o.Worker = w.id
 	b, _ := json.Marshal(o)
 	_, _ = w.log.Write(append(b, '\n'))
@@ -121,6 +139,15 @@ func opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 5*time.Second)
 }
 
+// classify names an operation's outcome from its error. A refusal the
+// database answered with (a stale epoch, a held lease, a reused operation
+// id) is that refusal: the operation did not take effect. A lost
+// connection or a server going away mid-call is "unknown": it may have
+// taken effect. Anything else — an SQL error such as a missing relation,
+// an invalid input the worker never sends, an error nobody expected — is
+// "error", which the checker counts as a violation: a run whose
+// operations fail for a reason of its own proves nothing about the
+// guarantees.
 func classify(err error) string {
 	var he *lease.HeldError
 	switch {
@@ -132,10 +159,42 @@ func classify(err error) string {
 		return "stale"
 	case errors.Is(err, outbox.ErrOperationConflict):
 		return "conflict"
-	case errors.Is(err, fenceerr.ErrInvalid):
-		return "invalid"
+	case errors.Is(err, lease.ErrBusy):
+		return "busy"
+	case lost(err):
+		return "unknown"
 	}
-	return "unknown"
+	return "error"
+}
+
+// lost reports whether err says the call's connection or server failed,
+// so that its outcome was lost (it may or may not have taken effect).
+func lost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// The server answered. Only its answers about itself going away
+		// or refusing the session leave the outcome open: a connection
+		// exception (class 08), an administrator or crash shutdown, a
+		// server starting up, too many connections, a statement
+		// cancelled (the call's deadline, possibly inside COMMIT).
+		switch pe.Code {
+		case "57P01", "57P02", "57P03", "53300", "57014":
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08")
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.As(err, &ce), errors.As(err, &ne), pgconn.Timeout(err), pgconn.SafeToRetry(err),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	// pgx reports a connection it closed after a failure by text only.
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "closed pool")
 }
 
 // classifyLease is classify for the lease operations, which send nothing
@@ -161,18 +220,18 @@ func (w *worker) sleep(ctx context.Context, max time.Duration) {
 
 func (w *worker) round(ctx context.Context) {
 	res := w.resources[w.rng.IntN(len(w.resources))]
-	o := chaos.Op{Kind: "acquire", Resource: res, Holder: w.holder, Call: chaos.Mono()}
+	o := Op{Kind: "acquire", Resource: res, Holder: w.holder, Call: Mono()}
 	c, cancel := opCtx()
 	l, err := w.iss.Acquire(c, res, w.holder, w.ttl)
 	cancel()
-	o.Ret, o.Result = chaos.Mono(), classifyLease(err)
+	o.Ret, o.Result = Mono(), classifyLease(err)
 	var he *lease.HeldError
 	if errors.As(err, &he) {
 		o.OutEpoch, o.OutHolder = he.Epoch, he.Holder
 	}
 	if err == nil {
 		o.OutEpoch = l.Epoch
-	} else if o.Result == "unknown" {
+	} else if o.Result == "unknown" || o.Result == "error" {
 		o.Err = err.Error()
 	}
 	w.record(o)
@@ -206,14 +265,14 @@ func (w *worker) round(ctx context.Context) {
 }
 
 func (w *worker) simple(kind, res string, epoch int64, f func(context.Context) (int64, error)) {
-	o := chaos.Op{Kind: kind, Resource: res, Holder: w.holder, Epoch: epoch, Call: chaos.Mono()}
+	o := Op{Kind: kind, Resource: res, Holder: w.holder, Epoch: epoch, Call: Mono()}
 	c, cancel := opCtx()
 	out, err := f(c)
 	cancel()
-	o.Ret, o.Result = chaos.Mono(), classifyLease(err)
+	o.Ret, o.Result = Mono(), classifyLease(err)
 	if err == nil {
 		o.OutEpoch = out
-	} else if o.Result == "unknown" {
+	} else if o.Result == "unknown" || o.Result == "error" {
 		o.Err = err.Error()
 	}
 	w.record(o)
@@ -238,30 +297,44 @@ func (w *worker) enqueue(res string, epoch int64) {
 		in.Epoch = epoch
 		in.Payload = json.RawMessage(fmt.Sprintf(`{"target":%q,"content":"CONFLICT %s"}`, res+".txt", in.OperationID))
 		reuse = true
-	case p < 11:
+	case p < 8:
 		w.seq++
 		// Six business keys per resource and 10 s generation (one clock
 		// for all workers): the workers share each key, and new keys keep
 		// coming, so late and lost replies meet first sends all run long.
 		slot := w.rng.IntN(6)
-		key := fmt.Sprintf("%s/mail/%d/%d", res, chaos.Mono()/int64(10*time.Second), slot)
+		key := fmt.Sprintf("%s/mail/%d/%d", res, Mono()/int64(10*time.Second), slot)
 		in = outbox.Intent{Resource: res, Epoch: epoch, OperationID: fmt.Sprintf("%s-%d", w.id, w.seq), Kind: "email",
 			IdempotencyKey: key,
 			// Deterministic per key: the same business key always carries
 			// the same content, whoever enqueues it.
 			Payload: json.RawMessage(fmt.Sprintf(`{"to":"ops@example.com","from":"chaos@example.com","subject":"report %s","text":"slot %d"}`, key, slot))}
+	case p < 14 && w.hook != "":
+		w.seq++
+		// Webhook keys are shared like the email keys. Even slots name a
+		// lookup_url (an unknown outcome is looked up), odd ones do not (it
+		// is held for an operator).
+		slot := w.rng.IntN(6)
+		key := fmt.Sprintf("%s/hook/%d/%d", res, Mono()/int64(10*time.Second), slot)
+		lookup := ""
+		if slot%2 == 0 {
+			lookup = fmt.Sprintf(`,"lookup_url":%q`, w.hook+"/lookup?key="+url.QueryEscape(key))
+		}
+		in = outbox.Intent{Resource: res, Epoch: epoch, OperationID: fmt.Sprintf("%s-%d", w.id, w.seq), Kind: "webhook",
+			IdempotencyKey: key,
+			Payload:        json.RawMessage(fmt.Sprintf(`{"url":%q,"body":{"key":%q,"slot":%d}%s}`, w.hook+"/hook", key, slot, lookup))}
 	default:
 		w.seq++
 		op := fmt.Sprintf("%s-%d", w.id, w.seq)
 		in = outbox.Intent{Resource: res, Epoch: epoch, OperationID: op, Kind: "file", IdempotencyKey: res + "/file/" + op,
 			Payload: json.RawMessage(fmt.Sprintf(`{"target":%q,"content":"epoch %d by %s op %s"}`, res+".txt", epoch, w.id, op))}
 	}
-	o := chaos.Op{Kind: "enqueue", Resource: res, Holder: w.holder, Epoch: epoch, OpID: in.OperationID, IntentKnd: in.Kind,
-		Key: in.IdempotencyKey, Payload: string(in.Payload), Reuse: reuse, Call: chaos.Mono()}
+	o := Op{Kind: "enqueue", Resource: res, Holder: w.holder, Epoch: epoch, OpID: in.OperationID, IntentKnd: in.Kind,
+		Key: in.IdempotencyKey, Payload: string(in.Payload), Reuse: reuse, Call: Mono()}
 	c, cancel := opCtx()
 	r, err := w.ob.Enqueue(c, in)
 	cancel()
-	o.Ret, o.Result = chaos.Mono(), classify(err)
+	o.Ret, o.Result = Mono(), classify(err)
 	var se *outbox.StaleEpochError
 	if errors.As(err, &se) {
 		o.OutEpoch = se.Current
@@ -272,7 +345,7 @@ func (w *worker) enqueue(res string, epoch int64) {
 			cp := in
 			w.last = &cp
 		}
-	} else if o.Result == "unknown" || o.Result == "invalid" {
+	} else if o.Result == "unknown" || o.Result == "error" {
 		o.Err = err.Error()
 	}
 	w.record(o)
