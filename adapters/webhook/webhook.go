@@ -168,7 +168,10 @@ func New(cfg Config) (*Adapter, error) {
 	// The Transport re-sends a request by itself only on a connection
 	// that served a request before (Transport's documentation,
 	// shouldRetryRequest): one connection per request rules it out for
-	// the requests that cannot be made non-replayable (no body).
+	// the requests that cannot be made non-replayable (no body). HTTP/2
+	// also resends a stream the server declared unprocessed (GOAWAY,
+	// REFUSED_STREAM); do reports even that unknown once bytes of the
+	// request may have left.
 	fresh := keepAlive.Clone()
 	fresh.DisableKeepAlives = true
 	// Redirects are never followed: a 3xx is the answer (a failure).
@@ -401,10 +404,11 @@ func (a *Adapter) parse(req adapters.Request) (webhookkind.Payload, *url.URL, er
 // that cannot be rewound is never sent again (that also turns off the
 // resend of a request nothing of which was written, a safe one: do
 // classifies that case as not sent, retryable, and the runtime retries).
-// A request without a body is replayable whatever is done to it (a
-// non-nil empty body would be sent chunked instead of with Content-Length:
-// 0); Execute sends it on a connection of its own (Adapter.fresh), which
-// the Transport never resends on. Lookups are GETs: resending one is
+// A request without a body cannot be made non-replayable without changing
+// what is sent (NoBody with the header is replayable; a non-nil empty
+// body would go chunked instead of with Content-Length: 0): Execute sends
+// it on a connection of its own (Adapter.fresh), which the Transport never
+// resends on. Lookups are GETs: resending one is
 // harmless.
 func (a *Adapter) request(ctx context.Context, req adapters.Request, method string, u *url.URL, headers map[string]string, body []byte, ctype string) (*http.Request, error) {
 	hr, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
