@@ -92,6 +92,12 @@ func permanent(p Phase, err error) error {
 //
 // stillOwner runs right before the end-of-data marker (see
 // adapters.Request.StillOwner); on its error the marker is never sent.
+//
+// One connection, dialled here and closed on return, carries one
+// transaction: no pool, and nothing in net/smtp or here sends a command or
+// the message again (EHLO falling back to HELO is the only second command,
+// and it is before MAIL). Sending the message again is only ever a new
+// attempt, the runtime's decision on this attempt's classified error.
 func (a *Adapter) send(ctx context.Context, env envelope, data []byte, stillOwner func(context.Context) error) (string, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", a.cfg.Addr)

@@ -144,12 +144,25 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 			}
 			o.UsePathStyle = pathStyle
 			// One attempt per call: the runtime retries, and an error's
-			// class (nothing sent, refused, unknown) is decided here.
+			// class (nothing sent, refused, unknown) is decided here. Writes
+			// are held to one attempt by writeOnce whatever the client.
 			o.RetryMaxAttempts = 1
 		})
 	}
 	return &Adapter{cfg: cfg, client: client, log: cfg.Logger.With("component", "s3")}, nil
 }
+
+// writeOnce is the option of every call that writes: the SDK's retryer
+// is off for it, whatever client the adapter was given (Config.Client
+// keeps its own retryer for reads). The SDK's standard retryer resends a
+// request after a connection error — a PutObject whose answer was lost
+// after the server took it, the unknown outcome the runtime must see —
+// and the second PUT's 412 would then read as "ours already": a write
+// sent twice inside one attempt, hidden. net/http itself never resends
+// these requests: it replays only GET-like requests and those with an
+// Idempotency-Key header, and only bodies it can rewind (GetBody, which
+// the SDK does not set); a PUT or DELETE here is neither.
+func writeOnce(o *s3.Options) { o.Retryer = aws.NopRetryer{} }
 
 // Kind returns "s3".
 func (a *Adapter) Kind() string { return Kind }
@@ -177,14 +190,14 @@ func (a *Adapter) Probe(ctx context.Context) error {
 		if cond != nil {
 			cond(in)
 		}
-		_, err := a.client.PutObject(ctx, in)
+		_, err := a.client.PutObject(ctx, in, writeOnce)
 		return err
 	}
 	if err := put(nil); err != nil {
 		return fmt.Errorf("s3: probe bucket %q: %w", a.cfg.Bucket, err)
 	}
 	defer func() {
-		_, _ = a.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(a.cfg.Bucket), Key: aws.String(key)})
+		_, _ = a.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(a.cfg.Bucket), Key: aws.String(key)}, writeOnce)
 	}()
 	for name, cond := range map[string]func(*s3.PutObjectInput){
 		`If-Match: <a wrong ETag>`: func(in *s3.PutObjectInput) { in.IfMatch = aws.String(`"00000000000000000000000000000000"`) },
@@ -270,7 +283,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		if err := req.StillOwner(ctx); err != nil {
 			return adapters.Outcome{}, adapters.RetryableError(err)
 		}
-		out, err := a.client.PutObject(ctx, in)
+		out, err := a.client.PutObject(ctx, in, writeOnce)
 		if preconditionFailed(err) {
 			continue // another writer got in between: read again
 		}
@@ -420,7 +433,7 @@ func (a *Adapter) writeReceipt(ctx context.Context, bucket, key, idemKey string,
 		Bucket: aws.String(bucket), Key: aws.String(a.receiptKey(bucket, key, idemKey)),
 		Body: bytes.NewReader(result), ContentType: aws.String("application/json"),
 		IfNoneMatch: aws.String("*"), // a receipt is written once
-	})
+	}, writeOnce)
 	if err != nil && !preconditionFailed(err) {
 		a.log.Warn("s3: could not write the publication's receipt; a lookup after a newer publication replaced the object will not find it",
 			"bucket", bucket, "key", key, "error", err)

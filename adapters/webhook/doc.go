@@ -18,10 +18,14 @@
 //   - 409 with Fencegate-Current-Epoch above the request's epoch: the
 //     receiver fenced a stale request out; superseded.
 //   - 3xx (redirects are never followed) and other 4xx: failed.
-//   - No connection, DNS, TLS handshake — before any byte of the request
-//     was written: retryable.
-//   - A reset, a timeout or no reply after the request was written: the
-//     outcome is unknown. The runtime then resends with the same key where
+//   - No connection, DNS, TLS handshake, a kept-alive connection that
+//     failed before any byte of the request left: retryable.
+//   - A reset, a timeout or no reply after bytes of the request may have
+//     reached the server: the outcome is unknown. The HTTP client never
+//     sends a request again by itself (net/http would, on a new
+//     connection, for a request with an Idempotency-Key): a request with a
+//     body cannot be rewound by it, one without goes on a connection of
+//     its own; and should it still happen, the outcome is unknown. The runtime then resends with the same key where
 //     the destination is in Config.DedupsOnKey; else, where the payload has
 //     a lookup_url, a GET to it decides (2xx: succeeded, found_by lookup;
 //     404: not found, trusted once the settle window has passed since the

@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -92,8 +91,15 @@ type Adapter struct {
 	allow   *Hosts
 	dedups  *Hosts
 	secrets []Secret
-	client  *http.Client
-	log     *slog.Logger
+	// client sends requests with a body, and lookups, over kept-alive
+	// connections; fresh sends requests without a body, each on a
+	// connection of its own (see request).
+	client *http.Client
+	fresh  *http.Client
+	log    *slog.Logger
+	// wrapConn, when set (tests), wraps every connection dialled, under
+	// the byte count.
+	wrapConn func(net.Conn) net.Conn
 
 	mu    sync.Mutex
 	slots map[string]chan struct{} // per host:port
@@ -138,21 +144,40 @@ func New(cfg Config) (*Adapter, error) {
 	a := &Adapter{cfg: cfg, allow: allow, dedups: dedups, secrets: secrets,
 		log: cfg.Logger.With("component", "webhook"), slots: map[string]chan struct{}{}}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: a.checkAddress}
-	a.client = &http.Client{
-		Transport: &http.Transport{
-			// No proxy from the environment: the allow-list is checked
-			// against the address actually dialled.
-			Proxy:                 nil,
-			DialContext:           dialer.DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConnsPerHost:   cfg.MaxConcurrencyPerHost,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		},
-		// Redirects are never followed: a 3xx is the answer (a failure).
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		if a.wrapConn != nil {
+			c = a.wrapConn(c)
+		}
+		return &countingConn{Conn: c}, nil
 	}
+	keepAlive := &http.Transport{
+		// No proxy from the environment: the allow-list is checked
+		// against the address actually dialled.
+		Proxy:                 nil,
+		DialContext:           dial,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConnsPerHost:   cfg.MaxConcurrencyPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	// The Transport re-sends a request by itself only on a connection
+	// that served a request before (Transport's documentation,
+	// shouldRetryRequest): one connection per request rules it out for
+	// the requests that cannot be made non-replayable (no body). HTTP/2
+	// also resends a stream the server declared unprocessed (GOAWAY,
+	// REFUSED_STREAM); do reports even that unknown once bytes of the
+	// request may have left.
+	fresh := keepAlive.Clone()
+	fresh.DisableKeepAlives = true
+	// Redirects are never followed: a 3xx is the answer (a failure).
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	a.client = &http.Client{Transport: keepAlive, CheckRedirect: noRedirect}
+	a.fresh = &http.Client{Transport: fresh, CheckRedirect: noRedirect}
 	return a, nil
 }
 
@@ -287,7 +312,11 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	if err := req.StillOwner(ctx); err != nil {
 		return adapters.Outcome{}, adapters.RetryableError(err)
 	}
-	res, status, hdr, err := a.do(hr)
+	client := a.client
+	if hr.Body == nil {
+		client = a.fresh
+	}
+	res, status, hdr, err := a.do(client, hr, true)
 	if err != nil {
 		return adapters.Outcome{}, err
 	}
@@ -330,7 +359,7 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	if err != nil {
 		return adapters.Outcome{}, false, err
 	}
-	res, status, _, err := a.do(hr)
+	res, status, _, err := a.do(a.client, hr, false)
 	switch {
 	case err != nil:
 		return adapters.Outcome{}, false, fmt.Errorf("webhook: look up %s: %w", redact(u), err)
@@ -363,13 +392,31 @@ func (a *Adapter) parse(req adapters.Request) (webhookkind.Payload, *url.URL, er
 
 // request builds the HTTP request: the payload's headers, then the
 // gateway's own (which the payload cannot set), then the signatures.
+//
+// It is built so that net/http never sends it twice. net/http's Transport
+// resends a request on a new connection, inside one Do, when a reused
+// connection fails after the request was written and the request is
+// "replayable" (Request.isReplayable, shouldRetryRequest): GET and the
+// like, and any request carrying an Idempotency-Key header — every request
+// here — that has no body or a GetBody to rewind one. A receiver that
+// acted and then dropped the connection would get the request twice
+// without the runtime knowing. So a body is given without GetBody: a body
+// that cannot be rewound is never sent again (that also turns off the
+// resend of a request nothing of which was written, a safe one: do
+// classifies that case as not sent, retryable, and the runtime retries).
+// A request without a body cannot be made non-replayable without changing
+// what is sent (NoBody with the header is replayable; a non-nil empty
+// body would go chunked instead of with Content-Length: 0): Execute sends
+// it on a connection of its own (Adapter.fresh), which the Transport never
+// resends on. Lookups are GETs: resending one is
+// harmless.
 func (a *Adapter) request(ctx context.Context, req adapters.Request, method string, u *url.URL, headers map[string]string, body []byte, ctype string) (*http.Request, error) {
-	hr, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
-	if body == nil {
-		hr.Body, hr.ContentLength = http.NoBody, 0
+	if len(body) > 0 {
+		hr.Body, hr.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	}
 	for k, v := range headers {
 		hr.Header.Set(k, v)
@@ -391,29 +438,36 @@ func (a *Adapter) request(ctx context.Context, req adapters.Request, method stri
 	return hr, nil
 }
 
-// do sends hr and reads the answer. Its error is classified: refused
-// before the request was written (no connection, DNS, TLS) is retryable;
-// an internal address is permanent; anything after the first byte of the
-// request may have been written — a reset, a timeout, no reply — is
-// unknown: the destination may have acted on it.
-func (a *Adapter) do(hr *http.Request) (Result, int, http.Header, error) {
-	var wrote atomic.Bool
-	trace := &httptrace.ClientTrace{
-		// Called once the request line and a header field are in the
-		// connection's buffer: from here on, bytes may reach the server.
-		WroteHeaderField: func(string, []string) { wrote.Store(true) },
-	}
+// do sends hr with client and reads the answer. Its error is classified:
+// refused before any of the request left this process (no connection,
+// DNS, TLS, a stale connection that failed at the first write) is
+// retryable; an internal address is permanent; anything after bytes of
+// the request may have reached the server — a reset, a timeout, no reply
+// — is unknown: the destination may have acted on it. For a write, a
+// request net/http sent again on another connection after it may have
+// reached the server on the first (which request rules out; this is the
+// check that it stays so) is unknown too, whatever the answer.
+func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (Result, int, http.Header, error) {
+	st := &sendTrace{}
+	trace := &httptrace.ClientTrace{GotConn: st.gotConn, WroteHeaderField: st.wroteHeaderField}
 	hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), trace))
 	start := time.Now()
-	resp, err := a.client.Do(hr)
+	resp, err := client.Do(hr)
+	sent, replayed := st.state()
 	if err != nil {
 		switch {
-		case errors.Is(err, ErrInternalAddress):
+		case !sent && errors.Is(err, ErrInternalAddress):
 			return Result{}, 0, nil, adapters.PermanentError(err)
-		case !wrote.Load():
+		case !sent:
 			return Result{}, 0, nil, adapters.RetryableError(fmt.Errorf("webhook: %s %s: not sent: %w", hr.Method, redact(hr.URL), err))
+		case write && replayed:
+			return Result{}, 0, nil, adapters.UnknownError(fmt.Errorf("webhook: %s %s: %s, and no answer came: %w", hr.Method, redact(hr.URL), errReplayed, err))
 		}
 		return Result{}, 0, nil, adapters.UnknownError(fmt.Errorf("webhook: %s %s: the request was sent and no answer came: %w", hr.Method, redact(hr.URL), err))
+	}
+	if write && replayed {
+		resp.Body.Close()
+		return Result{}, 0, nil, adapters.UnknownError(fmt.Errorf("webhook: %s %s: %s (answered %d by the last)", hr.Method, redact(hr.URL), errReplayed, resp.StatusCode))
 	}
 	defer resp.Body.Close()
 	res := Result{Status: resp.StatusCode, Headers: map[string]string{}}
