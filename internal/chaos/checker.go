@@ -14,7 +14,7 @@ import (
 
 // Violation is one broken invariant.
 type Violation struct {
-	// Invariant names the rule: I1–I9, L, U, E or V (docs/guarantees.md, "Guarantees and how
+	// Invariant names the rule: I1–I9, L, U, E, V or R (docs/guarantees.md, "Guarantees and how
 	// we test them").
 	Invariant string
 	// Message says what is wrong.

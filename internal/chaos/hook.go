@@ -71,11 +71,18 @@ type HookReceiver struct {
 	deliveries []Delivery
 	requests   int
 	lookups    int
-	// notBefore is, per key, when the last refusal told the sender to come
-	// back (Retry-After); early counts requests that came sooner.
-	notBefore map[string]time.Time
+	// notBefore is, per key and intent, when the last refusal told the
+	// sender to come back (Retry-After); early counts requests of that
+	// intent that came sooner.
+	notBefore map[hookRetry]time.Time
 	early     []string
 	pending   int // late answers in progress
+}
+
+// hookRetry names a refused request: its key and its intent.
+type hookRetry struct {
+	key    string
+	intent int64
 }
 
 type connKey struct{}
@@ -91,7 +98,7 @@ func NewHookReceiver(seed uint64, late time.Duration) (*HookReceiver, error) {
 		return nil, err
 	}
 	h := &HookReceiver{Host: ln.Addr().String(), late: late, done: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(seed, 0x400c)), armed: map[string]int{}, injected: map[string]int{}, notBefore: map[string]time.Time{}}
+		rng: rand.New(rand.NewPCG(seed, 0x400c)), armed: map[string]int{}, injected: map[string]int{}, notBefore: map[hookRetry]time.Time{}}
 	h.URL = "http://" + h.Host
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hook", h.hook)
@@ -208,12 +215,14 @@ func (h *HookReceiver) hook(w http.ResponseWriter, r *http.Request) {
 
 	h.mu.Lock()
 	h.requests++
-	if nb, ok := h.notBefore[key]; ok {
+	// Retry-After defers the intent that was refused: another intent with
+	// the same key (a worker's own enqueue of it) is not bound by it.
+	if nb, ok := h.notBefore[hookRetry{key, id}]; ok {
 		// A second of slack: an HTTP date has whole seconds.
 		if now.Before(nb.Add(-time.Second)) {
 			h.early = append(h.early, fmt.Sprintf("key %s (intent %d) sent again %s before its Retry-After", key, id, nb.Sub(now).Round(time.Millisecond)))
 		}
-		delete(h.notBefore, key)
+		delete(h.notBefore, hookRetry{key, id})
 	}
 	fault := h.pick(reused)
 	lateAct := fault == HookLate && h.rng.IntN(2) == 0
@@ -236,9 +245,9 @@ func (h *HookReceiver) hook(w http.ResponseWriter, r *http.Request) {
 	}
 	switch fault {
 	case Hook429:
-		h.notBefore[key] = now.Add(time.Duration(retrySecs) * time.Second)
+		h.notBefore[hookRetry{key, id}] = now.Add(time.Duration(retrySecs) * time.Second)
 	case Hook503:
-		h.notBefore[key] = now.Add(2 * time.Second).Truncate(time.Second)
+		h.notBefore[hookRetry{key, id}] = now.Add(2 * time.Second).Truncate(time.Second)
 	}
 	h.mu.Unlock()
 
