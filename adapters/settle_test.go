@@ -162,6 +162,20 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 	return 0
 }
 
+// waitCounter waits until the counter reaches want (or the wait times out)
+// and returns its value then.
+func waitCounter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string, want float64) float64 {
+	t.Helper()
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		n := counter(t, reg, name, labels)
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 type event struct{ action, from, to, note string }
 
 func events(t *testing.T, e *adaptertest.Env, id int64) []event {
@@ -293,7 +307,11 @@ func TestOutcomeOnFinalIntentRecordedInHistory(t *testing.T) {
 	if k := e.Key(t, "test", "k"); k == nil || k.State != idempotency.StateCompleted {
 		t.Fatalf("key %+v; want completed (the effect happened)", k)
 	}
-	if n := counter(t, e.reg, "fencegate_adapter_outcome_not_recorded_total", map[string]string{"kind": "test"}); n != 1 {
+	// The event commits with the outcome's transaction; the runtime counts
+	// it only after that commit returned (a count of an outcome whose
+	// transaction rolled back would be false), so the count may come a
+	// moment after the event is visible.
+	if n := waitCounter(t, e.reg, "fencegate_adapter_outcome_not_recorded_total", map[string]string{"kind": "test"}, 1); n != 1 {
 		t.Fatalf("fencegate_adapter_outcome_not_recorded_total = %v, want 1", n)
 	}
 }

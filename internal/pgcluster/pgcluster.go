@@ -233,6 +233,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	for {
 		select {
 		case <-done:
+			if pids := c.leftovers(); len(pids) > 0 {
+				return fmt.Errorf("pgcluster: postgres exited during start (processes %v still run in its data directory): %s", pids, c.tailLog())
+			}
 			return fmt.Errorf("pgcluster: postgres exited during start: %s", c.tailLog())
 		default:
 		}
@@ -285,91 +288,27 @@ func (c *Cluster) signalAndWait(sig syscall.Signal, timeout time.Duration) error
 	if cmd == nil {
 		return nil
 	}
-	// The backends, before the postmaster goes: each backend calls
-	// setsid() at start, so it is in a process group of its own, not the
-	// postmaster's, and a kill of the postmaster's group misses it.
-	var kids []int
 	if sig == syscall.SIGKILL {
-		kids = children(cmd.Process.Pid)
+		return c.killServer(cmd.Process, done)
 	}
 	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
 	case <-time.After(timeout):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		return c.killServer(cmd.Process, done)
 	}
-	if sig == syscall.SIGKILL {
-		// Backends of a killed postmaster exit on their own when they notice;
-		// kill the whole process group so none keeps the port, and wait until
-		// the group is gone: a backend still alive holds the shared memory
-		// block and the next start would refuse to run.
-		pgid := cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		for _, k := range kids {
-			_ = syscall.Kill(k, syscall.SIGKILL)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for (syscall.Kill(-pgid, 0) == nil || anyAlive(kids)) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return nil
-}
-
-// children returns the ids of pid's child processes (Linux: /proc).
-func children(pid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var kids []int
-	for _, e := range ents {
-		id, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, _, ok := procStat(id); ok && ppid == pid {
-			kids = append(kids, id)
-		}
-	}
-	return kids
-}
-
-// anyAlive reports whether one of pids still runs: exists and is not a
-// zombie (a zombie holds no memory, so no shared memory block either).
-func anyAlive(pids []int) bool {
-	for _, p := range pids {
-		if _, state, ok := procStat(p); ok && state != "Z" {
-			return true
-		}
-	}
-	return false
-}
-
-// procStat reads a process's parent id and state from /proc/<pid>/stat.
-func procStat(pid int) (ppid int, state string, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", false
-	}
-	// pid (comm) state ppid …: comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, "", false
-	}
-	f := strings.Fields(string(b)[i+1:])
-	if len(f) < 2 {
-		return 0, "", false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	return ppid, f[0], err == nil
+	// The postmaster exits only after its children on a shutdown, so this
+	// finds none unless one was orphaned; it would hold the shared memory
+	// block and the next start would refuse to run.
+	return c.killServer(nil, done)
 }
 
 // Shutdown stops the server with a fast shutdown (SIGINT), keeping the data.
 func (c *Cluster) Shutdown() error { return c.signalAndWait(syscall.SIGINT, 30*time.Second) }
 
 // Kill stops the server with SIGKILL, as in a crash; the next start recovers.
+// It returns once no process of the server is left (see killServer), so
+// StartAgain can run at once.
 func (c *Cluster) Kill() error { return c.signalAndWait(syscall.SIGKILL, 10*time.Second) }
 
 // StopImmediate stops the server as `pg_ctl stop -m immediate` does
