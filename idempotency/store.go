@@ -711,8 +711,9 @@ type CompleteResult struct {
 	IntentUpdated bool
 	// NotRecorded: the intent already had a final status, which stays;
 	// the outcome is recorded under the key and in the intent's history
-	// (EventOutcomeNotRecorded). False for a retry of a Complete whose
-	// first call committed.
+	// (EventOutcomeNotRecorded). A retry of a Complete whose first call
+	// committed answers the same: true when that call put the outcome in
+	// the intent's history, else false.
 	NotRecorded bool
 }
 
@@ -781,6 +782,15 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 			// one: the first call's outcome stands.
 			if status != nil && outbox.Status(*status) == c.Status {
 				intentUpdated = false
+				// If the first call found the intent final already, it
+				// put the outcome in the intent's history: say so again,
+				// so that the caller counts it whichever answer it got.
+				err := tx.QueryRow(ctx, s.schema.SQL(`SELECT EXISTS (SELECT 1 FROM fencegate.intent_events
+					WHERE intent_id = $1 AND action = $2 AND starts_with(note, $3))`),
+					c.IntentID, EventOutcomeNotRecorded, fmt.Sprintf("outcome %s not recorded", c.Status)).Scan(&notRecorded)
+				if err != nil {
+					return fmt.Errorf("read the intent's history: %w", err)
+				}
 				return nil
 			}
 			return &OwnershipError{Kind: c.Kind, Key: c.Key, Token: c.Token, CurrentToken: token, State: State(state)}
