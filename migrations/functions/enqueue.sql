@@ -117,7 +117,7 @@ BEGIN
 
     -- 1. Lock every distinct resource's control row, in resource id order
     --    (byte order), and read its epoch from the locked row version. See
-    --    00006 for why the order matters and why a resource with no row
+    --    above for why the order matters and why a resource with no row
     --    needs no lock.
     SELECT coalesce(array_agg(s.resource_id), '{}'), coalesce(array_agg(s.epoch), '{}')
     INTO l_ids, l_epochs
@@ -128,7 +128,7 @@ BEGIN
           FOR UPDATE OF r) s;
 
     -- 2. One set-based statement decides and inserts, with a fresh snapshot
-    --    taken after the locks above were granted (see 00006).
+    --    taken after the locks above were granted (see above).
     RETURN QUERY
     WITH items AS (
         SELECT t.resource_id, t.epoch, t.operation_id, t.kind, t.idempotency_key, t.fence,
