@@ -45,16 +45,14 @@ func catalog(t *testing.T, pool *pgxpool.Pool) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			t.Fatal(err)
-		}
-		m[k] = v
-	}
-	if err := rows.Err(); err != nil {
+	type entry struct{ Key, Def string }
+	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[entry])
+	if err != nil {
 		t.Fatal(err)
+	}
+	m := make(map[string]string, len(entries))
+	for _, e := range entries {
+		m[e.Key] = e.Def
 	}
 	return m
 }
@@ -89,16 +87,6 @@ func differences(a, b map[string]string) []string {
 		}
 	}
 	return out
-}
-
-func emptyPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), testdb.NewEmptyURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // editedFunctions is the function files with fencegate_enqueue's body
@@ -145,7 +133,7 @@ func TestFunctionsFreshEqualsUpgraded(t *testing.T) {
 	ctx := context.Background()
 	schema := testdb.Schema()
 
-	fresh := emptyPool(t)
+	fresh := emptyDatabase(t)
 	if _, err := migrations.Up(ctx, fresh, migrations.Config{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +150,7 @@ func TestFunctionsFreshEqualsUpgraded(t *testing.T) {
 	}
 
 	for _, from := range []int64{19, 20, lastWithoutFunctionFiles} {
-		pool := emptyPool(t)
+		pool := emptyDatabase(t)
 		if err := migrations.UpVersioned(ctx, pool, schema, from); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +166,7 @@ func TestFunctionsFreshEqualsUpgraded(t *testing.T) {
 
 	edited, marker := editedFunctions(t)
 	cfg := migrations.WithFunctions(migrations.Config{Schema: schema}, edited)
-	freshEdited := emptyPool(t)
+	freshEdited := emptyDatabase(t)
 	if _, err := migrations.Up(ctx, freshEdited, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +187,7 @@ func TestFunctionsFreshEqualsUpgraded(t *testing.T) {
 		},
 	}
 	for _, name := range slices.Sorted(maps.Keys(upgrades)) {
-		pool := emptyPool(t)
+		pool := emptyDatabase(t)
 		if err := upgrades[name](pool); err != nil {
 			t.Fatal(err)
 		}
