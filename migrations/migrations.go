@@ -1,10 +1,14 @@
-// Package migrations holds fencegate's SQL schema as embedded goose
-// migrations and applies them.
+// Package migrations holds fencegate's SQL schema and applies it: the
+// tables, indexes, types and signature changes as versioned goose
+// migrations (NNNNN_name.sql, applied once each, in order), and the stored
+// functions as source files (functions/*.sql), each function's one current
+// definition, applied in full by every Up after the versioned migrations.
 //
-// Up is safe to run from several processes at once: goose takes a
-// PostgreSQL session advisory lock for the duration of the run, so a second
-// `gateway migrate` waits for the first and then finds nothing to do. Each
-// migration file runs in its own transaction.
+// Up is safe to run from several processes at once: it holds a PostgreSQL
+// session advisory lock of the schema for the whole run, versioned
+// migrations and function files both, so a second `gateway migrate` waits
+// for the first and then finds nothing to do. Each migration file runs in
+// its own transaction; the function files all run in one.
 package migrations
 
 import (
@@ -13,7 +17,10 @@ import (
 	"embed"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
+	"path"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -26,10 +33,14 @@ import (
 	"github.com/fencegate/fencegate/internal/pgschema"
 )
 
-//go:embed *.sql
+//go:embed *.sql functions/*.sql
 var files embed.FS
 
-// FS returns the embedded migration files.
+// functionsDir is the folder of files holding the functions' definitions.
+const functionsDir = "functions"
+
+// FS returns the embedded migration files: the versioned migrations at
+// its root, the function files under functions/.
 func FS() embed.FS { return files }
 
 // Applied describes one migration applied by Up.
@@ -45,22 +56,30 @@ type Config struct {
 	Schema string
 	// Logger. Nil: discard.
 	Logger *slog.Logger
+
+	// functions replaces the function files (a test's edited copy). Nil:
+	// the embedded ones.
+	functions fs.FS
 }
 
 // versionTable is goose's version table, in the schema.
 const versionTable = "fencegate_schema_version"
 
-// Up applies every pending migration to cfg.Schema of the database behind
-// pool (creating the schema when missing) and returns the ones it applied
-// (none when the schema is current).
+// Up applies every pending versioned migration to cfg.Schema of the
+// database behind pool (creating the schema when missing), then every
+// function file, and returns the versioned migrations it applied (none
+// when the schema is current). The function files run every time: they
+// are how a changed function reaches an installed database, and running
+// them again on a current one changes nothing.
 //
 // The migrations run on connections whose search_path is the schema
 // alone, so everything they create lands in it, whatever pool's own
-// search_path; afterwards every function in the schema has its
-// search_path pinned to the schema (PinFunctions), so that a function
-// called from a session whose search_path leads elsewhere (a worker's
-// transaction in the application's public schema, which may well have a
-// table called intents) still reads fencegate's tables.
+// search_path; every function in the schema has its search_path pinned to
+// the schema (SET search_path FROM CURRENT in its file, and PinFunctions
+// in the same transaction), so that a function called from a session
+// whose search_path leads elsewhere (a worker's transaction in the
+// application's public schema, which may well have a table called
+// intents) still reads fencegate's tables.
 //
 // A database whose fencegate tables are in another schema (an install
 // from before schemas, in public) is refused with an *ElsewhereError
@@ -79,6 +98,31 @@ func Up(ctx context.Context, pool *pgxpool.Pool, cfg Config) ([]Applied, error) 
 	if err := prepareSchema(ctx, pool, s); err != nil {
 		return nil, err
 	}
+	functions := cfg.functions
+	if functions == nil {
+		functions, _ = fs.Sub(files, functionsDir)
+	}
+	return migrate(ctx, pool, s, 0, functions, logger)
+}
+
+// migrate runs the versioned migrations up to version (0: all) and then,
+// unless functions is nil, the function files, all under the schema's
+// migration lock.
+//
+// The lock is a session advisory lock taken on a connection of its own
+// and held until both steps are done: goose's own locker would release it
+// when its Up returns, and a second migrator could then apply versioned
+// migrations of a newer build between this one's migrations and its
+// function files, or replace functions concurrently with this one
+// (CREATE OR REPLACE of one function in two transactions at once fails:
+// "tuple concurrently updated"). The key is the one goose took before
+// (lockKey), so a migrator of an older build, running goose's locker with
+// it, waits for this one and the reverse. It is polled with
+// pg_try_advisory_lock (goose's locker), never waited for in a statement:
+// a session waiting inside a statement has a snapshot open, and a CREATE
+// INDEX CONCURRENTLY of the migrator holding the lock waits for every
+// such snapshot to end, so a blocking wait would deadlock with it.
+func migrate(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema, version int64, functions fs.FS, logger *slog.Logger) ([]Applied, error) {
 	mpool, err := schemaPool(ctx, pool, s)
 	if err != nil {
 		return nil, err
@@ -86,14 +130,78 @@ func Up(ctx context.Context, pool *pgxpool.Pool, cfg Config) ([]Applied, error) 
 	defer mpool.Close()
 	db := stdlib.OpenDBFromPool(mpool)
 	defer db.Close()
-	applied, err := up(ctx, db, s, logger)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	defer conn.Close()
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockKey(s)))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: create locker: %w", err)
+	}
+	if err := locker.SessionLock(ctx, conn); err != nil {
+		return nil, fmt.Errorf("migrations: lock schema %s: %w", s.Name(), err)
+	}
+	defer func() { _ = locker.SessionUnlock(context.WithoutCancel(ctx), conn) }()
+	applied, err := up(ctx, db, s, version, logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := PinFunctions(ctx, pool, s.Name()); err != nil {
+	if functions == nil {
+		return applied, nil
+	}
+	// On the locked connection, so the lock and the functions' transaction
+	// are one session: nothing runs between them that the lock would not
+	// order.
+	if err := conn.Raw(func(dc any) error {
+		return applyFunctions(ctx, dc.(*stdlib.Conn).Conn(), s, functions, logger)
+	}); err != nil {
 		return applied, err
 	}
 	return applied, nil
+}
+
+// applyFunctions runs every function file of fsys, in name order, in one
+// transaction on conn (whose search_path is the schema), then pins the
+// search_path of every function of fencegate's in the schema: a function
+// is replaced and pinned at once, or not at all, and none is ever seen
+// half-updated or unpinned by a session calling it. The files hold
+// CREATE OR REPLACE FUNCTION (which keeps the grants made to a function
+// since it was created) and the REVOKEs a new function needs, so running
+// them again changes nothing.
+func applyFunctions(ctx context.Context, conn *pgx.Conn, s pgschema.Schema, fsys fs.FS, logger *slog.Logger) error {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return fmt.Errorf("migrations: function files: %w", err)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("migrations: no function files (%s/*.sql) in this build", functionsDir)
+	}
+	slices.Sort(names)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: functions: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return fmt.Errorf("migrations: function file %s: %w", name, err)
+		}
+		// No arguments: pgx sends the file as one simple query, every
+		// statement of it in this transaction.
+		if _, err := tx.Exec(ctx, string(b)); err != nil {
+			return fmt.Errorf("migrations: function file %s: %w", path.Join(functionsDir, name), err)
+		}
+	}
+	if err := PinFunctions(ctx, tx, s.Name()); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrations: functions: %w", err)
+	}
+	logger.Info("migrations: functions applied", "schema", s.Name(), "files", len(names))
+	return nil
 }
 
 // ElsewhereError says that the database's fencegate tables are in another
@@ -159,10 +267,11 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) e
 // schemaPool is a small pool on pool's database whose connections have
 // search_path set to the schema alone (pg_catalog is always searched
 // first): the migrations name their objects unqualified, so they create
-// them there and read them from there.
+// them there and read them from there. Three connections: migrate's
+// locked one, goose's own and one for goose's migrations.
 func schemaPool(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) (*pgxpool.Pool, error) {
 	cfg := pool.Config().Copy()
-	cfg.MaxConns = 2
+	cfg.MaxConns = 3
 	cfg.MinConns = 0
 	cfg.ConnConfig.RuntimeParams["search_path"] = s.Name() + ", pg_temp"
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -172,15 +281,11 @@ func schemaPool(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) (*pg
 	return p, nil
 }
 
-func up(ctx context.Context, db *sql.DB, s pgschema.Schema, logger *slog.Logger) ([]Applied, error) {
-	// The advisory lock serialises concurrent migrators; without it two
-	// `gateway migrate` could both see version N and both try to apply N+1.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockKey(s)))
-	if err != nil {
-		return nil, fmt.Errorf("migrations: create locker: %w", err)
-	}
+// up applies the versioned migrations up to version (0: all). The caller
+// holds the schema's migration lock (migrate): without it two `gateway
+// migrate` could both see version N and both try to apply N+1.
+func up(ctx context.Context, db *sql.DB, s pgschema.Schema, version int64, logger *slog.Logger) ([]Applied, error) {
 	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
-		goose.WithSessionLocker(locker),
 		goose.WithTableName(s.Qualify(versionTable)),
 		// A database migrated by a build that lacked a migration numbered
 		// below its newest one still gets it: every migration here is
@@ -190,7 +295,12 @@ func up(ctx context.Context, db *sql.DB, s pgschema.Schema, logger *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	results, err := p.Up(ctx)
+	var results []*goose.MigrationResult
+	if version == 0 {
+		results, err = p.Up(ctx)
+	} else {
+		results, err = p.UpTo(ctx, version)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("migrations: apply: %w", err)
 	}
@@ -206,9 +316,10 @@ func up(ctx context.Context, db *sql.DB, s pgschema.Schema, logger *slog.Logger)
 // schema (pgschema.Objects: an application's own functions in the same
 // schema, public say, are left alone) to the schema (then pg_temp, so a
 // temporary table can never stand in for one of fencegate's), where it is
-// not pinned already. Up calls it after the
-// migrations; call it again after replacing a function by hand (a fault
-// test's failpoint version): CREATE OR REPLACE FUNCTION drops the setting.
+// not pinned already. Up calls it in the transaction of the function
+// files; call it again after replacing a function by hand (a fault test's
+// failpoint version): CREATE OR REPLACE FUNCTION without a SET clause
+// drops the setting.
 func PinFunctions(ctx context.Context, q interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, schema string) error {
