@@ -21,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -727,7 +728,7 @@ func TestActions(t *testing.T) {
 	expectField(t, act(unknown, "cancel", `{"note":"customer asked","force":true}`), "force")
 	expectField(t, act(unknown, "resolve", `{"outcome":"failed","force":true}`), "force")
 	expectField(t, act(unknown, "retry", `{"force":"yes"}`), "force")
-	expectField(t, act(unknown, "retry", `{"force":true,"note":"`+strings.Repeat("n", maxForcedNoteLen+1)+`"}`), "note")
+	expectField(t, act(unknown, "retry", `{"force":true,"note":"`+strings.Repeat("n", operator.MaxNoteLen-len(operator.ForcedNote)-2+1)+`"}`), "note")
 	// Resolved failed, its effect stays possible: a retry still needs
 	// force, a cancel is still refused.
 	r = act(unknown, "resolve", `{"outcome":"failed","note":"customer asked"}`)
@@ -748,7 +749,7 @@ func TestActions(t *testing.T) {
 	expectField(t, act(res, "resolve", ""), "body")
 	expectField(t, act(res, "resolve", `{"outcome":"succeeded","extra":1}`), "extra")
 	expectField(t, act(res, "cancel", `{"outcome":"succeeded"}`), "outcome")
-	expectField(t, act(res, "resolve", `{"outcome":"succeeded","note":"`+strings.Repeat("n", MaxNoteLen+1)+`"}`), "note")
+	expectField(t, act(res, "resolve", `{"outcome":"succeeded","note":"`+strings.Repeat("n", operator.MaxNoteLen+1)+`"}`), "note")
 	r = act(res, "resolve", `{"outcome":"succeeded","note":"found it in the sent folder"}`)
 	expect(t, r, http.StatusOK, "")
 	if r.obj["status"] != "succeeded" || r.obj["key"] != "completed" || r.obj["effect"] != "done" {
@@ -773,7 +774,7 @@ func TestActions(t *testing.T) {
 	}
 	h0, h1 := hist[0].(map[string]any), hist[1].(map[string]any)
 	if h0["action"] != "retry" || h0["actor"] != "op1" || h0["from_status"] != "unknown" || h0["to_status"] != "pending" ||
-		h0["note"] != ForcedNote+"; looked at the mailbox, nothing there" || h0["last_error"] != "smtp: connection reset after DATA" {
+		h0["note"] != operator.ForcedNote+"; looked at the mailbox, nothing there" || h0["last_error"] != "smtp: connection reset after DATA" {
 		t.Fatalf("history[0] = %v", h0)
 	}
 	if h1["action"] != "resolve" || h1["to_status"] != "failed" || h1["note"] != "customer asked" {
@@ -815,56 +816,6 @@ func expectEffectRefused(t *testing.T, r resp, action string, status outbox.Stat
 		if !strings.Contains(msg, w) {
 			t.Fatalf("message %q does not say %q", msg, w)
 		}
-	}
-}
-
-// TestActionsAreAtomic races many cancels and retries on one intent: the
-// status check and change are one step, so each committed action's
-// from_status is the previous one's to_status.
-func TestActionsAreAtomic(t *testing.T) {
-	e := setup(t)
-	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
-	r := e.do("POST", "/api/v1/intents", workerSecret, emailIntent("r", 1, "op"))
-	id := num(r.obj["intent_id"])
-	e.setStatus(id, outbox.StatusFailed, "boom")
-	errs := make(chan error, 20)
-	for i := range 20 {
-		go func() {
-			a := ActionRetry
-			if i%2 == 1 {
-				a = ActionCancel
-			}
-			_, err := Apply(ctx, e.pool, testdb.Schema(), ActionRequest{IntentID: id, Action: a, Actor: "t"})
-			var ise *InvalidStateError
-			if errors.As(err, &ise) {
-				err = nil
-			}
-			errs <- err
-		}()
-	}
-	for range 20 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	hist, err := History(ctx, e.pool, testdb.Schema(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := outbox.StatusFailed
-	for _, ev := range hist {
-		if ev.FromStatus != prev {
-			t.Fatalf("event %+v does not follow %s: %+v", ev, prev, hist)
-		}
-		prev = ev.ToStatus
-	}
-	var status string
-	_ = e.pool.QueryRow(ctx, testdb.SQL(`SELECT status FROM fencegate.intents WHERE intent_id = $1`), id).Scan(&status)
-	if outbox.Status(status) != prev {
-		t.Fatalf("status %s, history ends at %s", status, prev)
 	}
 }
 
@@ -971,7 +922,7 @@ func TestLoopbackRule(t *testing.T) {
 	if r.code != 200 {
 		t.Fatalf("anonymous cancel = %d %s", r.code, r.raw)
 	}
-	hist, err := History(context.Background(), pool, testdb.Schema(), id)
+	hist, err := open.op.History(context.Background(), id)
 	if err != nil || len(hist) != 1 || hist[0].Actor != "anonymous" {
 		t.Fatalf("history = %+v %v", hist, err)
 	}

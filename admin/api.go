@@ -12,7 +12,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/operator"
 )
 
 // apiError is an error answer: its code gives the status (internal/errmap,
@@ -47,13 +49,25 @@ func writeError(w http.ResponseWriter, e *apiError) {
 
 func oneLine(s string) string { return errmap.OneLine(s) }
 
+// ErrInvalid is matched (errors.Is) by an *InputError. It is
+// fenceerr.ErrInvalid, shared with lease, outbox and idempotency.
+var ErrInvalid = fenceerr.ErrInvalid
+
+// InputError names the request field that is wrong. Nothing was stored. It
+// is fenceerr.InvalidError, the one invalid-input type of the module.
+type InputError = fenceerr.InvalidError
+
+func inputErr(field, format string, args ...any) error {
+	return &InputError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
 // toAPIError maps an error of the libraries to its HTTP answer through
 // errmap.Map, the CLI's mapping too, so the codes and fields are the same.
 func toAPIError(err error) *apiError {
 	ae := errmap.Map(err)
 	var (
 		inv *InputError
-		ise *InvalidStateError
+		ise *operator.InvalidStateError
 	)
 	switch {
 	case ae.Code == errmap.InvalidInput && ae.Field == "ttl" && errors.As(err, &inv):

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -35,7 +36,7 @@ func (s *Server) listIntents(r *http.Request, p principal) (int, any, error) {
 			return 0, nil, badRequest(name, "unknown query parameter %q", name)
 		}
 	}
-	f, err := ParseListFilter(q.Get("resource"), q.Get("status"), q.Get("kind"), q.Get("limit"), q.Get("cursor"))
+	f, err := operator.ParseListFilter(q.Get("resource"), q.Get("status"), q.Get("kind"), q.Get("limit"), q.Get("cursor"))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -48,7 +49,7 @@ func (s *Server) listIntents(r *http.Request, p principal) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	page, err := ListIntents(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), f)
+	page, err := s.op.List(r.Context(), f)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -73,7 +74,7 @@ func (s *Server) getIntent(r *http.Request, p principal) (int, any, error) {
 			return 0, nil, badRequest("wait", "wait must be a duration from 0s to %s (e.g. 30s), got %q", MaxWait, raw)
 		}
 	}
-	d, err := GetIntent(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), id)
+	d, err := s.op.Get(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -89,7 +90,7 @@ func (s *Server) getIntent(r *http.Request, p principal) (int, any, error) {
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
 			return 0, nil, err
 		}
-		if d, err = GetIntent(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), id); err != nil {
+		if d, err = s.op.Get(r.Context(), id); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -101,7 +102,7 @@ func (s *Server) getResource(r *http.Request, p principal) (int, any, error) {
 	if err := p.resource(r.PathValue("id")); err != nil {
 		return 0, nil, err
 	}
-	v, err := GetResource(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), r.PathValue("id"))
+	v, err := s.op.Resource(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -109,7 +110,7 @@ func (s *Server) getResource(r *http.Request, p principal) (int, any, error) {
 }
 
 // getEpochs: GET /api/v1/resources/{id}/epochs?limit= — the resource's
-// epoch grants (lease.Issuer.History), newest first: {"resource","grants"}.
+// epoch grants (operator.Epochs), newest first: {"resource","grants"}.
 // 404 for a resource with no grants, no control row and no intents.
 func (s *Server) getEpochs(r *http.Request, p principal) (int, any, error) {
 	res := r.PathValue("id")
@@ -130,14 +131,14 @@ func (s *Server) getEpochs(r *http.Request, p principal) (int, any, error) {
 		}
 		limit = n
 	}
-	grants, err := s.cfg.Issuer.History(r.Context(), res, limit)
+	grants, err := s.op.Epochs(r.Context(), res, limit)
 	if err != nil {
 		return 0, nil, err
 	}
 	if len(grants) == 0 {
 		// Tell an unknown resource from one whose epochs predate the
 		// history.
-		if _, err := GetResource(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), res); err != nil {
+		if _, err := s.op.Resource(r.Context(), res); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -147,7 +148,7 @@ func (s *Server) getEpochs(r *http.Request, p principal) (int, any, error) {
 // action: POST /api/v1/intents/{id}/retry|cancel|resolve with an optional
 // {"note"} ({"outcome","note"} for resolve, outcome required; retry also
 // takes "force": true, to retry an intent whose effect is possible).
-func (s *Server) action(a Action) handlerFunc {
+func (s *Server) action(a operator.Action) handlerFunc {
 	return func(r *http.Request, p principal) (int, any, error) {
 		id, err := intentID(r)
 		if err != nil {
@@ -158,10 +159,10 @@ func (s *Server) action(a Action) handlerFunc {
 			Note    string        `json:"note"`
 			Force   bool          `json:"force"`
 		}
-		if err := decodeBody(r, &body, a != ActionResolve); err != nil {
+		if err := decodeBody(r, &body, a != operator.ActionResolve); err != nil {
 			return 0, nil, err
 		}
-		if a != ActionResolve && body.Outcome != "" {
+		if a != operator.ActionResolve && body.Outcome != "" {
 			return 0, nil, badRequest("outcome", "only resolve takes an outcome")
 		}
 		if !p.scope.allResources() {
@@ -174,7 +175,7 @@ func (s *Server) action(a Action) handlerFunc {
 				return 0, nil, err
 			}
 		}
-		res, err := Apply(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), ActionRequest{IntentID: id, Action: a, Actor: p.name, Outcome: body.Outcome, Note: body.Note, Force: body.Force})
+		res, err := s.op.Apply(r.Context(), operator.ActionRequest{IntentID: id, Action: a, Actor: p.name, Outcome: body.Outcome, Note: body.Note, Force: body.Force})
 		if err != nil {
 			return 0, nil, err
 		}
@@ -190,12 +191,12 @@ func (s *Server) bulk(r *http.Request, p principal) (int, any, error) {
 	if !p.scope.allResources() {
 		return 0, nil, forbidden("resource", "token %q is scoped to resources %s: bulk actions need an unscoped operator token", p.name, strings.Join(p.scope.Resources, ", "))
 	}
-	var req BulkRequest
+	var req operator.BulkRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
 	req.Actor = p.name
-	res, err := Bulk(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), req)
+	res, err := s.op.Bulk(r.Context(), req)
 	if err != nil {
 		return 0, nil, err
 	}

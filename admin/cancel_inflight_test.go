@@ -7,11 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -24,11 +22,6 @@ func (e *env) begin(id int64) (idempotency.Decision, error) {
 		e.t.Fatal(err)
 	}
 	return e.srv.cfg.Store.Begin(context.Background(), rec.Kind, rec.IdempotencyKey, e.fingerprint(id), id)
-}
-
-func (e *env) attempts(id int64) int {
-	e.t.Helper()
-	return e.count(`SELECT attempts FROM fencegate.intents WHERE intent_id = $1`, id)
 }
 
 // A pending intent whose attempt has begun (the adapter consumed the
@@ -117,56 +110,4 @@ func TestCancelRefusedWhileAttemptInFlight(t *testing.T) {
 	if s := e.status(released); s != outbox.StatusCancelled {
 		t.Fatalf("status = %s", s)
 	}
-}
-
-// A cancel and an attempt's start race on many intents: they are ordered
-// by the intent's row lock, so each intent ends either cancelled with its
-// attempt refused and none counted, or pending with the attempt counted
-// and the cancel refused as in flight — never cancelled with an attempt
-// that went ahead.
-func TestCancelAndAttemptStartAreOrdered(t *testing.T) {
-	e := setup(t)
-	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
-	const n = 30
-	wins := map[string]int{}
-	for i := range n {
-		id := e.seedIntent(workerSecret, "r", fmt.Sprintf("race-%d", i), outbox.StatusPending, "")
-		rec, _ := e.ob.Get(ctx, id)
-		fp := e.fingerprint(id)
-		var (
-			wg     sync.WaitGroup
-			d      idempotency.Decision
-			begErr error
-			canErr error
-		)
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			d, begErr = e.srv.cfg.Store.Begin(ctx, rec.Kind, rec.IdempotencyKey, fp, id)
-		}()
-		go func() {
-			defer wg.Done()
-			_, canErr = Apply(ctx, e.pool, testdb.Schema(), ActionRequest{IntentID: id, Action: ActionCancel, Actor: "t"})
-		}()
-		wg.Wait()
-		var ise *InvalidStateError
-		switch {
-		case begErr == nil && d.Outcome == idempotency.OutcomeExecute && errors.As(canErr, &ise) && ise.InFlight:
-			wins["attempt"]++
-			if s := e.status(id); s != outbox.StatusPending || e.attempts(id) != 1 {
-				t.Fatalf("intent %d: attempt won but status %s, attempts %d", id, s, e.attempts(id))
-			}
-		case errors.Is(begErr, idempotency.ErrIntentTerminal) && canErr == nil:
-			wins["cancel"]++
-			if s := e.status(id); s != outbox.StatusCancelled || e.attempts(id) != 0 || e.key(id) != nil {
-				t.Fatalf("intent %d: cancel won but status %s, attempts %d, key %+v", id, s, e.attempts(id), e.key(id))
-			}
-		default:
-			t.Fatalf("intent %d: Begin = %+v, %v; cancel = %v (status %s)", id, d, begErr, canErr, e.status(id))
-		}
-	}
-	t.Logf("wins: %v", wins)
 }

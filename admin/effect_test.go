@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -154,7 +155,7 @@ func TestBulkSkipsEffectPossible(t *testing.T) {
 			t.Errorf("intent %d after a forced bulk retry: %s, key %+v; want pending, no key", id, st, k)
 		}
 		if n := e.count(`SELECT count(*) FROM fencegate.intent_events WHERE intent_id = $1 AND action = 'retry' AND note = $2`,
-			id, ForcedNote+"; checked: nothing arrived"); n != 1 {
+			id, operator.ForcedNote+"; checked: nothing arrived"); n != 1 {
 			t.Errorf("intent %d: %d forced retry events, want 1", id, n)
 		}
 	}
@@ -205,7 +206,7 @@ func TestPagesEffectPossible(t *testing.T) {
 	if st, k := e.status(id), e.key(id); st != outbox.StatusPending || k != nil {
 		t.Fatalf("after a forced retry: %s, key %+v", st, k)
 	}
-	c.expect(c.do("GET", ip, nil), http.StatusOK, ForcedNote+"; checked the inbox")
+	c.expect(c.do("GET", ip, nil), http.StatusOK, operator.ForcedNote+"; checked the inbox")
 
 	// The bulk apply without force: the other one skipped, the flash says why.
 	r = c.do("POST", "/intents/bulk", url.Values{"csrf": {csrf}, "action": {"retry"}, "status": {"unknown"}, "step": {"apply"}})

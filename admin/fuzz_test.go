@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testdb"
 )
-
-func asInputError(err error, target **InputError) bool { return errors.As(err, target) }
 
 // FuzzDecodeIntent posts arbitrary bodies to the intake: it never panics,
 // never answers 5xx, always answers a JSON object, and stores an intent
@@ -79,36 +76,6 @@ func FuzzDecodeIntent(f *testing.F) {
 			}
 		default:
 			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
-		}
-	})
-}
-
-// FuzzListQuery feeds arbitrary query strings to the list filter parser:
-// it never panics, and an accepted filter always validates.
-func FuzzListQuery(f *testing.F) {
-	for _, seed := range [][5]string{
-		{"", "", "", "", ""},
-		{"r", "pending", "email", "50", "123"},
-		{"", "done", "", "0", "x"},
-		{"", "", "", "-1", "-5"},
-		{"", "", "", "99999999999999999999", "9223372036854775808"},
-	} {
-		f.Add(seed[0], seed[1], seed[2], seed[3], seed[4])
-	}
-	f.Fuzz(func(t *testing.T, resource, status, kind, limit, cursor string) {
-		lf, err := ParseListFilter(resource, status, kind, limit, cursor)
-		if err != nil {
-			var ie *InputError
-			if !asInputError(err, &ie) || ie.Field == "" {
-				t.Fatalf("error %v does not name a field", err)
-			}
-			return
-		}
-		if err := lf.Validate(); err != nil {
-			t.Fatalf("accepted filter fails Validate: %v", err)
-		}
-		if lf.Limit < 0 || lf.Limit > MaxListLimit {
-			t.Fatalf("limit %d accepted", lf.Limit)
 		}
 	})
 }

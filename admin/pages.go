@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -293,11 +294,11 @@ type intentsBody struct {
 // bulkForm is a bulk action's form: the list's filters, the actions that
 // apply to its status.
 type bulkForm struct {
-	Actions []Action
-	BulkRequest
+	Actions []operator.Action
+	operator.BulkRequest
 	// Preview is the dry run's answer (the bulk page); Scope describes the
 	// filter in words.
-	Preview *BulkResult
+	Preview *operator.BulkResult
 	Scope   string
 	// Touch is how many intents the previewed action would change: those
 	// matched less those skipped because their effect is possible; Possible
@@ -306,10 +307,10 @@ type bulkForm struct {
 }
 
 // bulkActions are the actions that apply to intents of status st.
-func bulkActions(st outbox.Status) []Action {
-	var out []Action
-	for _, a := range []Action{ActionRetry, ActionCancel, ActionResolve} {
-		if slices.Contains(allowedFrom[a], st) {
+func bulkActions(st outbox.Status) []operator.Action {
+	var out []operator.Action
+	for _, a := range []operator.Action{operator.ActionRetry, operator.ActionCancel, operator.ActionResolve} {
+		if a.AppliesTo(st) {
 			out = append(out, a)
 		}
 	}
@@ -320,7 +321,7 @@ func bulkActions(st outbox.Status) []Action {
 // (?bulk=&applied=&skipped=&skipped_effect=).
 func bulkFlash(q url.Values) string {
 	a := q.Get("bulk")
-	if _, ok := allowedFrom[Action(a)]; !ok {
+	if operator.Action(a).AllowedFrom() == nil {
 		return ""
 	}
 	applied, err1 := strconv.Atoi(q.Get("applied"))
@@ -339,7 +340,7 @@ func bulkFlash(q url.Values) string {
 	if effect > 0 {
 		msg += fmt.Sprintf(", %d skipped because their effect may have happened (an attempt's outcome was lost): "+
 			"resolve them with what you find at the destination", effect)
-		if a == string(ActionRetry) {
+		if a == string(operator.ActionRetry) {
 			msg += ", or retry them accepting a second effect"
 		}
 	}
@@ -350,12 +351,12 @@ func bulkFlash(q url.Values) string {
 func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 	q := r.URL.Query()
 	b := intentsBody{Status: q.Get("status"), Kind: q.Get("kind"), Resource: q.Get("resource"), Limit: q.Get("limit"),
-		Statuses: Statuses, Kinds: s.cfg.Outbox.Kinds()}
+		Statuses: operator.Statuses, Kinds: s.cfg.Outbox.Kinds()}
 	b.Filtered = b.Status != "" || b.Kind != "" || b.Resource != ""
 	d := &pageData{Title: "Intents", Nav: "intents", Body: &b, Flash: bulkFlash(q)}
 	withRefresh(d, r.URL)
 	if acts := bulkActions(outbox.Status(b.Status)); len(acts) > 0 && v.scope.allResources() {
-		b.Bulk = &bulkForm{Actions: acts, BulkRequest: BulkRequest{Status: outbox.Status(b.Status), Kind: b.Kind, ResourcePrefix: b.Resource}}
+		b.Bulk = &bulkForm{Actions: acts, BulkRequest: operator.BulkRequest{Status: outbox.Status(b.Status), Kind: b.Kind, ResourcePrefix: b.Resource}}
 	}
 	// A token scoped to resources sees one resource of its scope at a
 	// time, as GET /api/v1/intents: the list across resources would show
@@ -371,13 +372,13 @@ func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) 
 			return
 		}
 	}
-	f, err := ParseListFilter(b.Resource, b.Status, b.Kind, b.Limit, q.Get("cursor"))
+	f, err := operator.ParseListFilter(b.Resource, b.Status, b.Kind, b.Limit, q.Get("cursor"))
 	if err != nil {
 		d.Error = err.Error()
 		s.render(w, r, http.StatusBadRequest, "intents", d)
 		return
 	}
-	p, err := ListIntents(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), f)
+	p, err := s.op.List(r.Context(), f)
 	if err != nil {
 		s.pageFail(w, r, err)
 		return
@@ -402,7 +403,7 @@ func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) 
 
 // intentBody is an intent's page.
 type intentBody struct {
-	D               *IntentDetail
+	D               *operator.IntentDetail
 	Payload, Result string
 	Key             *idempotency.Key
 	KeyNote         string
@@ -419,9 +420,9 @@ type intentBody struct {
 
 // doneMessages are the flashes after a successful action (?done=…).
 var doneMessages = map[string]string{
-	string(ActionRetry):   "Retried: the intent is pending again and will be relayed.",
-	string(ActionCancel):  "Cancelled.",
-	string(ActionResolve): "Resolved.",
+	string(operator.ActionRetry):   "Retried: the intent is pending again and will be relayed.",
+	string(operator.ActionCancel):  "Cancelled.",
+	string(operator.ActionResolve): "Resolved.",
 }
 
 // intentPage: GET /intents/{id}.
@@ -439,7 +440,7 @@ func (s *Server) intentPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 // showIntent renders intent id's page with status (an action's error
 // status, with d.Error set).
 func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, status int, d *pageData, note string) {
-	det, err := GetIntent(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), id)
+	det, err := s.op.Get(r.Context(), id)
 	if err != nil {
 		if d.Error != "" && errors.Is(err, outbox.ErrNotFound) {
 			s.renderError(w, r, nil, status, d.Error)
@@ -459,9 +460,9 @@ func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, st
 		return
 	}
 	b := &intentBody{D: det, Payload: prettyJSON(det.Payload), Result: prettyJSON(det.Result), Note: note}
-	b.CanRetry = slices.Contains(allowedFrom[ActionRetry], det.Status)
-	b.CanCancel = slices.Contains(allowedFrom[ActionCancel], det.Status)
-	b.CanResolve = slices.Contains(allowedFrom[ActionResolve], det.Status)
+	b.CanRetry = operator.ActionRetry.AppliesTo(det.Status)
+	b.CanCancel = operator.ActionCancel.AppliesTo(det.Status)
+	b.CanResolve = operator.ActionResolve.AppliesTo(det.Status)
 	b.Possible = det.Effect == outbox.EffectPossible
 	if b.CanCancel && b.Possible {
 		// The action would be refused (409): say why instead of offering it.
@@ -511,8 +512,8 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 		s.pageFail(w, r, err)
 		return
 	}
-	a := Action(r.PathValue("action"))
-	if _, ok := allowedFrom[a]; !ok {
+	a := operator.Action(r.PathValue("action"))
+	if a.AllowedFrom() == nil {
 		s.renderError(w, r, nil, http.StatusNotFound, fmt.Sprintf("No such action %q: retry, cancel or resolve.", a))
 		return
 	}
@@ -537,18 +538,18 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 			return
 		}
 	}
-	req := ActionRequest{IntentID: id, Action: a, Actor: v.name, Note: strings.TrimSpace(r.PostFormValue("note")),
+	req := operator.ActionRequest{IntentID: id, Action: a, Actor: v.name, Note: strings.TrimSpace(r.PostFormValue("note")),
 		Force: r.PostFormValue("force") != ""}
-	if a == ActionResolve {
+	if a == operator.ActionResolve {
 		req.Outcome = outbox.Status(r.PostFormValue("outcome"))
 	}
-	if _, err := Apply(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), req); err != nil {
+	if _, err := s.op.Apply(r.Context(), req); err != nil {
 		ae := toAPIError(err)
 		if ae.Status() >= 500 {
 			s.cfg.Logger.Error("admin: page action failed", "action", a, "intent_id", id, "err", err)
 		}
 		msg := ae.Message
-		var ise *InvalidStateError
+		var ise *operator.InvalidStateError
 		switch {
 		case errors.As(err, &ise) && ise.Effect != "" && a == ActionRetry:
 			msg = fmt.Sprintf("Cannot retry intent %d without accepting a second effect: an attempt's outcome was lost, so the effect may have happened. "+
@@ -599,22 +600,22 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 		return
 	}
 	f := r.PostFormValue
-	req := BulkRequest{Action: Action(f("action")), Status: outbox.Status(f("status")), Kind: strings.TrimSpace(f("kind")),
+	req := operator.BulkRequest{Action: operator.Action(f("action")), Status: outbox.Status(f("status")), Kind: strings.TrimSpace(f("kind")),
 		ResourcePrefix: strings.TrimSpace(f("resource_prefix")), Since: strings.TrimSpace(f("since")), Until: strings.TrimSpace(f("until")),
 		Outcome: outbox.Status(f("outcome")), Note: strings.TrimSpace(f("note")), Actor: v.name}
 	// The list's form has one action menu and one force box, labelled for
 	// retry: the box means nothing to the other actions.
-	req.Force = req.Action == ActionRetry && f("force") != ""
+	req.Force = req.Action == operator.ActionRetry && f("force") != ""
 	apply := f("step") == "apply"
 	req.DryRun = !apply
-	var res BulkResult
+	var res operator.BulkResult
 	var err error
-	if req.Action == ActionResolve && req.Outcome == "" {
+	if req.Action == operator.ActionResolve && req.Outcome == "" {
 		// The API's dry run counts without one; the page asks before it
 		// offers to apply what could not run.
 		err = inputErr("outcome", "resolve needs an outcome: succeeded or failed")
 	} else {
-		res, err = Bulk(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), req)
+		res, err = s.op.Bulk(r.Context(), req)
 	}
 	b := &bulkForm{Actions: bulkActions(req.Status), BulkRequest: req, Scope: bulkScope(req)}
 	d := &pageData{Title: "Bulk " + string(req.Action), Nav: "intents", Body: b}
@@ -629,7 +630,7 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	}
 	if !apply {
 		b.Preview = &res
-		b.Possible = res.Skipped[SkippedEffectPossible]
+		b.Possible = res.Skipped[operator.SkippedEffectPossible]
 		b.Touch = max(0, res.Matched-b.Possible)
 		s.render(w, r, http.StatusOK, "bulk", d)
 		return
@@ -642,7 +643,7 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 		"applied", res.Applied, "skipped", skipped, "actor", v.name)
 	q := url.Values{"status": {string(req.Status)}, "bulk": {string(req.Action)},
 		"applied": {strconv.Itoa(res.Applied)}, "skipped": {strconv.Itoa(skipped)}}
-	if n := res.Skipped[SkippedEffectPossible]; n > 0 {
+	if n := res.Skipped[operator.SkippedEffectPossible]; n > 0 {
 		q.Set("skipped_effect", strconv.Itoa(n))
 	}
 	if req.Kind != "" {
@@ -654,7 +655,7 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 }
 
 // bulkScope says in words which intents req selects.
-func bulkScope(req BulkRequest) string {
+func bulkScope(req operator.BulkRequest) string {
 	parts := []string{string(req.Status)}
 	if req.Kind != "" {
 		parts = append(parts, "kind "+req.Kind)
@@ -690,7 +691,7 @@ type statusCount struct {
 
 // resourceBody is a resource's page.
 type resourceBody struct {
-	V          *ResourceView
+	V          *operator.ResourceView
 	Counts     []statusCount
 	IntentsURL string
 	Grants     []lease.Grant
@@ -705,17 +706,17 @@ func (s *Server) resourcePage(w http.ResponseWriter, r *http.Request, v *viewer)
 		s.pageFail(w, r, err)
 		return
 	}
-	rv, err := GetResource(r.Context(), s.cfg.Pool, s.cfg.Outbox.Schema(), res)
+	rv, err := s.op.Resource(r.Context(), res)
 	if err != nil {
 		s.pageFail(w, r, err)
 		return
 	}
 	b := &resourceBody{V: rv, IntentsURL: pathWithQuery("/intents", url.Values{"resource": {res}}), Limit: lease.DefaultHistoryLimit}
-	for _, st := range Statuses {
+	for _, st := range operator.Statuses {
 		b.Counts = append(b.Counts, statusCount{Status: st, N: rv.Counts[st],
 			URL: pathWithQuery("/intents", url.Values{"resource": {res}, "status": {string(st)}})})
 	}
-	grants, err := s.cfg.Issuer.History(r.Context(), res, 0)
+	grants, err := s.op.Epochs(r.Context(), res, 0)
 	if err != nil {
 		b.GrantsNote = "could not read the epoch history: " + oneLine(err.Error())
 	} else {

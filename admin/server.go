@@ -25,6 +25,7 @@ import (
 	"github.com/fencegate/fencegate/internal/httpserver"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -113,6 +114,7 @@ func (c Config) validate() error {
 // Server is the admin HTTP API. It is safe for concurrent use.
 type Server struct {
 	cfg     Config
+	op      *operator.Operator
 	auth    *authenticator
 	mux     *http.ServeMux
 	metrics *apiMetrics
@@ -145,7 +147,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m, sessions: newSessionStore()}
+	op, err := operator.New(cfg.Pool, cfg.Outbox.Schema())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, op: op, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m, sessions: newSessionStore()}
 	if cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
 		if err != nil {
@@ -437,9 +443,9 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /api/v1/resources/{id}", s.api(RoleOperator, s.getResource))
 	s.mux.Handle("GET /api/v1/resources/{id}/epochs", s.api(RoleOperator, s.getEpochs))
 	s.mux.Handle("POST /api/v1/intents/bulk", s.api(RoleOperator, s.bulk))
-	s.mux.Handle("POST /api/v1/intents/{id}/retry", s.api(RoleOperator, s.action(ActionRetry)))
-	s.mux.Handle("POST /api/v1/intents/{id}/cancel", s.api(RoleOperator, s.action(ActionCancel)))
-	s.mux.Handle("POST /api/v1/intents/{id}/resolve", s.api(RoleOperator, s.action(ActionResolve)))
+	s.mux.Handle("POST /api/v1/intents/{id}/retry", s.api(RoleOperator, s.action(operator.ActionRetry)))
+	s.mux.Handle("POST /api/v1/intents/{id}/cancel", s.api(RoleOperator, s.action(operator.ActionCancel)))
+	s.mux.Handle("POST /api/v1/intents/{id}/resolve", s.api(RoleOperator, s.action(operator.ActionResolve)))
 
 	// Worker intake.
 	s.mux.Handle("POST /api/v1/leases", s.api(RoleWorker, s.acquireLease))

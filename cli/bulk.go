@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fencegate/fencegate/admin"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -17,10 +17,10 @@ import (
 // (skipped.effect_possible, and a line on stderr), by a cancel always and
 // by a retry without --force; like every skip, it is not a failure (exit
 // 0): the JSON says what was done.
-func bulkCommand(action admin.Action) command {
+func bulkCommand(action operator.Action) command {
 	return func(ctx context.Context, a *app, args []string) int {
 		fs, dbURL := a.newFlags(string(action))
-		var req admin.BulkRequest
+		var req operator.BulkRequest
 		req.Action = action
 		status := fs.String("status", "", "status of the intents to "+string(action)+" (required)")
 		fs.StringVar(&req.Kind, "kind", "", "only intents of this kind")
@@ -30,7 +30,7 @@ func bulkCommand(action admin.Action) command {
 		outcome := fs.String("outcome", "", "resolve's outcome: succeeded or failed")
 		fs.StringVar(&req.Note, "note", "", "the reason, recorded on every intent")
 		yes := fs.Bool("yes", false, "do it (without: a dry run that says how many intents it would touch)")
-		if action == admin.ActionRetry {
+		if action == operator.ActionRetry {
 			fs.BoolVar(&req.Force, "force", false, "retry intents whose effect is possible too (an attempt's outcome was lost: the effect may have happened), "+
 				"accepting a second effect; recorded as forced in their history. Without it they are skipped: resolve records what you found at the destination")
 		}
@@ -47,12 +47,16 @@ func bulkCommand(action admin.Action) command {
 			return a.fail(err)
 		}
 		defer pool.Close()
-		res, err := admin.Bulk(ctx, pool, a.schema(), req)
+		op, err := operator.New(pool, a.schema())
+		if err != nil {
+			return a.fail(err)
+		}
+		res, err := op.Bulk(ctx, req)
 		if err != nil {
 			return a.fail(err)
 		}
 		a.writeJSON(res)
-		if n := res.Skipped[admin.SkippedEffectPossible]; n > 0 {
+		if n := res.Skipped[operator.SkippedEffectPossible]; n > 0 {
 			what, verb := "intents", "skipped"
 			if n == 1 {
 				what = "intent"
@@ -61,7 +65,7 @@ func bulkCommand(action admin.Action) command {
 				verb = "would be skipped"
 			}
 			advice := "find out at the destination and resolve them with what you found"
-			if action == admin.ActionRetry {
+			if action == operator.ActionRetry {
 				advice += ", or --force to accept a second effect"
 			}
 			fmt.Fprintf(a.stderr, "gateway %s: %d %s %s: the effect may have happened (an attempt's outcome was lost); %s\n", action, n, what, verb, advice)

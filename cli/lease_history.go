@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/operator"
 )
 
 // cmdLeaseHistory prints a resource's epoch history (gateway lease history):
@@ -35,7 +36,11 @@ func cmdLeaseHistory(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	grants, err := lease.NewIssuer(pool, lease.WithSchema(a.schema())).History(ctx, *resource, *limit)
+	op, err := operator.New(pool, a.schema())
+	if err != nil {
+		return a.fail(err)
+	}
+	grants, err := op.Epochs(ctx, *resource, *limit)
 	if err != nil {
 		return a.fail(err)
 	}

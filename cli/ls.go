@@ -3,7 +3,7 @@ package cli
 import (
 	"context"
 
-	"github.com/fencegate/fencegate/admin"
+	"github.com/fencegate/fencegate/operator"
 )
 
 // cmdLs lists intents, newest first, with the same query and the same
@@ -22,7 +22,7 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	// Bad filters are refused before connecting: exit 2 either way.
-	f, err := admin.ParseListFilter(*resource, *status, *kind, *limit, *cursor)
+	f, err := operator.ParseListFilter(*resource, *status, *kind, *limit, *cursor)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -31,7 +31,11 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	page, err := admin.ListIntents(ctx, pool, a.schema(), f)
+	op, err := operator.New(pool, a.schema())
+	if err != nil {
+		return a.fail(err)
+	}
+	page, err := op.List(ctx, f)
 	if err != nil {
 		return a.fail(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/operator"
 )
 
 // `gateway status --wait D` prints the intent once it reaches a final
@@ -193,7 +193,7 @@ func TestBulkRetryEffectPossibleCLI(t *testing.T) {
 	}
 	var note string
 	if err := conn.QueryRow(ctx, testdb.SQL(`SELECT note FROM fencegate.intent_events WHERE intent_id = $1 AND action = 'retry'`), lost).Scan(&note); err != nil ||
-		note != admin.ForcedNote+"; nothing arrived" {
+		note != operator.ForcedNote+"; nothing arrived" {
 		t.Fatalf("event note %q %v", note, err)
 	}
 }

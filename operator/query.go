@@ -1,4 +1,4 @@
-package admin
+package operator
 
 import (
 	"context"
@@ -6,40 +6,20 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fenceerr"
-	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
-
-// Querier is what the queries need from a pool or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Limits of a list page.
 const (
 	DefaultListLimit = 50
 	MaxListLimit     = 500
 )
-
-// ErrInvalid is matched (errors.Is) by an *InputError. It is
-// fenceerr.ErrInvalid, shared with lease, outbox and idempotency.
-var ErrInvalid = fenceerr.ErrInvalid
-
-// InputError names the request field that is wrong. Nothing was stored. It
-// is fenceerr.InvalidError, the one invalid-input type of the module.
-type InputError = fenceerr.InvalidError
-
-func inputErr(field, format string, args ...any) error {
-	return &InputError{Field: field, Message: fmt.Sprintf(format, args...)}
-}
 
 // Statuses lists every intent status, in lifecycle order.
 var Statuses = []outbox.Status{
@@ -60,7 +40,7 @@ type ListFilter struct {
 }
 
 // ParseListFilter builds a ListFilter from text (query parameters, flags)
-// and checks it; an *InputError names the bad field.
+// and checks it; an *fenceerr.InvalidError names the bad field.
 func ParseListFilter(resource, status, kind, limit, cursor string) (ListFilter, error) {
 	f := ListFilter{Resource: resource, Status: outbox.Status(status), Kind: kind, Cursor: cursor}
 	if limit != "" {
@@ -76,7 +56,7 @@ func ParseListFilter(resource, status, kind, limit, cursor string) (ListFilter, 
 	return f, f.Validate()
 }
 
-// Validate checks f; an *InputError names the bad field.
+// Validate checks f; an *fenceerr.InvalidError names the bad field.
 func (f ListFilter) Validate() error {
 	if f.Status != "" && !slices.Contains(Statuses, f.Status) {
 		return inputErr("status", "must be one of pending, relayed, succeeded, failed, superseded, unknown, cancelled; got %q", f.Status)
@@ -111,7 +91,7 @@ func (f ListFilter) cursorID() (int64, error) {
 
 // Page is a page of intents, newest first.
 type Page struct {
-	// Intents are without their payloads (GetIntent has them).
+	// Intents are without their payloads (Get has them).
 	Intents []outbox.Record `json:"intents"`
 	// NextCursor continues the listing; nil on the last page.
 	NextCursor *string `json:"next_cursor"`
@@ -121,16 +101,12 @@ const listColumns = `intent_id, resource_id, epoch, operation_id, kind, idempote
 	status, attempts, result, last_error, created_at, updated_at, relayed_at, completed_at, coalesce(principal, ''),
 	effect, not_before`
 
-// ListIntents returns a page of intents matching f, newest (highest id)
+// List returns a page of intents matching f, newest (highest id)
 // first. Pagination is by keyset on intent_id, not by offset: a page starts
 // strictly below the previous page's last id, so intents committed while a
 // client pages through neither shift pages (no duplicates) nor hide older
 // ones (no gaps); new intents appear on a fresh first page.
-func ListIntents(ctx context.Context, q Querier, schema string, f ListFilter) (Page, error) {
-	sch, err := parseSchema(schema)
-	if err != nil {
-		return Page{}, err
-	}
+func (o *Operator) List(ctx context.Context, f ListFilter) (Page, error) {
 	if err := f.Validate(); err != nil {
 		return Page{}, err
 	}
@@ -142,7 +118,7 @@ func ListIntents(ctx context.Context, q Querier, schema string, f ListFilter) (P
 	// filters are written as "$n = '' OR col = $n" so one statement serves
 	// every combination; the indexes (resource_id, intent_id DESC) and
 	// (status, intent_id DESC) serve the common ones.
-	rows, err := q.Query(ctx, sch.SQL(`SELECT `+listColumns+` FROM fencegate.intents
+	rows, err := o.q.Query(ctx, o.sch.SQL(`SELECT `+listColumns+` FROM fencegate.intents
 		WHERE ($1 = '' OR resource_id = $1)
 		  AND ($2 = '' OR status = $2)
 		  AND ($3 = '' OR kind = $3)
@@ -150,7 +126,7 @@ func ListIntents(ctx context.Context, q Querier, schema string, f ListFilter) (P
 		ORDER BY intent_id DESC
 		LIMIT $5`), f.Resource, string(f.Status), f.Kind, after, f.Limit+1)
 	if err != nil {
-		return Page{}, fmt.Errorf("admin: list intents: %w", err)
+		return Page{}, fmt.Errorf("operator: list intents: %w", err)
 	}
 	defer rows.Close()
 	p := Page{Intents: []outbox.Record{}}
@@ -161,7 +137,7 @@ func ListIntents(ctx context.Context, q Querier, schema string, f ListFilter) (P
 		if err := rows.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
 			&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal,
 			&effect, &r.NotBefore); err != nil {
-			return Page{}, fmt.Errorf("admin: list intents: %w", err)
+			return Page{}, fmt.Errorf("operator: list intents: %w", err)
 		}
 		r.Fence, r.Status, r.Effect = outbox.Fence(fence), outbox.Status(status), outbox.Effect(effect)
 		if result != nil {
@@ -170,7 +146,7 @@ func ListIntents(ctx context.Context, q Querier, schema string, f ListFilter) (P
 		p.Intents = append(p.Intents, r)
 	}
 	if err := rows.Err(); err != nil {
-		return Page{}, fmt.Errorf("admin: list intents: %w", err)
+		return Page{}, fmt.Errorf("operator: list intents: %w", err)
 	}
 	if len(p.Intents) > f.Limit {
 		p.Intents = p.Intents[:f.Limit]
@@ -214,17 +190,13 @@ type IntentDetail struct {
 	Timeline []TimelineEntry `json:"timeline"`
 }
 
-// GetIntent returns the intent with its history, or outbox.ErrNotFound.
-func GetIntent(ctx context.Context, q Querier, schema string, id int64) (*IntentDetail, error) {
-	sch, err := parseSchema(schema)
-	if err != nil {
-		return nil, err
-	}
+// Get returns the intent with its history, or outbox.ErrNotFound.
+func (o *Operator) Get(ctx context.Context, id int64) (*IntentDetail, error) {
 	var d IntentDetail
 	r := &d.Record
 	var fence, status, effect string
 	var payload, result []byte
-	err = q.QueryRow(ctx, sch.SQL(`SELECT `+listColumns+`, payload FROM fencegate.intents WHERE intent_id = $1`), id).Scan(
+	err := o.q.QueryRow(ctx, o.sch.SQL(`SELECT `+listColumns+`, payload FROM fencegate.intents WHERE intent_id = $1`), id).Scan(
 		&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
 		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal,
 		&effect, &r.NotBefore, &payload)
@@ -232,13 +204,13 @@ func GetIntent(ctx context.Context, q Querier, schema string, id int64) (*Intent
 		return nil, outbox.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("admin: get intent %d: %w", id, err)
+		return nil, fmt.Errorf("operator: get intent %d: %w", id, err)
 	}
 	r.Fence, r.Status, r.Payload, r.Effect = outbox.Fence(fence), outbox.Status(status), payload, outbox.Effect(effect)
 	if result != nil {
 		r.Result = result
 	}
-	if d.History, err = History(ctx, q, schema, id); err != nil {
+	if d.History, err = o.History(ctx, id); err != nil {
 		return nil, err
 	}
 	d.Timeline = timeline(r, d.History)
@@ -246,15 +218,11 @@ func GetIntent(ctx context.Context, q Querier, schema string, id int64) (*Intent
 }
 
 // History returns the intent's events in the order they happened.
-func History(ctx context.Context, q Querier, schema string, id int64) ([]Event, error) {
-	sch, err := parseSchema(schema)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := q.Query(ctx, sch.SQL(`SELECT event_id, intent_id, at, actor, action, from_status, to_status, note, last_error
+func (o *Operator) History(ctx context.Context, id int64) ([]Event, error) {
+	rows, err := o.q.Query(ctx, o.sch.SQL(`SELECT event_id, intent_id, at, actor, action, from_status, to_status, note, last_error
 		FROM fencegate.intent_events WHERE intent_id = $1 ORDER BY event_id`), id)
 	if err != nil {
-		return nil, fmt.Errorf("admin: history of intent %d: %w", id, err)
+		return nil, fmt.Errorf("operator: history of intent %d: %w", id, err)
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
 		var e Event
@@ -264,7 +232,7 @@ func History(ctx context.Context, q Querier, schema string, id int64) ([]Event, 
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("admin: history of intent %d: %w", id, err)
+		return nil, fmt.Errorf("operator: history of intent %d: %w", id, err)
 	}
 	if events == nil {
 		events = []Event{}
@@ -304,17 +272,13 @@ type ResourceView struct {
 	Total  int64                   `json:"total"`
 }
 
-// ErrResourceNotFound is returned by GetResource for a resource with
+// ErrResourceNotFound is returned by Resource for a resource with
 // neither a control row nor intents. It matches fenceerr.ErrNotFound.
 var ErrResourceNotFound = fenceerr.NotFound("resource not found")
 
-// GetResource returns the resource's control row and counts, or
+// Resource returns the resource's control row and counts, or
 // ErrResourceNotFound.
-func GetResource(ctx context.Context, q Querier, schema string, resource string) (*ResourceView, error) {
-	sch, err := parseSchema(schema)
-	if err != nil {
-		return nil, err
-	}
+func (o *Operator) Resource(ctx context.Context, resource string) (*ResourceView, error) {
 	if err := lease.ValidateResource(resource); err != nil {
 		var le *lease.InvalidError
 		if errors.As(err, &le) {
@@ -327,29 +291,29 @@ func GetResource(ctx context.Context, q Querier, schema string, resource string)
 		v.Counts[s] = 0
 	}
 	found := true
-	err = q.QueryRow(ctx, sch.SQL(`SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)
+	err := o.q.QueryRow(ctx, o.sch.SQL(`SELECT epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)
 		FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&v.Epoch, &v.Holder, &v.LeaseExpiresAt, &v.LeaseLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		found = false
 	} else if err != nil {
-		return nil, fmt.Errorf("admin: get resource %q: %w", resource, err)
+		return nil, fmt.Errorf("operator: get resource %q: %w", resource, err)
 	}
-	rows, err := q.Query(ctx, sch.SQL(`SELECT status, count(*) FROM fencegate.intents WHERE resource_id = $1 GROUP BY status`), resource)
+	rows, err := o.q.Query(ctx, o.sch.SQL(`SELECT status, count(*) FROM fencegate.intents WHERE resource_id = $1 GROUP BY status`), resource)
 	if err != nil {
-		return nil, fmt.Errorf("admin: count intents of %q: %w", resource, err)
+		return nil, fmt.Errorf("operator: count intents of %q: %w", resource, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var s string
 		var n int64
 		if err := rows.Scan(&s, &n); err != nil {
-			return nil, fmt.Errorf("admin: count intents of %q: %w", resource, err)
+			return nil, fmt.Errorf("operator: count intents of %q: %w", resource, err)
 		}
 		v.Counts[outbox.Status(s)] = n
 		v.Total += n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("admin: count intents of %q: %w", resource, err)
+		return nil, fmt.Errorf("operator: count intents of %q: %w", resource, err)
 	}
 	if !found && v.Total == 0 {
 		return nil, ErrResourceNotFound
@@ -357,11 +321,10 @@ func GetResource(ctx context.Context, q Querier, schema string, resource string)
 	return v, nil
 }
 
-// parseSchema checks the schema a caller named ("" is the default one).
-func parseSchema(schema string) (pgschema.Schema, error) {
-	sch, err := pgschema.Parse(schema)
-	if err != nil {
-		return sch, inputErr("schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
-	}
-	return sch, nil
+// Epochs returns the resource's epoch grants, newest first, at most limit
+// of them (limit 0: lease.DefaultHistoryLimit), as lease.Issuer.History
+// does. An unknown resource has no grants; so has one whose epochs were
+// all granted before the history existed (Resource tells them apart).
+func (o *Operator) Epochs(ctx context.Context, resource string, limit int) ([]lease.Grant, error) {
+	return o.issuer.History(ctx, resource, limit)
 }

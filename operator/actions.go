@@ -1,4 +1,4 @@
-package admin
+package operator
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/durable"
@@ -45,6 +44,13 @@ var allowedFrom = map[Action][]outbox.Status{
 	ActionCancel:  {outbox.StatusPending, outbox.StatusFailed, outbox.StatusUnknown},
 	ActionResolve: {outbox.StatusUnknown},
 }
+
+// AllowedFrom returns the statuses a applies to, in lifecycle order; nil
+// for an action that is not retry, cancel or resolve.
+func (a Action) AllowedFrom() []outbox.Status { return slices.Clone(allowedFrom[a]) }
+
+// AppliesTo reports whether a applies to intents of status s.
+func (a Action) AppliesTo(s outbox.Status) bool { return slices.Contains(allowedFrom[a], s) }
 
 // MaxNoteLen is the longest note on an action, in bytes.
 const MaxNoteLen = 4096
@@ -203,33 +209,29 @@ type ActionResult struct {
 // *InvalidStateError when the status does not allow the action (or, for a
 // cancel, when an attempt of the intent is in flight: InFlight; or when its
 // effect is possible, for a cancel or a retry without Force: Effect), and
-// an *InputError for bad requests.
-func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, req ActionRequest) (ActionResult, error) {
-	sch, err := parseSchema(schema)
-	if err != nil {
-		return ActionResult{}, err
-	}
+// a *fenceerr.InvalidError for bad requests.
+func (o *Operator) Apply(ctx context.Context, req ActionRequest) (ActionResult, error) {
 	if err := req.validate(); err != nil {
 		return ActionResult{}, err
 	}
 	res := ActionResult{IntentID: req.IntentID, Action: req.Action}
 	// durable: an operator's action is acknowledged only once it would
 	// survive a crash (see internal/durable).
-	tx, err := durable.Begin(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := durable.Begin(ctx, o.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return res, fmt.Errorf("admin: %s intent %d: %w", req.Action, req.IntentID, err)
+		return res, fmt.Errorf("operator: %s intent %d: %w", req.Action, req.IntentID, err)
 	}
 	// A cancelled ctx does not roll a pgx transaction back by itself.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := apply(ctx, tx, sch, req, &res); err != nil {
+	if err := apply(ctx, tx, o.sch, req, &res); err != nil {
 		var ise *InvalidStateError
 		if errors.As(err, &ise) || errors.Is(err, outbox.ErrNotFound) {
 			return res, err
 		}
-		return res, fmt.Errorf("admin: %s intent %d: %w", req.Action, req.IntentID, err)
+		return res, fmt.Errorf("operator: %s intent %d: %w", req.Action, req.IntentID, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("admin: %s intent %d: commit: %w", req.Action, req.IntentID, err)
+		return res, fmt.Errorf("operator: %s intent %d: commit: %w", req.Action, req.IntentID, err)
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package admin
+package operator
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -134,20 +132,16 @@ func parseWhen(raw string, now time.Time) (time.Time, error) {
 // in batches of BulkBatch by intent id. An intent that moved on meanwhile
 // is skipped and counted, never forced; so is one whose effect is possible
 // (retry without Force, cancel).
-func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkRequest) (BulkResult, error) {
-	sch, err := parseSchema(schema)
-	if err != nil {
-		return BulkResult{}, err
-	}
+func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error) {
 	res := BulkResult{Action: req.Action, DryRun: req.DryRun, Skipped: map[string]int{}}
 	w, err := req.where(time.Now())
 	if err != nil {
 		return res, err
 	}
 	var possible int
-	if err := pool.QueryRow(ctx, sch.SQL(`SELECT count(*), count(*) FILTER (WHERE effect = 'possible') FROM fencegate.intents WHERE `+w.sql), w.args...).
+	if err := o.pool.QueryRow(ctx, o.sch.SQL(`SELECT count(*), count(*) FILTER (WHERE effect = 'possible') FROM fencegate.intents WHERE `+w.sql), w.args...).
 		Scan(&res.Matched, &possible); err != nil {
-		return res, fmt.Errorf("admin: bulk %s: count: %w", req.Action, err)
+		return res, fmt.Errorf("operator: bulk %s: count: %w", req.Action, err)
 	}
 	if req.DryRun {
 		if refusesPossible(req) && possible > 0 {
@@ -159,9 +153,9 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkReques
 	for {
 		args := append(append([]any{}, w.args...), after, BulkBatch)
 		n := len(w.args)
-		rows, err := pool.Query(ctx, sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s AND intent_id > $%d ORDER BY intent_id LIMIT $%d`, w.sql, n+1, n+2)), args...)
+		rows, err := o.pool.Query(ctx, o.sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s AND intent_id > $%d ORDER BY intent_id LIMIT $%d`, w.sql, n+1, n+2)), args...)
 		if err != nil {
-			return res, fmt.Errorf("admin: bulk %s: %w", req.Action, err)
+			return res, fmt.Errorf("operator: bulk %s: %w", req.Action, err)
 		}
 		var ids []int64
 		for rows.Next() {
@@ -180,7 +174,7 @@ func Bulk(ctx context.Context, pool *pgxpool.Pool, schema string, req BulkReques
 			return res, nil
 		}
 		for _, id := range ids {
-			_, err := Apply(ctx, pool, schema, ActionRequest{IntentID: id, Action: req.Action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note, Force: req.Force})
+			_, err := o.Apply(ctx, ActionRequest{IntentID: id, Action: req.Action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note, Force: req.Force})
 			var ise *InvalidStateError
 			switch {
 			case err == nil:
@@ -209,4 +203,16 @@ const SkippedEffectPossible = "effect_possible"
 // possible: a cancel always, a retry without Force.
 func refusesPossible(req BulkRequest) bool {
 	return req.Action == ActionCancel || (req.Action == ActionRetry && !req.Force)
+}
+
+// joinStatuses writes ss as "failed, unknown".
+func joinStatuses(ss []outbox.Status) string {
+	var b strings.Builder
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(s))
+	}
+	return b.String()
 }

@@ -1,0 +1,123 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// env is an Operator over a fresh database with the clients that write
+// what it reads: the outbox (intents), the issuer (epochs) and the
+// idempotency store (an adapter's attempts).
+type env struct {
+	t     *testing.T
+	pool  *pgxpool.Pool
+	op    *Operator
+	ob    *outbox.Client
+	store *idempotency.Store
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	t.Parallel()
+	pool := testdb.New(t)
+	op, err := New(pool, testdb.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Advance(context.Background(), "r", 1); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, pool: pool, op: op, ob: ob, store: store}
+}
+
+// seed enqueues an email intent on resource r (epoch 1) and, unless it is
+// pending, sets its status as the adapter runtime would, with the effect
+// the runtime records with it: an unknown outcome makes it possible, a
+// success done.
+func (e *env) seed(op string, status outbox.Status, lastError string) int64 {
+	e.t.Helper()
+	res, err := e.ob.Enqueue(context.Background(), outbox.Intent{Resource: "r", Epoch: 1, OperationID: op, Kind: "email",
+		Payload: []byte(`{"to":"alice@example.com","from":"reports@example.com","subject":"hi","text":"body"}`)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if status != outbox.StatusPending {
+		if _, err := e.pool.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = $2, last_error = nullif($3, ''),
+			completed_at = CASE WHEN $2 IN ('failed', 'unknown', 'succeeded') THEN now() END,
+			effect = CASE WHEN $2 = 'succeeded' THEN 'done' WHEN $2 = 'unknown' AND effect = 'none' THEN 'possible' ELSE effect END
+			WHERE intent_id = $1`), res.IntentID, string(status), lastError); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return res.IntentID
+}
+
+func (e *env) count(sql string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) status(id int64) outbox.Status {
+	e.t.Helper()
+	rec, err := e.ob.Get(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec.Status
+}
+
+func (e *env) attempts(id int64) int {
+	e.t.Helper()
+	return e.count(`SELECT attempts FROM fencegate.intents WHERE intent_id = $1`, id)
+}
+
+// key returns the intent's idempotency key, nil when there is none.
+func (e *env) key(id int64) *idempotency.Key {
+	e.t.Helper()
+	rec, err := e.ob.Get(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	k, err := e.store.Get(context.Background(), rec.Kind, rec.IdempotencyKey)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return k
+}
+
+// New refuses a schema that is not a schema's name, naming the field.
+func TestNewRefusesBadSchema(t *testing.T) {
+	for _, schema := range []string{"Bad-Schema", "pg_catalog", `a"b`} {
+		op, err := New(nil, schema)
+		var ie *fenceerr.InvalidError
+		if op != nil || !errors.As(err, &ie) || ie.Field != "schema" {
+			t.Errorf("New(%q) = %v, %v; want an invalid-input error naming schema", schema, op, err)
+		}
+	}
+}
