@@ -183,7 +183,9 @@ type Config struct {
 	// outbox.DefaultKinds at the intake (a registration's spec replaces
 	// the default one of its kind), those with an Executor run in the
 	// adapter runtime, in this order, and their probes run at start. None
-	// with an Executor: no adapter runtime.
+	// with an Executor: no adapter runtime. An adapter keeps the logger and
+	// the metrics registerer it was made with: give it Logger and Registry
+	// to have its lines and metrics with the gateway's.
 	Adapters []adapters.Registration
 	// Runtime configures the adapter runtime (Concurrency, MaxAttempts,
 	// Unknown, …). Its Executors are those of Adapters; Registerer and
