@@ -14,6 +14,35 @@ import (
 	"github.com/fencegate/fencegate/outbox"
 )
 
+// Registration is one adapter as a composition root takes it: its kind,
+// the intake rules of the kind's payload, the executor that performs its
+// effect and an optional probe. gateway.Config.Adapters and
+// cli.Options.Adapters take a list of them, and from that one list the
+// gateway builds the kinds its intake accepts, the runtime's executors and
+// the probes it runs at start:
+//
+//	n := &Notifier{Endpoint: endpoint}
+//	reg := adapters.Registration{Kind: n.Kind(), Spec: outbox.TypedKind[Payload](outbox.FenceCommit), Executor: n}
+//
+// The built-in adapters return theirs (email.Adapter.Registration, …).
+type Registration struct {
+	// Kind is the intent kind ("email", "notify"). Required; with an
+	// Executor it is Executor.Kind().
+	Kind string
+	// Spec is the kind's intake rules: its default fence and the check of
+	// its payload, applied by the gateway's outbox client (the admin API's
+	// intake) and listed on the admin pages. Required.
+	Spec outbox.KindSpec
+	// Executor performs the kind's effect in this process. Nil: the kind
+	// is accepted at the intake and executed by another process.
+	Executor Executor
+	// Probe, when set, is called once at start, before the runtime
+	// consumes anything; an error stops the start. It checks that the
+	// destination keeps what the adapter relies on (an S3 server that
+	// enforces conditional writes), which a later failure would not say.
+	Probe func(ctx context.Context) error
+}
+
 // Request is one intent to execute, as loaded from PostgreSQL.
 type Request struct {
 	IntentID       int64

@@ -5,8 +5,7 @@
 // gateway binary that enqueues, runs and lists them:
 //
 //	os.Exit(cli.Main(ctx, os.Args[1:], cli.Options{
-//		Kinds:     map[string]outbox.KindSpec{"notify": notifySpec},
-//		Executors: []adapters.Executor{notifier},
+//		Adapters: []adapters.Registration{{Kind: "notify", Spec: notifySpec, Executor: notifier}},
 //	}))
 //
 // Every command that writes JSON writes one JSON object on stdout. Exit codes:
@@ -25,7 +24,6 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
@@ -69,7 +67,7 @@ Exit codes: 0 ok, 1 internal/unavailable, 2 bad input, 3 stale epoch,
 `
 
 // usageText is usage with the kinds this program knows (the built-in ones
-// and Options.Kinds), from the one registry.
+// and Options.Adapters'), from the one registry.
 func (a *app) usageText() string {
 	return usage + "Kinds: " + a.kindNames() + "\n"
 }
@@ -87,9 +85,8 @@ type app struct {
 	// runHooks is set only for a `gateway run` that gateway bench runs in
 	// its own process; nil otherwise.
 	runHooks *bench.RunHooks
-	// kinds and executors are a program's own (Options).
-	kinds     map[string]outbox.KindSpec
-	executors []adapters.Executor
+	// adapters are the program's own (Options.Adapters).
+	adapters []adapters.Registration
 	// schemaName is the command's --schema (schemaFlag); nil before its
 	// flags are made.
 	schemaName *string
@@ -138,19 +135,18 @@ func (a *app) main(ctx context.Context, args []string) int {
 type Options struct {
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
-	// Kinds are intent kinds of the program's own (name → spec with its
-	// payload's Validate), accepted beside the built-in ones by enqueue and
-	// by run's admin intake, and listed on the pages.
-	Kinds map[string]outbox.KindSpec
-	// Executors run the program's own kinds: `run --adapters` accepts
-	// their kinds beside the built-in adapters.
-	Executors []adapters.Executor
+	// Adapters are the program's own, one registration each (its kind,
+	// its payload's rules, its executor): their kinds are accepted beside
+	// the built-in ones by enqueue and by run's admin intake, and listed
+	// on the pages; `run --adapters` runs those with an executor when it
+	// names their kind, as it does the built-in adapters.
+	Adapters []adapters.Registration
 }
 
 // Main runs one command line (without the program name) and returns its
 // exit code. ctx ending (SIGTERM) stops run and dev.
 func Main(ctx context.Context, args []string, opts Options) int {
-	a := &app{stdout: opts.Stdout, stderr: opts.Stderr, getenv: opts.Getenv, kinds: opts.Kinds, executors: opts.Executors}
+	a := &app{stdout: opts.Stdout, stderr: opts.Stderr, getenv: opts.Getenv, adapters: opts.Adapters}
 	if a.stdout == nil {
 		a.stdout = os.Stdout
 	}
@@ -164,17 +160,22 @@ func Main(ctx context.Context, args []string, opts Options) int {
 }
 
 // outboxConfig is the outbox configuration of the CLI's commands: the
-// built-in kinds and the program's own (Options.Kinds).
+// built-in kinds, with the rules the environment gives them as it gives
+// `gateway run` its flags (builtinAdapter.enqueueSpec), and the program's
+// own (Options.Adapters).
 func (a *app) outboxConfig() outbox.Config {
 	kinds := outbox.DefaultKinds()
-	// Where the webhook allow-list is known here too ($GATEWAY_WEBHOOK_ALLOW,
-	// as the gateway's), enqueue refuses a URL to a host not on it.
-	if allow := a.getenv("GATEWAY_WEBHOOK_ALLOW"); allow != "" {
-		if w, err := webhook.New(webhook.Config{Allow: webhook.SplitList(allow)}); err == nil {
-			kinds[webhook.Kind] = w.KindSpec()
+	for _, b := range builtinAdapters {
+		if b.enqueueSpec == nil {
+			continue
+		}
+		if spec, ok := b.enqueueSpec(a.getenv); ok {
+			kinds[b.kind] = spec
 		}
 	}
-	maps.Copy(kinds, a.kinds)
+	for _, r := range a.adapters {
+		kinds[r.Kind] = r.Spec
+	}
 	// The gateway's key scope ($GATEWAY_KEY_SCOPE, as --key-scope of run),
 	// so that gateway enqueue stores the key the intake would.
 	// A value outside global|resource makes outbox.New fail; gateway

@@ -28,20 +28,20 @@ func TestPoolSize(t *testing.T) {
 	}{
 		// Without group commit: 1 spare + 3 dispatcher + 1 intent
 		// sweeper + 2 adapters × 8 + 1 key sweeper.
-		{"alone", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(8)}, 22},
+		{"alone", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(8)}, 22},
 		{"relay only", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true}, 5},
-		{"one adapter alone", gateway.Config{Schema: testdb.Schema(), Adapters: []string{"file"}, Runtime: runtimeConc(8)}, 10},
-		{"high concurrency with admin", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []string{"email", "file"},
+		{"one adapter alone", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(8)}, 10},
+		{"high concurrency with admin", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")},
 			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 4 + 64 + 1 + 2},
-		{"extra executors count as adapters", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, ExtraExecutors: []adapters.Executor{bench.NoopExecutor{}},
+		{"extra executors count as adapters", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{bench.NoopRegistration()},
 			Runtime: runtimeConc(16)}, 1 + 4 + 16 + 1},
-		{"concurrency unset takes the runtime default", gateway.Config{Schema: testdb.Schema(), Adapters: []string{"file"}}, 1 + adapters.DefaultConcurrency + 1},
-		{"floor", gateway.Config{Schema: testdb.Schema(), Adapters: []string{"file"}, Runtime: runtimeConc(1)}, 4},
+		{"concurrency unset takes the runtime default", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}}, 1 + adapters.DefaultConcurrency + 1},
+		{"floor", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(1)}, 4},
 		// run's defaults, with group commit: 1 spare + 3 dispatcher + 1
 		// intent sweeper + 10 shared (4 Begin and 4 Complete flushers, 2
 		// loads) + 2 adapters × min(256, 8) + 1 key sweeper.
-		{"defaults", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []string{"email", "file"}, Runtime: runtimeConc(256), Idempotency: grouped}, 32},
-		{"grouped, low concurrency", gateway.Config{Schema: testdb.Schema(), Adapters: []string{"file"}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 10 + 2 + 1},
+		{"defaults", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(256), Idempotency: grouped}, 32},
+		{"grouped, low concurrency", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 10 + 2 + 1},
 	} {
 		if got := tc.cfg.PoolSize(); got != tc.want {
 			t.Errorf("%s: poolSize = %d, want %d", tc.name, got, tc.want)

@@ -9,15 +9,10 @@ import (
 	"math"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/adapters/file"
-	"github.com/fencegate/fencegate/adapters/s3"
-	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/gateway"
@@ -34,21 +29,8 @@ const defaultNATSURL = gateway.DefaultNATSURL
 // after SIGTERM/SIGINT before it gives up and exits 1.
 const stopTimeout = 30 * time.Second
 
-// Defaults of the adapter flags of `gateway run`.
-const (
-	defaultAdapters = "email,file"
-	defaultFileRoot = "./var/files"
-	defaultSMTPAddr = "127.0.0.1:1025"
-)
-
-// Mail lookup modes (--mail-lookup).
-const (
-	mailLookupNone    = gateway.MailLookupNone
-	mailLookupMailpit = gateway.MailLookupMailpit
-)
-
-// builtinAdapters are the adapter kinds --adapters accepts.
-var builtinAdapters = gateway.BuiltinAdapters
+// defaultAdapters is --adapters' default.
+const defaultAdapters = "email,file"
 
 // cmdRun runs the relay and the adapters until SIGTERM or SIGINT.
 //
@@ -110,33 +92,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
 
 		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook, s3 and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
-		fileRoot    = fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)")
-		fileAllow   = fs.String("file-allow", "", "targets the file adapter may publish, comma-separated globs over the whole target (reports/*.txt) or dir/** (default: any)")
-		fileDots    = fs.Bool("file-allow-dotfiles", false, "let targets have segments starting with '.' (refused by default)")
-		fileMode    = fs.String("file-mode", "0644", "mode of published files, octal, including 0600 (the process umask still applies)")
-		fileMax     = fs.Int64("file-max-bytes", 0, "largest content published to one target (0: the payload limit only)")
-		smtpAddr    = fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter")
-		smtpTLS     = fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required")
-		smtpUser    = fs.String("smtp-user", "", "SMTP AUTH PLAIN user (default: no AUTH)")
-		smtpPass    = fs.String("smtp-password", "", "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD; never printed); prefer --smtp-password-file")
-		smtpPassF   = fs.String("smtp-password-file", "", "file holding the SMTP AUTH password (one line; a warning when group or world can read it)")
-		smtpInsec   = fs.Bool("smtp-insecure-skip-verify", false, "do not verify the SMTP server's TLS certificate (tests only)")
-		smtpDedups  = fs.Bool("smtp-dedups-on-message-id", false, "the SMTP destination drops a second message with the same Message-ID (lets --unknown-outcome resend resend email)")
-		smtpMaxSess = fs.Int("smtp-max-sessions", email.DefaultMaxSessions, "SMTP sessions open at once at most (the email adapter's concurrency, below --adapter-concurrency)")
-		mailDomain  = fs.String("mail-domain", email.DefaultDomain, "right-hand side of generated Message-IDs")
-		mailFrom    = fs.String("mail-from-allow", "", "From addresses (exact) or domains (exactly that domain, no subdomains) the email adapter may send as, comma-separated; required to run it")
-		mailRcpt    = fs.String("mail-rcpt-allow", "", "recipient domains (To, Cc, Bcc) allowed, comma-separated (default: any)")
-		mailMaxRcpt = fs.Int("mail-max-recipients", email.DefaultMaxRecipients, "recipients of one message at most (To+Cc+Bcc, after dedup)")
-		mailEnvFrom = fs.String("mail-envelope-from", "", "SMTP envelope sender (MAIL FROM), which callers cannot set (default: the payload's From)")
-		mailLookup  = fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit")
-		mailpitURL  = fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025")
-		hookAllow   = fs.String("webhook-allow", "", "destinations the webhook adapter may call, host or host:port, comma-separated (required to run it); a listed name resolving to a loopback/private/link-local address is refused unless that address is listed too")
-		hookSecret  = fs.String("webhook-secret", "", "Standard Webhooks signing secrets, whsec_<base64>, comma-separated for rotation (every request signed by each); default $GATEWAY_WEBHOOK_SECRET, none: unsigned")
-		hookDedups  = fs.String("webhook-dedups-on-key", "", "webhook destinations (host or host:port, comma-separated) that drop a second request with the same Idempotency-Key: a lost answer from them is resent with the same key")
-		hookPerHost = fs.Int("webhook-max-concurrency-per-host", webhook.DefaultMaxConcurrencyPerHost, "webhook requests in flight to one host:port at most")
-		s3Endpoint  = fs.String("s3-endpoint", "", "URL of an S3-compatible server for the s3 adapter (default: AWS); credentials from the AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, shared config)")
-		s3PathStyle = fs.Bool("s3-path-style", false, "path-style addressing (endpoint/bucket/key); on by default when --s3-endpoint is given")
-		s3Bucket    = fs.String("s3-bucket", "", "the s3 adapter's default bucket (required to run it; probed at start: it must enforce conditional writes)")
 		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", adapters.DefaultConcurrency, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent (or, where an attempt's outcome was unknown, holds it unknown)")
@@ -165,6 +120,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		printConfig   = fs.Bool("print-config", false, "print the effective configuration (command line, environment, defaults) as one JSON object, secrets redacted, and exit")
 		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
 	)
+	// Each built-in adapter's flags, defined in its own file (adapter_*.go).
+	adapterFlags := make([]adapterFlags, len(builtinAdapters))
+	for i, b := range builtinAdapters {
+		adapterFlags[i] = b.flags(fs)
+	}
 	if code, ok := a.parseWithEnv(fs, args); !ok {
 		return code
 	}
@@ -182,21 +142,15 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	if *mailMaxRcpt < 1 {
-		return a.fail(badInput("mail_max_recipients", "--mail-max-recipients must be at least 1"))
-	}
-	if *hookPerHost < 1 {
-		return a.fail(badInput("webhook_max_concurrency_per_host", "--webhook-max-concurrency-per-host must be at least 1"))
-	}
-	mode, err := parseMode(*fileMode)
-	if err != nil {
-		return a.fail(err)
-	}
 	list := *adapterList
-	if !flagSet(fs, "adapters") && *hookAllow != "" {
-		list += "," + webhook.Kind // the allow-list is the opt-in
+	if !flagSet(fs, "adapters") {
+		for i, f := range adapterFlags {
+			if o, ok := f.(optIn); ok && o.optedIn() {
+				list += "," + builtinAdapters[i].kind
+			}
+		}
 	}
-	kinds, extra, err := a.parseAdapters(list)
+	runs, own, err := a.parseAdapters(list)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -212,15 +166,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	scope, err := outbox.ParseKeyScope(*keyScope)
 	if err != nil {
 		return a.fail(badInput("key_scope", "--key-scope "+err.Error()))
-	}
-	password := *smtpPass
-	if *smtpPassF != "" {
-		if password != "" {
-			return a.fail(badInput("smtp_password_file", "--smtp-password-file and --smtp-password (or $GATEWAY_SMTP_PASSWORD) are both set: give one"))
-		}
-		if password, err = readSecretFile(*smtpPassF, logger); err != nil {
-			return a.fail(badInput("smtp_password_file", "--smtp-password-file: "+oneLine(err.Error())))
-		}
 	}
 
 	cfg := gateway.Config{
@@ -241,30 +186,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			StreamReplicas:  *replicas,
 			DuplicateWindow: *dupWindow,
 		},
-		Adapters: kinds,
-		File:     file.Config{Root: *fileRoot, Allow: webhook.SplitList(*fileAllow), AllowDotfiles: *fileDots, FileMode: mode, MaxBytes: *fileMax},
-		Email: email.Config{
-			Addr:               *smtpAddr,
-			StartTLS:           *smtpTLS,
-			Username:           *smtpUser,
-			Password:           password,
-			InsecureSkipVerify: *smtpInsec,
-			DedupsOnKey:        *smtpDedups,
-			Domain:             *mailDomain,
-			MaxSessions:        *smtpMaxSess,
-			Policy: email.Policy{FromAllow: webhook.SplitList(*mailFrom), RcptAllow: webhook.SplitList(*mailRcpt),
-				MaxRecipients: *mailMaxRcpt, EnvelopeFrom: *mailEnvFrom},
-		},
-		Webhook: webhook.Config{
-			Allow:                 webhook.SplitList(*hookAllow),
-			Secrets:               webhook.SplitList(*hookSecret),
-			DedupsOnKey:           webhook.SplitList(*hookDedups),
-			MaxConcurrencyPerHost: *hookPerHost,
-			LookupSettle:          0, // the runtime's --lookup-settle
-		},
-		S3:         s3.Config{Endpoint: *s3Endpoint, Bucket: *s3Bucket, PathStyle: s3PathStyleFlag(fs, *s3PathStyle)},
-		MailLookup: *mailLookup,
-		MailpitURL: *mailpitURL,
 		Runtime: adapters.Config{
 			Concurrency:    *concurrency,
 			MaxAttempts:    *maxAttempts,
@@ -284,16 +205,24 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Namespace: *namespace,
 		Logger:    logger,
 	}
-	cfg.Kinds = a.kinds
-	cfg.ExtraExecutors = extra // the program's own kinds (Options)
+	// The gateway's registry, which the adapters' own metrics go on too.
+	cfg.Registry = gateway.NewRegistry()
+	env := adapterEnv{log: logger, registry: cfg.Registry, unknown: cfg.Runtime.Unknown}
+	// The adapters: the built-in ones --adapters chose, made once the
+	// database is reachable (until then each stands in as its kind), then
+	// the program's own (Options.Adapters), those not chosen for the intake
+	// only, then gateway bench's no-op one.
+	for i, b := range builtinAdapters {
+		if runs[i] {
+			cfg.Adapters = append(cfg.Adapters, standIn(b.kind))
+		}
+	}
+	cfg.Adapters = append(cfg.Adapters, own...)
 	if h := a.runHooks; h != nil {
-		cfg.ExtraExecutors = append(cfg.ExtraExecutors, h.Executors...) // gateway bench's no-op adapter
+		cfg.Adapters = append(cfg.Adapters, h.Adapters...)
 	}
 	if *concurrency < 1 {
 		return a.fail(badInput("adapter_concurrency", "--adapter-concurrency must be at least 1"))
-	}
-	if *smtpMaxSess < 1 {
-		return a.fail(badInput("smtp_max_sessions", "--smtp-max-sessions must be at least 1"))
 	}
 	if *maxAttempts < 1 {
 		return a.fail(badInput("max_attempts", "--max-attempts must be at least 1"))
@@ -331,6 +260,18 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err := cfg.Validate(); err != nil {
 		return a.fail(err)
 	}
+	for i, f := range adapterFlags {
+		if err := f.check(env, runs[i]); err != nil {
+			return a.fail(err)
+		}
+	}
+	for i, f := range adapterFlags {
+		if l, ok := f.(lastChecker); ok {
+			if err := l.checkLast(runs[i]); err != nil {
+				return a.fail(err)
+			}
+		}
+	}
 	pool, err := a.connectSized(ctx, *dbURL, cmp.Or(int32(min(*dbMaxConns, math.MaxInt32)), cfg.PoolSize()))
 	if err != nil {
 		return a.fail(err)
@@ -340,6 +281,18 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	cfg.Pool = pool
+	var running []string
+	for i, b := range builtinAdapters {
+		if !runs[i] {
+			continue
+		}
+		r, err := adapterFlags[i].registration(ctx, env)
+		if err != nil {
+			return a.fail(err)
+		}
+		cfg.Adapters[len(running)] = r // its stand-in's place
+		running = append(running, b.kind)
+	}
 
 	s, err := gateway.Start(ctx, cfg)
 	if err != nil {
@@ -356,7 +309,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 
 	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.RunDispatcher,
-		"adapters", strings.Join(cfg.Adapters, ","), "nats_url", redactNATS(cfg.NATSURL),
+		"adapters", strings.Join(running, ","), "nats_url", redactNATS(cfg.NATSURL),
 		"db_max_conns", pool.Config().MaxConns)
 	select {
 	case <-ctx.Done():
@@ -428,18 +381,22 @@ func warnReadable(path, field string, log *slog.Logger) {
 }
 
 // parseAdapters parses --adapters: a comma-separated list of built-in kinds
-// and the program's own (Options.Executors); empty means none. It returns
-// the built-in ones and the program's executors to run.
-func (a *app) parseAdapters(list string) ([]string, []adapters.Executor, error) {
-	known := slices.Clone(builtinAdapters)
-	own := map[string]adapters.Executor{}
-	for _, e := range a.executors {
-		own[e.Kind()] = e
-		known = append(known, e.Kind())
+// and the program's own (Options.Adapters with an executor); empty means
+// none. It returns which built-in adapters run (by their index in
+// builtinAdapters) and the program's registrations: those not chosen
+// without their executor, so that the intake still accepts their kind.
+func (a *app) parseAdapters(list string) ([]bool, []adapters.Registration, error) {
+	var known []string
+	for _, b := range builtinAdapters {
+		known = append(known, b.kind)
 	}
-	var kinds []string
-	var extra []adapters.Executor
-	seen := map[string]bool{}
+	for _, r := range a.adapters {
+		if r.Executor != nil {
+			known = append(known, r.Kind)
+		}
+	}
+	runs := make([]bool, len(builtinAdapters))
+	chosen := map[string]bool{}
 	for k := range strings.SplitSeq(list, ",") {
 		k = strings.TrimSpace(k)
 		switch {
@@ -447,35 +404,22 @@ func (a *app) parseAdapters(list string) ([]string, []adapters.Executor, error) 
 			continue
 		case !slices.Contains(known, k):
 			return nil, nil, badInput("adapters", fmt.Sprintf("--adapters: unknown adapter %q (known: %s)", k, strings.Join(known, ", ")))
-		case seen[k]:
+		case chosen[k]:
 			return nil, nil, badInput("adapters", fmt.Sprintf("--adapters: %q given twice", k))
 		}
-		seen[k] = true
-		if e, ok := own[k]; ok {
-			extra = append(extra, e)
-			continue
+		chosen[k] = true
+		if i := slices.IndexFunc(builtinAdapters, func(b builtinAdapter) bool { return b.kind == k }); i >= 0 {
+			runs[i] = true
 		}
-		kinds = append(kinds, k)
 	}
-	return kinds, extra, nil
-}
-
-// parseMode reads --file-mode: octal permission bits.
-func parseMode(v string) (os.FileMode, error) {
-	m, err := strconv.ParseUint(v, 8, 32)
-	if err != nil || m&^0o777 != 0 || m&0o600 != 0o600 {
-		return 0, badInput("file_mode", fmt.Sprintf("--file-mode must be octal permission bits including 0600, e.g. 0644; got %q", v))
+	var own []adapters.Registration
+	for _, r := range a.adapters {
+		if !chosen[r.Kind] {
+			r.Executor, r.Probe = nil, nil
+		}
+		own = append(own, r)
 	}
-	return os.FileMode(m), nil
-}
-
-// s3PathStyleFlag is --s3-path-style when given, else nil (the adapter's
-// default: on with an endpoint).
-func s3PathStyleFlag(fs *flag.FlagSet, v bool) *bool {
-	if !flagSet(fs, "s3-path-style") {
-		return nil
-	}
-	return &v
+	return runs, own, nil
 }
 
 // flagSet reports whether name was given, on the command line or as

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
@@ -33,8 +34,9 @@ func TestShippedAlertsAndDashboardNameRealMetrics(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	ns := natstest.Start(t)
+	reg := NewRegistry()
 	g, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: ns.URL, RunDispatcher: true, MetricsAddr: "127.0.0.1:0",
-		Adapters: []string{file.Kind}, File: file.Config{Root: t.TempDir()}})
+		Registry: reg, Adapters: []adapters.Registration{fileRegistration(t, reg)}})
 	if err != nil {
 		t.Fatal(err)
 	}

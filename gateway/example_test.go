@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
+	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
@@ -33,12 +34,20 @@ func Example() {
 	}
 	defer nc.Close()
 
+	// One registration per adapter: its kind, its intake rules (here the
+	// target policy) and its executor, from the adapter itself.
+	reg := gateway.NewRegistry()
+	f, err := file.New(file.Config{Root: "/srv/reports", Registerer: reg})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	g, err := gateway.New(pool, nc, gateway.Config{
 		Schema:        os.Getenv("GATEWAY_SCHEMA"), // as migrated ("": fencegate)
 		RunDispatcher: true,
-		Adapters:      []string{file.Kind},
-		File:          file.Config{Root: "/srv/reports"},
+		Adapters:      []adapters.Registration{f.Registration()},
 		Idempotency:   idempotency.Config{GroupCommit: true},
+		Registry:      reg,
 		AdminAddr:     "127.0.0.1:8080",
 	})
 	if err != nil {

@@ -4,8 +4,12 @@
 // Config and started in dependency order. `gateway run` and `gateway dev`
 // are this package behind flags; a program of its own runs the same:
 //
+//	f, err := file.New(file.Config{Root: "/srv/reports"})
+//	if err != nil {
+//		return err
+//	}
 //	g, err := gateway.New(pool, nc, gateway.Config{RunDispatcher: true,
-//		Adapters: []string{"file"}, File: file.Config{Root: "/srv/reports"}})
+//		Adapters: []adapters.Registration{f.Registration()}})
 //	if err != nil {
 //		return err // bad configuration, naming the field
 //	}
@@ -28,9 +32,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,13 +44,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/adapters/file"
-	"github.com/fencegate/fencegate/adapters/s3"
-	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
-	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/deployment"
@@ -76,15 +73,6 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 // cluster has elected new leaders for what it led (raft election timeout 4
 // to 9 s).
 const DefaultNATSPingInterval = 2 * time.Second
-
-// Mail lookup modes (Config.MailLookup, --mail-lookup).
-const (
-	MailLookupNone    = "none"
-	MailLookupMailpit = "mailpit"
-)
-
-// BuiltinAdapters are the adapter kinds Config.Adapters accepts.
-var BuiltinAdapters = []string{email.Kind, file.Kind, webhook.Kind, s3.Kind}
 
 // New checks cfg and returns a Gateway to Start, on pool (required; not
 // closed by Stop) and nc (nil: Start dials cfg.NATSURL and Stop closes the
@@ -128,6 +116,14 @@ func (s *Gateway) Start(ctx context.Context) error {
 	s.startDone = true
 	s.mu.Unlock()
 	return err
+}
+
+// NewRegistry returns the registry a Gateway makes when Config.Registry is
+// nil: a new one with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // Start is New and Start in one call.
@@ -182,41 +178,19 @@ type Config struct {
 	// stack's.
 	Dispatcher dispatcher.Config
 
-	// Adapters lists the built-in adapters to run ("email", "file",
-	// "webhook", "s3"). Empty
-	// with no ExtraExecutors: no adapter runtime.
-	Adapters []string
-	// File configures the file adapter (Root required when it runs; Logger
-	// defaults to the gateway's).
-	File file.Config
-	// Email configures the email adapter (Addr required when it runs).
-	// Lookup defaults to the one MailLookup names; Logger to the gateway's.
-	Email email.Config
-	// Webhook configures the webhook adapter (Allow required when it
-	// runs; Logger defaults to the gateway's). Its allow-list is checked at
-	// the admin intake too.
-	Webhook webhook.Config
-	// S3 configures the s3 adapter (Bucket required when it runs: the
-	// default bucket, probed at start for enforced conditional writes;
-	// Logger defaults to the gateway's).
-	S3 s3.Config
-	// MailLookup is "none" (default) or "mailpit" (then MailpitURL is
-	// required). Ignored when Email.Lookup is set.
-	MailLookup string
-	// MailpitURL is Mailpit's web root for MailLookup "mailpit".
-	MailpitURL string
+	// Adapters are the adapters of this gateway, one registration each
+	// (email.Adapter.Registration, a program's own): their specs join
+	// outbox.DefaultKinds at the intake (a registration's spec replaces
+	// the default one of its kind), those with an Executor run in the
+	// adapter runtime, in this order, and their probes run at start. None
+	// with an Executor: no adapter runtime. An adapter keeps the logger and
+	// the metrics registerer it was made with: give it Logger and Registry
+	// to have its lines and metrics with the gateway's.
+	Adapters []adapters.Registration
 	// Runtime configures the adapter runtime (Concurrency, MaxAttempts,
-	// Unknown, …). Its Executors are the built-in adapters followed by
-	// ExtraExecutors; Registerer and Logger default to the gateway's.
+	// Unknown, …). Its Executors are those of Adapters; Registerer and
+	// Logger default to the gateway's.
 	Runtime adapters.Config
-	// Kinds are intent kinds of a program's own (name → spec, with its
-	// payload's Validate), accepted beside the built-in ones by the
-	// gateway's outbox client — the admin API's intake — and listed on the
-	// admin pages. Their executors go in ExtraExecutors.
-	Kinds map[string]outbox.KindSpec
-	// ExtraExecutors run beside the built-in adapters: a program's own
-	// kinds (examples/custom-adapter), the benchmark's no-op one.
-	ExtraExecutors []adapters.Executor
 	// Idempotency configures the idempotency store (and its sweeper, which
 	// runs whenever the adapter runtime does). Logger defaults to the
 	// stack's.
@@ -261,8 +235,37 @@ type Config struct {
 }
 
 // runsAdapters reports whether the gateway runs the adapter runtime.
-func (c *Config) runsAdapters() bool {
-	return len(c.Adapters) > 0 || len(c.ExtraExecutors) > 0
+func (c *Config) runsAdapters() bool { return c.executors() > 0 }
+
+// executors counts the adapters that run in this process.
+func (c *Config) executors() int {
+	n := 0
+	for _, r := range c.Adapters {
+		if r.Executor != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// checkAdapters checks the registrations: each names a kind once, with
+// intake rules, and its executor serves that kind.
+func (c *Config) checkAdapters() error {
+	seen := map[string]bool{}
+	for i, r := range c.Adapters {
+		switch {
+		case r.Kind == "" || len(r.Kind) > outbox.MaxKindLen:
+			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: the kind must be 1 to %d bytes, got %q", i, outbox.MaxKindLen, r.Kind))
+		case seen[r.Kind]:
+			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: kind %q is registered twice", i, r.Kind))
+		case r.Spec.DefaultFence != outbox.FenceCommit && r.Spec.DefaultFence != outbox.FenceExecute:
+			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: kind %q: Spec.DefaultFence must be commit or execute", i, r.Kind))
+		case r.Executor != nil && r.Executor.Kind() != r.Kind:
+			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: kind %q: its executor serves kind %q", i, r.Kind, r.Executor.Kind()))
+		}
+		seen[r.Kind] = true
+	}
+	return nil
 }
 
 // validate checks the configuration without connecting to anything; its
@@ -279,10 +282,8 @@ func (c *Config) Validate() error {
 	if !c.RunDispatcher && !c.runsAdapters() {
 		return errmap.Invalid("adapters", "nothing to run: --dispatcher=false and --adapters is empty")
 	}
-	for _, k := range c.Adapters {
-		if !slices.Contains(BuiltinAdapters, k) {
-			return errmap.Invalid("adapters", fmt.Sprintf("unknown adapter %q (known: %s)", k, strings.Join(BuiltinAdapters, ", ")))
-		}
+	if err := c.checkAdapters(); err != nil {
+		return err
 	}
 	if c.NC == nil {
 		if _, err := c.NATSAuth.options(); err != nil {
@@ -291,52 +292,6 @@ func (c *Config) Validate() error {
 	}
 	if c.NATSPingInterval < 0 {
 		return errmap.Invalid("nats_ping_interval", "--nats-ping-interval must be positive")
-	}
-	if slices.Contains(c.Adapters, webhook.Kind) {
-		// New connects to nothing: it checks the allow-lists and secrets.
-		if _, err := webhook.New(c.Webhook); err != nil {
-			return errmap.Map(err)
-		}
-	}
-	if slices.Contains(c.Adapters, s3.Kind) && c.S3.Bucket == "" {
-		return errmap.Invalid("s3_bucket", "--s3-bucket is required when the s3 adapter runs: the default bucket, where it checks at start that conditional writes are enforced")
-	}
-	if slices.Contains(c.Adapters, file.Kind) {
-		if err := file.CheckAllow(c.File.Allow); err != nil {
-			return errmap.Map(err)
-		}
-	}
-	if slices.Contains(c.Adapters, file.Kind) && c.File.Root == "" {
-		return errmap.Invalid("file_root", "--file-root must not be empty when the file adapter runs")
-	}
-	switch c.MailLookup {
-	case "", MailLookupNone:
-	case MailLookupMailpit:
-		if c.MailpitURL == "" {
-			return errmap.Invalid("mailpit_url", "--mail-lookup mailpit needs --mailpit-url, e.g. http://127.0.0.1:8025")
-		}
-	default:
-		return errmap.Invalid("mail_lookup", fmt.Sprintf("--mail-lookup must be none or mailpit, got %q", c.MailLookup))
-	}
-	if c.MailpitURL != "" {
-		u, err := url.Parse(c.MailpitURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return errmap.Invalid("mailpit_url", "--mailpit-url must be an http:// or https:// URL, e.g. http://127.0.0.1:8025")
-		}
-	}
-	if host, port, err := net.SplitHostPort(c.Email.Addr); slices.Contains(c.Adapters, email.Kind) && (err != nil || host == "" || port == "") {
-		return errmap.Invalid("smtp_addr", fmt.Sprintf("--smtp-addr must be host:port, got %q", c.Email.Addr))
-	}
-	switch c.Email.StartTLS {
-	case "", email.StartTLSNone, email.StartTLSOpportunistic, email.StartTLSRequired:
-	default:
-		return errmap.Invalid("smtp_starttls", fmt.Sprintf("--smtp-starttls must be none, opportunistic or required, got %q", c.Email.StartTLS))
-	}
-	if c.Email.Password != "" && c.Email.Username == "" {
-		return errmap.Invalid("smtp_user", "an SMTP password is set (--smtp-password or $GATEWAY_SMTP_PASSWORD) without --smtp-user")
-	}
-	if strings.ContainsAny(c.Email.Domain, "<>@ \t\r\n") {
-		return errmap.Invalid("mail_domain", fmt.Sprintf("--mail-domain %q is not a valid Message-ID domain", c.Email.Domain))
 	}
 	switch c.Runtime.Unknown {
 	case "", adapters.UnknownHold, adapters.UnknownResend:
@@ -383,17 +338,6 @@ func (c *Config) Validate() error {
 		}
 		return errmap.Invalid("intent_retention", "--intent-retention must not be shorter than --key-retention: "+msg)
 	}
-	// Last, so that every other bad flag is named first.
-	if slices.Contains(c.Adapters, email.Kind) {
-		if err := c.Email.Policy.CheckConfig(); err != nil {
-			return errmap.Map(err)
-		}
-		// Without a sender allow-list the intake is an open mail relay for
-		// anyone with a worker token.
-		if len(c.Email.Policy.FromAllow) == 0 && !c.Email.Policy.AnyFrom {
-			return errmap.Invalid("mail_from_allow", "--mail-from-allow is required to run the email adapter: the From addresses or domains it may send as (comma-separated)")
-		}
-	}
 	return nil
 }
 
@@ -417,9 +361,6 @@ type Gateway struct {
 	// /readyz. dispatcher, runtime and consumers are set under mu: the
 	// metrics server answers /readyz while Start still starts them.
 	consumers []consumer
-	email     *email.Adapter   // nil unless the email adapter runs
-	file      *file.Adapter    // nil unless the file adapter runs
-	webhook   *webhook.Adapter // nil unless the webhook adapter runs
 	// metricsAddr is the address the metrics server listens on (the actual
 	// one, for ":0"); empty without a server.
 	metricsAddr string
@@ -454,8 +395,7 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	}
 	reg := cfg.Registry
 	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = NewRegistry()
 	}
 	// Which build runs; a registry that has it already (a program's own)
 	// keeps its own.
@@ -585,56 +525,27 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	return nil
 }
 
-// startAdapters builds the adapters and starts the idempotency sweeper and
+// startAdapters probes the adapters and starts the idempotency sweeper and
 // the adapter runtime.
 func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
 	var execs []adapters.Executor
-	for _, k := range cfg.Adapters {
-		switch k {
-		case email.Kind:
-			ecfg := cfg.Email
-			ecfg.Logger = cmp.Or(ecfg.Logger, log)
-			if ecfg.Lookup == nil && cfg.MailLookup == MailLookupMailpit {
-				ecfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(cfg.MailpitURL, "/")}
-			}
-			e, err := email.New(ecfg)
-			if err != nil {
-				return errmap.Invalid("smtp_addr", errmap.OneLine(err.Error()))
-			}
-			if ecfg.Lookup == nil && !(ecfg.DedupsOnKey && cfg.Runtime.Unknown == adapters.UnknownResend) {
-				log.Warn("gateway: email has no result lookup: an attempt whose outcome is lost is held as unknown for an operator (see --mail-lookup)",
-					"component", "gateway")
-			}
-			s.email = e
-			execs = append(execs, e)
-		case file.Kind:
-			execs = append(execs, s.file) // made by clients, for the intake's kind
-		case webhook.Kind:
-			execs = append(execs, s.webhook) // made by clients, for the intake's kind
-		case s3.Kind:
-			scfg := cfg.S3
-			scfg.Logger = cmp.Or(scfg.Logger, log)
-			a, err := s3.New(ctx, scfg)
-			if err != nil {
-				return errmap.Map(err)
-			}
-			// Before anything is consumed: a server that ignores
-			// conditional writes would turn the destination's fence off
-			// without a sound.
-			if err := a.Probe(ctx); err != nil {
-				if errors.Is(err, s3.ErrConditionsIgnored) {
-					return errmap.Invalid("s3_endpoint", "--s3-endpoint: "+err.Error())
-				}
+	for _, r := range cfg.Adapters {
+		if r.Executor == nil {
+			continue
+		}
+		// Before anything is consumed: a destination that does not keep
+		// what its adapter relies on must stop the start, not the first
+		// effect.
+		if r.Probe != nil {
+			if err := r.Probe(ctx); err != nil {
 				if m := errmap.Map(err); m.Code == errmap.InvalidInput {
 					return m
 				}
-				return errmap.New(errmap.Unavailable, "s3: "+errmap.OneLine(err.Error()))
+				return errmap.New(errmap.Unavailable, r.Kind+": "+errmap.OneLine(err.Error()))
 			}
-			log.Info("gateway: s3 bucket enforces conditional writes", "component", "gateway", "bucket", scfg.Bucket)
-			execs = append(execs, a)
 		}
+		execs = append(execs, r.Executor)
 	}
-	execs = append(execs, cfg.ExtraExecutors...)
 
 	store, ob := s.store, s.outbox
 
@@ -691,43 +602,12 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 		return errmap.Invalid("flags", err.Error())
 	}
 	s.store = store
+	// The intake knows each adapter's rules (a mail policy, a target
+	// policy, an allow-list): a payload outside them is refused at
+	// enqueue, naming the field, instead of failing later.
 	kinds := outbox.DefaultKinds()
-	if slices.Contains(cfg.Adapters, email.Kind) {
-		// The intake knows the mail policy: mail outside it is refused at
-		// enqueue, naming the field (the adapter refuses it again).
-		kinds[email.Kind] = email.PolicyKindSpec(cfg.Email.Policy)
-	}
-	if slices.Contains(cfg.Adapters, file.Kind) {
-		fcfg := cfg.File
-		fcfg.Registerer = cmp.Or[prometheus.Registerer](fcfg.Registerer, reg)
-		fcfg.Logger = cmp.Or(fcfg.Logger, log)
-		f, err := file.New(fcfg)
-		var inv *fenceerr.InvalidError
-		if errors.As(err, &inv) {
-			return errmap.Map(err)
-		}
-		if err != nil {
-			return errmap.Invalid("file_root", errmap.OneLine(err.Error()))
-		}
-		s.file = f
-		// The intake knows the target policy: a target outside it is
-		// refused at enqueue, naming the field.
-		kinds[file.Kind] = f.KindSpec()
-	}
-	if slices.Contains(cfg.Adapters, webhook.Kind) {
-		wcfg := cfg.Webhook
-		wcfg.Logger = cmp.Or(wcfg.Logger, log)
-		w, err := webhook.New(wcfg)
-		if err != nil {
-			return errmap.Map(err)
-		}
-		s.webhook = w
-		// The intake knows the allow-list: a URL to a host not allowed is
-		// refused at enqueue, naming the field, instead of failing later.
-		kinds[webhook.Kind] = w.KindSpec()
-	}
-	for name, k := range cfg.Kinds {
-		kinds[name] = k
+	for _, r := range cfg.Adapters {
+		kinds[r.Kind] = r.Spec
 	}
 	ob, err := outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema, Kinds: kinds, KeyScope: cfg.KeyScope, Logger: log, Registerer: s.registry})
 	if err != nil {

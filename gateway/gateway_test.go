@@ -7,16 +7,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testdb"
@@ -34,15 +37,14 @@ func TestStart(t *testing.T) {
 	srv := natstest.Start(t)
 	s, err := Start(context.Background(), Config{Schema: testdb.Schema(),
 		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
-		Adapters:    []string{file.Kind},
-		File:        file.Config{Root: t.TempDir()},
+		Adapters:    []adapters.Registration{fileRegistration(t, nil)},
 		MetricsAddr: "127.0.0.1:0",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.dispatcher == nil || s.runtime == nil || s.file == nil || s.email != nil || s.sweeper == nil {
-		t.Fatalf("parts: dispatcher %v runtime %v file %v email %v sweeper %v", s.dispatcher, s.runtime, s.file, s.email, s.sweeper)
+	if s.dispatcher == nil || s.runtime == nil || s.sweeper == nil || len(s.consumers) != 1 || s.consumers[0].kind != file.Kind {
+		t.Fatalf("parts: dispatcher %v runtime %v sweeper %v consumers %v", s.dispatcher, s.runtime, s.sweeper, s.consumers)
 	}
 	resp, err := http.Get("http://" + s.MetricsAddr() + "/metrics")
 	if err != nil {
@@ -69,6 +71,17 @@ func TestStart(t *testing.T) {
 	}
 }
 
+// fileRegistration is the file adapter under a root of the test's own,
+// its metrics on reg (nil: none).
+func fileRegistration(t *testing.T, reg prometheus.Registerer) adapters.Registration {
+	t.Helper()
+	f, err := file.New(file.Config{Root: t.TempDir(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Registration()
+}
+
 // ownKind is a program's own kind for the tests: its executor counts
 // executions.
 type ownKind struct {
@@ -85,8 +98,8 @@ func (k *ownKind) Execute(_ context.Context, req adapters.Request) (adapters.Out
 	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: json.RawMessage(`{"sent":true}`)}, nil
 }
 
-// A kind registered by the program (Config.Kinds, its executor in
-// ExtraExecutors) is accepted by the HTTP intake with its payload rules,
+// A kind registered by the program (one registration in Config.Adapters)
+// is accepted by the HTTP intake with its payload rules,
 // executed by the runtime, and offered on the admin pages.
 func TestOwnKindThroughIntakeAndPages(t *testing.T) {
 	t.Parallel()
@@ -101,10 +114,9 @@ func TestOwnKindThroughIntakeAndPages(t *testing.T) {
 	}}
 	g, err := Start(context.Background(), Config{Schema: testdb.Schema(),
 		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
-		Kinds:          map[string]outbox.KindSpec{"notify": spec},
-		ExtraExecutors: []adapters.Executor{own},
-		Idempotency:    idempotency.Config{Schema: testdb.Schema(), GroupCommit: true},
-		AdminAddr:      "127.0.0.1:0",
+		Adapters:    []adapters.Registration{{Kind: "notify", Spec: spec, Executor: own}},
+		Idempotency: idempotency.Config{Schema: testdb.Schema(), GroupCommit: true},
+		AdminAddr:   "127.0.0.1:0",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -174,8 +186,19 @@ func TestNewStartOnce(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	srv := natstest.Start(t)
-	if _, err := New(pool, nil, Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []string{"sms"}}); err == nil {
-		t.Fatal("New accepted an unknown adapter")
+	own := &ownKind{runs: map[int64]int{}}
+	spec := outbox.KindSpec{DefaultFence: outbox.FenceCommit}
+	for name, regs := range map[string][]adapters.Registration{
+		"no kind":             {{Spec: spec, Executor: own}},
+		"kind twice":          {{Kind: "notify", Spec: spec, Executor: own}, {Kind: "notify", Spec: spec}},
+		"no spec":             {{Kind: "notify", Executor: own}},
+		"another kind's exec": {{Kind: "sms", Spec: spec, Executor: own}},
+	} {
+		_, err := New(pool, nil, Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: regs})
+		var inv *errmap.Error
+		if !errors.As(err, &inv) || inv.Code != errmap.InvalidInput || inv.Field != "adapters" {
+			t.Errorf("%s: New = %v, want bad input naming adapters", name, err)
+		}
 	}
 	if _, err := New(nil, nil, Config{Schema: testdb.Schema(), RunDispatcher: true}); err == nil {
 		t.Fatal("New accepted no pool")
@@ -212,5 +235,50 @@ func TestNewStartOnce(t *testing.T) {
 	g2.Stop()
 	if err := g2.Start(context.Background()); !errors.Is(err, startstop.ErrStarted) {
 		t.Fatalf("Start after Stop: %v, want ErrStarted", err)
+	}
+}
+
+// A registration's probe runs once at start, before anything is consumed:
+// its failure stops the start (bad input when the probe says so, else the
+// destination unavailable, naming the kind), and a registration without
+// an executor is a kind of the intake only, consumed by no runtime here.
+func TestAdapterProbeAndIntakeOnlyKind(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	srv := natstest.Start(t)
+	spec := outbox.KindSpec{DefaultFence: outbox.FenceCommit}
+	for _, tc := range []struct {
+		probeErr error
+		code     errmap.Code
+		message  string
+	}{
+		{errors.New("the destination ignores conditions"), errmap.Unavailable, "notify: the destination ignores conditions"},
+		{errmap.Invalid("notify_endpoint", "--notify-endpoint: no such bucket"), errmap.InvalidInput, "--notify-endpoint: no such bucket"},
+	} {
+		probes := 0
+		own := &ownKind{runs: map[int64]int{}}
+		_, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+			Adapters: []adapters.Registration{{Kind: "notify", Spec: spec, Executor: own,
+				Probe: func(context.Context) error { probes++; return tc.probeErr }}}})
+		var e *errmap.Error
+		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.message {
+			t.Fatalf("Start with a failing probe = %v, want %s %q", err, tc.code, tc.message)
+		}
+		if probes != 1 {
+			t.Fatalf("the probe ran %d times, want once", probes)
+		}
+	}
+
+	g, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+		Adapters: []adapters.Registration{{Kind: "notify", Spec: spec}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	if g.Runtime() != nil {
+		t.Fatal("a registration without an executor started the adapter runtime")
+	}
+	if !slices.Contains(g.Outbox().Kinds(), "notify") || !slices.Contains(g.Outbox().Kinds(), file.Kind) {
+		t.Fatalf("the intake's kinds %v lack notify or the built-in ones", g.Outbox().Kinds())
 	}
 }

@@ -59,7 +59,7 @@ func (c *Config) PoolSize() int32 {
 	if c.RunDispatcher {
 		n += poolConnsDispatcher + poolConnsSweeper
 	}
-	if executors := len(c.Adapters) + len(c.ExtraExecutors); executors > 0 {
+	if executors := c.executors(); executors > 0 {
 		// adapters.Config's default concurrency is 8, as the flag's.
 		per := c.Runtime.Concurrency
 		if per < 1 {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
 )
@@ -60,7 +60,7 @@ func TestProbesOnTheMetricsAddress(t *testing.T) {
 
 	// An adapter-only process: no admin server, probes all the same.
 	worker, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL,
-		Adapters: []string{file.Kind}, File: file.Config{Root: t.TempDir()}, MetricsAddr: "127.0.0.1:0"})
+		Adapters: []adapters.Registration{fileRegistration(t, nil)}, MetricsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/natstest"
@@ -84,8 +85,12 @@ func TestTwoShardsOneNATS(t *testing.T) {
 	for _, name := range names {
 		pool := testdb.New(t)
 		roots[name] = t.TempDir()
+		f, err := file.New(file.Config{Root: roots[name]})
+		if err != nil {
+			t.Fatal(err)
+		}
 		g, err := gateway.Start(ctx, gateway.Config{Schema: testdb.Schema(), Pool: pool, NATSURL: nats.URL, RunDispatcher: true,
-			Adapters: []string{file.Kind}, File: file.Config{Root: roots[name]}})
+			Adapters: []adapters.Registration{f.Registration()}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,8 +4,11 @@
 // passes.
 //
 // It is meant for tests only: every helper takes a *testing.T and fails the
-// test on error. The database comes from internal/testdb, so a package using
-// it calls testdb.Main or testdb.Run from its TestMain.
+// test on error. A package using it calls Main from its TestMain; each Env
+// (and each NewDatabase) is a database of its own on the PostgreSQL server
+// of $GATEWAY_TEST_DATABASE_URL, else on a throwaway cluster Main stops.
+// Nothing of it needs fencegate's internal packages, so an adapter written
+// outside this module is tested the same way (examples/custom-adapter).
 package adaptertest
 
 import (

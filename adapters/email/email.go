@@ -172,6 +172,14 @@ func New(cfg Config) (*Adapter, error) {
 // Kind returns "email".
 func (a *Adapter) Kind() string { return Kind }
 
+// Registration is the adapter as gateway.Config.Adapters takes it: the
+// email kind, its intake rules with the mail policy (KindSpec: mail
+// outside the policy is refused at enqueue, naming the field) and the
+// adapter as its executor.
+func (a *Adapter) Registration() adapters.Registration {
+	return adapters.Registration{Kind: Kind, Spec: a.KindSpec(), Executor: a}
+}
+
 // Capabilities declares the destination's: Lookup when Config.Lookup is
 // set (Mailpit's search by Message-ID), DedupsOnKey as configured (a
 // destination that drops a second message with the same Message-ID),

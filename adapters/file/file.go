@@ -169,6 +169,14 @@ func New(cfg Config) (*Adapter, error) {
 // Kind returns "file".
 func (a *Adapter) Kind() string { return Kind }
 
+// Registration is the adapter as gateway.Config.Adapters takes it: the
+// file kind, its intake rules with the target policy (KindSpec: a target
+// outside it is refused at enqueue, naming the field) and the adapter as
+// its executor.
+func (a *Adapter) Registration() adapters.Registration {
+	return adapters.Registration{Kind: Kind, Spec: a.KindSpec(), Executor: a}
+}
+
 // Capabilities declares the destination's: the manifest answers Lookup.
 func (a *Adapter) Capabilities() adapters.Capabilities { return adapters.Capabilities{Lookup: true} }
 

@@ -167,6 +167,15 @@ func writeOnce(o *s3.Options) { o.Retryer = aws.NopRetryer{} }
 // Kind returns "s3".
 func (a *Adapter) Kind() string { return Kind }
 
+// Registration is the adapter as gateway.Config.Adapters takes it: the s3
+// kind with its payload's rules, the adapter as its executor, and Probe
+// run at start, before anything is consumed: a server that ignores
+// conditional writes would turn the destination's fence off without a
+// sound.
+func (a *Adapter) Registration() adapters.Registration {
+	return adapters.Registration{Kind: Kind, Spec: outbox.DefaultKinds()[Kind], Executor: a, Probe: a.Probe}
+}
+
 // Capabilities: the object's metadata (and the receipts) answer lookups.
 func (a *Adapter) Capabilities() adapters.Capabilities {
 	return adapters.Capabilities{Lookup: true, LookupSettle: a.cfg.LookupSettle, Concurrency: a.cfg.Concurrency}

@@ -184,6 +184,14 @@ func New(cfg Config) (*Adapter, error) {
 // Kind returns "webhook".
 func (a *Adapter) Kind() string { return Kind }
 
+// Registration is the adapter as gateway.Config.Adapters takes it: the
+// webhook kind, its intake rules with the allow-list (KindSpec: a URL to a
+// host not allowed is refused at enqueue, naming the field) and the
+// adapter as its executor.
+func (a *Adapter) Registration() adapters.Registration {
+	return adapters.Registration{Kind: Kind, Spec: a.KindSpec(), Executor: a}
+}
+
 // Capabilities: lookups where a payload names an allowed lookup_url,
 // resends where the destination is in DedupsOnKey (ForRequest), at most
 // MaxConcurrencyPerHost requests per destination (enforced here).

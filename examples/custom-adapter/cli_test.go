@@ -9,15 +9,14 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/cli"
-	"github.com/fencegate/fencegate/internal/faulttest"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -27,7 +26,7 @@ func cliRun(t *testing.T, opts cli.Options, args ...string) (int, map[string]any
 	t.Helper()
 	var out, errOut bytes.Buffer
 	opts.Stdout, opts.Stderr = &out, &errOut
-	opts.Getenv = testdb.SchemaEnv
+	opts.Getenv = adaptertest.Getenv
 	code := cli.Main(context.Background(), args, opts)
 	var m map[string]any
 	_ = json.Unmarshal(out.Bytes(), &m)
@@ -44,18 +43,18 @@ func cliRun(t *testing.T, opts cli.Options, args ...string) (int, map[string]any
 func TestOwnKindThroughCLIIntakeGoAndPages(t *testing.T) {
 	t.Parallel()
 	r, endpoint := newReceiver(t)
-	db := testdb.NewURL(t)
-	ns := natstest.Start(t)
+	db := adaptertest.NewDatabase(t)
+	natsURL := adaptertest.StartNATS(t)
 	opts := cliOptions(endpoint)
 
 	// run: relay and the notify adapter, the admin server on a free port.
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &faulttest.SyncBuffer{}
+	logs := &syncBuffer{}
 	runDone := make(chan int, 1)
 	go func() {
 		o := opts
-		o.Stdout, o.Stderr, o.Getenv = io.Discard, logs, testdb.SchemaEnv
-		runDone <- cli.Main(ctx, []string{"run", "--database-url", db, "--nats-url", ns.URL, "--adapters", "notify",
+		o.Stdout, o.Stderr, o.Getenv = io.Discard, logs, adaptertest.Getenv
+		runDone <- cli.Main(ctx, []string{"run", "--database-url", db, "--nats-url", natsURL, "--adapters", "notify",
 			"--admin-addr", "127.0.0.1:0", "--log-format", "json", "--allow-fsync-off"}, o)
 	}()
 	defer func() {
@@ -122,7 +121,7 @@ func TestOwnKindThroughCLIIntakeGoAndPages(t *testing.T) {
 	defer pool.Close()
 	kinds := outbox.DefaultKinds()
 	kinds[Kind] = KindSpec()
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), Kinds: kinds})
+	ob, err := outbox.New(pool, outbox.Config{Schema: adaptertest.Schema(), Kinds: kinds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,4 +165,23 @@ func TestOwnKindThroughCLIIntakeGoAndPages(t *testing.T) {
 			t.Errorf("the intents page filtered by kind notify does not list %s", op)
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer that the program's logger writes to while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

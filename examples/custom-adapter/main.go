@@ -68,13 +68,10 @@ func main() {
 	}
 }
 
-// cliOptions registers the kind with the gateway command line: its spec
-// for enqueue and the intake, its executor for run.
+// cliOptions registers the adapter with the gateway command line: its
+// spec for enqueue and the intake, its executor for run.
 func cliOptions(endpoint string) cli.Options {
-	return cli.Options{
-		Kinds:     map[string]outbox.KindSpec{Kind: KindSpec()},
-		Executors: []adapters.Executor{&Notifier{Endpoint: endpoint}},
-	}
+	return cli.Options{Adapters: []adapters.Registration{Registration(endpoint)}}
 }
 
 func run(ctx context.Context, dbURL, schema, natsURL, endpoint string) error {
@@ -90,8 +87,8 @@ func run(ctx context.Context, dbURL, schema, natsURL, endpoint string) error {
 	}
 	defer nc.Close()
 
-	// The kind is registered once, with its payload's rules, next to the
-	// built-in ones, for the worker's enqueues.
+	// The worker's outbox client knows the kind, with its payload's
+	// rules, next to the built-in ones.
 	kinds := outbox.DefaultKinds()
 	kinds[Kind] = KindSpec()
 	ob, err := outbox.New(pool, outbox.Config{Schema: schema, Kinds: kinds, Logger: log})
@@ -100,15 +97,15 @@ func run(ctx context.Context, dbURL, schema, natsURL, endpoint string) error {
 	}
 	// The composition root runs what `gateway run` runs — the relay, the
 	// adapter runtime with group commit, the sweepers — with this kind's
-	// executor as the only adapter.
+	// adapter as the only one.
 	g, err := gateway.Start(ctx, gateway.Config{
-		Schema:         schema,
-		Pool:           pool,
-		NC:             nc,
-		RunDispatcher:  true,
-		ExtraExecutors: []adapters.Executor{&Notifier{Endpoint: endpoint}},
-		Idempotency:    idempotency.Config{GroupCommit: true},
-		Logger:         log,
+		Schema:        schema,
+		Pool:          pool,
+		NC:            nc,
+		RunDispatcher: true,
+		Adapters:      []adapters.Registration{Registration(endpoint)},
+		Idempotency:   idempotency.Config{GroupCommit: true},
+		Logger:        log,
 	})
 	if err != nil {
 		return err

@@ -14,12 +14,10 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { adaptertest.Main(m) }
 
 // receiver is the notification service: a real HTTP server that stores one
 // message per Idempotency-Key and counts every POST per key (the effects
@@ -143,11 +141,11 @@ func TestPayloadValidate(t *testing.T) {
 func TestProgramDelivers(t *testing.T) {
 	t.Parallel()
 	r, url := newReceiver(t)
-	db := testdb.NewURL(t)
-	ns := natstest.Start(t)
+	db := adaptertest.NewDatabase(t)
+	natsURL := adaptertest.StartNATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, db, testdb.Schema(), ns.URL, url) }()
+	go func() { done <- run(ctx, db, adaptertest.Schema(), natsURL, url) }()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		r.mu.Lock()

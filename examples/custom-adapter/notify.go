@@ -38,12 +38,19 @@ func (p Payload) Validate() error {
 	return nil
 }
 
-// KindSpec registers the kind with the outbox (outbox.Config.Kinds,
-// cli.Options.Kinds): fence commit, the payload parsed with
-// outbox.ParsePayload[Payload] (strict JSON, then Validate), the same parse
-// Execute does.
+// KindSpec is the kind's intake rules: fence commit, the payload parsed
+// with outbox.ParsePayload[Payload] (strict JSON, then Validate), the same
+// parse Execute does.
 func KindSpec() outbox.KindSpec {
 	return outbox.TypedKind[Payload](outbox.FenceCommit)
+}
+
+// Registration is the adapter, registered once: its kind, its intake rules
+// and its executor, posting to endpoint. The gateway command line
+// (cli.Options.Adapters) and the composition root (gateway.Config.Adapters)
+// take the same value.
+func Registration(endpoint string) adapters.Registration {
+	return adapters.Registration{Kind: Kind, Spec: KindSpec(), Executor: &Notifier{Endpoint: endpoint}}
 }
 
 // Notifier posts notifications to Endpoint:

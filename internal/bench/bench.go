@@ -800,6 +800,12 @@ func (NoopExecutor) Execute(context.Context, adapters.Request) (adapters.Outcome
 
 var _ adapters.Executor = NoopExecutor{}
 
+// NoopRegistration registers the no-op adapter: any JSON object is a
+// payload, fenced at commit.
+func NoopRegistration() adapters.Registration {
+	return adapters.Registration{Kind: NoopExecutor{}.Kind(), Spec: outbox.KindSpec{DefaultFence: outbox.FenceCommit}, Executor: NoopExecutor{}}
+}
+
 // pipeline is a running `gateway run` (as shipped, with the no-op adapter)
 // and an outbox client that enqueues noop intents, as a worker would.
 type pipeline struct {

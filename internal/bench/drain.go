@@ -29,8 +29,8 @@ import (
 // checks): the bench's no-op adapter is added, and the bench learns when
 // the stack runs.
 type RunHooks struct {
-	// Executors run beside the built-in adapters (gateway.Config.ExtraExecutors).
-	Executors []adapters.Executor
+	// Adapters run beside the built-in ones (gateway.Config.Adapters).
+	Adapters []adapters.Registration
 	// Started is called once the stack runs, with the process's pool.
 	Started func(pool *pgxpool.Pool)
 }
@@ -58,7 +58,7 @@ func (e *benchEnv) runGateway(ctx context.Context, noop bool) (*gatewayRun, erro
 	started := make(chan int32, 1)
 	h := RunHooks{Started: func(pool *pgxpool.Pool) { started <- pool.Config().MaxConns }}
 	if noop {
-		h.Executors = []adapters.Executor{NoopExecutor{}}
+		h.Adapters = []adapters.Registration{NoopRegistration()}
 	}
 	out := &tailWriter{max: 16 << 10}
 	rctx, cancel := context.WithCancel(ctx)

@@ -24,7 +24,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/adapters/webhook"
@@ -288,29 +290,19 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 	}
 	d.fileRoot = root
 
+	regs, reg, err := d.adapters(root, hookSecret)
+	if err != nil {
+		return Ready{}, err
+	}
 	cfg := gateway.Config{
 		Schema:        d.opts.Schema,
 		Pool:          d.pool,
 		NATSURL:       d.natsURL,
 		RunDispatcher: true,
-		Adapters:      []string{email.Kind, file.Kind, webhook.Kind},
-		File:          file.Config{Root: root},
-		// The echo receiver is the one destination allowed (its address
-		// itself: it is on loopback); it dedups on the key, so a lost
-		// answer is resent.
-		Webhook: webhook.Config{Allow: []string{d.echo.Addr()}, DedupsOnKey: []string{d.echo.Addr()}, Secrets: []string{hookSecret}},
-		// Any From: the sink delivers nowhere.
-		Email:       email.Config{Addr: d.smtpAddr, Policy: email.Policy{AnyFrom: true}},
-		Idempotency: idempotency.Config{GroupCommit: true}, // as gateway run's default
-		Logger:      d.log,
-	}
-	if d.sink != nil {
-		// The sink offers no STARTTLS; saying so skips the probe.
-		cfg.Email.StartTLS = email.StartTLSNone
-		cfg.Email.Lookup = d.sink
-	} else {
-		cfg.MailLookup = gateway.MailLookupMailpit
-		cfg.MailpitURL = d.opts.MailpitURL
+		Adapters:      regs,
+		Idempotency:   idempotency.Config{GroupCommit: true}, // as gateway run's default
+		Registry:      reg,
+		Logger:        d.log,
 	}
 	s, err := gateway.Start(ctx, cfg)
 	if err != nil {
@@ -332,6 +324,38 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 		r.PostgresPID = d.pg.PID()
 	}
 	return r, nil
+}
+
+// adapters makes the email, file and webhook adapters of the dev
+// environment, the file adapter's metrics on the gateway's registry it
+// returns too.
+func (d *devEnv) adapters(root, hookSecret string) ([]adapters.Registration, *prometheus.Registry, error) {
+	reg := gateway.NewRegistry()
+	// Any From: the sink delivers nowhere.
+	ecfg := email.Config{Addr: d.smtpAddr, Policy: email.Policy{AnyFrom: true}, Logger: d.log}
+	if d.sink != nil {
+		// The sink offers no STARTTLS; saying so skips the probe.
+		ecfg.StartTLS = email.StartTLSNone
+		ecfg.Lookup = d.sink
+	} else {
+		ecfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(d.opts.MailpitURL, "/")}
+	}
+	e, err := email.New(ecfg)
+	if err != nil {
+		return nil, nil, errmap.Invalid("smtp_addr", errmap.OneLine(err.Error()))
+	}
+	f, err := file.New(file.Config{Root: root, Registerer: reg, Logger: d.log})
+	if err != nil {
+		return nil, nil, errmap.Invalid("file_root", errmap.OneLine(err.Error()))
+	}
+	// The echo receiver is the one destination allowed (its address
+	// itself: it is on loopback); it dedups on the key, so a lost answer
+	// is resent.
+	w, err := webhook.New(webhook.Config{Allow: []string{d.echo.Addr()}, DedupsOnKey: []string{d.echo.Addr()}, Secrets: []string{hookSecret}, Logger: d.log})
+	if err != nil {
+		return nil, nil, errmap.Map(err)
+	}
+	return []adapters.Registration{e.Registration(), f.Registration(), w.Registration()}, reg, nil
 }
 
 // startDataDir creates the directory for PostgreSQL's cluster and the NATS

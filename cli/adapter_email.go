@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/internal/errmap"
+)
+
+// Defaults of the email adapter's flags.
+const (
+	defaultSMTPAddr = "127.0.0.1:1025"
+)
+
+// Mail lookup modes (--mail-lookup).
+const (
+	mailLookupNone    = "none"
+	mailLookupMailpit = "mailpit"
+)
+
+// emailAdapter is the email adapter (adapters/email): SMTP with a mail
+// policy the intake enforces too.
+var emailAdapter = builtinAdapter{kind: email.Kind, flags: newEmailFlags}
+
+type emailFlags struct {
+	smtpAddr, smtpTLS, smtpUser, smtpPass, smtpPassFile *string
+	smtpInsecure, smtpDedups                            *bool
+	smtpMaxSessions                                     *int
+	mailDomain, mailFrom, mailRcpt, mailEnvFrom         *string
+	mailMaxRcpt                                         *int
+	mailLookup, mailpitURL                              *string
+
+	// password is the SMTP password, from --smtp-password or
+	// --smtp-password-file (check).
+	password string
+}
+
+func newEmailFlags(fs *flag.FlagSet) adapterFlags {
+	return &emailFlags{
+		smtpAddr:        fs.String("smtp-addr", defaultSMTPAddr, "SMTP server host:port of the email adapter"),
+		smtpTLS:         fs.String("smtp-starttls", email.StartTLSOpportunistic, "STARTTLS: none, opportunistic or required"),
+		smtpUser:        fs.String("smtp-user", "", "SMTP AUTH PLAIN user (default: no AUTH)"),
+		smtpPass:        fs.String("smtp-password", "", "SMTP AUTH password (default $GATEWAY_SMTP_PASSWORD; never printed); prefer --smtp-password-file"),
+		smtpPassFile:    fs.String("smtp-password-file", "", "file holding the SMTP AUTH password (one line; a warning when group or world can read it)"),
+		smtpInsecure:    fs.Bool("smtp-insecure-skip-verify", false, "do not verify the SMTP server's TLS certificate (tests only)"),
+		smtpDedups:      fs.Bool("smtp-dedups-on-message-id", false, "the SMTP destination drops a second message with the same Message-ID (lets --unknown-outcome resend resend email)"),
+		smtpMaxSessions: fs.Int("smtp-max-sessions", email.DefaultMaxSessions, "SMTP sessions open at once at most (the email adapter's concurrency, below --adapter-concurrency)"),
+		mailDomain:      fs.String("mail-domain", email.DefaultDomain, "right-hand side of generated Message-IDs"),
+		mailFrom:        fs.String("mail-from-allow", "", "From addresses (exact) or domains (exactly that domain, no subdomains) the email adapter may send as, comma-separated; required to run it"),
+		mailRcpt:        fs.String("mail-rcpt-allow", "", "recipient domains (To, Cc, Bcc) allowed, comma-separated (default: any)"),
+		mailMaxRcpt:     fs.Int("mail-max-recipients", email.DefaultMaxRecipients, "recipients of one message at most (To+Cc+Bcc, after dedup)"),
+		mailEnvFrom:     fs.String("mail-envelope-from", "", "SMTP envelope sender (MAIL FROM), which callers cannot set (default: the payload's From)"),
+		mailLookup:      fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit"),
+		mailpitURL:      fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025"),
+	}
+}
+
+// policy is the mail policy the flags give, the adapter's and the
+// intake's.
+func (f *emailFlags) policy() email.Policy {
+	return email.Policy{FromAllow: webhook.SplitList(*f.mailFrom), RcptAllow: webhook.SplitList(*f.mailRcpt),
+		MaxRecipients: *f.mailMaxRcpt, EnvelopeFrom: *f.mailEnvFrom}
+}
+
+func (f *emailFlags) check(env adapterEnv, runs bool) error {
+	if *f.mailMaxRcpt < 1 {
+		return badInput("mail_max_recipients", "--mail-max-recipients must be at least 1")
+	}
+	if *f.smtpMaxSessions < 1 {
+		return badInput("smtp_max_sessions", "--smtp-max-sessions must be at least 1")
+	}
+	f.password = *f.smtpPass
+	if *f.smtpPassFile != "" {
+		if f.password != "" {
+			return badInput("smtp_password_file", "--smtp-password-file and --smtp-password (or $GATEWAY_SMTP_PASSWORD) are both set: give one")
+		}
+		p, err := readSecretFile(*f.smtpPassFile, env.log)
+		if err != nil {
+			return badInput("smtp_password_file", "--smtp-password-file: "+oneLine(err.Error()))
+		}
+		f.password = p
+	}
+	switch *f.mailLookup {
+	case "", mailLookupNone:
+	case mailLookupMailpit:
+		if *f.mailpitURL == "" {
+			return badInput("mailpit_url", "--mail-lookup mailpit needs --mailpit-url, e.g. http://127.0.0.1:8025")
+		}
+	default:
+		return badInput("mail_lookup", fmt.Sprintf("--mail-lookup must be none or mailpit, got %q", *f.mailLookup))
+	}
+	if *f.mailpitURL != "" {
+		u, err := url.Parse(*f.mailpitURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return badInput("mailpit_url", "--mailpit-url must be an http:// or https:// URL, e.g. http://127.0.0.1:8025")
+		}
+	}
+	if host, port, err := net.SplitHostPort(*f.smtpAddr); runs && (err != nil || host == "" || port == "") {
+		return badInput("smtp_addr", fmt.Sprintf("--smtp-addr must be host:port, got %q", *f.smtpAddr))
+	}
+	switch *f.smtpTLS {
+	case "", email.StartTLSNone, email.StartTLSOpportunistic, email.StartTLSRequired:
+	default:
+		return badInput("smtp_starttls", fmt.Sprintf("--smtp-starttls must be none, opportunistic or required, got %q", *f.smtpTLS))
+	}
+	if f.password != "" && *f.smtpUser == "" {
+		return badInput("smtp_user", "an SMTP password is set (--smtp-password or $GATEWAY_SMTP_PASSWORD) without --smtp-user")
+	}
+	if strings.ContainsAny(*f.mailDomain, "<>@ \t\r\n") {
+		return badInput("mail_domain", fmt.Sprintf("--mail-domain %q is not a valid Message-ID domain", *f.mailDomain))
+	}
+	return nil
+}
+
+func (f *emailFlags) checkLast(runs bool) error {
+	if !runs {
+		return nil
+	}
+	pol := f.policy()
+	if err := pol.CheckConfig(); err != nil {
+		return errmap.Map(err)
+	}
+	// Without a sender allow-list the intake is an open mail relay for
+	// anyone with a worker token.
+	if len(pol.FromAllow) == 0 && !pol.AnyFrom {
+		return badInput("mail_from_allow", "--mail-from-allow is required to run the email adapter: the From addresses or domains it may send as (comma-separated)")
+	}
+	return nil
+}
+
+func (f *emailFlags) registration(_ context.Context, env adapterEnv) (adapters.Registration, error) {
+	cfg := email.Config{
+		Addr:               *f.smtpAddr,
+		StartTLS:           *f.smtpTLS,
+		Username:           *f.smtpUser,
+		Password:           f.password,
+		InsecureSkipVerify: *f.smtpInsecure,
+		DedupsOnKey:        *f.smtpDedups,
+		Domain:             *f.mailDomain,
+		MaxSessions:        *f.smtpMaxSessions,
+		Policy:             f.policy(),
+		Logger:             env.log,
+	}
+	if *f.mailLookup == mailLookupMailpit {
+		cfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(*f.mailpitURL, "/")}
+	}
+	e, err := email.New(cfg)
+	if err != nil {
+		return adapters.Registration{}, badInput("smtp_addr", oneLine(err.Error()))
+	}
+	if cfg.Lookup == nil && !(cfg.DedupsOnKey && env.unknown == adapters.UnknownResend) {
+		env.log.Warn("gateway: email has no result lookup: an attempt whose outcome is lost is held as unknown for an operator (see --mail-lookup)",
+			"component", "gateway")
+	}
+	return e.Registration(), nil
+}

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/errmap"
+)
+
+// defaultFileRoot is --file-root's default.
+const defaultFileRoot = "./var/files"
+
+// fileAdapter is the file adapter (adapters/file): files published under a
+// root, with a target policy the intake enforces too.
+var fileAdapter = builtinAdapter{kind: file.Kind, flags: newFileFlags}
+
+type fileFlags struct {
+	root, allow, mode *string
+	dots              *bool
+	maxBytes          *int64
+
+	// fileMode is --file-mode, parsed (check).
+	fileMode os.FileMode
+}
+
+func newFileFlags(fs *flag.FlagSet) adapterFlags {
+	return &fileFlags{
+		root:     fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)"),
+		allow:    fs.String("file-allow", "", "targets the file adapter may publish, comma-separated globs over the whole target (reports/*.txt) or dir/** (default: any)"),
+		dots:     fs.Bool("file-allow-dotfiles", false, "let targets have segments starting with '.' (refused by default)"),
+		mode:     fs.String("file-mode", "0644", "mode of published files, octal, including 0600 (the process umask still applies)"),
+		maxBytes: fs.Int64("file-max-bytes", 0, "largest content published to one target (0: the payload limit only)"),
+	}
+}
+
+func (f *fileFlags) check(_ adapterEnv, runs bool) error {
+	mode, err := parseMode(*f.mode)
+	if err != nil {
+		return err
+	}
+	f.fileMode = mode
+	if !runs {
+		return nil
+	}
+	if err := file.CheckAllow(webhook.SplitList(*f.allow)); err != nil {
+		return errmap.Map(err)
+	}
+	if *f.root == "" {
+		return badInput("file_root", "--file-root must not be empty when the file adapter runs")
+	}
+	return nil
+}
+
+func (f *fileFlags) registration(_ context.Context, env adapterEnv) (adapters.Registration, error) {
+	a, err := file.New(file.Config{Root: *f.root, Allow: webhook.SplitList(*f.allow), AllowDotfiles: *f.dots,
+		FileMode: f.fileMode, MaxBytes: *f.maxBytes, Registerer: env.registry, Logger: env.log})
+	var inv *fenceerr.InvalidError
+	if errors.As(err, &inv) {
+		return adapters.Registration{}, errmap.Map(err)
+	}
+	if err != nil {
+		return adapters.Registration{}, badInput("file_root", oneLine(err.Error()))
+	}
+	return a.Registration(), nil
+}
+
+// parseMode reads --file-mode: octal permission bits.
+func parseMode(v string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(v, 8, 32)
+	if err != nil || m&^0o777 != 0 || m&0o600 != 0o600 {
+		return 0, badInput("file_mode", fmt.Sprintf("--file-mode must be octal permission bits including 0600, e.g. 0644; got %q", v))
+	}
+	return os.FileMode(m), nil
+}
