@@ -24,9 +24,9 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -105,9 +105,9 @@ func commands() map[string]command {
 		"dev":     cmdDev,
 		"bench":   cmdBench,
 		"ls":      cmdLs,
-		"retry":   bulkCommand(admin.ActionRetry),
-		"cancel":  bulkCommand(admin.ActionCancel),
-		"resolve": bulkCommand(admin.ActionResolve),
+		"retry":   bulkCommand(operator.ActionRetry),
+		"cancel":  bulkCommand(operator.ActionCancel),
+		"resolve": bulkCommand(operator.ActionResolve),
 	}
 }
 

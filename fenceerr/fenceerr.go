@@ -77,7 +77,7 @@ func Invalid(field, format string, args ...any) error {
 
 // NotFound returns a package's own not-found sentinel with message msg:
 // errors.Is matches it by identity (outbox.ErrNotFound is not
-// admin.ErrResourceNotFound) and matches ErrNotFound, so one check maps
+// operator.ErrResourceNotFound) and matches ErrNotFound, so one check maps
 // them all to the contract's not_found.
 func NotFound(msg string) error { return &notFoundError{msg: msg} }
 

@@ -63,7 +63,7 @@ func (e *AuthorityError) Error() string {
 func (e *AuthorityError) Is(target error) bool { return target == ErrAuthorityChanged }
 
 // sqlstateAuthority is what fencegate_epoch_authority raises when it
-// refuses (migration 00019).
+// refuses (migrations/functions/epoch.sql).
 const sqlstateAuthority = "ZF001"
 
 // authorityError explains a refusal (SQLSTATE ZF001) of a grant: it reads

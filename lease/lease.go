@@ -275,7 +275,7 @@ type control struct {
 // orders this transaction against every other grant, advance and enqueue
 // of the resource: each one sees the outcome of all before it.
 //
-// The authority check (fencegate_epoch_authority, migration 00019) runs in
+// The authority check (fencegate_epoch_authority, migrations/functions/epoch.sql) runs in
 // the first statement, at no extra round trip, and before the one that
 // locks and reads the epoch: after a promotion it raises every epoch by
 // jump in this same transaction (or waits for the grant that does), so the

@@ -33,7 +33,7 @@ type BatchResult struct {
 // duplicates.
 //
 // The batch locks the control rows of all its resources until it commits,
-// in resource id order (see migrations/00006_enqueue_batch.sql): keep
+// in resource id order (see migrations/functions/enqueue.sql): keep
 // batches to hundreds of intents, not millions.
 func (c *Client) EnqueueBatch(ctx context.Context, intents []Intent) ([]BatchResult, error) {
 	notify := c.notify.claim()

@@ -11,8 +11,9 @@ import (
 )
 
 // OutcomeChannel is the channel PostgreSQL notifies (with an empty
-// payload) when a transaction gives intents a final status (migrations
-// 00016 and 00020, the intents' outcome trigger): "<schema>_outcomes",
+// payload) when a transaction gives intents a final status
+// (migrations/functions/outcome_notify.sql, the intents' outcome
+// trigger): "<schema>_outcomes",
 // fencegate_outcomes in the default schema.
 func (c *Client) OutcomeChannel() string { return c.schema.OutcomesChannel() }
 

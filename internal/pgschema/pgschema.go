@@ -49,7 +49,7 @@ var Objects = []string{
 	// sequences
 	"fencegate_schema_version_id_seq", "idempotency_token_seq",
 	"intent_events_event_id_seq", "intents_intent_id_seq",
-	// functions: the stable SQL interface (migration 00020, docs/sql.md)
+	// functions: the stable SQL interface (migrations/functions/interface_v1.sql, docs/sql.md)
 	"acquire", "enqueue", "interface_version", "release", "renew",
 	// functions: internal
 	"fencegate_base64_ok", "fencegate_blank", "fencegate_check_content",
