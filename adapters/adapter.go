@@ -1,7 +1,17 @@
-// Package adapters holds the adapter runtime — consume a relayed intent,
-// fence it, execute its external effect at most once per business
-// idempotency key, record the outcome — and the interfaces every adapter
-// (adapters/email, adapters/file) implements.
+// Package adapters is the adapter SPI: what an adapter author implements
+// (Executor, and Looker where the destination can look an effect up) or
+// returns (Capabilities, Outcome, the error classes RetryableError,
+// PermanentError and UnknownError, and Registration, the adapter as a
+// composition root takes it). The built-in adapters (adapters/email,
+// adapters/file, adapters/webhook, adapters/s3) implement it, and
+// adapters/adaptertest checks an implementation against the runtime.
+//
+// The runtime that calls an Executor — consume a relayed intent, fence it,
+// execute its effect at most once per business idempotency key, record the
+// outcome — is package executor (Runtime, Config, NewRuntime, the
+// unknown-outcome policies and the runtime's defaults). It imports this
+// package, not the other way round, so an adapter depends only on the
+// interface it implements.
 package adapters
 
 import (
@@ -108,18 +118,18 @@ type Capabilities struct {
 	Lookup bool
 	// DedupsOnKey: the destination itself drops a second effect with the
 	// same idempotency key, so executing again after an unknown outcome is
-	// safe (Config.Unknown resend).
+	// safe (executor.Config.Unknown resend).
 	DedupsOnKey bool
 	// LookupSettle is how long after an attempt's last I/O with the
 	// destination a lookup that finds nothing is trusted as proof that the
 	// effect did not happen (a relay that stores a message after the final
 	// dot, an eventually consistent API). Zero: the runtime's
-	// Config.LookupSettle.
+	// executor.Config.LookupSettle.
 	LookupSettle time.Duration
 	// Concurrency is the most executions at once the destination should
 	// get (an SMTP server's session limit); the runtime runs
-	// min(Config.Concurrency, Concurrency) of this kind at once. Zero: no
-	// limit of its own.
+	// min(executor.Config.Concurrency, Concurrency) of this kind at once.
+	// Zero: no limit of its own.
 	Concurrency int
 	// ForRequest, when set, says what the destination of one request can
 	// do, for an executor whose destinations differ (a webhook: some hosts
@@ -129,8 +139,8 @@ type Capabilities struct {
 	// looked up only if Lookup is declared above too, and the executor is
 	// a Looker). A per-request DedupsOnKey is a statement about that one
 	// destination (an operator listed it), so an unknown outcome there is
-	// resent with the same key whatever Config.Unknown says. Nil: Lookup
-	// and DedupsOnKey hold for every request.
+	// resent with the same key whatever executor.Config.Unknown says. Nil:
+	// Lookup and DedupsOnKey hold for every request.
 	ForRequest func(req Request) RequestCapabilities
 }
 
@@ -175,8 +185,8 @@ type Executor interface {
 // declare Capabilities.Lookup. It is used when an earlier attempt started
 // and its outcome was lost. A found effect is trusted at once; found=false
 // is trusted as proof that the effect did not happen only once the settle
-// window (Capabilities.LookupSettle, Config.LookupSettle) has passed since
-// the last I/O with the destination.
+// window (Capabilities.LookupSettle, executor.Config.LookupSettle) has
+// passed since the last I/O with the destination.
 type Looker interface {
 	// Lookup returns the outcome of req's idempotency key at the
 	// destination, and found=false when the destination has no trace of it.
@@ -205,9 +215,9 @@ type Error struct {
 	Unknown bool
 	// RetryAfter, on a retryable error, is the least time to wait before
 	// the next attempt (an HTTP Retry-After); the runtime waits at least
-	// that long, at most Config.MaxRetryAfter, and writes when the retry
-	// is due on the intent (not_before) so that nothing executes it
-	// earlier.
+	// that long, at most executor.Config.MaxRetryAfter, and writes when
+	// the retry is due on the intent (not_before) so that nothing executes
+	// it earlier.
 	RetryAfter time.Duration
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -38,7 +39,7 @@ type webhookPayload struct {
 
 func (p webhookPayload) Validate() error {
 	if p.Event == "" {
-		return &outbox.ValidationError{Field: "payload.event", Message: "must not be empty"}
+		return &fenceerr.InvalidError{Field: "payload.event", Message: "must not be empty"}
 	}
 	return nil
 }
@@ -57,7 +58,7 @@ func (w *webhook) Capabilities() adapters.Capabilities {
 func (w *webhook) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
 	var p webhookPayload
 	if err := json.Unmarshal(req.Payload, &p); err != nil {
-		return adapters.Outcome{}, adapters.PermanentError(&outbox.ValidationError{Field: "payload", Message: err.Error()})
+		return adapters.Outcome{}, adapters.PermanentError(&fenceerr.InvalidError{Field: "payload", Message: err.Error()})
 	}
 	if err := p.Validate(); err != nil {
 		return adapters.Outcome{}, adapters.PermanentError(err) // never valid: no retry

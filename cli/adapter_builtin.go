@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -63,7 +64,7 @@ type adapterEnv struct {
 	// registry is the gateway's, for the adapters' own metrics.
 	registry prometheus.Registerer
 	// unknown is --unknown-outcome.
-	unknown adapters.UnknownPolicy
+	unknown executor.UnknownPolicy
 }
 
 // standIn stands in for a built-in adapter of kind until it is made, so

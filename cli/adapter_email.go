@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/internal/errmap"
 )
 
@@ -155,7 +156,7 @@ func (f *emailFlags) registration(_ context.Context, env adapterEnv) (adapters.R
 	if err != nil {
 		return adapters.Registration{}, badInput("smtp_addr", oneLine(err.Error()))
 	}
-	if cfg.Lookup == nil && !(cfg.DedupsOnKey && env.unknown == adapters.UnknownResend) {
+	if cfg.Lookup == nil && !(cfg.DedupsOnKey && env.unknown == executor.UnknownResend) {
 		env.log.Warn("gateway: email has no result lookup: an attempt whose outcome is lost is held as unknown for an operator (see --mail-lookup)",
 			"component", "gateway")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/bench"
@@ -35,7 +36,7 @@ func TestPoolSize(t *testing.T) {
 			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 4 + 64 + 1 + 2},
 		{"extra executors count as adapters", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{bench.NoopRegistration()},
 			Runtime: runtimeConc(16)}, 1 + 4 + 16 + 1},
-		{"concurrency unset takes the runtime default", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}}, 1 + adapters.DefaultConcurrency + 1},
+		{"concurrency unset takes the runtime default", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}}, 1 + executor.DefaultConcurrency + 1},
 		{"floor", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(1)}, 4},
 		// run's defaults, with group commit: 1 spare + 3 dispatcher + 1
 		// intent sweeper + 10 shared (4 Begin and 4 Complete flushers, 2
@@ -121,7 +122,7 @@ func TestRunPoolMaxConns(t *testing.T) {
 	}
 }
 
-func runtimeConc(n int) adapters.Config { return adapters.Config{Concurrency: n} }
+func runtimeConc(n int) executor.Config { return executor.Config{Concurrency: n} }
 
 // withQuery adds a query parameter to a URL.
 func withQuery(u, kv string) string {

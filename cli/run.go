@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -92,16 +93,16 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
 
 		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook, s3 and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
-		unknown     = fs.String("unknown-outcome", string(adapters.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
-		concurrency = fs.Int("adapter-concurrency", adapters.DefaultConcurrency, "intents executed at once, per adapter")
+		unknown     = fs.String("unknown-outcome", string(executor.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
+		concurrency = fs.Int("adapter-concurrency", executor.DefaultConcurrency, "intents executed at once, per adapter")
 		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent (or, where an attempt's outcome was unknown, holds it unknown)")
-		maxRetryAft = fs.Duration("max-retry-after", adapters.DefaultMaxRetryAfter, "a destination's Retry-After is honoured up to this long; a longer one waits this long")
+		maxRetryAft = fs.Duration("max-retry-after", executor.DefaultMaxRetryAfter, "a destination's Retry-After is honoured up to this long; a longer one waits this long")
 		intentRet   = fs.Duration("intent-retention", outbox.DefaultSweepMaxAge, "delete completed intents this long after completion (unknown intents are kept for an operator); operation ids dedup this long, so it must be at least --key-retention")
 		keyRet      = fs.Duration("key-retention", idempotency.DefaultRetention, "forget completed idempotency keys this long after completion")
 		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
 		groupCommit = fs.Bool("idempotency-group-commit", true, "concurrent attempts share the durable transactions that begin and complete them (same guarantees, one commit per batch); false: one transaction each")
 		execTimeout = fs.Duration("execute-timeout", 30*time.Second, "bound on one effect's execution (an SMTP send, a file publication)")
-		settle      = fs.Duration("lookup-settle", adapters.DefaultLookupSettle, "a result lookup that finds nothing is trusted as proof the effect did not happen only this long after the attempt's last I/O with the destination (until then the intent waits, its key held); size it above the longest delay with which the destination shows an effect")
+		settle      = fs.Duration("lookup-settle", executor.DefaultLookupSettle, "a result lookup that finds nothing is trusted as proof the effect did not happen only this long after the attempt's last I/O with the destination (until then the intent waits, its key held); size it above the longest delay with which the destination shows an effect")
 
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
@@ -186,13 +187,13 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			StreamReplicas:  *replicas,
 			DuplicateWindow: *dupWindow,
 		},
-		Runtime: adapters.Config{
+		Runtime: executor.Config{
 			Concurrency:    *concurrency,
 			MaxAttempts:    *maxAttempts,
 			MaxRetryAfter:  *maxRetryAft,
 			ExecuteTimeout: *execTimeout,
 			AckWait:        max(60*time.Second, 2**execTimeout),
-			Unknown:        adapters.UnknownPolicy(*unknown),
+			Unknown:        executor.UnknownPolicy(*unknown),
 			LookupSettle:   *settle,
 		},
 		Idempotency:  idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet, GroupCommit: *groupCommit},

@@ -46,6 +46,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/deployment"
@@ -190,7 +191,7 @@ type Config struct {
 	// Runtime configures the adapter runtime (Concurrency, MaxAttempts,
 	// Unknown, …). Its Executors are those of Adapters; Registerer and
 	// Logger default to the gateway's.
-	Runtime adapters.Config
+	Runtime executor.Config
 	// Idempotency configures the idempotency store (and its sweeper, which
 	// runs whenever the adapter runtime does). Logger defaults to the
 	// stack's.
@@ -294,7 +295,7 @@ func (c *Config) Validate() error {
 		return errmap.Invalid("nats_ping_interval", "--nats-ping-interval must be positive")
 	}
 	switch c.Runtime.Unknown {
-	case "", adapters.UnknownHold, adapters.UnknownResend:
+	case "", executor.UnknownHold, executor.UnknownResend:
 	default:
 		return errmap.Invalid("unknown_outcome", fmt.Sprintf("--unknown-outcome must be hold or resend, got %q", c.Runtime.Unknown))
 	}
@@ -356,7 +357,7 @@ type Gateway struct {
 	outbox     *outbox.Client
 	store      *idempotency.Store
 	sweeper    *idempotency.Sweeper
-	runtime    *adapters.Runtime // nil unless adapters run
+	runtime    *executor.Runtime // nil unless adapters run
 	// consumers are the runtime's kinds and their durable consumers, for
 	// /readyz. dispatcher, runtime and consumers are set under mu: the
 	// metrics server answers /readyz while Start still starts them.
@@ -557,7 +558,7 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 	rcfg.Logger = cmp.Or(rcfg.Logger, log)
 	rcfg.Namespace = string(s.ns)
 	rcfg.Schema = cfg.Schema
-	rt, err := adapters.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
+	rt, err := executor.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
 	if err != nil {
 		return errmap.Invalid("adapters", err.Error())
 	}
@@ -881,4 +882,4 @@ func (s *Gateway) NATS() *nats.Conn { return s.nc }
 func (s *Gateway) Dispatcher() *dispatcher.Dispatcher { return s.dispatcher }
 
 // Runtime is the running adapter runtime, nil unless adapters run.
-func (s *Gateway) Runtime() *adapters.Runtime { return s.runtime }
+func (s *Gateway) Runtime() *executor.Runtime { return s.runtime }

@@ -1,7 +1,7 @@
 package gateway
 
 import (
-	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 )
 
@@ -60,10 +60,10 @@ func (c *Config) PoolSize() int32 {
 		n += poolConnsDispatcher + poolConnsSweeper
 	}
 	if executors := c.executors(); executors > 0 {
-		// adapters.Config's default concurrency is 8, as the flag's.
+		// executor.Config's default concurrency is 8, as the flag's.
 		per := c.Runtime.Concurrency
 		if per < 1 {
-			per = adapters.DefaultConcurrency
+			per = executor.DefaultConcurrency
 		}
 		if c.Idempotency.GroupCommit {
 			n += poolConnsGroup + executors*min(per, poolConnsPerAdapterGrouped)

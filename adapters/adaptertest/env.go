@@ -28,6 +28,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/natstest"
@@ -54,7 +55,7 @@ type Options struct {
 	// Runtime is the runtime's configuration; Executors is filled in.
 	// Zero RetryBase and RetryMax are 20ms and 100ms here, so retries in
 	// tests take milliseconds.
-	Runtime adapters.Config
+	Runtime executor.Config
 	// LockTimeout is the idempotency store's (default 5 minutes).
 	LockTimeout time.Duration
 	// NoGroupCommit runs the idempotency store without group commit
@@ -79,7 +80,7 @@ type Env struct {
 	Issuer     *lease.Issuer
 	Dispatcher *dispatcher.Dispatcher
 	// Runtime is the runtime started with Options.Executors, or nil.
-	Runtime *adapters.Runtime
+	Runtime *executor.Runtime
 	// Resource is the fenced resource intents are enqueued for.
 	Resource string
 
@@ -161,7 +162,7 @@ func (e *Env) newStore(t testing.TB, pool *pgxpool.Pool) *idempotency.Store {
 	return s
 }
 
-func runtimeConfig(cfg adapters.Config, executors []adapters.Executor) adapters.Config {
+func runtimeConfig(cfg executor.Config, executors []adapters.Executor) executor.Config {
 	cfg.Executors = executors
 	cfg.RetryBase = cmp.Or(cfg.RetryBase, 20*time.Millisecond)
 	cfg.RetryMax = cmp.Or(cfg.RetryMax, 100*time.Millisecond)
@@ -171,7 +172,7 @@ func runtimeConfig(cfg adapters.Config, executors []adapters.Executor) adapters.
 // StartRuntime starts another runtime for executors on the env's pool and
 // connection, stopped when the test ends. Zero retry delays are as in
 // Options.Runtime.
-func (e *Env) StartRuntime(t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *adapters.Runtime {
+func (e *Env) StartRuntime(t testing.TB, cfg executor.Config, executors ...adapters.Executor) *executor.Runtime {
 	t.Helper()
 	return e.StartRuntimeContext(context.Background(), t, cfg, executors...)
 }
@@ -179,16 +180,16 @@ func (e *Env) StartRuntime(t testing.TB, cfg adapters.Config, executors ...adapt
 // StartRuntimeContext is StartRuntime with the runtime started with a
 // context carrying ctx's values (its deadline, if any, bounds the start
 // too).
-func (e *Env) StartRuntimeContext(ctx context.Context, t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *adapters.Runtime {
+func (e *Env) StartRuntimeContext(ctx context.Context, t testing.TB, cfg executor.Config, executors ...adapters.Executor) *executor.Runtime {
 	t.Helper()
 	return startRuntime(ctx, t, e.Pool, e.NC, e.Store, e.Client, runtimeConfig(cfg, executors))
 }
 
 // startRuntime starts a runtime with a context carrying parent's values
 // (the tests' hooks, internal/testhook).
-func startRuntime(parent context.Context, t testing.TB, pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, client *outbox.Client, cfg adapters.Config) *adapters.Runtime {
+func startRuntime(parent context.Context, t testing.TB, pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, client *outbox.Client, cfg executor.Config) *executor.Runtime {
 	t.Helper()
-	rt, err := adapters.NewRuntime(pool, nc, store, client, cfg)
+	rt, err := executor.NewRuntime(pool, nc, store, client, cfg)
 	if err != nil {
 		t.Fatalf("adaptertest: runtime: %v", err)
 	}
@@ -204,7 +205,7 @@ func startRuntime(parent context.Context, t testing.TB, pool *pgxpool.Pool, nc *
 // Process is a runtime with its own database pool and NATS connection, as
 // in a separate gateway process, which can be made to crash.
 type Process struct {
-	Runtime *adapters.Runtime
+	Runtime *executor.Runtime
 	Pool    *pgxpool.Pool
 	NC      *nats.Conn
 
@@ -214,7 +215,7 @@ type Process struct {
 
 // StartProcess starts a runtime for executors on a pool and connection of
 // its own. Zero retry delays are as in Options.Runtime.
-func (e *Env) StartProcess(t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *Process {
+func (e *Env) StartProcess(t testing.TB, cfg executor.Config, executors ...adapters.Executor) *Process {
 	t.Helper()
 	return e.StartProcessContext(context.Background(), t, cfg, executors...)
 }
@@ -222,7 +223,7 @@ func (e *Env) StartProcess(t testing.TB, cfg adapters.Config, executors ...adapt
 // StartProcessContext is StartProcess with the runtime started with a
 // context carrying ctx's values (its deadline, if any, bounds the start
 // too).
-func (e *Env) StartProcessContext(ctx context.Context, t testing.TB, cfg adapters.Config, executors ...adapters.Executor) *Process {
+func (e *Env) StartProcessContext(ctx context.Context, t testing.TB, cfg executor.Config, executors ...adapters.Executor) *Process {
 	t.Helper()
 	pool := newPool(t, e.DBURL)
 	nc := natstest.Connect(t, e.NATSURL)

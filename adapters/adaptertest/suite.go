@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/outbox"
@@ -40,7 +41,7 @@ type Harness struct {
 	Kinds map[string]outbox.KindSpec
 	// Runtime is the base runtime configuration (zero: defaults, with
 	// millisecond retries).
-	Runtime adapters.Config
+	Runtime executor.Config
 }
 
 // Run runs the conformance suite: every adapter executes an intent once

@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/smtptest"
 	"github.com/fencegate/fencegate/outbox"
@@ -176,7 +177,7 @@ func TestRuntimeDropThenRedeliveryLooksUp(t *testing.T) {
 // when it accepts again.
 func TestRuntimeTransientFailureRetried(t *testing.T) {
 	t.Parallel()
-	e := newEmailEnv(t, serverLookup, adaptertest.Options{Runtime: adapters.Config{MaxAttempts: 1000}})
+	e := newEmailEnv(t, serverLookup, adaptertest.Options{Runtime: executor.Config{MaxAttempts: 1000}})
 	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseRcpt, Code: 451, Message: "try again later"})
 	key := uniqueKey(t)
 	id := e.enqueue(t, "op-1", key)

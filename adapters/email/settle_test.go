@@ -9,6 +9,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/internal/smtptest"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -34,7 +35,7 @@ func TestRuntimeLateStoreSendsOnce(t *testing.T) {
 	})
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors: []adapters.Executor{a},
-		Runtime: adapters.Config{
+		Runtime: executor.Config{
 			ExecuteTimeout: 2 * time.Second,
 			AckWait:        10 * time.Second,
 			// RetryBase and RetryMax stay at adaptertest's milliseconds, so

@@ -19,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
@@ -153,8 +154,8 @@ const (
 // crashRuntimeConfig is the runtime configuration of both the crashing
 // process and the one that takes over: redelivery after 3 s without an
 // ack.
-func crashRuntimeConfig() adapters.Config {
-	return adapters.Config{ExecuteTimeout: 2 * time.Second, AckWait: 3 * time.Second}
+func crashRuntimeConfig() executor.Config {
+	return executor.Config{ExecuteTimeout: 2 * time.Second, AckWait: 3 * time.Second}
 }
 
 const crashLockTimeout = 1500 * time.Millisecond
@@ -194,7 +195,7 @@ func TestRuntimeHelperProcess(t *testing.T) {
 	}
 	cfg := crashRuntimeConfig()
 	cfg.Executors = []adapters.Executor{a}
-	rt, err := adapters.NewRuntime(pool, nc, store, client, cfg)
+	rt, err := executor.NewRuntime(pool, nc, store, client, cfg)
 	if err != nil {
 		fail("runtime: %v", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/s3"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/s3test"
@@ -226,7 +227,7 @@ func TestRuntimeLostResponseSettledByLookup(t *testing.T) {
 	dropped := proxy.DropResponseTo("PUT /" + bucket + "/" + key)
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors: []adapters.Executor{newAdapter(t, "http://"+proxy.Addr(), bucket)},
-		Runtime:   adapters.Config{LookupSettle: 300 * time.Millisecond, ExecuteTimeout: 5 * time.Second, AckWait: 10 * time.Second},
+		Runtime:   executor.Config{LookupSettle: 300 * time.Millisecond, ExecuteTimeout: 5 * time.Second, AckWait: 10 * time.Second},
 	})
 	id := e.Enqueue(t, e.Intent(s3.Kind, "op-runtime", "report/runtime", payload(key, "once")))
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)

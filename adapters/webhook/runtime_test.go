@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -139,7 +140,7 @@ func TestRuntimeUnknownResentToDedupReceiver(t *testing.T) {
 func TestRuntimeUnknownHeld(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, hangAfterBody)
-	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: adapters.Config{Unknown: adapters.UnknownResend}})
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: executor.Config{Unknown: executor.UnknownResend}})
 	key := adaptertest.UniqueKey(t)
 	e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusUnknown)
 	if n := len(rc.got(key)); n != 1 {
@@ -178,7 +179,7 @@ func TestRuntimeLookupNotFoundAfterSettle(t *testing.T) {
 		}
 	}
 	settle := 700 * time.Millisecond
-	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: adapters.Config{LookupSettle: settle}})
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: executor.Config{LookupSettle: settle}})
 	key := adaptertest.UniqueKey(t)
 	e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, map[string]any{"lookup_url": rc.URL + "/lookup"})), outbox.StatusSucceeded)
 	got := rc.got(key)

@@ -75,7 +75,7 @@ type Config struct {
 	MaxConcurrencyPerHost int
 	// LookupSettle is how long after the last request to a destination a
 	// lookup_url's 404 is trusted as proof that the request had no
-	// effect. Zero: the runtime's (adapters.Config.LookupSettle).
+	// effect. Zero: the runtime's (executor.Config.LookupSettle).
 	LookupSettle time.Duration
 	// UserAgent is sent with every request. Default "fencegate-webhook/1".
 	UserAgent string

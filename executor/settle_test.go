@@ -1,4 +1,4 @@
-package adapters_test
+package executor_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
@@ -113,14 +114,14 @@ type slowEnv struct {
 	reg  *prometheus.Registry
 }
 
-func setupSlow(t *testing.T, d *slowDest, cfg adapters.Config, lockTimeout time.Duration) slowEnv {
+func setupSlow(t *testing.T, d *slowDest, cfg executor.Config, lockTimeout time.Duration) slowEnv {
 	t.Helper()
 	return setupSlowContext(context.Background(), t, d, cfg, lockTimeout)
 }
 
 // setupSlowContext is setupSlow with the runtime started with ctx (which
 // may carry internal/testhook's hooks).
-func setupSlowContext(ctx context.Context, t *testing.T, d *slowDest, cfg adapters.Config, lockTimeout time.Duration) slowEnv {
+func setupSlowContext(ctx context.Context, t *testing.T, d *slowDest, cfg executor.Config, lockTimeout time.Duration) slowEnv {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
@@ -217,7 +218,7 @@ func TestLateEffectIsFoundNotRepeated(t *testing.T) {
 	t.Parallel()
 	d := newSlowDest()
 	d.late, d.unknownTimes, d.effectOnUnknown = time.Second, 1, true
-	e := setupSlow(t, d, adapters.Config{MaxAttempts: 5}, 0)
+	e := setupSlow(t, d, executor.Config{MaxAttempts: 5}, 0)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
 	var res map[string]any
@@ -254,7 +255,7 @@ func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
 			<-hold
 		}
 	}})
-	e := setupSlowContext(hooks, t, d, adapters.Config{}, 0)
+	e := setupSlowContext(hooks, t, d, executor.Config{}, 0)
 	t.Cleanup(release)
 	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
 	e.Release(t, id)
@@ -290,7 +291,7 @@ func TestOutcomeOnFinalIntentRecordedInHistory(t *testing.T) {
 	t.Parallel()
 	d := newSlowDest()
 	d.gate = make(chan struct{})
-	e := setupSlow(t, d, adapters.Config{}, 0)
+	e := setupSlow(t, d, executor.Config{}, 0)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	waitChan(t, d.entered, "the attempt to start executing")
 	if _, err := e.Pool.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now(), updated_at = now() WHERE intent_id = $1`), id); err != nil {
@@ -324,7 +325,7 @@ func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
 	d := newSlowDest()
 	d.gate = make(chan struct{})
 	const lock = 300 * time.Millisecond
-	e := setupSlow(t, d, adapters.Config{}, lock)
+	e := setupSlow(t, d, executor.Config{}, lock)
 	payload := json.RawMessage(`{"mode":"ok"}`)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
 	waitChan(t, d.entered, "the attempt to start executing")
@@ -414,7 +415,7 @@ func TestNegativeLookupWaitsForSettleWindow(t *testing.T) {
 	d := newSlowDest()
 	d.unknownTimes = 1
 	const settle = 2 * time.Second
-	e := setupSlow(t, d, adapters.Config{LookupSettle: settle}, 0)
+	e := setupSlow(t, d, executor.Config{LookupSettle: settle}, 0)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	rec := e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool {
 		return strings.HasPrefix(lastErr(r), "waiting for proof: lookup found nothing; a negative lookup is trusted after ")
@@ -451,7 +452,7 @@ func TestAbandonedAttemptWaitsFromTakeover(t *testing.T) {
 	t.Parallel()
 	d := newSlowDest()
 	const lock, settle = 300 * time.Millisecond, 1500 * time.Millisecond
-	e := setupSlow(t, d, adapters.Config{LookupSettle: settle}, lock)
+	e := setupSlow(t, d, executor.Config{LookupSettle: settle}, lock)
 	payload := json.RawMessage(`{"mode":"ok"}`)
 	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", payload))
 	start := time.Now()
@@ -482,7 +483,7 @@ func TestWaitForProofSurvivesCrash(t *testing.T) {
 	d.unknownTimes = 1
 	const settle = 3 * time.Second
 	e := adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds, LockTimeout: 500 * time.Millisecond})
-	cfg := adapters.Config{LookupSettle: settle, ExecuteTimeout: time.Second, AckWait: 2 * time.Second}
+	cfg := executor.Config{LookupSettle: settle, ExecuteTimeout: time.Second, AckWait: 2 * time.Second}
 	a := e.StartProcess(t, cfg, slowExec{d})
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
@@ -507,7 +508,7 @@ func TestPositiveLookupTrustedAtOnce(t *testing.T) {
 	t.Parallel()
 	d := newSlowDest()
 	d.unknownTimes, d.effectOnUnknown = 1, true
-	e := setupSlow(t, d, adapters.Config{LookupSettle: time.Hour}, 0)
+	e := setupSlow(t, d, executor.Config{LookupSettle: time.Hour}, 0)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
 	if !strings.Contains(string(rec.Result), "lookup") || len(d.calls()) != 1 {

@@ -1,4 +1,4 @@
-package adapters_test
+package executor_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package adapters_test
+package executor_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testdb"
@@ -101,7 +102,7 @@ type env struct {
 
 type opts struct {
 	lookup, dedups bool
-	unknown        adapters.UnknownPolicy
+	unknown        executor.UnknownPolicy
 	lockTimeout    time.Duration
 	// settle is the runtime's LookupSettle (zero: its default).
 	settle time.Duration
@@ -115,7 +116,7 @@ func setup(t *testing.T, o opts) *env {
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors:   []adapters.Executor{testExec{dest}},
 		Kinds:       testKinds,
-		Runtime:     adapters.Config{MaxAttempts: 3, Unknown: o.unknown, LookupSettle: o.settle},
+		Runtime:     executor.Config{MaxAttempts: 3, Unknown: o.unknown, LookupSettle: o.settle},
 		LockTimeout: o.lockTimeout,
 	})
 	return &env{Env: e, dest: dest}
@@ -298,7 +299,7 @@ func TestUnknownOutcomeResolvedByLookup(t *testing.T) {
 // Lost response, no lookup, policy hold: unknown, never re-executed.
 func TestUnknownOutcomeHeld(t *testing.T) {
 	t.Parallel()
-	e := setup(t, opts{unknown: adapters.UnknownHold})
+	e := setup(t, opts{unknown: executor.UnknownHold})
 	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
 	rec := e.waitTerminal(t, id)
 	if rec.Status != outbox.StatusUnknown {
@@ -321,12 +322,12 @@ func TestUnknownOutcomeHeld(t *testing.T) {
 // Policy resend, but the destination does not dedup on our key: held anyway.
 func TestResendOnlyWhereDestinationDedups(t *testing.T) {
 	t.Parallel()
-	e := setup(t, opts{unknown: adapters.UnknownResend, dedups: false})
+	e := setup(t, opts{unknown: executor.UnknownResend, dedups: false})
 	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
 	if rec := e.waitTerminal(t, id); rec.Status != outbox.StatusUnknown {
 		t.Fatalf("status = %s, want unknown", rec.Status)
 	}
-	e2 := setup(t, opts{unknown: adapters.UnknownResend, dedups: true})
+	e2 := setup(t, opts{unknown: executor.UnknownResend, dedups: true})
 	id = e2.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
 	if rec := e2.waitTerminal(t, id); rec.Status != outbox.StatusSucceeded {
 		t.Fatalf("status with a deduping destination = %s, want succeeded after resend", rec.Status)
@@ -503,7 +504,7 @@ func TestDeclaredConcurrencyBounds(t *testing.T) {
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors: []adapters.Executor{ex},
 		Kinds:     testKinds,
-		Runtime:   adapters.Config{Concurrency: 64},
+		Runtime:   executor.Config{Concurrency: 64},
 	})
 	var ids []int64
 	for i := range 16 {

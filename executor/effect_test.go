@@ -1,4 +1,4 @@
-package adapters_test
+package executor_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -74,13 +75,13 @@ func (s *scripted) count(key string) (effects, attempts int) {
 	return s.effects[key], len(s.attempts)
 }
 
-func runScript(t *testing.T, s *scripted, unknown adapters.UnknownPolicy) (*adaptertest.Env, *outbox.Record) {
+func runScript(t *testing.T, s *scripted, unknown executor.UnknownPolicy) (*adaptertest.Env, *outbox.Record) {
 	t.Helper()
 	s.effects = map[string]int{}
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors: []adapters.Executor{s},
 		Kinds:     testKinds,
-		Runtime:   adapters.Config{MaxAttempts: 3, Unknown: unknown},
+		Runtime:   executor.Config{MaxAttempts: 3, Unknown: unknown},
 	})
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
 	return e, e.WaitTerminal(t, id)
@@ -94,7 +95,7 @@ func runScript(t *testing.T, s *scripted, unknown adapters.UnknownPolicy) (*adap
 func TestUnknownThenRefusedEndsUnknown(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"unknown", "refused", "refused"}, dedups: true}
-	e, rec := runScript(t, s, adapters.UnknownResend)
+	e, rec := runScript(t, s, executor.UnknownResend)
 	if rec.Status != outbox.StatusUnknown || rec.Effect != outbox.EffectPossible {
 		t.Fatalf("intent %s, effect %s (last error %s); want unknown, possible", rec.Status, rec.Effect, lastErr(rec))
 	}
@@ -120,7 +121,7 @@ func TestUnknownThenRefusedEndsUnknown(t *testing.T) {
 func TestUnknownThenPermanentEndsUnknown(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"unknown", "permanent"}, dedups: true}
-	_, rec := runScript(t, s, adapters.UnknownResend)
+	_, rec := runScript(t, s, executor.UnknownResend)
 	if rec.Status != outbox.StatusUnknown || rec.Effect != outbox.EffectPossible {
 		t.Fatalf("intent %s, effect %s (last error %s); want unknown, possible", rec.Status, rec.Effect, lastErr(rec))
 	}
@@ -135,7 +136,7 @@ func TestUnknownThenPermanentEndsUnknown(t *testing.T) {
 func TestUnknownThenRefusedThenSucceeds(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"unknown", "refused", "ok"}, dedups: true}
-	_, rec := runScript(t, s, adapters.UnknownResend)
+	_, rec := runScript(t, s, executor.UnknownResend)
 	if rec.Status != outbox.StatusSucceeded || rec.Effect != outbox.EffectDone || rec.NotBefore != nil {
 		t.Fatalf("intent %s, effect %s, not_before %v; want succeeded, done, none", rec.Status, rec.Effect, rec.NotBefore)
 	}
@@ -146,7 +147,7 @@ func TestUnknownThenRefusedThenSucceeds(t *testing.T) {
 func TestRefusedOnlyFails(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"refused", "refused", "refused"}, dedups: true}
-	e, rec := runScript(t, s, adapters.UnknownResend)
+	e, rec := runScript(t, s, executor.UnknownResend)
 	if rec.Status != outbox.StatusFailed || rec.Effect != outbox.EffectNone {
 		t.Fatalf("intent %s, effect %s; want failed, none", rec.Status, rec.Effect)
 	}
@@ -161,7 +162,7 @@ func TestRefusedOnlyFails(t *testing.T) {
 func TestProvenByLookupThenPermanentFails(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"lost", "permanent"}, lookup: true}
-	_, rec := runScript(t, s, adapters.UnknownHold)
+	_, rec := runScript(t, s, executor.UnknownHold)
 	if rec.Status != outbox.StatusFailed || rec.Effect != outbox.EffectNone {
 		t.Fatalf("intent %s, effect %s (last error %s); want failed, none", rec.Status, rec.Effect, lastErr(rec))
 	}

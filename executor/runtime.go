@@ -1,4 +1,4 @@
-package adapters
+package executor
 
 import (
 	"cmp"
@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
@@ -53,12 +54,6 @@ const (
 // Retry-After is honoured up to an hour.
 const DefaultMaxRetryAfter = time.Hour
 
-// MaxRetryAfter is DefaultMaxRetryAfter.
-//
-// Deprecated: the bound is Config.MaxRetryAfter (default
-// DefaultMaxRetryAfter).
-const MaxRetryAfter = DefaultMaxRetryAfter
-
 // DefaultLookupSettle is Config.LookupSettle's default: 10 minutes, RFC
 // 5321's timeout for the reply to the end-of-data marker (§4.5.3.2.6) — a
 // destination may still take a message that long after the final dot.
@@ -69,13 +64,13 @@ const DefaultLookupSettle = 10 * time.Minute
 // transactions among many. Measured with the no-op adapter (gateway bench
 // e2e-drain, same cluster, same minutes): 8 settled ~700 intents/s, 64
 // ~1,900/s, 256 ~3,600/s. A destination that takes less declares it
-// (Capabilities.Concurrency: email's MaxSessions, 16).
+// (adapters.Capabilities.Concurrency: email's MaxSessions, 16).
 const DefaultConcurrency = 256
 
 // Config configures a Runtime.
 type Config struct {
 	// Executors to run, one per kind. Required.
-	Executors []Executor
+	Executors []adapters.Executor
 	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
 	// migrate --schema). Default: the outbox client's (outbox.Config.Schema);
 	// another one is refused.
@@ -99,7 +94,7 @@ type Config struct {
 	// retryable error (by attempt, with jitter). Defaults 1s and 1m.
 	RetryBase, RetryMax time.Duration
 	// MaxRetryAfter bounds how long a destination's Retry-After
-	// (Error.RetryAfter) defers a retry: a longer one waits this long.
+	// (adapters.Error.RetryAfter) defers a retry: a longer one waits this long.
 	// Default DefaultMaxRetryAfter (1h).
 	MaxRetryAfter time.Duration
 	// Unknown is the unknown-outcome policy. Default hold.
@@ -112,7 +107,7 @@ type Config struct {
 	// with backoff — neither executed again nor released. The moment of the
 	// last I/O is kept on the key, so the wait survives a crash. Default
 	// DefaultLookupSettle; an executor may declare its own
-	// (Capabilities.LookupSettle).
+	// (adapters.Capabilities.LookupSettle).
 	LookupSettle time.Duration
 	// DurablePrefix names the durable consumers: <prefix><namespace>-<kind>
 	// (<prefix><kind> without a namespace). Default "fencegate-".
@@ -165,7 +160,7 @@ func (c Config) validate() error {
 		}
 		seen[e.Kind()] = true
 		caps := e.Capabilities()
-		if _, ok := e.(Looker); caps.Lookup && !ok {
+		if _, ok := e.(adapters.Looker); caps.Lookup && !ok {
 			return fmt.Errorf("adapters: executor for kind %q declares Lookup and does not implement Looker", e.Kind())
 		}
 		if caps.Concurrency < 0 {
@@ -218,7 +213,7 @@ type Runtime struct {
 	intents intents.Table
 
 	// caps are the executors' declared capabilities, by kind.
-	caps map[string]Capabilities
+	caps map[string]adapters.Capabilities
 	// loads batches the intent reads of concurrent deliveries (one
 	// statement for many; a read, so no guarantee rests on it).
 	loads *group.Batcher[int64, *outbox.Record]
@@ -253,7 +248,7 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	if err != nil {
 		return nil, fmt.Errorf("adapters: %w", err)
 	}
-	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, ns: wire.Namespace(cfg.Namespace), caps: map[string]Capabilities{},
+	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, ns: wire.Namespace(cfg.Namespace), caps: map[string]adapters.Capabilities{},
 		schema: schema, intents: intents.In(schema)}
 	for _, ex := range cfg.Executors {
 		r.caps[ex.Kind()] = ex.Capabilities() // declared once, read once
@@ -412,7 +407,7 @@ const (
 	wait
 )
 
-func (r *Runtime) handle(ctx context.Context, ex Executor, msg jetstream.Msg) {
+func (r *Runtime) handle(ctx context.Context, ex adapters.Executor, msg jetstream.Msg) {
 	log := r.cfg.Logger.With("kind", ex.Kind())
 	// Before anything is loaded: the intent id of another deployment's
 	// message names some other intent in this database.
@@ -480,10 +475,12 @@ func (r *Runtime) delay(msg jetstream.Msg) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-// tracerName is the instrumentation scope of the runtime's spans.
+// tracerName is the instrumentation scope of the runtime's spans. It stays
+// the adapters package's path, which trace queries select the execution
+// spans by.
 const tracerName = "github.com/fencegate/fencegate/adapters"
 
-func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.Logger) (v verdict, delay time.Duration, err error) {
+func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, log *slog.Logger) (v verdict, delay time.Duration, err error) {
 	rec, err := r.loads.Do(ctx, id)
 	if errors.Is(err, outbox.ErrNotFound) {
 		log.Warn("adapters: intent not in the outbox (swept or never committed); dropping message")
@@ -536,7 +533,7 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 		}
 		span.End()
 	}()
-	req := Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
+	req := adapters.Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
 	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
 	if h := r.hooks.AfterLoad; h != nil {
@@ -594,9 +591,9 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 	}
 	req.Attempt = d.Attempts
 	token := d.Token
-	req.stillOwner = func(ctx context.Context) error {
+	req = req.WithOwnerCheck(func(ctx context.Context) error {
 		return r.store.CheckOwner(ctx, req.Kind, req.IdempotencyKey, token)
-	}
+	})
 	switch d.Outcome {
 	case idempotency.OutcomeDone:
 		// The effect already happened (or failed for good) under this key,
@@ -632,7 +629,7 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 			r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
 			log.Info("adapters: superseded before execution", "current_epoch", fencedBy)
 			r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
-			return r.complete(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(fencedBy)}, "")
+			return r.complete(ctx, req, d, adapters.Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(fencedBy)}, "")
 		}
 		return r.execute(ctx, ex, req, d, log)
 	}
@@ -641,12 +638,12 @@ func (r *Runtime) process(ctx context.Context, ex Executor, id int64, log *slog.
 
 // canLookup says whether req's outcome can be looked up at its
 // destination, and with what.
-func (r *Runtime) canLookup(ex Executor, req Request) (Looker, bool) {
+func (r *Runtime) canLookup(ex adapters.Executor, req adapters.Request) (adapters.Looker, bool) {
 	caps := r.caps[ex.Kind()]
 	if !caps.Lookup || (caps.ForRequest != nil && !caps.ForRequest(req).Lookup) {
 		return nil, false
 	}
-	l, ok := ex.(Looker)
+	l, ok := ex.(adapters.Looker)
 	return l, ok
 }
 
@@ -655,7 +652,7 @@ func (r *Runtime) canLookup(ex Executor, req Request) (Looker, bool) {
 // dedups on it, and then under the resend policy — or always, where the
 // executor says so for this one destination (ForRequest; an operator
 // listed it).
-func (r *Runtime) resends(ex Executor, req Request) bool {
+func (r *Runtime) resends(ex adapters.Executor, req adapters.Request) bool {
 	caps := r.caps[ex.Kind()]
 	if caps.ForRequest != nil {
 		return caps.ForRequest(req).DedupsOnKey
@@ -663,7 +660,7 @@ func (r *Runtime) resends(ex Executor, req Request) bool {
 	return r.cfg.Unknown == UnknownResend && caps.DedupsOnKey
 }
 
-func (r *Runtime) recoverAttempt(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) recoverAttempt(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
 	if l, ok := r.canLookup(ex, req); ok {
 		return r.lookupOrWait(ctx, ex, l, req, d, log, func() (verdict, time.Duration, error) {
 			// The destination has no trace of it, and had time to show
@@ -687,7 +684,7 @@ func supersededResult(current int64) json.RawMessage {
 // has moved on (fence policy execute): it is never executed again, but the
 // abandoned attempt may have performed the effect. Found by lookup: that
 // is recorded; not found: superseded; no lookup: held as unknown.
-func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d idempotency.Decision, current int64, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) recoverFenced(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, current int64, log *slog.Logger) (verdict, time.Duration, error) {
 	l, ok := r.canLookup(ex, req)
 	if !ok {
 		return r.hold(ctx, req, d, fmt.Sprintf("an earlier attempt was abandoned, the resource moved on to epoch %d, and the destination offers no lookup", current), log)
@@ -697,12 +694,12 @@ func (r *Runtime) recoverFenced(ctx context.Context, ex Executor, req Request, d
 		log.Info("adapters: superseded before execution", "current_epoch", current)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
 		// Proven: no attempt under the key performed the effect.
-		return r.recordProven(ctx, req, d, Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)})
+		return r.recordProven(ctx, req, d, adapters.Outcome{Status: outbox.StatusSuperseded, Result: supersededResult(current)})
 	})
 }
 
 // settleFor is the settle window of ex's destination.
-func (r *Runtime) settleFor(ex Executor) time.Duration {
+func (r *Runtime) settleFor(ex adapters.Executor) time.Duration {
 	return cmp.Or(r.caps[ex.Kind()].LookupSettle, r.cfg.LookupSettle)
 }
 
@@ -714,7 +711,7 @@ func (r *Runtime) settleFor(ex Executor) time.Duration {
 // onProof runs. Until then the intent waits: the key stays owned (its lock
 // renewed by AwaitProof), the intent says what it waits for, and the
 // redelivery looks up again — nothing is executed or released meanwhile.
-func (r *Runtime) lookupOrWait(ctx context.Context, ex Executor, l Looker, req Request, d idempotency.Decision, log *slog.Logger,
+func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adapters.Looker, req adapters.Request, d idempotency.Decision, log *slog.Logger,
 	onProof func() (verdict, time.Duration, error)) (verdict, time.Duration, error) {
 	settle := r.settleFor(ex)
 	// The window is judged BEFORE the lookup starts: a lookup that began
@@ -789,7 +786,7 @@ func waitDelay(p idempotency.Proof, settle, base time.Duration) time.Duration {
 // performed the effect; the intent's effect becomes none again (in BeginIO's
 // transaction), so that this attempt's failure may end it failed. Without
 // proof (a destination that dedups, resent to) the effect stays possible.
-func (r *Runtime) executeRecovered(ctx context.Context, ex Executor, req Request, d idempotency.Decision, proven bool, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) executeRecovered(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, proven bool, log *slog.Logger) (verdict, time.Duration, error) {
 	// A resumed key's Begin counted no attempt (it only looked up); this
 	// execution is one.
 	var n int
@@ -837,7 +834,7 @@ func (r *Runtime) notRecorded(kind string, yes bool, log *slog.Logger) {
 	log.Warn("adapters: the intent already had a final status; the outcome is in its history, not its status")
 }
 
-func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) execute(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
 	ectx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
 	start := time.Now()
 	out, err := ex.Execute(ectx, req)
@@ -856,11 +853,11 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 		// intent at thousands a second.
 		log.Debug("adapters: executed", "status", out.Status, "attempt", req.Attempt)
 		return r.record(ctx, req, d, out, "", true)
-	case IsUnknown(err) || (!IsRetryable(err) && !IsPermanent(err)):
+	case adapters.IsUnknown(err) || (!adapters.IsRetryable(err) && !adapters.IsPermanent(err)):
 		// Explicitly unknown, or not classified at all: an error the
 		// adapter did not classify may come after the request reached the
 		// destination, so it is never taken as "did not happen".
-		if IsUnknown(err) {
+		if adapters.IsUnknown(err) {
 			log.Warn("adapters: outcome unknown", "error", err)
 		} else {
 			log.Warn("adapters: executor error not classified (RetryableError, PermanentError or UnknownError); taken as an unknown outcome", "error", err)
@@ -892,7 +889,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 			return r.resendLater(ctx, ex, req, d, err, log)
 		}
 		return r.hold(ctx, req, d, err.Error(), log)
-	case IsRetryable(err):
+	case adapters.IsRetryable(err):
 		return r.retryable(ctx, ex, req, d, err, false, log)
 	case d.Effect == outbox.EffectPossible:
 		// A permanent refusal now says nothing of an earlier attempt whose
@@ -901,7 +898,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 	default:
 		r.m.outcomes.WithLabelValues(ex.Kind(), "failed").Inc()
 		log.Warn("adapters: permanent error; intent failed", "error", err)
-		return r.complete(ctx, req, d, Outcome{Status: outbox.StatusFailed}, err.Error())
+		return r.complete(ctx, req, d, adapters.Outcome{Status: outbox.StatusFailed}, err.Error())
 	}
 }
 
@@ -916,7 +913,7 @@ func (r *Runtime) execute(ctx context.Context, ex Executor, req Request, d idemp
 // Either way the retry's due time is written on the intent (not_before)
 // before the message is settled, so that the dispatcher never relays it
 // again earlier.
-func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, proven bool, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) retryable(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, cause error, proven bool, log *slog.Logger) (verdict, time.Duration, error) {
 	if d.Effect == outbox.EffectPossible && !proven {
 		if req.Attempt >= r.cfg.MaxAttempts {
 			return r.hold(ctx, req, d, fmt.Sprintf("gave up after %d attempts: %v (an earlier attempt's outcome is unknown: the effect may have happened)", req.Attempt, cause), log)
@@ -958,7 +955,7 @@ func (r *Runtime) retryable(ctx context.Context, ex Executor, req Request, d ide
 // effect may have happened, so the key is kept and the intent's effect
 // marked possible; the next attempt sends again with the same key. When
 // attempts run out the intent is held unknown, never failed.
-func (r *Runtime) resendLater(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) resendLater(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, cause error, log *slog.Logger) (verdict, time.Duration, error) {
 	if req.Attempt >= r.cfg.MaxAttempts {
 		return r.hold(ctx, req, d, fmt.Sprintf("outcome unknown after %d attempts, the last: %v", req.Attempt, cause), log)
 	}
@@ -971,7 +968,7 @@ func (r *Runtime) resendLater(ctx context.Context, ex Executor, req Request, d i
 // looks up where the destination can, resends where it dedups, else holds.
 // possible marks the intent's effect possible (this attempt's outcome is
 // unknown).
-func (r *Runtime) keepForRetry(ctx context.Context, ex Executor, req Request, d idempotency.Decision, cause error, possible bool, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) keepForRetry(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, cause error, possible bool, log *slog.Logger) (verdict, time.Duration, error) {
 	delay := r.retryDelay(req.Attempt, cause)
 	k := idempotency.Retry{Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID, Error: cause.Error(), Delay: delay}
 	err := r.persist(ctx, func() error { return r.store.KeepForRetry(ctx, k, possible) })
@@ -992,7 +989,7 @@ func (r *Runtime) keepForRetry(ctx context.Context, ex Executor, req Request, d 
 // else exponential from RetryBase, doubling per attempt up to RetryMax,
 // with jitter (between half and all of it).
 func (r *Runtime) retryDelay(n int, cause error) time.Duration {
-	var e *Error
+	var e *adapters.Error
 	if errors.As(cause, &e) && e.RetryAfter > 0 {
 		return min(max(e.RetryAfter, r.cfg.RetryBase), r.cfg.MaxRetryAfter)
 	}
@@ -1004,33 +1001,33 @@ func (r *Runtime) retryDelay(n int, cause error) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-func (r *Runtime) hold(ctx context.Context, req Request, d idempotency.Decision, why string, log *slog.Logger) (verdict, time.Duration, error) {
+func (r *Runtime) hold(ctx context.Context, req adapters.Request, d idempotency.Decision, why string, log *slog.Logger) (verdict, time.Duration, error) {
 	r.m.outcomes.WithLabelValues(req.Kind, "unknown").Inc()
 	log.Warn("adapters: outcome unknown and cannot be looked up; holding for an operator", "reason", why)
-	return r.complete(ctx, req, d, Outcome{Status: outbox.StatusUnknown}, why)
+	return r.complete(ctx, req, d, adapters.Outcome{Status: outbox.StatusUnknown}, why)
 }
 
 // complete records an outcome this attempt found out or decided (a lookup,
 // superseded, held, a permanent failure), not one of an effect it performed.
-func (r *Runtime) complete(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string) (verdict, time.Duration, error) {
+func (r *Runtime) complete(ctx context.Context, req adapters.Request, d idempotency.Decision, out adapters.Outcome, errMsg string) (verdict, time.Duration, error) {
 	return r.record(ctx, req, d, out, errMsg, false)
 }
 
 // recordProven is complete for an outcome decided once a lookup after the
 // settle window proved that no attempt under the key performed the effect:
 // the intent's effect, if marked possible, becomes none with it.
-func (r *Runtime) recordProven(ctx context.Context, req Request, d idempotency.Decision, out Outcome) (verdict, time.Duration, error) {
+func (r *Runtime) recordProven(ctx context.Context, req adapters.Request, d idempotency.Decision, out adapters.Outcome) (verdict, time.Duration, error) {
 	return r.recordCompletion(ctx, req, d, out, "", false, true)
 }
 
 // record records the outcome under the key and on the intent; performed says
 // the outcome is that of an effect this very attempt performed (Execute
 // returned it), as opposed to one it found out.
-func (r *Runtime) record(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string, performed bool) (verdict, time.Duration, error) {
+func (r *Runtime) record(ctx context.Context, req adapters.Request, d idempotency.Decision, out adapters.Outcome, errMsg string, performed bool) (verdict, time.Duration, error) {
 	return r.recordCompletion(ctx, req, d, out, errMsg, performed, false)
 }
 
-func (r *Runtime) recordCompletion(ctx context.Context, req Request, d idempotency.Decision, out Outcome, errMsg string, performed, proven bool) (verdict, time.Duration, error) {
+func (r *Runtime) recordCompletion(ctx context.Context, req adapters.Request, d idempotency.Decision, out adapters.Outcome, errMsg string, performed, proven bool) (verdict, time.Duration, error) {
 	var res idempotency.CompleteResult
 	err := r.persist(ctx, func() error {
 		var err error
@@ -1061,7 +1058,7 @@ func (r *Runtime) recordCompletion(ctx context.Context, req Request, d idempoten
 
 // effectAfterLostOwnership records, in the intent's history and a metric,
 // an effect that completed after its attempt lost the idempotency key.
-func (r *Runtime) effectAfterLostOwnership(ctx context.Context, req Request, d idempotency.Decision, out Outcome, cause error) {
+func (r *Runtime) effectAfterLostOwnership(ctx context.Context, req adapters.Request, d idempotency.Decision, out adapters.Outcome, cause error) {
 	r.m.lostOwnership.WithLabelValues(req.Kind).Inc()
 	note := fmt.Sprintf("the effect completed (%s) after this attempt (token %d) had lost its idempotency key: %v; "+
 		"the attempt that took the key over decides the intent's status, and may perform the effect again where the destination cannot dedup",
