@@ -203,11 +203,20 @@ func (b *browserTab) count(sel string) int {
 
 func (b *browserTab) location() string {
 	b.t.Helper()
-	loc, err := chromedp.Run(b.ctx, chromedp.Location())
-	if err != nil {
-		b.fail("location", err)
+	// Reading the URL evaluates script in the page: while the tab is
+	// navigating (a form was just submitted) its execution context is gone
+	// and Chromium answers "Inspected target navigated or closed". That is
+	// the navigation in progress, not a failure: ask again (deadline-bound).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		loc, err := chromedp.Run(b.ctx, chromedp.Location())
+		if err == nil {
+			return loc
+		}
+		if !strings.Contains(err.Error(), "navigated or closed") || time.Now().After(deadline) {
+			b.fail("location", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return loc
 }
 
 // waitLocation waits (deadline-bound) until the tab's URL contains part:

@@ -79,6 +79,10 @@ func allowedUnqualified(path, lit string) bool {
 		return true
 	case strings.HasSuffix(path, "writers_test.go"), strings.HasSuffix(path, "qualified_test.go"):
 		return true
+	case strings.HasSuffix(path, filepath.Join("migrations", "functions_test.go")):
+		// Its literals name functions as the catalog describes them
+		// (pg_get_function_identity_arguments), not statements.
+		return true
 	}
 	return false
 }
