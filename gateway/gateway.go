@@ -1,7 +1,9 @@
 // Package gateway is fencegate's composition root: the relay (dispatcher),
 // the adapter runtime with its adapters, the idempotency store and both
 // sweepers, the admin API and pages, and the metrics server, wired from one
-// Config and started in dependency order. `gateway run` and `gateway dev`
+// Config (config.go) and started in dependency order as the parts of one
+// startstop.Group (this file; nats.go, metrics.go, admin.go, adapters.go
+// start theirs). `gateway run` and `gateway dev`
 // are this package behind flags; a program of its own runs the same:
 //
 //	f, err := file.New(file.Config{Root: "/srv/reports"})
@@ -29,30 +31,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
-	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/deployment"
-	"github.com/fencegate/fencegate/internal/errmap"
-	"github.com/fencegate/fencegate/internal/httpserver"
-	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/wire"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -74,39 +64,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Gateway{cfg: cfg, stopping: make(chan struct{}), died: make(chan struct{})}, nil
-}
-
-// Start starts the configured components in dependency order — NATS
-// connection, metrics server, admin server, dispatcher, intent sweeper,
-// idempotency sweeper, adapter runtime — and returns once they run. The
-// adapter runtime waits for the stream (which a dispatcher creates) until
-// ctx ends. On error, whatever was started is stopped again and the Gateway
-// is done. A second Start is an error (startstop.ErrStarted).
-//
-// ctx only bounds starting: the components run until Stop, so that
-// Stopped means a component died, never that ctx ended.
-func (s *Gateway) Start(ctx context.Context) error {
-	s.mu.Lock()
-	started := s.started
-	s.started = true
-	s.mu.Unlock()
-	if started {
-		return fmt.Errorf("gateway: %w", startstop.ErrStarted)
-	}
-	err := s.start(ctx)
-	s.mu.Lock()
-	s.startDone = true
-	s.mu.Unlock()
-	return err
-}
-
-// NewRegistry returns the registry a Gateway makes when Config.Registry is
-// nil: a new one with the Go and process collectors.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+	return &Gateway{cfg: cfg}, nil
 }
 
 // Start is New and Start in one call.
@@ -120,15 +78,6 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	return g, nil
 }
-
-// MetricsAddr is the address the metrics server listens on; empty without.
-func (s *Gateway) MetricsAddr() string { return s.metricsAddr }
-
-// AdminAddr is the address the admin server listens on; empty without.
-func (s *Gateway) AdminAddr() string { return s.adminAddr }
-
-// Registry is the registry every component's metrics are on.
-func (s *Gateway) Registry() *prometheus.Registry { return s.registry }
 
 // Gateway is a running set of components started by Start.
 type Gateway struct {
@@ -157,25 +106,38 @@ type Gateway struct {
 	// one); empty without it.
 	adminAddr string
 
-	// parts are the started components in start order; Stop stops them in
-	// reverse.
-	parts    []part
-	stopping chan struct{}
-	stopOnce sync.Once
-	died     chan struct{}
-	dieOnce  sync.Once
-	mu       sync.Mutex
-	diedPart string
+	// parts are the started components in start order: Stop stops them in
+	// reverse, and the first that stops on its own closes Stopped.
+	parts startstop.Group
+	mu    sync.Mutex
 }
 
-// part is one started component.
-type part struct {
-	name    string
-	stop    func()
-	stopped <-chan struct{} // nil: not watched
+// Start starts the configured components in dependency order — NATS
+// connection, metrics server, admin server, dispatcher, intent sweeper,
+// idempotency sweeper, adapter runtime — and returns once they run. The
+// adapter runtime waits for the stream (which a dispatcher creates) until
+// ctx ends. On error, whatever was started is stopped again and the Gateway
+// is done. A second Start is an error (startstop.ErrStarted).
+//
+// ctx only bounds starting: the components run until Stop, so that
+// Stopped means a component died, never that ctx ended.
+func (s *Gateway) Start(ctx context.Context) error {
+	s.mu.Lock()
+	started := s.started
+	s.started = true
+	s.mu.Unlock()
+	if started {
+		return fmt.Errorf("gateway: %w", startstop.ErrStarted)
+	}
+	err := s.start(ctx)
+	s.mu.Lock()
+	s.startDone = true
+	s.mu.Unlock()
+	return err
 }
 
-// start does Start's work.
+// start does Start's work: the parts in start order, each added to
+// s.parts once it runs.
 func (s *Gateway) start(ctx context.Context) (err error) {
 	cfg := s.cfg
 	log := cfg.Logger
@@ -186,71 +148,28 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	if reg == nil {
 		reg = NewRegistry()
 	}
-	// Which build runs; a registry that has it already (a program's own)
-	// keeps its own.
-	if err := reg.Register(buildinfo.Collector()); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return fmt.Errorf("gateway: register build info: %w", err)
-		}
-	}
 	s.log, s.registry = log, reg
 	dcfg, runsDispatcher := cfg.dispatcherConfig()
-	if runsDispatcher {
-		// The outbox's state for alerts (pending, relayed, failed, unknown
-		// by kind, and the oldest's age), on the relay's processes: every
-		// one reports the same database, so alert on max() across them.
-		if err := reg.Register(newIntentCollector(cfg.Pool, pgschema.MustParse(cfg.Schema), log)); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return fmt.Errorf("gateway: register intent metrics: %w", err)
-			}
-		}
+	if err := registerMetrics(reg, cfg.Pool, cfg.Schema, runsDispatcher, log); err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
 			s.Stop()
 		}
 	}()
-	runCtx := context.WithoutCancel(ctx)
 
 	// The namespace before NATS: every name the dispatcher and the adapters
 	// use on NATS carries it.
 	if runsDispatcher || cfg.runsAdapters() {
-		info, err := deployment.Resolve(ctx, cfg.Pool, cfg.Schema)
-		if errors.Is(err, deployment.ErrNotMigrated) {
-			// Not migrated here; an install from before schemas in
-			// public is named (never a second, empty install).
-			if _, ierr := migrations.Installed(ctx, cfg.Pool, cfg.Schema); ierr != nil {
-				return invalid("Schema", "%s", ierr)
-			}
-			return invalid("Pool", "%s", err)
-		}
-		if err != nil {
+		if err := s.resolveNamespace(ctx, cfg, log); err != nil {
 			return err
 		}
-		if cfg.Namespace != "" && cfg.Namespace != string(info.Namespace) {
-			return invalid("Namespace", "%q is not this database's namespace %q (set it with gateway migrate --namespace)", cfg.Namespace, info.Namespace)
-		}
-		s.ns = info.Namespace
-		log.Info("gateway: namespace", "component", "gateway", "namespace", s.ns, "explicit", info.Explicit, "stream", s.ns.Stream())
 	}
-
 	// NATS first: both the dispatcher and the adapters use it.
-	s.nc = cfg.NC
-	if s.nc == nil {
-		natsURL := cmp.Or(cfg.NATSURL, DefaultNATSURL)
-		nc, err := dialNATS(natsURL, cfg.NATSAuth, cmp.Or(cfg.NATSPingInterval, DefaultNATSPingInterval), log)
-		if errors.Is(err, fenceerr.ErrInvalid) {
-			return err
-		}
-		if err != nil {
-			return invalid("NATSURL", "cannot be used: %s", errmap.OneLine(err.Error()))
-		}
-		s.nc = nc
-		s.add(part{name: "nats", stop: nc.Close})
+	if err := s.connectNATS(cfg, log); err != nil {
+		return err
 	}
-
 	// The metrics server before the components that may wait (the adapter
 	// runtime waits for the stream): it answers meanwhile.
 	if cfg.MetricsAddr != "" {
@@ -258,7 +177,6 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-
 	if err := s.clients(cfg, log, reg); err != nil {
 		return err
 	}
@@ -268,42 +186,14 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-
+	// The relay before the adapters: it creates the stream they wait for.
 	if runsDispatcher {
-		if dcfg.Registerer == nil {
-			dcfg.Registerer = reg
-		}
-		dcfg.Logger = cmp.Or(dcfg.Logger, log)
-		dcfg.Namespace = string(s.ns)
-		dcfg.Schema = cfg.Schema
-		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
-		if err != nil {
-			return within("Dispatcher", err)
-		}
-		// Started before the adapters: it creates the stream they wait for.
-		if err := d.Start(runCtx); err != nil {
+		if err := s.startRelay(context.WithoutCancel(ctx), cfg, dcfg, log, reg); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		s.dispatcher = d
-		s.mu.Unlock()
-		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
-
-		// Retention: completed intents older than their age go, in small
-		// batches (SKIP LOCKED: several processes may sweep at once).
-		rcfg := cfg.sweeperConfig()
-		rcfg.Logger = cmp.Or(rcfg.Logger, log)
-		rcfg.Schema = cfg.Schema
-		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
-		if err != nil {
-			return within("Retention", err)
-		}
-		if err := sw.Start(runCtx); err != nil {
-			return err
-		}
-		s.add(part{name: "intent_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
 	}
-
+	// The adapters last: they stop first, so in-flight executions finish
+	// before the sweeper, the dispatcher and the NATS connection go.
 	if cfg.runsAdapters() {
 		if err := s.startAdapters(ctx, cfg, log, reg); err != nil {
 			return err
@@ -312,213 +202,64 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	return nil
 }
 
-// startAdapters probes the adapters and starts the idempotency sweeper and
-// the adapter runtime.
-func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
-	var execs []adapters.Executor
-	for _, r := range cfg.Adapters {
-		if r.Executor == nil {
-			continue
+// resolveNamespace reads the deployment's namespace from the database and
+// checks it against Config.Namespace.
+func (s *Gateway) resolveNamespace(ctx context.Context, cfg Config, log *slog.Logger) error {
+	info, err := deployment.Resolve(ctx, cfg.Pool, cfg.Schema)
+	if errors.Is(err, deployment.ErrNotMigrated) {
+		// Not migrated here; an install from before schemas in
+		// public is named (never a second, empty install).
+		if _, ierr := migrations.Installed(ctx, cfg.Pool, cfg.Schema); ierr != nil {
+			return invalid("Schema", "%s", ierr)
 		}
-		// Before anything is consumed: a destination that does not keep
-		// what its adapter relies on must stop the start, not the first
-		// effect.
-		if r.Probe != nil {
-			if err := r.Probe(ctx); err != nil {
-				if m := errmap.Map(err); m.Code == errmap.InvalidInput {
-					return m
-				}
-				return errmap.New(errmap.Unavailable, r.Kind+": "+errmap.OneLine(err.Error()))
-			}
-		}
-		execs = append(execs, r.Executor)
+		return invalid("Pool", "%s", err)
 	}
-
-	store, ob := s.store, s.outbox
-
-	rcfg := cfg.runtimeConfig()
-	rcfg.Executors = execs
-	if rcfg.Registerer == nil {
-		rcfg.Registerer = reg
-	}
-	rcfg.Logger = cmp.Or(rcfg.Logger, log)
-	rcfg.Namespace = string(s.ns)
-	rcfg.Schema = cfg.Schema
-	rt, err := adapters.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
 	if err != nil {
-		return within("Runtime", err)
-	}
-
-	// The sweeper forgets completed keys past their retention; it only
-	// matters where keys are made, so it runs with the adapters.
-	sw := idempotency.NewSweeper(store)
-	if err := sw.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	s.sweeper = sw
-	s.add(part{name: "idempotency_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
+	if cfg.Namespace != "" && cfg.Namespace != string(info.Namespace) {
+		return invalid("Namespace", "%q is not this database's namespace %q (set it with gateway migrate --namespace)", cfg.Namespace, info.Namespace)
+	}
+	s.ns = info.Namespace
+	log.Info("gateway: namespace", "component", "gateway", "namespace", s.ns, "explicit", info.Explicit, "stream", s.ns.Stream())
+	return nil
+}
 
-	// Start waits for the stream until ctx ends: adapters started before
-	// any dispatcher (or while NATS is down) wait here.
-	if err := rt.Start(ctx); err != nil {
+// startRelay starts the dispatcher and the intent sweeper that runs with
+// it; ctx does not end with Start's.
+func (s *Gateway) startRelay(ctx context.Context, cfg Config, dcfg dispatcher.Config, log *slog.Logger, reg *prometheus.Registry) error {
+	if dcfg.Registerer == nil {
+		dcfg.Registerer = reg
+	}
+	dcfg.Logger = cmp.Or(dcfg.Logger, log)
+	dcfg.Namespace = string(s.ns)
+	dcfg.Schema = cfg.Schema
+	d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
+	if err != nil {
+		return within("Dispatcher", err)
+	}
+	if err := d.Start(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.runtime = rt
-	for _, e := range execs {
-		s.consumers = append(s.consumers, consumer{kind: e.Kind(), durable: rt.Durable(e.Kind())})
-	}
+	s.dispatcher = d
 	s.mu.Unlock()
-	// Stopped last: in-flight executions finish before the sweeper, the
-	// dispatcher and the NATS connection go.
-	s.add(part{name: "adapters", stop: rt.Stop, stopped: rt.Stopped()})
-	return nil
-}
+	s.parts.Add("dispatcher", d.Stop, d.Stopped())
 
-// clients makes the idempotency store and the outbox client the adapters
-// and the admin server share.
-func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
-	icfg := cfg.Idempotency
-	icfg.Logger = cmp.Or(icfg.Logger, log)
-	icfg.Schema = cfg.Schema
-	if icfg.Registerer == nil {
-		icfg.Registerer = reg
-	}
-	store, err := idempotency.New(cfg.Pool, icfg)
+	// Retention: completed intents older than their age go, in small
+	// batches (SKIP LOCKED: several processes may sweep at once).
+	rcfg := cfg.sweeperConfig()
+	rcfg.Logger = cmp.Or(rcfg.Logger, log)
+	rcfg.Schema = cfg.Schema
+	sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
 	if err != nil {
-		return within("Idempotency", err)
+		return within("Retention", err)
 	}
-	s.store = store
-	// The intake knows each adapter's rules (a mail policy, a target
-	// policy, an allow-list): a payload outside them is refused at
-	// enqueue, naming the field, instead of failing later.
-	kinds := outbox.DefaultKinds()
-	for _, r := range cfg.Adapters {
-		kinds[r.Kind] = r.Spec
-	}
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema, Kinds: kinds, KeyScope: cfg.KeyScope, Logger: log, Registerer: s.registry})
-	if err != nil {
+	if err := sw.Start(ctx); err != nil {
 		return err
 	}
-	s.outbox = ob
+	s.parts.Add("intent_sweeper", sw.Stop, sw.Stopped())
 	return nil
-}
-
-// Namespace is the deployment's namespace on NATS, read from the database
-// at start (empty before, or when the process runs neither the relay nor
-// adapters).
-func (s *Gateway) Namespace() string { return string(s.ns) }
-
-// serveAdmin starts the admin API and pages on cfg.AdminAddr. Its /readyz
-// is the gateway's (readyz).
-func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
-	acfg := admin.Config{
-		Pool:     cfg.Pool,
-		Outbox:   s.outbox,
-		Issuer:   lease.NewIssuer(cfg.Pool, append([]lease.Option{lease.WithRegisterer(reg), lease.WithSchema(cfg.Schema)}, cfg.IssuerOptions...)...),
-		Store:    s.store,
-		Tokens:   cfg.Tokens,
-		Registry: reg,
-		Logger:   log,
-
-		TLSCertFile: cfg.AdminTLSCert, TLSKeyFile: cfg.AdminTLSKey, InsecureHTTP: cfg.AdminInsecureHTTP,
-	}
-	// One readiness for the process: the admin address's /readyz is the
-	// metrics address's (probe.go), every part this process runs.
-	acfg.Ready = http.HandlerFunc(s.readyz)
-	srv, err := admin.New(acfg)
-	var tlsErr *admin.TLSError
-	if errors.As(err, &tlsErr) {
-		return invalid("AdminTLSCert", "and AdminTLSKey: %s", errmap.OneLine(tlsErr.Err.Error()))
-	}
-	if err != nil {
-		return invalid("Tokens", "%s", errmap.OneLine(err.Error()))
-	}
-	ln, err := srv.Listen(cfg.AdminAddr)
-	if err != nil {
-		return invalid("AdminAddr", "cannot be listened on: %s", errmap.OneLine(err.Error()))
-	}
-	// The admin server's own lifecycle (startstop): Start returns once it
-	// serves, Stop shuts it down and waits, Stopped closes if it ends on
-	// its own (watched by add).
-	if err := srv.Start(context.Background(), ln); err != nil {
-		_ = ln.Close()
-		return err
-	}
-	go func() {
-		<-srv.Stopped()
-		if err := srv.Err(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("gateway: admin server", "component", "gateway", "error", err)
-		}
-	}()
-	s.adminAddr = ln.Addr().String()
-	s.add(part{name: "admin", stopped: srv.Stopped(), stop: srv.Stop})
-	scheme := "http"
-	if cfg.AdminTLSCert != "" {
-		scheme = "https"
-	}
-	log.Info("gateway: serving the admin API and pages", "component", "gateway", "addr", s.adminAddr,
-		"url", scheme+"://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
-	return nil
-}
-
-// serveMetrics starts the Prometheus /metrics server.
-func (s *Gateway) serveMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return invalid("MetricsAddr", "cannot be listened on: %s", errmap.OneLine(err.Error()))
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	// Probes on every process, whatever it runs (an adapter-only process
-	// has no admin server): /healthz while the process serves, /readyz from
-	// each component's own state (probe.go).
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
-	srv := httpserver.New(mux, s.log)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("gateway: metrics server", "component", "gateway", "error", err)
-		}
-	}()
-	s.metricsAddr = ln.Addr().String()
-	s.add(part{name: "metrics", stopped: done, stop: func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}})
-	s.log.Info("gateway: serving metrics", "component", "gateway", "addr", s.metricsAddr)
-	return nil
-}
-
-// add records a started component and watches it: if it stops before Stop
-// was called, Stopped is closed.
-func (s *Gateway) add(p part) {
-	s.parts = append(s.parts, p)
-	if p.stopped == nil {
-		return
-	}
-	go func() {
-		select {
-		case <-p.stopped:
-		case <-s.stopping:
-			return
-		}
-		select {
-		case <-s.stopping:
-			// Stopped by Stop, racing this watcher: expected.
-		default:
-			s.log.Error("gateway: component stopped unexpectedly", "component", "gateway", "part", p.name)
-			s.dieOnce.Do(func() {
-				s.mu.Lock()
-				s.diedPart = p.name
-				s.mu.Unlock()
-				close(s.died)
-			})
-		}
-	}()
 }
 
 // Stop stops every component in the reverse of their start order and
@@ -529,25 +270,30 @@ func (s *Gateway) Stop() {
 	s.mu.Lock()
 	s.started = true // no Start after Stop
 	s.mu.Unlock()
-	s.stopOnce.Do(func() {
-		close(s.stopping)
-		for i := len(s.parts) - 1; i >= 0; i-- {
-			s.parts[i].stop()
-		}
-	})
+	s.parts.StopAll()
 }
 
 // Stopped is closed when a component stopped without Stop being called
 // (a dispatcher's own failure, the metrics server failing). The caller
 // should then Stop the rest and exit non-zero.
-func (s *Gateway) Stopped() <-chan struct{} { return s.died }
+func (s *Gateway) Stopped() <-chan struct{} { return s.parts.Died() }
 
 // Cause names the component whose stop closed Stopped, or "".
-func (s *Gateway) Cause() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.diedPart
-}
+func (s *Gateway) Cause() string { return s.parts.Cause() }
+
+// MetricsAddr is the address the metrics server listens on; empty without.
+func (s *Gateway) MetricsAddr() string { return s.metricsAddr }
+
+// AdminAddr is the address the admin server listens on; empty without.
+func (s *Gateway) AdminAddr() string { return s.adminAddr }
+
+// Registry is the registry every component's metrics are on.
+func (s *Gateway) Registry() *prometheus.Registry { return s.registry }
+
+// Namespace is the deployment's namespace on NATS, read from the database
+// at start (empty before, or when the process runs neither the relay nor
+// adapters).
+func (s *Gateway) Namespace() string { return string(s.ns) }
 
 // Outbox is the outbox client the gateway's components share.
 func (s *Gateway) Outbox() *outbox.Client { return s.outbox }

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"cmp"
+	"errors"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/errmap"
 )
 
@@ -86,6 +89,25 @@ func (a NATSAuth) options() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(a.TLSCertFile, a.TLSKeyFile))
 	}
 	return opts, nil
+}
+
+// connectNATS takes Config.NC, or dials Config.NATSURL: a part the
+// gateway closes at Stop.
+func (s *Gateway) connectNATS(cfg Config, log *slog.Logger) error {
+	s.nc = cfg.NC
+	if s.nc != nil {
+		return nil
+	}
+	nc, err := dialNATS(cmp.Or(cfg.NATSURL, DefaultNATSURL), cfg.NATSAuth, cmp.Or(cfg.NATSPingInterval, DefaultNATSPingInterval), log)
+	if errors.Is(err, fenceerr.ErrInvalid) {
+		return err
+	}
+	if err != nil {
+		return invalid("NATSURL", "cannot be used: %s", errmap.OneLine(err.Error()))
+	}
+	s.nc = nc
+	s.parts.Add("nats", nc.Close, nil)
+	return nil
 }
 
 // dialNATS connects to NATS, waiting for a server that is down at start
