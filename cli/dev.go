@@ -73,7 +73,7 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	o.StopTimeout = stopTimeout
 	code, err := devenv.Run(ctx, o)
 	if err != nil {
-		return a.fail(err)
+		return a.fail(flagError(err))
 	}
 	return code
 }

@@ -40,7 +40,9 @@ func TestStackRetentionHorizons(t *testing.T) {
 		cfg := gateway.Config{Schema: testdb.Schema(), RunDispatcher: true,
 			Retention:   outbox.SweeperConfig{Schema: testdb.Schema(), MaxAge: c.intents},
 			Idempotency: idempotency.Config{Schema: testdb.Schema(), Retention: c.key}}
-		err := cfg.Validate()
+		// As gateway run reports it: the gateway's field
+		// (Retention.MaxAge) as the flag's (intent_retention).
+		err := flagError(cfg.Validate())
 		if c.ok && err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}

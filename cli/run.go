@@ -3,11 +3,13 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -16,9 +18,9 @@ import (
 	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -95,13 +97,13 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook, s3 and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
 		unknown     = fs.String("unknown-outcome", string(executor.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
 		concurrency = fs.Int("adapter-concurrency", executor.DefaultConcurrency, "intents executed at once, per adapter")
-		maxAttempts = fs.Int("max-attempts", 5, "execution attempts before a retryable error fails the intent (or, where an attempt's outcome was unknown, holds it unknown)")
+		maxAttempts = fs.Int("max-attempts", executor.DefaultMaxAttempts, "execution attempts before a retryable error fails the intent (or, where an attempt's outcome was unknown, holds it unknown)")
 		maxRetryAft = fs.Duration("max-retry-after", executor.DefaultMaxRetryAfter, "a destination's Retry-After is honoured up to this long; a longer one waits this long")
 		intentRet   = fs.Duration("intent-retention", outbox.DefaultSweepMaxAge, "delete completed intents this long after completion (unknown intents are kept for an operator); operation ids dedup this long, so it must be at least --key-retention")
 		keyRet      = fs.Duration("key-retention", idempotency.DefaultRetention, "forget completed idempotency keys this long after completion")
-		lockTimeout = fs.Duration("idempotency-lock-timeout", 5*time.Minute, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
+		lockTimeout = fs.Duration("idempotency-lock-timeout", idempotency.DefaultLockTimeout, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
 		groupCommit = fs.Bool("idempotency-group-commit", true, "concurrent attempts share the durable transactions that begin and complete them (same guarantees, one commit per batch); false: one transaction each")
-		execTimeout = fs.Duration("execute-timeout", 30*time.Second, "bound on one effect's execution (an SMTP send, a file publication)")
+		execTimeout = fs.Duration("execute-timeout", executor.DefaultExecuteTimeout, "bound on one effect's execution (an SMTP send, a file publication)")
 		settle      = fs.Duration("lookup-settle", executor.DefaultLookupSettle, "a result lookup that finds nothing is trusted as proof the effect did not happen only this long after the attempt's last I/O with the destination (until then the intent waits, its key held); size it above the longest delay with which the destination shows an effect")
 
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
@@ -159,11 +161,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	if *namespace != "" {
-		if _, err := wire.ParseNamespace(*namespace); err != nil {
-			return a.fail(badInput("namespace", "--namespace "+err.Error()))
-		}
-	}
 	scope, err := outbox.ParseKeyScope(*keyScope)
 	if err != nil {
 		return a.fail(badInput("key_scope", "--key-scope "+err.Error()))
@@ -174,9 +171,27 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		NATSURL: *natsURL,
 		NATSAuth: gateway.NATSAuth{CredsFile: *natsCreds, NKeyFile: *natsNKey,
 			TLSCAFile: *natsTLSCA, TLSCertFile: *natsTLSCert, TLSKeyFile: *natsTLSKey},
-		NATSPingInterval: *natsPing,
-		RunDispatcher:    *runDispatcher,
-		Dispatcher: dispatcher.Config{
+		NATSPingInterval: given(*natsPing),
+		Runtime: executor.Config{
+			Concurrency:    given(*concurrency),
+			MaxAttempts:    given(*maxAttempts),
+			MaxRetryAfter:  given(*maxRetryAft),
+			ExecuteTimeout: given(*execTimeout),
+			Unknown:        executor.UnknownPolicy(*unknown),
+			LookupSettle:   given(*settle),
+		},
+		Idempotency:  idempotency.Config{LockTimeout: given(*lockTimeout), Retention: *keyRet, GroupCommit: *groupCommit},
+		Retention:    outbox.SweeperConfig{MaxAge: *intentRet},
+		MetricsAddr:  *metricsAddr,
+		AdminAddr:    *adminAddr,
+		AdminTLSCert: *tlsCert, AdminTLSKey: *tlsKey, AdminInsecureHTTP: *insecHTTP,
+		Tokens:    tokens,
+		KeyScope:  scope,
+		Namespace: *namespace,
+		Logger:    logger,
+	}
+	if *runDispatcher {
+		cfg.Dispatcher = &dispatcher.Config{
 			ID:              *dispatcherID,
 			BatchSize:       *batchSize,
 			MaxInFlight:     *maxInFlight,
@@ -186,25 +201,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			PublishTimeout:  *pubTimeout,
 			StreamReplicas:  *replicas,
 			DuplicateWindow: *dupWindow,
-		},
-		Runtime: executor.Config{
-			Concurrency:    *concurrency,
-			MaxAttempts:    *maxAttempts,
-			MaxRetryAfter:  *maxRetryAft,
-			ExecuteTimeout: *execTimeout,
-			AckWait:        max(60*time.Second, 2**execTimeout),
-			Unknown:        executor.UnknownPolicy(*unknown),
-			LookupSettle:   *settle,
-		},
-		Idempotency:  idempotency.Config{LockTimeout: *lockTimeout, Retention: *keyRet, GroupCommit: *groupCommit},
-		Retention:    outbox.SweeperConfig{MaxAge: *intentRet},
-		MetricsAddr:  *metricsAddr,
-		AdminAddr:    *adminAddr,
-		AdminTLSCert: *tlsCert, AdminTLSKey: *tlsKey, AdminInsecureHTTP: *insecHTTP,
-		Tokens:    tokens,
-		KeyScope:  scope,
-		Namespace: *namespace,
-		Logger:    logger,
+		}
 	}
 	// The gateway's registry, which the adapters' own metrics go on too.
 	cfg.Registry = gateway.NewRegistry()
@@ -222,21 +219,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if h := a.runHooks; h != nil {
 		cfg.Adapters = append(cfg.Adapters, h.Adapters...)
 	}
-	if *concurrency < 1 {
-		return a.fail(badInput("adapter_concurrency", "--adapter-concurrency must be at least 1"))
-	}
-	if *maxAttempts < 1 {
-		return a.fail(badInput("max_attempts", "--max-attempts must be at least 1"))
-	}
-	if *maxRetryAft <= 0 {
-		return a.fail(badInput("max_retry_after", "--max-retry-after must be positive, e.g. 1h"))
-	}
-	if *execTimeout <= 0 {
-		return a.fail(badInput("execute_timeout", "--execute-timeout must be positive"))
-	}
-	if *natsPing <= 0 {
-		return a.fail(badInput("nats_ping_interval", "--nats-ping-interval must be positive"))
-	}
 	if err := checkLockTimeout(*leaseLockTO); err != nil {
 		return a.fail(err)
 	}
@@ -244,22 +226,15 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	cfg.IssuerOptions = []lease.Option{lease.WithLockTimeout(*leaseLockTO), lease.WithFailoverEpochJump(*failoverJmp)}
-	if *settle <= 0 {
-		return a.fail(badInput("lookup_settle", "--lookup-settle must be positive"))
-	}
-	// A lock that expires while its attempt still runs would let a second
-	// attempt take the key over (Recover) mid-effect.
-	if *lockTimeout <= 2**execTimeout {
-		return a.fail(badInput("idempotency_lock_timeout", "--idempotency-lock-timeout must be more than twice --execute-timeout"))
-	}
-
 	if *dbMaxConns < 0 {
 		return a.fail(badInput("db_max_conns", "--db-max-conns must be 0 (sized automatically) or more"))
 	}
 	// Flags are checked before anything is connected: a bad value is exit 2
-	// whether or not the database is reachable.
+	// whether or not the database is reachable. The rules are the
+	// components' (gateway.Config.Validate); their errors name Go fields,
+	// which flagError turns into the flags that set them.
 	if err := cfg.Validate(); err != nil {
-		return a.fail(err)
+		return a.fail(flagError(err))
 	}
 	for i, f := range adapterFlags {
 		if err := f.check(env, runs[i]); err != nil {
@@ -303,13 +278,13 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			logger.Info("gateway: stopped before running", "component", "gateway", "error", err)
 			return exitOK
 		}
-		return a.fail(err)
+		return a.fail(flagError(err))
 	}
 	if h := a.runHooks; h != nil && h.Started != nil {
 		h.Started(pool)
 	}
 
-	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.RunDispatcher,
+	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.Dispatcher != nil,
 		"adapters", strings.Join(running, ","), "nats_url", redactNATS(cfg.NATSURL),
 		"db_max_conns", pool.Config().MaxConns)
 	select {
@@ -439,3 +414,143 @@ func redactNATS(urls string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// given is a flag's value for a Config field whose zero means "the
+// default": on the command line 0 is a value, refused like any other
+// value out of range, so it is passed as -1, which the component refuses
+// with its own rule (and message).
+func given[T ~int | ~int64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+// flagField is the flag of `gateway run` that sets a field of
+// gateway.Config.
+type flagField struct {
+	// path is the field's path in gateway.Config, as an invalid-input
+	// error names it ("Runtime.MaxAttempts").
+	path string
+	// flag is the flag's name, without "--".
+	flag string
+	// field is the JSON error's field when it is not the flag's name with
+	// "_" for "-".
+	field string
+	// says is how a message names the field, when not "--<flag>".
+	says string
+	// bare: the component's message is the CLI's, without the flag before
+	// it.
+	bare bool
+	// msg, when set, replaces the component's message.
+	msg string
+}
+
+// flagFields maps the fields of gateway.Config that gateway run's flags set
+// to those flags, for flagError: the rules and their messages are the
+// components', the names the flags'. One row per field; the JSON error's
+// field (the flag's name with "_") is the public contract.
+var flagFields = []flagField{
+	{path: "Schema", flag: "schema"},
+	{path: "Pool", flag: "database-url", bare: true},
+	{path: "NATSURL", flag: "nats-url"},
+	{path: "NATSPingInterval", flag: "nats-ping-interval"},
+	{path: "NATSAuth.CredsFile", flag: "nats-creds"},
+	{path: "NATSAuth.NKeyFile", flag: "nats-nkey"},
+	{path: "NATSAuth.TLSCAFile", flag: "nats-tls-ca"},
+	{path: "NATSAuth.TLSCertFile", flag: "nats-tls-cert"},
+	{path: "NATSAuth.TLSKeyFile", flag: "nats-tls-key"},
+	{path: "Dispatcher", flag: "dispatcher"},
+	{path: "Dispatcher.ID", flag: "dispatcher-id"},
+	{path: "Dispatcher.BatchSize", flag: "batch-size"},
+	{path: "Dispatcher.MaxInFlight", flag: "max-in-flight"},
+	{path: "Dispatcher.ClaimTTL", flag: "claim-ttl"},
+	{path: "Dispatcher.RelayTimeout", flag: "relay-timeout"},
+	{path: "Dispatcher.PollInterval", flag: "poll-interval"},
+	{path: "Dispatcher.PublishTimeout", flag: "publish-timeout"},
+	{path: "Dispatcher.StreamReplicas", flag: "stream-replicas"},
+	{path: "Dispatcher.DuplicateWindow", flag: "duplicate-window"},
+	{path: "Adapters", flag: "adapters", msg: "nothing to run: --dispatcher=false and --adapters is empty"},
+	{path: "Runtime.Executors", flag: "adapters", bare: true},
+	{path: "Runtime.Concurrency", flag: "adapter-concurrency"},
+	{path: "Runtime.MaxAttempts", flag: "max-attempts"},
+	{path: "Runtime.MaxRetryAfter", flag: "max-retry-after"},
+	{path: "Runtime.ExecuteTimeout", flag: "execute-timeout"},
+	{path: "Runtime.LookupSettle", flag: "lookup-settle"},
+	{path: "Runtime.Unknown", flag: "unknown-outcome"},
+	{path: "Idempotency.LockTimeout", flag: "idempotency-lock-timeout"},
+	{path: "Idempotency.Retention", flag: "key-retention"},
+	{path: "Idempotency.GroupCommit", flag: "idempotency-group-commit"},
+	{path: "Retention.MaxAge", flag: "intent-retention"},
+	{path: "MetricsAddr", flag: "metrics-addr"},
+	{path: "AdminAddr", flag: "admin-addr"},
+	{path: "AdminTLSCert", flag: "tls-cert"},
+	{path: "AdminTLSKey", flag: "tls-key"},
+	{path: "AdminInsecureHTTP", flag: "insecure-http"},
+	{path: "Tokens", flag: "tokens-file", field: "tokens", says: "--tokens-file or $" + admin.EnvTokens, bare: true},
+	{path: "Namespace", flag: "namespace"},
+	{path: "KeyScope", flag: "key-scope"},
+}
+
+// fieldNames matches the Go field names and paths a component's message
+// may name ("ExecuteTimeout", "Runtime.ExecuteTimeout").
+var fieldNames = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*(\.[A-Z][A-Za-z0-9]*)*\b`)
+
+// flagError turns an invalid-input error naming a field of gateway.Config
+// into one naming the flag that sets it: the JSON error's field is the
+// flag's (max_attempts), and the message names flags where the
+// component's names fields ("--idempotency-lock-timeout must be more than
+// twice --execute-timeout"). Other errors pass as they are.
+func flagError(err error) error {
+	var inv *fenceerr.InvalidError
+	if !errors.As(err, &inv) {
+		return err
+	}
+	byPath := func(path string) (flagField, bool) {
+		i := slices.IndexFunc(flagFields, func(f flagField) bool { return f.path == path })
+		if i < 0 {
+			return flagField{}, false
+		}
+		return flagFields[i], true
+	}
+	f, ok := byPath(inv.Field)
+	if !ok {
+		// A program's own registration (Adapters[2]): its field, the
+		// component's whole message.
+		base, _, indexed := strings.Cut(inv.Field, "[")
+		if f, ok = byPath(base); !ok || !indexed {
+			return err
+		}
+		return badInput(f.jsonField(), inv.Field+": "+inv.Message)
+	}
+	if f.msg != "" {
+		return badInput(f.jsonField(), f.msg)
+	}
+	// The message's field names, by their path or relative to the error's
+	// component ("ExecuteTimeout" in a Runtime error), become flags.
+	prefix := ""
+	if i := strings.LastIndex(inv.Field, "."); i >= 0 {
+		prefix = inv.Field[:i+1]
+	}
+	msg := fieldNames.ReplaceAllStringFunc(inv.Message, func(name string) string {
+		if g, ok := byPath(name); ok {
+			return g.names()
+		}
+		if g, ok := byPath(prefix + name); ok {
+			return g.names()
+		}
+		return name
+	})
+	if f.bare {
+		return badInput(f.jsonField(), msg)
+	}
+	return badInput(f.jsonField(), f.names()+" "+msg)
+}
+
+// jsonField is the JSON error's field.
+func (f flagField) jsonField() string {
+	return cmp.Or(f.field, strings.ReplaceAll(f.flag, "-", "_"))
+}
+
+// names is how a message names the field.
+func (f flagField) names() string { return cmp.Or(f.says, "--"+f.flag) }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -129,32 +131,49 @@ func DefaultBackoff() backoff.BackOff {
 	)
 }
 
+// Validate checks c, its defaults applied, connecting to nothing. An error
+// is a *fenceerr.InvalidError naming the field (BatchSize, ClaimTTL, …).
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
 func (c Config) validate() error {
 	if _, err := pgschema.Parse(c.Schema); err != nil {
-		return fmt.Errorf("dispatcher: %w", err)
+		return invalidConfig("Schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
 	}
 	if c.Namespace != "" {
 		if _, err := wire.ParseNamespace(c.Namespace); err != nil {
-			return fmt.Errorf("dispatcher: Namespace %w", err)
+			return invalidConfig("Namespace", "%s", err)
 		}
 	}
 	switch {
 	case c.BatchSize < 1:
-		return fmt.Errorf("dispatcher: BatchSize must be at least 1, got %d", c.BatchSize)
+		return invalidConfig("BatchSize", "must be at least 1, got %d", c.BatchSize)
 	case c.MaxInFlight < c.BatchSize:
-		return fmt.Errorf("dispatcher: MaxInFlight (%d) must be at least BatchSize (%d)", c.MaxInFlight, c.BatchSize)
+		return invalidConfig("MaxInFlight", "(%d) must be at least BatchSize (%d)", c.MaxInFlight, c.BatchSize)
+	case c.PublishTimeout <= 0:
+		return invalidConfig("PublishTimeout", "must be positive")
 	case c.ClaimTTL <= c.PublishTimeout:
-		return fmt.Errorf("dispatcher: ClaimTTL (%s) must be longer than PublishTimeout (%s)", c.ClaimTTL, c.PublishTimeout)
-	case c.RelayTimeout <= 0, c.PollInterval <= 0, c.PublishTimeout <= 0, c.BacklogInterval <= 0, c.DBTimeout <= 0:
-		return fmt.Errorf("dispatcher: durations must be positive")
+		return invalidConfig("ClaimTTL", "(%s) must be longer than PublishTimeout (%s)", c.ClaimTTL, c.PublishTimeout)
+	case c.RelayTimeout <= 0:
+		return invalidConfig("RelayTimeout", "must be positive")
+	case c.PollInterval <= 0:
+		return invalidConfig("PollInterval", "must be positive")
+	case c.BacklogInterval <= 0:
+		return invalidConfig("BacklogInterval", "must be positive")
+	case c.DBTimeout <= 0:
+		return invalidConfig("DBTimeout", "must be positive")
 	case c.StreamReplicas < 1 || c.StreamReplicas > 5:
-		return fmt.Errorf("dispatcher: StreamReplicas must be 1 to 5, got %d", c.StreamReplicas)
+		return invalidConfig("StreamReplicas", "must be 1 to 5, got %d", c.StreamReplicas)
 	case c.DuplicateWindow < time.Second:
-		return fmt.Errorf("dispatcher: DuplicateWindow must be at least 1s, got %s", c.DuplicateWindow)
+		return invalidConfig("DuplicateWindow", "must be at least 1s, got %s", c.DuplicateWindow)
 	case len(c.ID) > 200:
-		return fmt.Errorf("dispatcher: ID is longer than 200 bytes")
+		return invalidConfig("ID", "is longer than 200 bytes")
 	}
 	return nil
+}
+
+// invalidConfig is a bad Config field: a *fenceerr.InvalidError naming it.
+func invalidConfig(field, format string, args ...any) error {
+	return fmt.Errorf("dispatcher: %w", fenceerr.Invalid(field, format, args...))
 }
 
 func defaultID() string {

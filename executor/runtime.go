@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
@@ -67,7 +68,22 @@ const DefaultLookupSettle = 10 * time.Minute
 // (adapters.Capabilities.Concurrency: email's MaxSessions, 16).
 const DefaultConcurrency = 256
 
-// Config configures a Runtime.
+// Defaults of Config's other fields.
+const (
+	DefaultMaxAttempts    = 5
+	DefaultExecuteTimeout = 30 * time.Second
+	// DefaultAckWait is AckWait's default when twice ExecuteTimeout is
+	// shorter (see Config.AckWait).
+	DefaultAckWait       = 60 * time.Second
+	DefaultMaxDeliver    = 20
+	DefaultRetryBase     = time.Second
+	DefaultRetryMax      = time.Minute
+	DefaultDurablePrefix = "fencegate-"
+)
+
+// Config configures a Runtime. The zero value of every field means its
+// default. Validate (and NewRuntime) refuse a bad field with a
+// *fenceerr.InvalidError naming it (MaxAttempts, ExecuteTimeout, …).
 type Config struct {
 	// Executors to run, one per kind. Required.
 	Executors []adapters.Executor
@@ -79,19 +95,34 @@ type Config struct {
 	// DefaultConcurrency.
 	Concurrency int
 	// AckWait is how long JetStream waits for an ack before redelivering.
-	// Default 60s; must exceed ExecuteTimeout.
+	// It must exceed ExecuteTimeout: a message redelivered while its
+	// attempt still executes would only find the key owned and wait.
+	// Default: twice ExecuteTimeout, at least DefaultAckWait.
 	AckWait time.Duration
-	// MaxDeliver caps JetStream's deliveries of one message. Default 20.
-	// Past it the dispatcher's re-relay (PostgreSQL is the truth) brings
-	// the intent back if it still has no outcome.
+	// MaxDeliver caps JetStream's deliveries of one message. Default
+	// DefaultMaxDeliver. Past it the dispatcher's re-relay (PostgreSQL is
+	// the truth) brings the intent back if it still has no outcome.
 	MaxDeliver int
 	// MaxAttempts is the number of execution attempts before a retryable
-	// error fails the intent. Default 5.
+	// error fails the intent. Default DefaultMaxAttempts.
 	MaxAttempts int
-	// ExecuteTimeout bounds one Execute or Lookup call. Default 30s.
+	// ExecuteTimeout bounds one Execute or Lookup call. Default
+	// DefaultExecuteTimeout.
 	ExecuteTimeout time.Duration
+	// KeyLockTimeout is the idempotency store's lock timeout
+	// (idempotency.Config.LockTimeout), given so that the runtime's rule on
+	// it is checked: it must be more than twice ExecuteTimeout. An attempt
+	// holds its key through one Execute and, when that outcome is lost, one
+	// Lookup, each bounded by ExecuteTimeout; a lock that expired before
+	// both could end would let another attempt take the key over (Recover)
+	// while the effect may still be under way. gateway.Config sets it from
+	// its Idempotency. Set, NewRuntime also checks that it is the store's.
+	// Zero: not checked (a test that simulates a crash may want a lock
+	// shorter than an execution).
+	KeyLockTimeout time.Duration
 	// RetryBase and RetryMax shape the exponential delay of a retry after a
-	// retryable error (by attempt, with jitter). Defaults 1s and 1m.
+	// retryable error (by attempt, with jitter). Defaults DefaultRetryBase
+	// and DefaultRetryMax.
 	RetryBase, RetryMax time.Duration
 	// MaxRetryAfter bounds how long a destination's Retry-After
 	// (adapters.Error.RetryAfter) defers a retry: a longer one waits this long.
@@ -110,7 +141,7 @@ type Config struct {
 	// (adapters.Capabilities.LookupSettle).
 	LookupSettle time.Duration
 	// DurablePrefix names the durable consumers: <prefix><namespace>-<kind>
-	// (<prefix><kind> without a namespace). Default "fencegate-".
+	// (<prefix><kind> without a namespace). Default DefaultDurablePrefix.
 	DurablePrefix string
 	// Namespace is the deployment's namespace on NATS (as the
 	// dispatcher's): the stream and subjects consumed, and the
@@ -128,64 +159,92 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
-	c.AckWait = cmp.Or(c.AckWait, 60*time.Second)
-	c.MaxDeliver = cmp.Or(c.MaxDeliver, 20)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
-	c.ExecuteTimeout = cmp.Or(c.ExecuteTimeout, 30*time.Second)
-	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
-	c.RetryMax = cmp.Or(c.RetryMax, time.Minute)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.ExecuteTimeout = cmp.Or(c.ExecuteTimeout, DefaultExecuteTimeout)
+	// After ExecuteTimeout's default: AckWait's follows from it.
+	c.AckWait = cmp.Or(c.AckWait, max(DefaultAckWait, 2*c.ExecuteTimeout))
+	c.RetryBase = cmp.Or(c.RetryBase, DefaultRetryBase)
+	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, DefaultMaxRetryAfter)
 	c.Unknown = cmp.Or(c.Unknown, UnknownHold)
 	c.LookupSettle = cmp.Or(c.LookupSettle, DefaultLookupSettle)
-	c.DurablePrefix = cmp.Or(c.DurablePrefix, "fencegate-")
+	c.DurablePrefix = cmp.Or(c.DurablePrefix, DefaultDurablePrefix)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
 
+// Validate checks c's settings, its defaults applied, connecting to
+// nothing; its Executors are NewRuntime's to check. An error is a
+// *fenceerr.InvalidError naming the field.
+func (c Config) Validate() error { return c.WithDefaults().checkSettings() }
+
+// validate checks c, defaults applied, executors included.
 func (c Config) validate() error {
-	if c.Namespace != "" {
-		if _, err := wire.ParseNamespace(c.Namespace); err != nil {
-			return fmt.Errorf("adapters: Namespace %w", err)
-		}
-	}
 	if len(c.Executors) == 0 {
-		return errors.New("adapters: at least one executor is required")
+		return invalidConfig("Executors", "at least one executor is required")
 	}
 	seen := map[string]bool{}
 	for _, e := range c.Executors {
 		if seen[e.Kind()] {
-			return fmt.Errorf("adapters: two executors for kind %q", e.Kind())
+			return invalidConfig("Executors", "two executors for kind %q", e.Kind())
 		}
 		seen[e.Kind()] = true
 		caps := e.Capabilities()
 		if _, ok := e.(adapters.Looker); caps.Lookup && !ok {
-			return fmt.Errorf("adapters: executor for kind %q declares Lookup and does not implement Looker", e.Kind())
+			return invalidConfig("Executors", "the executor for kind %q declares Lookup and does not implement Looker", e.Kind())
 		}
 		if caps.Concurrency < 0 {
-			return fmt.Errorf("adapters: executor for kind %q declares a negative Concurrency (%d)", e.Kind(), caps.Concurrency)
+			return invalidConfig("Executors", "the executor for kind %q declares a negative Concurrency (%d)", e.Kind(), caps.Concurrency)
 		}
 		if caps.LookupSettle < 0 {
-			return fmt.Errorf("adapters: executor for kind %q declares a negative LookupSettle (%s)", e.Kind(), caps.LookupSettle)
+			return invalidConfig("Executors", "the executor for kind %q declares a negative LookupSettle (%s)", e.Kind(), caps.LookupSettle)
 		}
 	}
-	if c.Concurrency < 1 || c.MaxAttempts < 1 || c.MaxDeliver < 1 {
-		return errors.New("adapters: Concurrency, MaxAttempts and MaxDeliver must be at least 1")
+	return c.checkSettings()
+}
+
+// checkSettings checks every field but Executors, defaults applied.
+func (c Config) checkSettings() error {
+	if c.Namespace != "" {
+		if _, err := wire.ParseNamespace(c.Namespace); err != nil {
+			return invalidConfig("Namespace", "%s", err)
+		}
 	}
-	if c.AckWait <= c.ExecuteTimeout {
-		return fmt.Errorf("adapters: AckWait (%s) must exceed ExecuteTimeout (%s)", c.AckWait, c.ExecuteTimeout)
-	}
-	if c.LookupSettle < 0 {
-		return fmt.Errorf("adapters: LookupSettle must be positive, got %s", c.LookupSettle)
-	}
-	if c.MaxRetryAfter < 0 {
-		return fmt.Errorf("adapters: MaxRetryAfter must not be negative, got %s", c.MaxRetryAfter)
-	}
-	if c.Unknown != UnknownHold && c.Unknown != UnknownResend {
-		return fmt.Errorf("adapters: unknown-outcome policy must be hold or resend, got %q", c.Unknown)
+	switch {
+	case c.Concurrency < 1:
+		return invalidConfig("Concurrency", "must be at least 1")
+	case c.MaxAttempts < 1:
+		return invalidConfig("MaxAttempts", "must be at least 1")
+	case c.MaxDeliver < 1:
+		return invalidConfig("MaxDeliver", "must be at least 1")
+	case c.ExecuteTimeout <= 0:
+		return invalidConfig("ExecuteTimeout", "must be positive")
+	case c.AckWait <= c.ExecuteTimeout:
+		return invalidConfig("AckWait", "(%s) must exceed ExecuteTimeout (%s)", c.AckWait, c.ExecuteTimeout)
+	case c.KeyLockTimeout < 0:
+		return invalidConfig("KeyLockTimeout", "must be positive")
+	case c.KeyLockTimeout > 0 && c.KeyLockTimeout <= 2*c.ExecuteTimeout:
+		return invalidConfig("KeyLockTimeout", "must be more than twice ExecuteTimeout")
+	case c.RetryBase <= 0:
+		return invalidConfig("RetryBase", "must be positive")
+	case c.RetryMax <= 0:
+		return invalidConfig("RetryMax", "must be positive")
+	case c.MaxRetryAfter <= 0:
+		return invalidConfig("MaxRetryAfter", "must be positive, e.g. 1h")
+	case c.LookupSettle <= 0:
+		return invalidConfig("LookupSettle", "must be positive")
+	case c.Unknown != UnknownHold && c.Unknown != UnknownResend:
+		return invalidConfig("Unknown", "must be hold or resend, got %q", c.Unknown)
 	}
 	return nil
+}
+
+// invalidConfig is a bad Config field: a *fenceerr.InvalidError naming it.
+func invalidConfig(field, format string, args ...any) error {
+	return fmt.Errorf("adapters: %w", fenceerr.Invalid(field, format, args...))
 }
 
 // Runtime consumes relayed intents from JetStream and executes them through
@@ -231,6 +290,9 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if store != nil && cfg.KeyLockTimeout != 0 && cfg.KeyLockTimeout != store.Config().LockTimeout {
+		return nil, invalidConfig("KeyLockTimeout", "(%s) is not the idempotency store's LockTimeout (%s)", cfg.KeyLockTimeout, store.Config().LockTimeout)
 	}
 	m, err := newRuntimeMetrics(cfg.Registerer)
 	if err != nil {

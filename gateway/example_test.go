@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 )
@@ -43,12 +44,12 @@ func Example() {
 		return
 	}
 	g, err := gateway.New(pool, nc, gateway.Config{
-		Schema:        os.Getenv("GATEWAY_SCHEMA"), // as migrated ("": fencegate)
-		RunDispatcher: true,
-		Adapters:      []adapters.Registration{f.Registration()},
-		Idempotency:   idempotency.Config{GroupCommit: true},
-		Registry:      reg,
-		AdminAddr:     "127.0.0.1:8080",
+		Schema:      os.Getenv("GATEWAY_SCHEMA"), // as migrated ("": fencegate)
+		Dispatcher:  &dispatcher.Config{},        // the relay, with its defaults
+		Adapters:    []adapters.Registration{f.Registration()},
+		Idempotency: idempotency.Config{GroupCommit: true},
+		Registry:    reg,
+		AdminAddr:   "127.0.0.1:8080",
 	})
 	if err != nil {
 		fmt.Println(err) // a bad configuration, naming the field

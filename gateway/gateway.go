@@ -1,14 +1,16 @@
 // Package gateway is fencegate's composition root: the relay (dispatcher),
 // the adapter runtime with its adapters, the idempotency store and both
 // sweepers, the admin API and pages, and the metrics server, wired from one
-// Config and started in dependency order. `gateway run` and `gateway dev`
+// Config (config.go) and started in dependency order as the parts of one
+// startstop.Group (this file; nats.go, metrics.go, admin.go, adapters.go
+// start theirs). `gateway run` and `gateway dev`
 // are this package behind flags; a program of its own runs the same:
 //
 //	f, err := file.New(file.Config{Root: "/srv/reports"})
 //	if err != nil {
 //		return err
 //	}
-//	g, err := gateway.New(pool, nc, gateway.Config{RunDispatcher: true,
+//	g, err := gateway.New(pool, nc, gateway.Config{Dispatcher: &dispatcher.Config{},
 //		Adapters: []adapters.Registration{f.Registration()}})
 //	if err != nil {
 //		return err // bad configuration, naming the field
@@ -26,59 +28,29 @@ package gateway
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/deployment"
-	"github.com/fencegate/fencegate/internal/errmap"
-	"github.com/fencegate/fencegate/internal/httpserver"
-	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/wire"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
 )
 
-// DefaultNATSURL is dialled when Config has neither NC nor NATSURL.
-const DefaultNATSURL = "nats://127.0.0.1:4222"
-
-// DefaultNATSPingInterval is how often the connection Start dials pings
-// its server when Config.NATSPingInterval is zero. A server that answers
-// neither of two pings is left for another of the seed URLs: a hung server
-// (a paused process, a frozen VM, a partition that drops packets instead
-// of resetting the connection) keeps the socket open, and only the pings
-// tell. With nats.go's own default (2 minutes) the relay and the adapters
-// on such a server stalled as long as it hung, up to 6 minutes
-// (test/cluster); with 2 s they leave it within 4 to 6 s, about when the
-// cluster has elected new leaders for what it led (raft election timeout 4
-// to 9 s).
-const DefaultNATSPingInterval = 2 * time.Second
-
 // New checks cfg and returns a Gateway to Start, on pool (required; not
 // closed by Stop) and nc (nil: Start dials cfg.NATSURL and Stop closes the
-// connection; a given nc is not closed). It connects to nothing. Config
-// errors are bad input naming the flag's field (internal/errmap).
+// connection; a given nc is not closed). It connects to nothing. A bad
+// Config is a *fenceerr.InvalidError naming the field's path (Validate).
 func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	if pool != nil {
 		cfg.Pool = pool
@@ -92,7 +64,52 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Gateway{cfg: cfg, stopping: make(chan struct{}), died: make(chan struct{})}, nil
+	return &Gateway{cfg: cfg}, nil
+}
+
+// Start is New and Start in one call.
+func Start(ctx context.Context, cfg Config) (*Gateway, error) {
+	g, err := New(cfg.Pool, cfg.NC, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Start(ctx); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Gateway is a running set of components started by Start.
+type Gateway struct {
+	cfg     Config
+	started bool // under mu
+	// startDone: Start returned (under mu), for /readyz.
+	startDone bool
+	log       *slog.Logger
+	registry  *prometheus.Registry
+
+	nc         *nats.Conn
+	ns         wire.Namespace         // the deployment's, read at start
+	dispatcher *dispatcher.Dispatcher // nil unless the relay runs
+	outbox     *outbox.Client
+	store      *idempotency.Store
+	sweeper    *idempotency.Sweeper
+	runtime    *executor.Runtime // nil unless adapters run
+	// consumers are the runtime's kinds and their durable consumers, for
+	// /readyz. dispatcher, runtime and consumers are set under mu: the
+	// metrics server answers /readyz while Start still starts them.
+	consumers []consumer
+	// metricsAddr is the address the metrics server listens on (the actual
+	// one, for ":0"); empty without a server.
+	metricsAddr string
+	// adminAddr is the address the admin server listens on (the actual
+	// one); empty without it.
+	adminAddr string
+
+	// parts are the started components in start order: Stop stops them in
+	// reverse, and the first that stops on its own closes Stopped.
+	parts startstop.Group
+	mu    sync.Mutex
 }
 
 // Start starts the configured components in dependency order — NATS
@@ -119,275 +136,8 @@ func (s *Gateway) Start(ctx context.Context) error {
 	return err
 }
 
-// NewRegistry returns the registry a Gateway makes when Config.Registry is
-// nil: a new one with the Go and process collectors.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
-
-// Start is New and Start in one call.
-func Start(ctx context.Context, cfg Config) (*Gateway, error) {
-	g, err := New(cfg.Pool, cfg.NC, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.Start(ctx); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
-// MetricsAddr is the address the metrics server listens on; empty without.
-func (s *Gateway) MetricsAddr() string { return s.metricsAddr }
-
-// AdminAddr is the address the admin server listens on; empty without.
-func (s *Gateway) AdminAddr() string { return s.adminAddr }
-
-// Registry is the registry every component's metrics are on.
-func (s *Gateway) Registry() *prometheus.Registry { return s.registry }
-
-// Config is everything `gateway run` (and `gateway dev`) wires: the
-// relay, the adapter runtime with its adapters and the idempotency sweeper,
-// and the metrics server. Zero fields take the components' defaults.
-type Config struct {
-	// Pool is the PostgreSQL pool (the primary). Required by start;
-	// not closed by Stop.
-	Pool *pgxpool.Pool
-	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
-	// migrate --schema), for every part: the relay, the adapters, the
-	// sweepers, the admin server. Default: "fencegate". A part's own Schema
-	// (Dispatcher.Schema, Idempotency.Schema, …) may be left empty; set, it
-	// must be this one.
-	Schema string
-	// NC is the NATS connection to use. Nil: start dials NATSURL
-	// (reconnecting forever) and Stop closes it. A given NC is not closed.
-	NC *nats.Conn
-	// NATSURL is dialled when NC is nil. Default DefaultNATSURL.
-	NATSURL string
-	// NATSAuth authenticates the connection Start dials (unused with NC).
-	NATSAuth NATSAuth
-	// NATSPingInterval is how often the connection Start dials pings its
-	// server; two unanswered pings and it reconnects to another seed URL.
-	// Default DefaultNATSPingInterval.
-	NATSPingInterval time.Duration
-
-	// RunDispatcher runs the relay (outbox → JetStream).
-	RunDispatcher bool
-	// Dispatcher configures the relay. Registerer and Logger default to the
-	// stack's.
-	Dispatcher dispatcher.Config
-
-	// Adapters are the adapters of this gateway, one registration each
-	// (email.Adapter.Registration, a program's own): their specs join
-	// outbox.DefaultKinds at the intake (a registration's spec replaces
-	// the default one of its kind), those with an Executor run in the
-	// adapter runtime, in this order, and their probes run at start. None
-	// with an Executor: no adapter runtime. An adapter keeps the logger and
-	// the metrics registerer it was made with: give it Logger and Registry
-	// to have its lines and metrics with the gateway's.
-	Adapters []adapters.Registration
-	// Runtime configures the adapter runtime (Concurrency, MaxAttempts,
-	// Unknown, …). Its Executors are those of Adapters; Registerer and
-	// Logger default to the gateway's.
-	Runtime executor.Config
-	// Idempotency configures the idempotency store (and its sweeper, which
-	// runs whenever the adapter runtime does). Logger defaults to the
-	// stack's.
-	Idempotency idempotency.Config
-	// Retention configures the intent sweeper, which runs with the
-	// dispatcher and deletes completed intents past their age.
-	Retention outbox.SweeperConfig
-
-	// MetricsAddr serves Prometheus /metrics there. Empty: no server.
-	MetricsAddr string
-	// AdminAddr serves the admin API and pages there. Empty: no admin
-	// server. Without Tokens it must be a loopback address.
-	AdminAddr string
-	// AdminTLSCert and AdminTLSKey (PEM files) serve the admin API and
-	// pages over HTTPS. An AdminAddr that is not loopback needs them, or
-	// AdminInsecureHTTP (a TLS-terminating proxy in front).
-	AdminTLSCert, AdminTLSKey string
-	AdminInsecureHTTP         bool
-	// Tokens are the admin API's tokens. None: unauthenticated, loopback
-	// only.
-	Tokens []admin.Token
-	// Namespace is the deployment's namespace on NATS: the one recorded in
-	// the database (gateway migrate, derived from the cluster's system
-	// identifier and the database's name unless --namespace was given).
-	// Empty: the recorded one. Given: it must be the recorded one (a
-	// process with another would relay to, or consume from, a stream none
-	// of its deployment's processes use), else Start fails naming
-	// namespace. See internal/wire.Namespace.
-	Namespace string
-	// KeyScope confines the idempotency keys of the intents this gateway
-	// enqueues (the admin intake): outbox.KeyScopeResource makes the
-	// effective key "<resource>/<key>". Default: global.
-	KeyScope outbox.KeyScope
-	// IssuerOptions configure the admin intake's lease.Issuer (e.g.
-	// lease.WithLockTimeout from --lock-timeout).
-	IssuerOptions []lease.Option
-	// Registry receives every component's metrics. Nil: a new registry
-	// with the Go and process collectors.
-	Registry *prometheus.Registry
-	// Logger. Nil: discard.
-	Logger *slog.Logger
-}
-
-// runsAdapters reports whether the gateway runs the adapter runtime.
-func (c *Config) runsAdapters() bool { return c.executors() > 0 }
-
-// executors counts the adapters that run in this process.
-func (c *Config) executors() int {
-	n := 0
-	for _, r := range c.Adapters {
-		if r.Executor != nil {
-			n++
-		}
-	}
-	return n
-}
-
-// checkAdapters checks the registrations: each names a kind once, with
-// intake rules, and its executor serves that kind.
-func (c *Config) checkAdapters() error {
-	seen := map[string]bool{}
-	for i, r := range c.Adapters {
-		switch {
-		case r.Kind == "" || len(r.Kind) > outbox.MaxKindLen:
-			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: the kind must be 1 to %d bytes, got %q", i, outbox.MaxKindLen, r.Kind))
-		case seen[r.Kind]:
-			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: kind %q is registered twice", i, r.Kind))
-		case r.Spec.DefaultFence != outbox.FenceCommit && r.Spec.DefaultFence != outbox.FenceExecute:
-			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: kind %q: Spec.DefaultFence must be commit or execute", i, r.Kind))
-		case r.Executor != nil && r.Executor.Kind() != r.Kind:
-			return errmap.Invalid("adapters", fmt.Sprintf("Adapters[%d]: kind %q: its executor serves kind %q", i, r.Kind, r.Executor.Kind()))
-		}
-		seen[r.Kind] = true
-	}
-	return nil
-}
-
-// validate checks the configuration without connecting to anything; its
-// errors are bad input naming the flag's field.
-func (c *Config) Validate() error {
-	if err := pgschema.Check(cmp.Or(c.Schema, pgschema.Default)); err != nil {
-		return errmap.Invalid("schema", "--"+err.Error())
-	}
-	for _, part := range []string{c.Dispatcher.Schema, c.Idempotency.Schema, c.Retention.Schema, c.Runtime.Schema} {
-		if part != "" && part != cmp.Or(c.Schema, pgschema.Default) {
-			return errmap.Invalid("schema", fmt.Sprintf("a part's Schema %q is not the gateway's schema %q", part, cmp.Or(c.Schema, pgschema.Default)))
-		}
-	}
-	if !c.RunDispatcher && !c.runsAdapters() {
-		return errmap.Invalid("adapters", "nothing to run: --dispatcher=false and --adapters is empty")
-	}
-	if err := c.checkAdapters(); err != nil {
-		return err
-	}
-	if c.NC == nil {
-		if _, err := c.NATSAuth.options(); err != nil {
-			return err
-		}
-	}
-	if c.NATSPingInterval < 0 {
-		return errmap.Invalid("nats_ping_interval", "--nats-ping-interval must be positive")
-	}
-	switch c.Runtime.Unknown {
-	case "", executor.UnknownHold, executor.UnknownResend:
-	default:
-		return errmap.Invalid("unknown_outcome", fmt.Sprintf("--unknown-outcome must be hold or resend, got %q", c.Runtime.Unknown))
-	}
-	if c.AdminAddr != "" {
-		if (c.AdminTLSCert == "") != (c.AdminTLSKey == "") {
-			return errmap.Invalid("tls_cert", "--tls-cert and --tls-key go together")
-		}
-		if c.AdminTLSCert != "" {
-			// Loaded now, before anything connects; admin.New loads it again.
-			if _, err := tls.LoadX509KeyPair(c.AdminTLSCert, c.AdminTLSKey); err != nil {
-				return errmap.Invalid("tls_cert", "--tls-cert/--tls-key: "+errmap.OneLine(err.Error()))
-			}
-		}
-		if err := admin.CheckTransport(c.AdminAddr, c.AdminTLSCert != "", c.AdminInsecureHTTP); err != nil {
-			return errmap.Invalid("admin_addr", fmt.Sprintf("--admin-addr %q is not a loopback address: serve it over TLS (--tls-cert, --tls-key) or, behind a TLS-terminating proxy, give --insecure-http", c.AdminAddr))
-		}
-		if err := admin.CheckListenAddr(c.AdminAddr, c.Tokens); err != nil {
-			if errors.Is(err, admin.ErrNoTokensNonLoopback) {
-				return errmap.Invalid("admin_addr", fmt.Sprintf("--admin-addr %q is not a loopback address and no admin tokens are configured "+
-					"(--tokens-file or $%s): bind 127.0.0.1 or configure tokens", c.AdminAddr, admin.EnvTokens))
-			}
-			return errmap.Invalid("admin_addr", "--admin-addr must be host:port, e.g. 127.0.0.1:8080: "+errmap.OneLine(err.Error()))
-		}
-	}
-	if c.Runtime.Concurrency < 0 {
-		return errmap.Invalid("adapter_concurrency", "--adapter-concurrency must be at least 1")
-	}
-	if c.Runtime.MaxAttempts < 0 {
-		return errmap.Invalid("max_attempts", "--max-attempts must be at least 1")
-	}
-	if c.Runtime.MaxRetryAfter < 0 {
-		return errmap.Invalid("max_retry_after", "--max-retry-after must be positive")
-	}
-	// Checked whatever this process runs: the sweepers may run in different
-	// processes, which must all be given the same retentions.
-	if err := outbox.CheckRetention(c.Retention.MaxAge, c.Idempotency.WithDefaults().Retention); err != nil {
-		var ve *outbox.ValidationError
-		msg := err.Error()
-		if errors.As(err, &ve) {
-			msg = ve.Message
-		}
-		return errmap.Invalid("intent_retention", "--intent-retention must not be shorter than --key-retention: "+msg)
-	}
-	return nil
-}
-
-// Gateway is a running set of components started by Start.
-type Gateway struct {
-	cfg     Config
-	started bool // under mu
-	// startDone: Start returned (under mu), for /readyz.
-	startDone bool
-	log       *slog.Logger
-	registry  *prometheus.Registry
-
-	nc         *nats.Conn
-	ns         wire.Namespace         // the deployment's, read at start
-	dispatcher *dispatcher.Dispatcher // nil unless RunDispatcher
-	outbox     *outbox.Client
-	store      *idempotency.Store
-	sweeper    *idempotency.Sweeper
-	runtime    *executor.Runtime // nil unless adapters run
-	// consumers are the runtime's kinds and their durable consumers, for
-	// /readyz. dispatcher, runtime and consumers are set under mu: the
-	// metrics server answers /readyz while Start still starts them.
-	consumers []consumer
-	// metricsAddr is the address the metrics server listens on (the actual
-	// one, for ":0"); empty without a server.
-	metricsAddr string
-	// adminAddr is the address the admin server listens on (the actual
-	// one); empty without it.
-	adminAddr string
-
-	// parts are the started components in start order; Stop stops them in
-	// reverse.
-	parts    []part
-	stopping chan struct{}
-	stopOnce sync.Once
-	died     chan struct{}
-	dieOnce  sync.Once
-	mu       sync.Mutex
-	diedPart string
-}
-
-// part is one started component.
-type part struct {
-	name    string
-	stop    func()
-	stopped <-chan struct{} // nil: not watched
-}
-
-// start does Start's work.
+// start does Start's work: the parts in start order, each added to
+// s.parts once it runs.
 func (s *Gateway) start(ctx context.Context) (err error) {
 	cfg := s.cfg
 	log := cfg.Logger
@@ -398,71 +148,28 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	if reg == nil {
 		reg = NewRegistry()
 	}
-	// Which build runs; a registry that has it already (a program's own)
-	// keeps its own.
-	if err := reg.Register(buildinfo.Collector()); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return fmt.Errorf("gateway: register build info: %w", err)
-		}
-	}
 	s.log, s.registry = log, reg
-	if cfg.RunDispatcher {
-		// The outbox's state for alerts (pending, relayed, failed, unknown
-		// by kind, and the oldest's age), on the relay's processes: every
-		// one reports the same database, so alert on max() across them.
-		if err := reg.Register(newIntentCollector(cfg.Pool, pgschema.MustParse(cfg.Schema), log)); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return fmt.Errorf("gateway: register intent metrics: %w", err)
-			}
-		}
+	dcfg, runsDispatcher := cfg.dispatcherConfig()
+	if err := registerMetrics(reg, cfg.Pool, cfg.Schema, runsDispatcher, log); err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
 			s.Stop()
 		}
 	}()
-	runCtx := context.WithoutCancel(ctx)
 
 	// The namespace before NATS: every name the dispatcher and the adapters
 	// use on NATS carries it.
-	if cfg.RunDispatcher || cfg.runsAdapters() {
-		info, err := deployment.Resolve(ctx, cfg.Pool, cfg.Schema)
-		if errors.Is(err, deployment.ErrNotMigrated) {
-			// Not migrated here; an install from before schemas in
-			// public is named (never a second, empty install).
-			if _, ierr := migrations.Installed(ctx, cfg.Pool, cfg.Schema); ierr != nil {
-				return errmap.Invalid("schema", ierr.Error())
-			}
-			return errmap.Invalid("database_url", err.Error())
-		}
-		if err != nil {
+	if runsDispatcher || cfg.runsAdapters() {
+		if err := s.resolveNamespace(ctx, cfg, log); err != nil {
 			return err
 		}
-		if cfg.Namespace != "" && cfg.Namespace != string(info.Namespace) {
-			return errmap.Invalid("namespace", fmt.Sprintf("--namespace %q is not this database's namespace %q (set it with gateway migrate --namespace)", cfg.Namespace, info.Namespace))
-		}
-		s.ns = info.Namespace
-		log.Info("gateway: namespace", "component", "gateway", "namespace", s.ns, "explicit", info.Explicit, "stream", s.ns.Stream())
 	}
-
 	// NATS first: both the dispatcher and the adapters use it.
-	s.nc = cfg.NC
-	if s.nc == nil {
-		natsURL := cmp.Or(cfg.NATSURL, DefaultNATSURL)
-		nc, err := dialNATS(natsURL, cfg.NATSAuth, cmp.Or(cfg.NATSPingInterval, DefaultNATSPingInterval), log)
-		var me *errmap.Error
-		if errors.As(err, &me) {
-			return me
-		}
-		if err != nil {
-			return errmap.Invalid("nats_url", "cannot use the NATS URL: "+errmap.OneLine(err.Error()))
-		}
-		s.nc = nc
-		s.add(part{name: "nats", stop: nc.Close})
+	if err := s.connectNATS(cfg, log); err != nil {
+		return err
 	}
-
 	// The metrics server before the components that may wait (the adapter
 	// runtime waits for the stream): it answers meanwhile.
 	if cfg.MetricsAddr != "" {
@@ -470,7 +177,6 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-
 	if err := s.clients(cfg, log, reg); err != nil {
 		return err
 	}
@@ -480,44 +186,14 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-
-	if cfg.RunDispatcher {
-		dcfg := cfg.Dispatcher
-		if dcfg.Registerer == nil {
-			dcfg.Registerer = reg
-		}
-		dcfg.Logger = cmp.Or(dcfg.Logger, log)
-		dcfg.Namespace = string(s.ns)
-		dcfg.Schema = cfg.Schema
-		d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
-		if err != nil {
-			return errmap.Invalid("flags", err.Error())
-		}
-		// Started before the adapters: it creates the stream they wait for.
-		if err := d.Start(runCtx); err != nil {
+	// The relay before the adapters: it creates the stream they wait for.
+	if runsDispatcher {
+		if err := s.startRelay(context.WithoutCancel(ctx), cfg, dcfg, log, reg); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		s.dispatcher = d
-		s.mu.Unlock()
-		s.add(part{name: "dispatcher", stop: d.Stop, stopped: d.Stopped()})
-
-		// Retention: completed intents older than their age go, in small
-		// batches (SKIP LOCKED: several processes may sweep at once).
-		rcfg := cfg.Retention
-		rcfg.KeyRetention = cfg.Idempotency.WithDefaults().Retention
-		rcfg.Logger = cmp.Or(rcfg.Logger, log)
-		rcfg.Schema = cfg.Schema
-		sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
-		if err != nil {
-			return errmap.Invalid("intent_retention", err.Error())
-		}
-		if err := sw.Start(runCtx); err != nil {
-			return err
-		}
-		s.add(part{name: "intent_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
 	}
-
+	// The adapters last: they stop first, so in-flight executions finish
+	// before the sweeper, the dispatcher and the NATS connection go.
 	if cfg.runsAdapters() {
 		if err := s.startAdapters(ctx, cfg, log, reg); err != nil {
 			return err
@@ -526,319 +202,64 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	return nil
 }
 
-// startAdapters probes the adapters and starts the idempotency sweeper and
-// the adapter runtime.
-func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
-	var execs []adapters.Executor
-	for _, r := range cfg.Adapters {
-		if r.Executor == nil {
-			continue
+// resolveNamespace reads the deployment's namespace from the database and
+// checks it against Config.Namespace.
+func (s *Gateway) resolveNamespace(ctx context.Context, cfg Config, log *slog.Logger) error {
+	info, err := deployment.Resolve(ctx, cfg.Pool, cfg.Schema)
+	if errors.Is(err, deployment.ErrNotMigrated) {
+		// Not migrated here; an install from before schemas in
+		// public is named (never a second, empty install).
+		if _, ierr := migrations.Installed(ctx, cfg.Pool, cfg.Schema); ierr != nil {
+			return invalid("Schema", "%s", ierr)
 		}
-		// Before anything is consumed: a destination that does not keep
-		// what its adapter relies on must stop the start, not the first
-		// effect.
-		if r.Probe != nil {
-			if err := r.Probe(ctx); err != nil {
-				if m := errmap.Map(err); m.Code == errmap.InvalidInput {
-					return m
-				}
-				return errmap.New(errmap.Unavailable, r.Kind+": "+errmap.OneLine(err.Error()))
-			}
-		}
-		execs = append(execs, r.Executor)
+		return invalid("Pool", "%s", err)
 	}
-
-	store, ob := s.store, s.outbox
-
-	rcfg := cfg.Runtime
-	rcfg.Executors = execs
-	if rcfg.Registerer == nil {
-		rcfg.Registerer = reg
-	}
-	rcfg.Logger = cmp.Or(rcfg.Logger, log)
-	rcfg.Namespace = string(s.ns)
-	rcfg.Schema = cfg.Schema
-	rt, err := executor.NewRuntime(cfg.Pool, s.nc, store, ob, rcfg)
 	if err != nil {
-		return errmap.Invalid("adapters", err.Error())
-	}
-
-	// The sweeper forgets completed keys past their retention; it only
-	// matters where keys are made, so it runs with the adapters.
-	sw := idempotency.NewSweeper(store)
-	if err := sw.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	s.sweeper = sw
-	s.add(part{name: "idempotency_sweeper", stop: sw.Stop, stopped: sw.Stopped()})
+	if cfg.Namespace != "" && cfg.Namespace != string(info.Namespace) {
+		return invalid("Namespace", "%q is not this database's namespace %q (set it with gateway migrate --namespace)", cfg.Namespace, info.Namespace)
+	}
+	s.ns = info.Namespace
+	log.Info("gateway: namespace", "component", "gateway", "namespace", s.ns, "explicit", info.Explicit, "stream", s.ns.Stream())
+	return nil
+}
 
-	// Start waits for the stream until ctx ends: adapters started before
-	// any dispatcher (or while NATS is down) wait here.
-	if err := rt.Start(ctx); err != nil {
+// startRelay starts the dispatcher and the intent sweeper that runs with
+// it; ctx does not end with Start's.
+func (s *Gateway) startRelay(ctx context.Context, cfg Config, dcfg dispatcher.Config, log *slog.Logger, reg *prometheus.Registry) error {
+	if dcfg.Registerer == nil {
+		dcfg.Registerer = reg
+	}
+	dcfg.Logger = cmp.Or(dcfg.Logger, log)
+	dcfg.Namespace = string(s.ns)
+	dcfg.Schema = cfg.Schema
+	d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
+	if err != nil {
+		return within("Dispatcher", err)
+	}
+	if err := d.Start(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.runtime = rt
-	for _, e := range execs {
-		s.consumers = append(s.consumers, consumer{kind: e.Kind(), durable: rt.Durable(e.Kind())})
-	}
+	s.dispatcher = d
 	s.mu.Unlock()
-	// Stopped last: in-flight executions finish before the sweeper, the
-	// dispatcher and the NATS connection go.
-	s.add(part{name: "adapters", stop: rt.Stop, stopped: rt.Stopped()})
-	return nil
-}
+	s.parts.Add("dispatcher", d.Stop, d.Stopped())
 
-// clients makes the idempotency store and the outbox client the adapters
-// and the admin server share.
-func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
-	icfg := cfg.Idempotency
-	icfg.Logger = cmp.Or(icfg.Logger, log)
-	icfg.Schema = cfg.Schema
-	if icfg.Registerer == nil {
-		icfg.Registerer = reg
-	}
-	store, err := idempotency.New(cfg.Pool, icfg)
+	// Retention: completed intents older than their age go, in small
+	// batches (SKIP LOCKED: several processes may sweep at once).
+	rcfg := cfg.sweeperConfig()
+	rcfg.Logger = cmp.Or(rcfg.Logger, log)
+	rcfg.Schema = cfg.Schema
+	sw, err := outbox.NewSweeper(cfg.Pool, rcfg)
 	if err != nil {
-		return errmap.Invalid("flags", err.Error())
+		return within("Retention", err)
 	}
-	s.store = store
-	// The intake knows each adapter's rules (a mail policy, a target
-	// policy, an allow-list): a payload outside them is refused at
-	// enqueue, naming the field, instead of failing later.
-	kinds := outbox.DefaultKinds()
-	for _, r := range cfg.Adapters {
-		kinds[r.Kind] = r.Spec
-	}
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema, Kinds: kinds, KeyScope: cfg.KeyScope, Logger: log, Registerer: s.registry})
-	if err != nil {
+	if err := sw.Start(ctx); err != nil {
 		return err
 	}
-	s.outbox = ob
+	s.parts.Add("intent_sweeper", sw.Stop, sw.Stopped())
 	return nil
-}
-
-// Namespace is the deployment's namespace on NATS, read from the database
-// at start (empty before, or when the process runs neither the relay nor
-// adapters).
-func (s *Gateway) Namespace() string { return string(s.ns) }
-
-// serveAdmin starts the admin API and pages on cfg.AdminAddr. Its /readyz
-// is the gateway's (readyz).
-func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Registry) error {
-	acfg := admin.Config{
-		Pool:     cfg.Pool,
-		Outbox:   s.outbox,
-		Issuer:   lease.NewIssuer(cfg.Pool, append([]lease.Option{lease.WithRegisterer(reg), lease.WithSchema(cfg.Schema)}, cfg.IssuerOptions...)...),
-		Store:    s.store,
-		Tokens:   cfg.Tokens,
-		Registry: reg,
-		Logger:   log,
-
-		TLSCertFile: cfg.AdminTLSCert, TLSKeyFile: cfg.AdminTLSKey, InsecureHTTP: cfg.AdminInsecureHTTP,
-	}
-	// One readiness for the process: the admin address's /readyz is the
-	// metrics address's (probe.go), every part this process runs.
-	acfg.Ready = http.HandlerFunc(s.readyz)
-	srv, err := admin.New(acfg)
-	var tlsErr *admin.TLSError
-	if errors.As(err, &tlsErr) {
-		return errmap.Invalid("tls_cert", "--tls-cert/--tls-key: "+errmap.OneLine(tlsErr.Err.Error()))
-	}
-	if err != nil {
-		return errmap.Invalid("tokens", errmap.OneLine(err.Error()))
-	}
-	ln, err := srv.Listen(cfg.AdminAddr)
-	if err != nil {
-		return errmap.Invalid("admin_addr", "cannot listen on --admin-addr: "+errmap.OneLine(err.Error()))
-	}
-	// The admin server's own lifecycle (startstop): Start returns once it
-	// serves, Stop shuts it down and waits, Stopped closes if it ends on
-	// its own (watched by add).
-	if err := srv.Start(context.Background(), ln); err != nil {
-		_ = ln.Close()
-		return err
-	}
-	go func() {
-		<-srv.Stopped()
-		if err := srv.Err(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("gateway: admin server", "component", "gateway", "error", err)
-		}
-	}()
-	s.adminAddr = ln.Addr().String()
-	s.add(part{name: "admin", stopped: srv.Stopped(), stop: srv.Stop})
-	scheme := "http"
-	if cfg.AdminTLSCert != "" {
-		scheme = "https"
-	}
-	log.Info("gateway: serving the admin API and pages", "component", "gateway", "addr", s.adminAddr,
-		"url", scheme+"://"+s.adminAddr+"/", "tokens", len(cfg.Tokens))
-	return nil
-}
-
-// NATSAuth is how the gateway authenticates to NATS: a credentials file
-// (JWT and seed, --nats-creds), or an NKey seed file (--nats-nkey); and TLS
-// with a CA to verify the server (--nats-tls-ca) and a client certificate
-// (--nats-tls-cert, --nats-tls-key). Zero: none (a tls:// URL still
-// verifies the server against the system's roots).
-type NATSAuth struct {
-	CredsFile   string
-	NKeyFile    string
-	TLSCAFile   string
-	TLSCertFile string
-	TLSKeyFile  string
-}
-
-// options checks the files and returns the connection options; errors
-// name the flag's field.
-func (a NATSAuth) options() ([]nats.Option, error) {
-	var opts []nats.Option
-	readable := func(field, path string) error {
-		f, err := os.Open(path)
-		if err != nil {
-			return errmap.Invalid(field, fmt.Sprintf("--%s: cannot read %s: %s", strings.ReplaceAll(field, "_", "-"), path, errmap.OneLine(err.Error())))
-		}
-		return f.Close()
-	}
-	if a.CredsFile != "" && a.NKeyFile != "" {
-		return nil, errmap.Invalid("nats_creds", "give --nats-creds or --nats-nkey, not both")
-	}
-	if a.CredsFile != "" {
-		if err := readable("nats_creds", a.CredsFile); err != nil {
-			return nil, err
-		}
-		opts = append(opts, nats.UserCredentials(a.CredsFile))
-	}
-	if a.NKeyFile != "" {
-		if err := readable("nats_nkey", a.NKeyFile); err != nil {
-			return nil, err
-		}
-		o, err := nats.NkeyOptionFromSeed(a.NKeyFile)
-		if err != nil {
-			// The message may quote the file: say only that it is not a seed.
-			return nil, errmap.Invalid("nats_nkey", "--nats-nkey: "+a.NKeyFile+" does not hold an NKey seed")
-		}
-		opts = append(opts, o)
-	}
-	if a.TLSCAFile != "" {
-		if err := readable("nats_tls_ca", a.TLSCAFile); err != nil {
-			return nil, err
-		}
-		opts = append(opts, nats.RootCAs(a.TLSCAFile))
-	}
-	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
-		return nil, errmap.Invalid("nats_tls_cert", "--nats-tls-cert and --nats-tls-key go together")
-	}
-	if a.TLSCertFile != "" {
-		for field, p := range map[string]string{"nats_tls_cert": a.TLSCertFile, "nats_tls_key": a.TLSKeyFile} {
-			if err := readable(field, p); err != nil {
-				return nil, err
-			}
-		}
-		opts = append(opts, nats.ClientCert(a.TLSCertFile, a.TLSKeyFile))
-	}
-	return opts, nil
-}
-
-// dialNATS connects to NATS, waiting for a server that is down at start
-// like one that goes away later.
-func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logger) (*nats.Conn, error) {
-	authOpts, err := auth.options()
-	if err != nil {
-		return nil, err
-	}
-	return nats.Connect(natsURL, append(authOpts,
-		nats.Name("fencegate-gateway"),
-		// A NATS server that is down at start is waited for like one that
-		// goes away later: the dispatcher backs off until it is back.
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		// No client-side buffering while disconnected: a publish fails at
-		// once, its claim is returned, and the dispatcher backs off,
-		// instead of a buffered message going out long after its claim
-		// expired.
-		nats.ReconnectBufSize(-1),
-		// A server that answers no ping is left like one that closed the
-		// connection (see DefaultNATSPingInterval); natsURL's other seeds
-		// (comma-separated) and the servers the cluster announces are
-		// tried in turn.
-		nats.PingInterval(ping),
-		nats.MaxPingsOutstanding(2),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
-		}),
-		// A refused connection (bad credentials, a TLS failure) is said,
-		// not only retried in silence.
-		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("gateway: NATS connection attempt failed", "component", "gateway", "error", err)
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			log.Warn("gateway: NATS error", "component", "gateway", "error", err)
-		}),
-	)...)
-}
-
-// serveMetrics starts the Prometheus /metrics server.
-func (s *Gateway) serveMetrics(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return errmap.Invalid("metrics_addr", "cannot listen on --metrics-addr: "+errmap.OneLine(err.Error()))
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	// Probes on every process, whatever it runs (an adapter-only process
-	// has no admin server): /healthz while the process serves, /readyz from
-	// each component's own state (probe.go).
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
-	srv := httpserver.New(mux, s.log)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("gateway: metrics server", "component", "gateway", "error", err)
-		}
-	}()
-	s.metricsAddr = ln.Addr().String()
-	s.add(part{name: "metrics", stopped: done, stop: func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}})
-	s.log.Info("gateway: serving metrics", "component", "gateway", "addr", s.metricsAddr)
-	return nil
-}
-
-// add records a started component and watches it: if it stops before Stop
-// was called, Stopped is closed.
-func (s *Gateway) add(p part) {
-	s.parts = append(s.parts, p)
-	if p.stopped == nil {
-		return
-	}
-	go func() {
-		select {
-		case <-p.stopped:
-		case <-s.stopping:
-			return
-		}
-		select {
-		case <-s.stopping:
-			// Stopped by Stop, racing this watcher: expected.
-		default:
-			s.log.Error("gateway: component stopped unexpectedly", "component", "gateway", "part", p.name)
-			s.dieOnce.Do(func() {
-				s.mu.Lock()
-				s.diedPart = p.name
-				s.mu.Unlock()
-				close(s.died)
-			})
-		}
-	}()
 }
 
 // Stop stops every component in the reverse of their start order and
@@ -849,25 +270,30 @@ func (s *Gateway) Stop() {
 	s.mu.Lock()
 	s.started = true // no Start after Stop
 	s.mu.Unlock()
-	s.stopOnce.Do(func() {
-		close(s.stopping)
-		for i := len(s.parts) - 1; i >= 0; i-- {
-			s.parts[i].stop()
-		}
-	})
+	s.parts.StopAll()
 }
 
 // Stopped is closed when a component stopped without Stop being called
 // (a dispatcher's own failure, the metrics server failing). The caller
 // should then Stop the rest and exit non-zero.
-func (s *Gateway) Stopped() <-chan struct{} { return s.died }
+func (s *Gateway) Stopped() <-chan struct{} { return s.parts.Died() }
 
 // Cause names the component whose stop closed Stopped, or "".
-func (s *Gateway) Cause() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.diedPart
-}
+func (s *Gateway) Cause() string { return s.parts.Cause() }
+
+// MetricsAddr is the address the metrics server listens on; empty without.
+func (s *Gateway) MetricsAddr() string { return s.metricsAddr }
+
+// AdminAddr is the address the admin server listens on; empty without.
+func (s *Gateway) AdminAddr() string { return s.adminAddr }
+
+// Registry is the registry every component's metrics are on.
+func (s *Gateway) Registry() *prometheus.Registry { return s.registry }
+
+// Namespace is the deployment's namespace on NATS, read from the database
+// at start (empty before, or when the process runs neither the relay nor
+// adapters).
+func (s *Gateway) Namespace() string { return string(s.ns) }
 
 // Outbox is the outbox client the gateway's components share.
 func (s *Gateway) Outbox() *outbox.Client { return s.outbox }
@@ -878,7 +304,7 @@ func (s *Gateway) Store() *idempotency.Store { return s.store }
 // NATS is the gateway's NATS connection (Config.NC, or the one it dialled).
 func (s *Gateway) NATS() *nats.Conn { return s.nc }
 
-// Dispatcher is the running relay, nil unless Config.RunDispatcher.
+// Dispatcher is the running relay, nil unless Config.Dispatcher is set.
 func (s *Gateway) Dispatcher() *dispatcher.Dispatcher { return s.dispatcher }
 
 // Runtime is the running adapter runtime, nil unless adapters run.

@@ -18,6 +18,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/natstest"
@@ -36,7 +38,7 @@ func TestStart(t *testing.T) {
 	pool := testdb.New(t)
 	srv := natstest.Start(t)
 	s, err := Start(context.Background(), Config{Schema: testdb.Schema(),
-		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+		Pool: pool, NATSURL: srv.URL, Dispatcher: &dispatcher.Config{},
 		Adapters:    []adapters.Registration{fileRegistration(t, nil)},
 		MetricsAddr: "127.0.0.1:0",
 	})
@@ -113,7 +115,7 @@ func TestOwnKindThroughIntakeAndPages(t *testing.T) {
 		return nil
 	}}
 	g, err := Start(context.Background(), Config{Schema: testdb.Schema(),
-		Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+		Pool: pool, NATSURL: srv.URL, Dispatcher: &dispatcher.Config{},
 		Adapters:    []adapters.Registration{{Kind: "notify", Spec: spec, Executor: own}},
 		Idempotency: idempotency.Config{Schema: testdb.Schema(), GroupCommit: true},
 		AdminAddr:   "127.0.0.1:0",
@@ -194,13 +196,13 @@ func TestNewStartOnce(t *testing.T) {
 		"no spec":             {{Kind: "notify", Executor: own}},
 		"another kind's exec": {{Kind: "sms", Spec: spec, Executor: own}},
 	} {
-		_, err := New(pool, nil, Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: regs})
-		var inv *errmap.Error
-		if !errors.As(err, &inv) || inv.Code != errmap.InvalidInput || inv.Field != "adapters" {
-			t.Errorf("%s: New = %v, want bad input naming adapters", name, err)
+		_, err := New(pool, nil, Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}, Adapters: regs})
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || !strings.HasPrefix(inv.Field, "Adapters[") || errmap.Map(err).Code != errmap.InvalidInput {
+			t.Errorf("%s: New = %v, want bad input naming Adapters[i]", name, err)
 		}
 	}
-	if _, err := New(nil, nil, Config{Schema: testdb.Schema(), RunDispatcher: true}); err == nil {
+	if _, err := New(nil, nil, Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}}); err == nil {
 		t.Fatal("New accepted no pool")
 	}
 	nc, err := nats.Connect(srv.URL)
@@ -208,7 +210,7 @@ func TestNewStartOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	g, err := New(pool, nc, Config{Schema: testdb.Schema(), RunDispatcher: true})
+	g, err := New(pool, nc, Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +230,7 @@ func TestNewStartOnce(t *testing.T) {
 	if nc.IsClosed() {
 		t.Fatal("Stop closed the caller's NATS connection")
 	}
-	g2, err := New(pool, nc, Config{Schema: testdb.Schema(), RunDispatcher: true})
+	g2, err := New(pool, nc, Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +259,7 @@ func TestAdapterProbeAndIntakeOnlyKind(t *testing.T) {
 	} {
 		probes := 0
 		own := &ownKind{runs: map[int64]int{}}
-		_, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+		_, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL, Dispatcher: &dispatcher.Config{},
 			Adapters: []adapters.Registration{{Kind: "notify", Spec: spec, Executor: own,
 				Probe: func(context.Context) error { probes++; return tc.probeErr }}}})
 		var e *errmap.Error
@@ -269,7 +271,7 @@ func TestAdapterProbeAndIntakeOnlyKind(t *testing.T) {
 		}
 	}
 
-	g, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL, RunDispatcher: true,
+	g, err := Start(context.Background(), Config{Schema: testdb.Schema(), Pool: pool, NATSURL: srv.URL, Dispatcher: &dispatcher.Config{},
 		Adapters: []adapters.Registration{{Kind: "notify", Spec: spec}}})
 	if err != nil {
 		t.Fatal(err)

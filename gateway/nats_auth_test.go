@@ -14,7 +14,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
-	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/faulttest"
 	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/testdb"
@@ -83,13 +84,13 @@ func TestNATSAuthTLSAndNKey(t *testing.T) {
 	}
 
 	for field, a := range map[string]NATSAuth{
-		"nats_nkey":     {NKeyFile: filepath.Join(dir, "missing")},
-		"nats_tls_ca":   {TLSCAFile: filepath.Join(dir, "missing")},
-		"nats_tls_cert": {TLSCertFile: cliCert},
-		"nats_creds":    {CredsFile: seedFile, NKeyFile: seedFile},
+		"NATSAuth.NKeyFile":    {NKeyFile: filepath.Join(dir, "missing")},
+		"NATSAuth.TLSCAFile":   {TLSCAFile: filepath.Join(dir, "missing")},
+		"NATSAuth.TLSCertFile": {TLSCertFile: cliCert},
+		"NATSAuth.CredsFile":   {CredsFile: seedFile, NKeyFile: seedFile},
 	} {
-		_, err := New(pg, nil, Config{Schema: testdb.Schema(), NATSURL: url, NATSAuth: a, RunDispatcher: true})
-		var me *errmap.Error
+		_, err := New(pg, nil, Config{Schema: testdb.Schema(), NATSURL: url, NATSAuth: a, Dispatcher: &dispatcher.Config{}})
+		var me *fenceerr.InvalidError
 		if !errors.As(err, &me) || me.Field != field {
 			t.Errorf("New with %+v: %v, want bad input naming %s", a, err, field)
 		}

@@ -56,11 +56,11 @@ const (
 // Connections are opened on demand, so an idle process holds fewer.
 func (c *Config) PoolSize() int32 {
 	n := poolConnsSpare
-	if c.RunDispatcher {
+	if c.runsDispatcher() {
 		n += poolConnsDispatcher + poolConnsSweeper
 	}
 	if executors := c.executors(); executors > 0 {
-		// executor.Config's default concurrency is 8, as the flag's.
+		// Unset: the runtime's default (executor.DefaultConcurrency), as the flag's.
 		per := c.Runtime.Concurrency
 		if per < 1 {
 			per = executor.DefaultConcurrency

@@ -77,7 +77,7 @@ func (s *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 			checks["stream"] = "ok"
 		}
 	}
-	if cfg.RunDispatcher {
+	if cfg.runsDispatcher() {
 		switch {
 		case d == nil:
 			fail("dispatcher", state(started))

@@ -95,23 +95,28 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// Validate checks c, its defaults applied, connecting to nothing. An error
+// is a *fenceerr.InvalidError (InvalidError) naming the field
+// (LockTimeout, Retention, …).
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
 func (c Config) validate() error {
 	switch {
 	case c.LockTimeout < time.Millisecond || c.LockTimeout > 24*time.Hour:
-		return invalid("lock_timeout", "must be between 1ms and 24h, got %s", c.LockTimeout)
+		return invalid("LockTimeout", "must be between 1ms and 24h")
 	case c.Retention < time.Second:
-		return invalid("retention", "must be at least 1s, got %s", c.Retention)
+		return invalid("Retention", "must be at least 1s, got %s", c.Retention)
 	case c.SweepInterval < time.Millisecond:
-		return invalid("sweep_interval", "must be at least 1ms, got %s", c.SweepInterval)
+		return invalid("SweepInterval", "must be at least 1ms, got %s", c.SweepInterval)
 	case c.SweepBatch < 1 || c.SweepBatch > 100_000:
-		return invalid("sweep_batch", "must be between 1 and 100000, got %d", c.SweepBatch)
+		return invalid("SweepBatch", "must be between 1 and 100000, got %d", c.SweepBatch)
 	case c.GroupMaxBatch < 1 || c.GroupMaxBatch > 10_000:
-		return invalid("group_max_batch", "must be between 1 and 10000, got %d", c.GroupMaxBatch)
+		return invalid("GroupMaxBatch", "must be between 1 and 10000, got %d", c.GroupMaxBatch)
 	case c.GroupFlushers < 1 || c.GroupFlushers > 64:
-		return invalid("group_flushers", "must be between 1 and 64, got %d", c.GroupFlushers)
+		return invalid("GroupFlushers", "must be between 1 and 64, got %d", c.GroupFlushers)
 	}
 	if err := pgschema.Check(cmp.Or(c.Schema, pgschema.Default)); err != nil {
-		return invalid("schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
+		return invalid("Schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
 	}
 	return nil
 }

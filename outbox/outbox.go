@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/pgschema"
@@ -100,28 +101,40 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// Validate checks c, its defaults applied, connecting to nothing. An error
+// is a *ValidationError naming the field (GroupMaxBatch, Kinds, …).
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
 func (c Config) validate() error {
-	if c.GroupMaxBatch < 1 || c.GroupFlushers < 1 || c.GroupTimeout <= 0 {
-		return fmt.Errorf("outbox: GroupMaxBatch, GroupFlushers and GroupTimeout must be positive")
-	}
-	if c.KeyScope != KeyScopeGlobal && c.KeyScope != KeyScopeResource {
-		return fmt.Errorf("outbox: KeyScope must be %q or %q, got %q", KeyScopeGlobal, KeyScopeResource, c.KeyScope)
+	switch {
+	case c.GroupMaxBatch < 1:
+		return invalidConfig("GroupMaxBatch", "must be at least 1, got %d", c.GroupMaxBatch)
+	case c.GroupFlushers < 1:
+		return invalidConfig("GroupFlushers", "must be at least 1, got %d", c.GroupFlushers)
+	case c.GroupTimeout <= 0:
+		return invalidConfig("GroupTimeout", "must be positive, got %s", c.GroupTimeout)
+	case c.KeyScope != KeyScopeGlobal && c.KeyScope != KeyScopeResource:
+		return invalidConfig("KeyScope", "must be %q or %q, got %q", KeyScopeGlobal, KeyScopeResource, c.KeyScope)
+	case c.MaxPayloadBytes < 2:
+		return invalidConfig("MaxPayloadBytes", "must be at least 2, got %d", c.MaxPayloadBytes)
 	}
 	if _, err := pgschema.Parse(c.Schema); err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	if c.MaxPayloadBytes < 2 {
-		return fmt.Errorf("outbox: MaxPayloadBytes must be at least 2, got %d", c.MaxPayloadBytes)
+		return invalidConfig("Schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
 	}
 	for name, k := range c.Kinds {
 		if name == "" || len(name) > MaxKindLen {
-			return fmt.Errorf("outbox: kind name %q must be 1 to %d bytes", name, MaxKindLen)
+			return invalidConfig("Kinds", "kind name %q must be 1 to %d bytes", name, MaxKindLen)
 		}
 		if k.DefaultFence != FenceCommit && k.DefaultFence != FenceExecute {
-			return fmt.Errorf("outbox: kind %q: default fence must be commit or execute", name)
+			return invalidConfig("Kinds", "kind %q: default fence must be commit or execute", name)
 		}
 	}
 	return nil
+}
+
+// invalidConfig is a bad Config field: a *ValidationError naming it.
+func invalidConfig(field, format string, args ...any) error {
+	return fmt.Errorf("outbox: %w", fenceerr.Invalid(field, format, args...))
 }
 
 // Client enqueues and looks up intents. It is safe for concurrent use.

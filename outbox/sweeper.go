@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
@@ -85,19 +87,29 @@ func (c SweeperConfig) WithDefaults() SweeperConfig {
 	return c
 }
 
+// Validate checks c, its defaults applied, connecting to nothing. An error
+// is a *ValidationError naming the field (MaxAge, Batch, …; a MaxAge
+// shorter than KeyRetention names intent_retention, see CheckRetention).
+func (c SweeperConfig) Validate() error { return c.WithDefaults().validate() }
+
 func (c SweeperConfig) validate() error {
 	switch {
 	case c.MaxAge < time.Second:
-		return fmt.Errorf("outbox: sweeper MaxAge must be at least 1s, got %s", c.MaxAge)
+		return invalidSweeper("MaxAge", "must be at least 1s, got %s", c.MaxAge)
 	case c.Batch < 1 || c.Batch > 100_000:
-		return fmt.Errorf("outbox: sweeper Batch must be between 1 and 100000, got %d", c.Batch)
+		return invalidSweeper("Batch", "must be between 1 and 100000, got %d", c.Batch)
 	case c.Interval < time.Millisecond:
-		return fmt.Errorf("outbox: sweeper Interval must be at least 1ms, got %s", c.Interval)
+		return invalidSweeper("Interval", "must be at least 1ms, got %s", c.Interval)
 	}
 	if _, err := pgschema.Parse(c.Schema); err != nil {
-		return fmt.Errorf("outbox: sweeper: %w", err)
+		return invalidSweeper("Schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
 	}
 	return CheckRetention(c.MaxAge, c.KeyRetention)
+}
+
+// invalidSweeper is a bad SweeperConfig field: a *ValidationError naming it.
+func invalidSweeper(field, format string, args ...any) error {
+	return fmt.Errorf("outbox: sweeper: %w", fenceerr.Invalid(field, format, args...))
 }
 
 // sweepTimeout bounds one sweep run.

@@ -31,6 +31,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/admin"
+	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/devsmtp"
@@ -295,14 +296,14 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 		return Ready{}, err
 	}
 	cfg := gateway.Config{
-		Schema:        d.opts.Schema,
-		Pool:          d.pool,
-		NATSURL:       d.natsURL,
-		RunDispatcher: true,
-		Adapters:      regs,
-		Idempotency:   idempotency.Config{GroupCommit: true}, // as gateway run's default
-		Registry:      reg,
-		Logger:        d.log,
+		Schema:      d.opts.Schema,
+		Pool:        d.pool,
+		NATSURL:     d.natsURL,
+		Dispatcher:  &dispatcher.Config{},
+		Adapters:    regs,
+		Idempotency: idempotency.Config{GroupCommit: true}, // as gateway run's default
+		Registry:    reg,
+		Logger:      d.log,
 	}
 	s, err := gateway.Start(ctx, cfg)
 	if err != nil {

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// TestConfigRules: a program that embeds Config gets every component's
+// rules, and those between components, from Validate, with errors naming
+// the field's path in Config — not only `gateway run`'s flags.
+func TestConfigRules(t *testing.T) {
+	t.Parallel()
+	relay := &dispatcher.Config{}
+	cases := []struct {
+		name  string
+		cfg   Config
+		field string // "": valid
+	}{
+		{"defaults", Config{Dispatcher: relay}, ""},
+		{"deprecated RunDispatcher", Config{RunDispatcher: true}, ""},
+		{"nothing to run", Config{}, "Adapters"},
+		{"max attempts", Config{Dispatcher: relay, Runtime: executor.Config{MaxAttempts: -1}}, "Runtime.MaxAttempts"},
+		{"concurrency", Config{Dispatcher: relay, Runtime: executor.Config{Concurrency: -1}}, "Runtime.Concurrency"},
+		{"unknown policy", Config{Dispatcher: relay, Runtime: executor.Config{Unknown: "retry"}}, "Runtime.Unknown"},
+		{"execute timeout", Config{Dispatcher: relay, Runtime: executor.Config{ExecuteTimeout: -time.Second}}, "Runtime.ExecuteTimeout"},
+		{"ack wait set too short", Config{Dispatcher: relay, Runtime: executor.Config{ExecuteTimeout: time.Minute, AckWait: time.Minute}}, "Runtime.AckWait"},
+		// AckWait unset follows ExecuteTimeout (twice it): no error.
+		{"ack wait derived", Config{Dispatcher: relay, Runtime: executor.Config{ExecuteTimeout: 90 * time.Second},
+			Idempotency: idempotency.Config{LockTimeout: 5 * time.Minute}}, ""},
+		{"key lock within twice the execute timeout", Config{Dispatcher: relay, Runtime: executor.Config{ExecuteTimeout: time.Minute},
+			Idempotency: idempotency.Config{LockTimeout: 2 * time.Minute}}, "Idempotency.LockTimeout"},
+		{"execute timeout past the default key lock", Config{Dispatcher: relay, Runtime: executor.Config{ExecuteTimeout: 3 * time.Minute}}, "Idempotency.LockTimeout"},
+		{"key lock out of range", Config{Dispatcher: relay, Idempotency: idempotency.Config{LockTimeout: 25 * time.Hour}}, "Idempotency.LockTimeout"},
+		{"dispatcher rule", Config{Dispatcher: &dispatcher.Config{BatchSize: 5000, MaxInFlight: 4096}}, "Dispatcher.MaxInFlight"},
+		{"dispatcher off: its fields unchecked", Config{Adapters: []adapters.Registration{{Kind: "k", Spec: outbox.KindSpec{DefaultFence: outbox.FenceCommit}, Executor: noop("k")}}}, ""},
+		{"retention", Config{Dispatcher: relay, Retention: outbox.SweeperConfig{MaxAge: time.Hour}}, "Retention.MaxAge"},
+		{"ping interval", Config{Dispatcher: relay, NATSPingInterval: -time.Second}, "NATSPingInterval"},
+		{"namespace", Config{Dispatcher: relay, Namespace: "Not A Namespace"}, "Namespace"},
+		{"admin without tokens off loopback", Config{Dispatcher: relay, AdminAddr: "0.0.0.0:8080"}, "AdminAddr"},
+		{"schema", Config{Dispatcher: relay, Schema: "Bad-Schema"}, "Schema"},
+		{"a part's schema", Config{Dispatcher: relay, Idempotency: idempotency.Config{Schema: "other"}}, "Idempotency.Schema"},
+	}
+	checked := 0
+	for _, c := range cases {
+		err := c.cfg.Validate()
+		var inv *fenceerr.InvalidError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%s: Validate = %v, want nil", c.name, err)
+		case c.field != "" && (!errors.As(err, &inv) || inv.Field != c.field):
+			t.Errorf("%s: Validate = %v, want an invalid-input error naming %s", c.name, err, c.field)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no case checked")
+	}
+	t.Logf("%d configurations checked", checked)
+}
+
+// noop is an executor of kind that does nothing.
+type noop string
+
+func (k noop) Kind() string                      { return string(k) }
+func (noop) Capabilities() adapters.Capabilities { return adapters.Capabilities{} }
+func (noop) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
+	return adapters.Outcome{}, nil
+}

@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/errmap"
+)
+
+// DefaultNATSURL is dialled when Config has neither NC nor NATSURL.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// DefaultNATSPingInterval is how often the connection Start dials pings
+// its server when Config.NATSPingInterval is zero. A server that answers
+// neither of two pings is left for another of the seed URLs: a hung server
+// (a paused process, a frozen VM, a partition that drops packets instead
+// of resetting the connection) keeps the socket open, and only the pings
+// tell. With nats.go's own default (2 minutes) the relay and the adapters
+// on such a server stalled as long as it hung, up to 6 minutes
+// (test/cluster); with 2 s they leave it within 4 to 6 s, about when the
+// cluster has elected new leaders for what it led (raft election timeout 4
+// to 9 s).
+const DefaultNATSPingInterval = 2 * time.Second
+
+// NATSAuth is how the gateway authenticates to NATS: a credentials file
+// (JWT and seed), or an NKey seed file; and TLS with a CA to verify the
+// server and a client certificate. Zero: none (a tls:// URL still verifies
+// the server against the system's roots).
+type NATSAuth struct {
+	CredsFile   string
+	NKeyFile    string
+	TLSCAFile   string
+	TLSCertFile string
+	TLSKeyFile  string
+}
+
+// options checks the files and returns the connection options; an error
+// is a *fenceerr.InvalidError naming the field ("NATSAuth.NKeyFile").
+func (a NATSAuth) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	readable := func(field, path string) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return invalid("NATSAuth."+field, "cannot read %s: %s", path, errmap.OneLine(err.Error()))
+		}
+		return f.Close()
+	}
+	if a.CredsFile != "" && a.NKeyFile != "" {
+		return nil, invalid("NATSAuth.CredsFile", "and NATSAuth.NKeyFile exclude each other: give one")
+	}
+	if a.CredsFile != "" {
+		if err := readable("CredsFile", a.CredsFile); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserCredentials(a.CredsFile))
+	}
+	if a.NKeyFile != "" {
+		if err := readable("NKeyFile", a.NKeyFile); err != nil {
+			return nil, err
+		}
+		o, err := nats.NkeyOptionFromSeed(a.NKeyFile)
+		if err != nil {
+			// The message may quote the file: say only that it is not a seed.
+			return nil, invalid("NATSAuth.NKeyFile", "%s does not hold an NKey seed", a.NKeyFile)
+		}
+		opts = append(opts, o)
+	}
+	if a.TLSCAFile != "" {
+		if err := readable("TLSCAFile", a.TLSCAFile); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.RootCAs(a.TLSCAFile))
+	}
+	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
+		return nil, invalid("NATSAuth.TLSCertFile", "and NATSAuth.TLSKeyFile go together")
+	}
+	if a.TLSCertFile != "" {
+		for field, p := range map[string]string{"TLSCertFile": a.TLSCertFile, "TLSKeyFile": a.TLSKeyFile} {
+			if err := readable(field, p); err != nil {
+				return nil, err
+			}
+		}
+		opts = append(opts, nats.ClientCert(a.TLSCertFile, a.TLSKeyFile))
+	}
+	return opts, nil
+}
+
+// connectNATS takes Config.NC, or dials Config.NATSURL: a part the
+// gateway closes at Stop.
+func (s *Gateway) connectNATS(cfg Config, log *slog.Logger) error {
+	s.nc = cfg.NC
+	if s.nc != nil {
+		return nil
+	}
+	nc, err := dialNATS(cmp.Or(cfg.NATSURL, DefaultNATSURL), cfg.NATSAuth, cmp.Or(cfg.NATSPingInterval, DefaultNATSPingInterval), log)
+	if errors.Is(err, fenceerr.ErrInvalid) {
+		return err
+	}
+	if err != nil {
+		return invalid("NATSURL", "cannot be used: %s", errmap.OneLine(err.Error()))
+	}
+	s.nc = nc
+	s.parts.Add("nats", nc.Close, nil)
+	return nil
+}
+
+// dialNATS connects to NATS, waiting for a server that is down at start
+// like one that goes away later.
+func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logger) (*nats.Conn, error) {
+	authOpts, err := auth.options()
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(natsURL, append(authOpts,
+		nats.Name("fencegate-gateway"),
+		// A NATS server that is down at start is waited for like one that
+		// goes away later: the dispatcher backs off until it is back.
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		// No client-side buffering while disconnected: a publish fails at
+		// once, its claim is returned, and the dispatcher backs off,
+		// instead of a buffered message going out long after its claim
+		// expired.
+		nats.ReconnectBufSize(-1),
+		// A server that answers no ping is left like one that closed the
+		// connection (see DefaultNATSPingInterval); natsURL's other seeds
+		// (comma-separated) and the servers the cluster announces are
+		// tried in turn.
+		nats.PingInterval(ping),
+		nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
+		}),
+		// A refused connection (bad credentials, a TLS failure) is said,
+		// not only retried in silence.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("gateway: NATS connection attempt failed", "component", "gateway", "error", err)
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("gateway: NATS error", "component", "gateway", "error", err)
+		}),
+	)...)
+}
