@@ -27,7 +27,7 @@ alerts:
 clean:
 	rm -rf bin var
 
-# The randomized fault run (test/chaos, internal/chaos): worker processes,
+# The randomized fault run (test/chaos, test/chaos/internal/chaos): worker processes,
 # gateway processes, nats-server, PostgreSQL and misbehaving SMTP and
 # webhook destinations under a seeded nemesis, then the history checker,
 # which fails a run that exercised too little. Its short form (20 s, a

@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // FuzzDecodeIntent posts arbitrary bodies to the intake: it never panics,

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/startstop"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // Start serves at once and only once; Stop waits for a request in flight

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/cli/internal/bench"
 )
 
 // cmdBench runs the benchmarks next to their raw baselines (gateway bench).
@@ -25,7 +25,7 @@ import (
 // its own, created and dropped by it. --cpuprofile FILE writes a Go CPU
 // profile of the cases. Progress goes to stderr.
 //
-// The cases themselves are internal/bench's; this parses the flags into a
+// The cases themselves are cli/internal/bench's; this parses the flags into a
 // bench.Config and prints the report.
 func cmdBench(ctx context.Context, a *app, args []string) int {
 	fs, _ := a.newFlags("bench")

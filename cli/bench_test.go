@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // gateway bench --case enqueue --json prints one JSON object with the case

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 type cliResult struct {

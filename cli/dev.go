@@ -6,7 +6,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/fencegate/fencegate/internal/devenv"
+	"github.com/fencegate/fencegate/cli/internal/devenv"
 )
 
 // cmdDev runs the whole system in one process (gateway dev), like
@@ -29,7 +29,7 @@ import (
 // 127.0.0.1:1025); --mailpit-url (send mail to Mailpit and look results up
 // there); --file-root (default ./var/files); --demo; --log-level.
 //
-// The environment itself and the demo are internal/devenv's; this parses
+// The environment itself and the demo are cli/internal/devenv's; this parses
 // the flags into devenv.Options and runs it.
 func cmdDev(ctx context.Context, a *app, args []string) int {
 	fs := flag.NewFlagSet("gateway dev", flag.ContinueOnError)

@@ -21,9 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/devenv"
+	"github.com/fencegate/fencegate/cli/internal/devenv"
 	"github.com/fencegate/fencegate/internal/pgschema"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // devProc is a running `gateway dev`.

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/smtptest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // waitStatus polls `gateway status ID` until the intent reaches a terminal

@@ -3,7 +3,7 @@ package cli
 import (
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 func TestLeaseHistoryCLI(t *testing.T) {

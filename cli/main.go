@@ -24,7 +24,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/cli/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
 )
 
 // actThenDrop is a raw HTTP/1.1 receiver at the edge, speaking keep-alive:

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 )
 
 // actThenVanish is an HTTP receiver that performs every request (counts it

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/cli/internal/bench"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/bench"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 var grouped = idempotency.Config{Schema: testdb.Schema(), GroupCommit: true}

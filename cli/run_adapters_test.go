@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
 )
 
 // Bad values of `gateway run`'s flags are exit 2 with a JSON error naming

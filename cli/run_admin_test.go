@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/smtptest"
-	"github.com/fencegate/fencegate/internal/testpki"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/testpki"
 )
 
 // freeAddr returns a loopback address with a port free a moment ago.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/s3test"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/s3test"
 )
 
 // `gateway run --adapters s3` against a real S3-compatible server

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
 )
 
 // `gateway run` with the webhook adapter, end to end against a real HTTP

@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/dispatcher"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/startstop"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -19,8 +19,8 @@ import (
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
 )

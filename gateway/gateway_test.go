@@ -22,9 +22,9 @@ import (
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
-	"github.com/fencegate/fencegate/internal/natstest"
 	"github.com/fencegate/fencegate/internal/startstop"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 

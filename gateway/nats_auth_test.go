@@ -16,10 +16,10 @@ import (
 
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/fenceerr"
-	"github.com/fencegate/fencegate/internal/faulttest"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
-	"github.com/fencegate/fencegate/internal/testpki"
+	"github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testpki"
 )
 
 // The gateway authenticates to a NATS server that requires TLS with a

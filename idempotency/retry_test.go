@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -11,7 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencegate/fencegate/internal/fencemetrics"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/pgschema"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"

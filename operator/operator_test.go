@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )

@@ -9,10 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fencegate/fencegate/adapters/email/emailkind"
-	"github.com/fencegate/fencegate/adapters/file/filekind"
-	"github.com/fencegate/fencegate/adapters/s3/s3kind"
-	"github.com/fencegate/fencegate/adapters/webhook/webhookkind"
+	"github.com/fencegate/fencegate/kinds/emailkind"
+	"github.com/fencegate/fencegate/kinds/filekind"
+	"github.com/fencegate/fencegate/kinds/s3kind"
+	"github.com/fencegate/fencegate/kinds/webhookkind"
 )
 
 // Fence is an intent's fence policy.
@@ -152,7 +152,7 @@ type Record struct {
 
 // KindSpec describes an intent kind: its default fence policy and how its
 // payload is checked. A kind's payload rules belong to the package that
-// executes it (adapters/email/emailkind, adapters/file/filekind, yours):
+// executes it (kinds/emailkind, kinds/filekind, yours):
 // give Check its parser, the same one the adapter calls at execute, so that
 // enqueue and execute cannot disagree. TypedKind builds a KindSpec from a
 // payload type with a Validate method.

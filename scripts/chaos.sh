@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The randomized fault run (test/chaos, internal/chaos), as `make chaos`.
+# The randomized fault run (test/chaos, test/chaos/internal/chaos), as `make chaos`.
 # Works on a fresh machine like scripts/test.sh, with the same tool setup
 # (scripts/tools.sh): Mailpit and nats-server are built when missing. The
 # run starts its own PostgreSQL cluster (fsync on, synchronous_commit off),

@@ -40,13 +40,13 @@ setup_node_pg
 echo "== vulnerabilities"
 vulncheck
 
-go build -o bin/testenv ./internal/cmd/testenv
+go build -o bin/testenv ./internal/testkit/cmd/testenv
 pkgs=("./...")
 if [ $# -gt 0 ]; then pkgs=(); fi
 # The suite runs twice: with fencegate's tables in the default schema
 # (fencegate), and in another one (issue 19), each test database holding an
 # application's own tables called intents, resources, … in public
-# (internal/testdb): a statement that named a table without its schema, or
+# (internal/testkit/testdb): a statement that named a table without its schema, or
 # a component that ignored its Schema, fails. TEST_SCHEMAS chooses
 # (e.g. TEST_SCHEMAS=fencegate for one run).
 for schema in ${TEST_SCHEMAS:-fencegate fg_alt}; do

@@ -12,8 +12,8 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/gateway"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 	"github.com/fencegate/fencegate/shard"
 )

@@ -3,8 +3,8 @@ package adaptertest
 import (
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // What an adapter's tests need besides Env, for an author outside this

@@ -10,7 +10,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 )
 
 // TestConformance runs the adapter conformance suite against a real

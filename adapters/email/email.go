@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/email/emailkind"
+	"github.com/fencegate/fencegate/kinds/emailkind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 	"github.com/fencegate/fencegate/outbox"
 )
 

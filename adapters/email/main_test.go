@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // TestMain runs the tests with a PostgreSQL server for the runtime tests

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/adapters/email/emailkind"
+	"github.com/fencegate/fencegate/kinds/emailkind"
 	gomail "github.com/wneessen/go-mail"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fencegate/fencegate/adapters/email/emailkind"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/emailkind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/adapters/email/emailkind"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/emailkind"
 )
 
 // The policy's matching, entry by entry: an entry with "@" is one address

@@ -11,7 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/fenceerr"
-	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 )
 
 // The mail policy: only allowed senders, recipient domains and counts;

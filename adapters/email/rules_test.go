@@ -9,8 +9,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/adapters/email/emailkind"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/emailkind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

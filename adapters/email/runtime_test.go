@@ -14,7 +14,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/executor"
-	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 	"github.com/fencegate/fencegate/outbox"
 )
 

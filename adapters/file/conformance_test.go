@@ -9,7 +9,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/file"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

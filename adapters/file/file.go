@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/file/filekind"
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
+	"github.com/fencegate/fencegate/kinds/filekind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/file/filekind"
+	"github.com/fencegate/fencegate/kinds/filekind"
 )
 
 // errNoTrace says a read-only open found no directory, lock file or

@@ -6,8 +6,8 @@ import (
 	"path"
 	"strings"
 
-	"github.com/fencegate/fencegate/adapters/file/filekind"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/filekind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/file/filekind"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/filekind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

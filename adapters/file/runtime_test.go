@@ -21,8 +21,8 @@ import (
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testdb"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 

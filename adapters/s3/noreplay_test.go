@@ -15,8 +15,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/s3"
-	"github.com/fencegate/fencegate/internal/faultproxy"
-	"github.com/fencegate/fencegate/internal/s3test"
+	"github.com/fencegate/fencegate/internal/testkit/faultproxy"
+	"github.com/fencegate/fencegate/internal/testkit/s3test"
 )
 
 // counter forwards TCP to a target and counts the requests that pass

@@ -24,8 +24,8 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/s3/s3kind"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/s3kind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

@@ -25,9 +25,9 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/fenceerr"
-	"github.com/fencegate/fencegate/internal/faultproxy"
-	"github.com/fencegate/fencegate/internal/s3test"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/faultproxy"
+	"github.com/fencegate/fencegate/internal/testkit/s3test"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
 

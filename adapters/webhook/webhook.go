@@ -22,8 +22,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/webhook/webhookkind"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/webhookkind"
 	"github.com/fencegate/fencegate/outbox"
 )
 

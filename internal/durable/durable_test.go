@@ -12,8 +12,8 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/durable"
-	"github.com/fencegate/fencegate/internal/pgcluster"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )

@@ -23,11 +23,11 @@ var allowed = map[string]string{
 	// The benchmark's physical baseline (a raw INSERT with no fence, no
 	// lock, no dedup: what an enqueue costs at least) and its reset between
 	// cases are deliberately not the gateway's statements.
-	"internal/bench/*.go": "benchmark baseline and reset",
+	"cli/internal/bench/*.go": "benchmark baseline and reset",
 	// An application's own table called intents, in public: the tests'
 	// databases have one, so that a statement of fencegate's that named
 	// intents without its schema would fail.
-	"internal/testdb/*.go": "an application's table public.intents",
+	"internal/testkit/testdb/*.go": "an application's table public.intents",
 }
 
 // TestOneOwnerOfIntentSQL fails when a statement that changes intents

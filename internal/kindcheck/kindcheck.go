@@ -1,5 +1,5 @@
 // Package kindcheck holds the decoding steps the built-in kinds' payload
-// parsers share (adapters/email/emailkind, adapters/file/filekind): a
+// parsers share (kinds/emailkind, kinds/filekind): a
 // payload is one JSON object whose fields are read one by one, so that a
 // field of the wrong type is refused with an error naming it
 // ("payload.subject: must be a string") rather than encoding/json's

@@ -71,7 +71,7 @@ func TestStatementsAreQualified(t *testing.T) {
 }
 
 // allowedUnqualified: strings that are not fencegate's statements — an
-// application's own tables in public (internal/testdb), the regular
+// application's own tables in public (internal/testkit/testdb), the regular
 // expressions that look for statements, and text for people.
 func allowedUnqualified(path, lit string) bool {
 	switch {

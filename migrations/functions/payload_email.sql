@@ -1,4 +1,4 @@
--- The email kind's rules (adapters/email/emailkind).
+-- The email kind's rules (kinds/emailkind).
 
 -- fencegate_email_address_ok: whether s is an address the SQL interface
 -- accepts: a plain dot-atom address (local@domain, the domain of letters,

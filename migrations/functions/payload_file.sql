@@ -1,4 +1,4 @@
--- The file kind's rules (adapters/file/filekind), used by s3's too.
+-- The file kind's rules (kinds/filekind), used by s3's too.
 
 -- fencegate_base64_ok: canonical standard base64 with padding, no
 -- whitespace: a subset of what Go's base64.StdEncoding decodes.

@@ -1,4 +1,4 @@
--- The webhook kind's rules (adapters/webhook/webhookkind).
+-- The webhook kind's rules (kinds/webhookkind).
 
 -- fencegate_url_ok: whether s is a URL the SQL interface accepts: http or
 -- https, a host of letters, digits, '-' and '.', an optional port, a path

@@ -17,11 +17,11 @@ import (
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/internal/failpoint"
-	ft "github.com/fencegate/fencegate/internal/faulttest"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/pgcluster"
-	"github.com/fencegate/fencegate/internal/smtptest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/migrations"
 )
 

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/failpoint"
-	ft "github.com/fencegate/fencegate/internal/faulttest"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )

@@ -1,4 +1,4 @@
-// Package chaos runs the randomized fault run (internal/chaos) as a test.
+// Package chaos runs the randomized fault run (test/chaos/internal/chaos) as a test.
 // Its short form (shortDuration, seed shortSeed, the minimum counts scaled
 // down) runs in `go test ./...`; the long form runs with -chaos.duration:
 //
@@ -24,13 +24,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/internal/chaos"
 	"github.com/fencegate/fencegate/internal/failpoint"
-	ft "github.com/fencegate/fencegate/internal/faulttest"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/pgcluster"
-	"github.com/fencegate/fencegate/internal/smtptest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/test/chaos/internal/chaos"
 )
 
 // The short form of the run, in go test ./...: a fixed seed, 20 s of

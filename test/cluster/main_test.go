@@ -13,9 +13,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/faulttest"
-	"github.com/fencegate/fencegate/internal/natstest"
-	"github.com/fencegate/fencegate/internal/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) {

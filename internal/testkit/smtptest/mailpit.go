@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/toolbin"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
 
 // MailpitModule is the Mailpit version built when no binary is found.

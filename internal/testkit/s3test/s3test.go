@@ -21,8 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fencegate/fencegate/internal/faulttest"
-	"github.com/fencegate/fencegate/internal/toolbin"
+	"github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
 
 // Module is the versitygw version built when no binary is found.

@@ -11,9 +11,9 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/fencegate/fencegate/adapters/file/filekind"
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/kindcheck"
+	"github.com/fencegate/fencegate/kinds/filekind"
 )
 
 // Name is the kind's name.

@@ -23,8 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/fencegate/fencegate/internal/pgcluster"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/migrations"
 )
 

@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/fencegate/fencegate/internal/pgcluster"
+	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 )
 
 func main() { os.Exit(run()) }

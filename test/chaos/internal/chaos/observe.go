@@ -17,7 +17,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/internal/pgschema"
-	"github.com/fencegate/fencegate/internal/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 )
 
 // Env is where the checker reads what the run left behind.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
-	"github.com/fencegate/fencegate/internal/devsmtp"
+	"github.com/fencegate/fencegate/cli/internal/devsmtp"
 	"github.com/fencegate/fencegate/outbox"
 )
 

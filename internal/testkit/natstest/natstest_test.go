@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/fencegate/fencegate/internal/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
 )
 
 func TestMain(m *testing.M) {
