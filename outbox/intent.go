@@ -151,8 +151,8 @@ type Record struct {
 }
 
 // KindSpec describes an intent kind: its default fence policy and how its
-// payload is checked. A kind's payload rules belong to the package that
-// executes it (kinds/emailkind, kinds/filekind, yours):
+// payload is checked. A kind's payload rules live in one package that its
+// adapter calls too (kinds/emailkind, kinds/filekind, or your adapter's own):
 // give Check its parser, the same one the adapter calls at execute, so that
 // enqueue and execute cannot disagree. TypedKind builds a KindSpec from a
 // payload type with a Validate method.

@@ -3,32 +3,40 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/lease"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { adaptertest.Main(m) }
+
+// inSchema names fencegate's tables in the schema the tests migrate into
+// (adaptertest.Schema): the queries below are written for "fencegate".
+func inSchema(query string) string {
+	return strings.ReplaceAll(query, "fencegate.", pgx.Identifier{adaptertest.Schema()}.Sanitize()+".")
+}
 
 // The worker commits both intents at its epoch; a rerun of the same day
 // gets a newer epoch and finds both committed (duplicates, nothing new);
 // while another holder's lease is live it is refused and stores nothing.
 func TestWorker(t *testing.T) {
 	t.Parallel()
-	url := testdb.NewURL(t)
+	url := adaptertest.NewDatabase(t)
 	ctx := context.Background()
-	first, err := run(ctx, url, testdb.Schema(), "2026-12-01", "worker-a", "alice@example.com")
+	first, err := run(ctx, url, adaptertest.Schema(), "2026-12-01", "worker-a", "alice@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(first.Intents) != 2 || first.Intents[0].Duplicate || first.Intents[1].Duplicate {
 		t.Fatalf("first run: %+v", first)
 	}
-	again, err := run(ctx, url, testdb.Schema(), "2026-12-01", "worker-a", "alice@example.com")
+	again, err := run(ctx, url, adaptertest.Schema(), "2026-12-01", "worker-a", "alice@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,16 +49,16 @@ func TestWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "nightly-report", "worker-b", time.Minute); err != nil {
+	if _, err := lease.NewIssuer(pool, lease.WithSchema(adaptertest.Schema())).Acquire(ctx, "nightly-report", "worker-b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	_, err = run(ctx, url, testdb.Schema(), "2026-12-02", "worker-a", "alice@example.com")
+	_, err = run(ctx, url, adaptertest.Schema(), "2026-12-02", "worker-a", "alice@example.com")
 	var held *lease.HeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("while worker-b holds the lease: %v, want *lease.HeldError", err)
 	}
 	var n int
-	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 2 {
+	if err := pool.QueryRow(ctx, inSchema(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d intents stored (%v), want the first day's 2", n, err)
 	}
 }

@@ -19,17 +19,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { adaptertest.Main(m) }
+
+// inSchema names fencegate's tables in the schema the tests migrate into
+// (adaptertest.Schema): the queries below are written for "fencegate".
+func inSchema(query string) string {
+	return strings.ReplaceAll(query, "fencegate.", pgx.Identifier{adaptertest.Schema()}.Sanitize()+".")
+}
 
 // worker is one language's example worker.
 type worker struct {
@@ -66,7 +74,7 @@ func run(t *testing.T, w []string, dbURL string, args ...string) map[string]any 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, w[0], append(w[1:], args...)...)
-	cmd.Env = append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL, "GATEWAY_SCHEMA="+testdb.Schema())
+	cmd.Env = append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL, "GATEWAY_SCHEMA="+adaptertest.Schema())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -82,7 +90,7 @@ func run(t *testing.T, w []string, dbURL string, args ...string) map[string]any 
 func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), testdb.SQL(query), args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), inSchema(query), args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -93,7 +101,7 @@ func TestWorkersInOtherLanguages(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
 			cmd := w.cmd(t)
-			dbURL := testdb.NewURL(t)
+			dbURL := adaptertest.NewDatabase(t)
 			ctx := context.Background()
 			pool, err := pgxpool.New(ctx, dbURL)
 			if err != nil {
@@ -110,7 +118,7 @@ func TestWorkersInOtherLanguages(t *testing.T) {
 			// The lease, through SQL: a new epoch, recorded as Go's are.
 			got := run(t, cmd, dbURL, "acquire", resource, "worker-a", "60000")
 			epoch := int64(got["epoch"].(float64))
-			issuer := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+			issuer := lease.NewIssuer(pool, lease.WithSchema(adaptertest.Schema()))
 			if r, err := issuer.Get(ctx, resource); err != nil || r.Epoch != epoch || r.Holder != "worker-a" || !r.LeaseLive {
 				t.Fatalf("after acquire %v: resource %+v, %v; want epoch %d held by worker-a", got, r, err, epoch)
 			}
@@ -126,7 +134,7 @@ func TestWorkersInOtherLanguages(t *testing.T) {
 				t.Fatalf("send = %v; want created, pending", sent)
 			}
 			id := int64(sent["intent_id"].(float64))
-			ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
+			ob, err := outbox.New(pool, outbox.Config{Schema: adaptertest.Schema()})
 			if err != nil {
 				t.Fatal(err)
 			}
