@@ -29,10 +29,23 @@ var (
 	binPath   string
 )
 
-// moduleRoot finds the directory holding go.mod, from this source file.
+// moduleRoot finds the directory holding go.mod: the nearest one above
+// this source file, wherever the package sits in the tree.
 func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	dir := filepath.Dir(file)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			// No go.mod above: the build that follows fails, naming the
+			// directory it ran in.
+			return filepath.Dir(file)
+		}
+		dir = parent
+	}
 }
 
 // BuildGateway builds (once per test binary) the gateway with -tags
