@@ -271,3 +271,65 @@ func countLines(text string) int {
 	}
 	return n
 }
+
+// TestArchitectureNamesEveryPackage checks that docs/architecture.md's
+// package table names every package of the module (each directory holding
+// Go files, relative to the root, in backquotes), and nothing that is not
+// one: the map for newcomers stays whole as packages come and go.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	b, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	pkgs := map[string]bool{}
+	err = filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules", "testdata", "var", "bin":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(p, ".go") {
+			rel, _ := filepath.Rel("../..", filepath.Dir(p))
+			pkgs[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 30 {
+		t.Fatalf("only %d packages found: the walk missed the module", len(pkgs))
+	}
+	var missing []string
+	for p := range pkgs {
+		if p != "." && !strings.Contains(doc, "`"+p+"`") {
+			missing = append(missing, p)
+		}
+	}
+	slices.Sort(missing)
+	t.Logf("%d packages, %d not named in docs/architecture.md", len(pkgs), len(missing))
+	if len(missing) > 0 {
+		t.Errorf("docs/architecture.md does not name these packages (in backquotes): %v", missing)
+	}
+	// And each row of the table names a directory of the module.
+	rows := 0
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		rows++
+		name := strings.SplitN(strings.TrimPrefix(line, "| `"), "`", 2)[0]
+		if _, err := os.Stat(filepath.Join("../..", name)); err != nil {
+			t.Errorf("docs/architecture.md has a row for %q, which is not a directory of the module", name)
+		}
+	}
+	if rows == 0 {
+		t.Error("docs/architecture.md has no package rows")
+	}
+}

@@ -9,7 +9,7 @@
 //	fenceerr, internal/* (runtime internals)
 //	kinds/*                 a kind's payload rules (fenceerr, internal/kindcheck)
 //	outbox, lease, idempotency, dispatcher, migrations   the core
-//	adapters/..., operator, shard, admin, gateway, cli, cmd
+//	adapters/..., executor, operator, shard, admin, gateway, cli, cmd
 //
 // beside them internal/testkit/* and adapters/adaptertest (test kits),
 // cli/internal/* (the tools the binary ships: bench, dev), test/* (the
@@ -39,7 +39,7 @@ var core = []string{"outbox", "lease", "idempotency", "dispatcher", "migrations"
 
 // above are the packages built on the core: neither the core nor an
 // internal package imports them.
-var above = []string{"adapters", "admin", "gateway", "cli", "operator", "shard", "cmd", "examples", "test"}
+var above = []string{"adapters", "executor", "admin", "gateway", "cli", "operator", "shard", "cmd", "examples", "test"}
 
 // internalUp lists the internal runtime packages allowed to import a core
 // package, and why; any other internal runtime package imports only
