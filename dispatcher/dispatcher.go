@@ -219,11 +219,12 @@ const streamCheckTimeout = 2 * time.Second
 // recheckStream runs after a failed publish, before the next claim: it
 // looks at the stream (a read, answered by its leader) and sets it up
 // again only when it is gone (deleted by an operator, a server that lost
-// its store), or while Start could not configure it yet. It used to make Start's create-or-update, bounded by
-// DBTimeout: sent during a leader election it went unanswered, so every
-// leader change stalled the relay for 10 s after its first failed publish,
-// however soon the election ended (test/cluster measured it); and each
-// failed publish proposed a stream update to the meta leader.
+// its store), or while Start could not configure it yet. Not Start's
+// create-or-update, bounded by DBTimeout: sent during a leader election
+// that request goes unanswered, so every leader change would stall the
+// relay for 10 s after its first failed publish, however soon the election
+// ended (test/cluster measures the stall); and each failed publish would
+// propose a stream update to the meta leader.
 func (d *Dispatcher) recheckStream(ctx context.Context) error {
 	if !d.configured.Load() {
 		return d.ensureStream(ctx)

@@ -28,7 +28,7 @@ import (
 // ErrStopped is the cause of a component's context once Stop was called
 // (context.Cause). It matches context.Canceled too (errors.Is), so code
 // that takes a cancellation for a clean end — and a public component whose
-// Stop used to cancel with context.Canceled, like lease.Keeper — reads a
+// callers expect context.Canceled from Stop, like lease.Keeper — reads a
 // Stop the same way.
 var ErrStopped = fmt.Errorf("startstop: stopped: %w", context.Canceled)
 

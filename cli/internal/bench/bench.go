@@ -933,8 +933,8 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error)
 	// out, so a growing backlog does not count as sustained.
 	//
 	// Only intents above the highest id before the run are counted, through
-	// the primary key: until issue 7 this counted every completed intent,
-	// a sequential scan of the million preloaded rows in case growth (a
+	// the primary key: counting every completed intent would be a
+	// sequential scan of the million preloaded rows in case growth (a
 	// benchmark artifact, twice per run, on the machine being measured).
 	var floor, doneBefore int64
 	if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT coalesce(max(intent_id), 0) FROM fencegate.intents`)).Scan(&floor); err != nil {

@@ -230,8 +230,8 @@ func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Issue 12's goal: at least River's worked rate on this machine
-	// (7,700-10,600 jobs/s with a 5 ms fetch cooldown).
+	// The goal: at least River's worked rate on this machine (7,700-10,600
+	// jobs/s with a 5 ms fetch cooldown; docs/performance.md).
 	const riverRate = 7700
 	return []Result{{
 		Name: "e2e-drain", Unit: "intents/s", Value: drain, Baseline: relay, Ratio: ratioOf(drain, relay),
