@@ -525,12 +525,18 @@ func (r *Runtime) handle(ctx context.Context, ex adapters.Executor, msg jetstrea
 // delay is the redelivery delay after the n-th delivery: exponential with
 // full jitter, between RetryBase/2 and RetryMax.
 func (r *Runtime) delay(msg jetstream.Msg) time.Duration {
-	n := uint64(1)
+	n := 1
 	if md, err := msg.Metadata(); err == nil {
-		n = md.NumDelivered
+		n = int(min(md.NumDelivered, 1<<16))
 	}
+	return r.backoff(n)
+}
+
+// backoff is the delay after the n-th try (from 1): RetryBase doubled per
+// try up to RetryMax, with full jitter (between half and all of it).
+func (r *Runtime) backoff(n int) time.Duration {
 	d := r.cfg.RetryBase
-	for i := uint64(1); i < n && d < r.cfg.RetryMax; i++ {
+	for i := 1; i < n && d < r.cfg.RetryMax; i++ {
 		d *= 2
 	}
 	d = min(d, r.cfg.RetryMax)
@@ -1048,19 +1054,13 @@ func (r *Runtime) keepForRetry(ctx context.Context, ex adapters.Executor, req ad
 
 // retryDelay is how long after attempt n (from 1) the next one is due: the
 // destination's Retry-After (at least RetryBase, at most MaxRetryAfter),
-// else exponential from RetryBase, doubling per attempt up to RetryMax,
-// with jitter (between half and all of it).
+// else the backoff by attempt.
 func (r *Runtime) retryDelay(n int, cause error) time.Duration {
 	var e *adapters.Error
 	if errors.As(cause, &e) && e.RetryAfter > 0 {
 		return min(max(e.RetryAfter, r.cfg.RetryBase), r.cfg.MaxRetryAfter)
 	}
-	d := r.cfg.RetryBase
-	for i := 1; i < n && d < r.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.RetryMax)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return r.backoff(n)
 }
 
 func (r *Runtime) hold(ctx context.Context, req adapters.Request, d idempotency.Decision, why string, log *slog.Logger) (verdict, time.Duration, error) {

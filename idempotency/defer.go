@@ -40,9 +40,7 @@ func (s *Store) ReleaseForRetry(ctx context.Context, r Retry, proven bool) error
 	}
 	var lost bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, s.schema.SQL(`
-			DELETE FROM fencegate.idempotency_keys
-			WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started'`), r.Kind, r.Key, r.Token)
+		tag, err := tx.Exec(ctx, s.schema.SQL(releaseSQL), r.Kind, r.Key, r.Token)
 		if err != nil {
 			return err
 		}
@@ -92,13 +90,10 @@ func (s *Store) KeepForRetry(ctx context.Context, r Retry, possible bool) error 
 			lost = true
 			return nil
 		}
-		ok, err := s.intents.Defer(ctx, tx, r.IntentID, r.Error, r.Delay, possible, false, terminalStatuses)
-		if err == nil && !ok {
-			// A final status (an operator's resolve, cancel refused for a
-			// possible effect aside): nothing to defer; the key stays
-			// owned until its lock expires, and the next Begin decides.
-			return nil
-		}
+		_, err = s.intents.Defer(ctx, tx, r.IntentID, r.Error, r.Delay, possible, false, terminalStatuses)
+		// !ok: the intent has a final status meanwhile (an operator
+		// resolved it): nothing to defer. The key stays owned until its
+		// lock expires, and the next Begin decides.
 		return err
 	})
 	if err != nil {

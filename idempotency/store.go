@@ -882,6 +882,11 @@ func (s *Store) ownershipError(ctx context.Context, kind, key string, token int6
 	return &OwnershipError{Kind: kind, Key: key, Token: token, CurrentToken: current, State: State(state)}
 }
 
+// releaseSQL deletes the key owned by token $3, only while it is started.
+const releaseSQL = `
+		DELETE FROM fencegate.idempotency_keys
+		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started' AND ` + durable.Where
+
 // Release drops the key owned by token after an attempt that definitely did
 // NOT perform the effect and may be retried (a refusal such as an SMTP 4xx),
 // so the next Begin answers Execute. The key is deleted, with its
@@ -896,9 +901,7 @@ func (s *Store) Release(ctx context.Context, kind, key string, token int64) erro
 	// when the DELETE holds its lock (PostgreSQL re-checks it after waiting
 	// for a concurrent writer), so a takeover that committed first makes
 	// this match nothing rather than delete the new owner's key.
-	tag, err := s.pool.Exec(ctx, s.schema.SQL(`
-		DELETE FROM fencegate.idempotency_keys
-		WHERE kind = $1 AND idempotency_key = $2 AND token = $3 AND state = 'started' AND `+durable.Where), kind, key, token)
+	tag, err := s.pool.Exec(ctx, s.schema.SQL(releaseSQL), kind, key, token)
 	if err != nil {
 		return fmt.Errorf("idempotency: release %s/%q: %w", kind, key, err)
 	}
