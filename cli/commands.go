@@ -25,6 +25,7 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("migrate")
 	allowFsyncOff := a.fsyncFlag(fs)
 	moveFrom := fs.String("move-from", "", "first move an install from this schema (public: an install from before schemas) into --schema, in one transaction; stop every gateway process and worker of the database first")
+	allowUnsafe := fs.Bool("allow-unsafe-schema", false, "install even where roles other than this one can create objects in --schema (refused otherwise, exit 2 naming schema): only when every such role is trusted as much as this one, since fencegate's SQL functions run with this role's rights")
 	nsFlag := fs.String("namespace", "", "record this as the deployment's namespace on NATS (default $GATEWAY_NAMESPACE, else the recorded one, first derived from the cluster's system identifier and the database's name); unique per NATS: a-z, 0-9, '-', '_', at most 32")
 	if code, ok := a.parse(fs, args); !ok {
 		return code
@@ -60,9 +61,10 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 		}
 		fmt.Fprintf(a.stderr, "gateway migrate: moved %d objects from schema %s to %s\n", len(moved), *moveFrom, a.schema())
 	}
-	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: a.schema()})
+	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: a.schema(), AllowUnsafeSchema: *allowUnsafe})
 	var elsewhere *migrations.ElsewhereError
-	if errors.As(err, &elsewhere) {
+	var unsafe *migrations.UnsafeSchemaError
+	if errors.As(err, &elsewhere) || errors.As(err, &unsafe) {
 		return a.fail(badInput("schema", err.Error()))
 	}
 	if err != nil {

@@ -18,7 +18,7 @@ func UpVersioned(ctx context.Context, pool *pgxpool.Pool, schema string, version
 	if err != nil {
 		return err
 	}
-	if err := prepareSchema(ctx, pool, s); err != nil {
+	if err := prepareSchema(ctx, pool, s, false); err != nil {
 		return err
 	}
 	if _, err := migrate(ctx, pool, s, version, nil, slog.New(slog.DiscardHandler)); err != nil {

@@ -54,6 +54,14 @@ type Config struct {
 	// Schema is the schema fencegate's tables and functions live in,
 	// created when missing. Default: "fencegate" (pgschema.Default).
 	Schema string
+	// AllowUnsafeSchema installs into a schema where roles other than the
+	// migrating one (and those that can act as it) may create objects,
+	// which Up otherwise refuses with an *UnsafeSchemaError: fencegate's
+	// functions run with the migrating role's rights (SECURITY DEFINER),
+	// and such a role could otherwise place objects beside them. Set it
+	// only when every role that can create there is trusted as much as
+	// the migrating role (gateway migrate --allow-unsafe-schema).
+	AllowUnsafeSchema bool
 	// Logger. Nil: discard.
 	Logger *slog.Logger
 
@@ -95,7 +103,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, cfg Config) ([]Applied, error) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if err := prepareSchema(ctx, pool, s); err != nil {
+	if err := prepareSchema(ctx, pool, s, cfg.AllowUnsafeSchema); err != nil {
 		return nil, err
 	}
 	functions := cfg.functions
@@ -204,6 +212,23 @@ func applyFunctions(ctx context.Context, conn *pgx.Conn, s pgschema.Schema, fsys
 	return nil
 }
 
+// UnsafeSchemaError says that roles other than the migrating one can
+// create objects in the schema Up was asked to install into.
+type UnsafeSchemaError struct {
+	// Schema is the schema; Roles the roles that can create in it, by
+	// name, "PUBLIC" when every role can.
+	Schema string
+	Roles  []string
+}
+
+func (e *UnsafeSchemaError) Error() string {
+	return fmt.Sprintf("schema: roles other than the migrating role can create objects in schema %q (%s): "+
+		"fencegate's SQL functions run with the migrating role's rights, and an object of theirs there could run with them too. "+
+		"Revoke it (REVOKE CREATE ON SCHEMA %s FROM %s), install into a schema of fencegate's own (--schema), "+
+		"or, if every one of them is trusted as much as the migrating role, pass --allow-unsafe-schema",
+		e.Schema, strings.Join(e.Roles, ", "), e.Schema, strings.Join(e.Roles, ", "))
+}
+
 // ElsewhereError says that the database's fencegate tables are in another
 // schema than the one asked for.
 type ElsewhereError struct {
@@ -237,11 +262,12 @@ func keyOf(name string) int64 {
 }
 
 // prepareSchema creates the schema when missing and refuses a database
-// whose fencegate tables are elsewhere. The transaction-scoped advisory
+// whose fencegate tables are elsewhere, and a schema others can create in
+// (unless allowUnsafe; see creators). The transaction-scoped advisory
 // lock orders concurrent migrators: without it two CREATE SCHEMA IF NOT
 // EXISTS racing on an empty database can both try to create it, and one
 // fails on the catalog's unique index.
-func prepareSchema(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) error {
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema, allowUnsafe bool) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
@@ -258,10 +284,69 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema) e
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s.Name()); err != nil {
 		return fmt.Errorf("migrations: create schema %s: %w", s.Name(), err)
 	}
+	// Before anything is installed, and refused with the schema's creation
+	// rolled back: a refused Up stores nothing.
+	if !allowUnsafe {
+		roles, err := creators(ctx, tx, s)
+		if err != nil {
+			return err
+		}
+		if len(roles) > 0 {
+			return &UnsafeSchemaError{Schema: s.Name(), Roles: roles}
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrations: create schema %s: %w", s.Name(), err)
 	}
 	return nil
+}
+
+// creators lists the roles, other than the migrating role (current_user),
+// that can create objects in schema s: "PUBLIC" alone when CREATE is
+// granted to every role, else each role that is not a superuser, cannot act as the
+// migrating role (is not a member of it) and owns the schema or holds
+// CREATE on it, directly or through a role it belongs to.
+//
+// Why it matters: fencegate's functions are SECURITY DEFINER, so they run
+// with the migrating role's rights, and their search_path holds the schema.
+// A role that can create there can add, beside them, a function or an
+// operator that name resolution inside them prefers to the built-in one (a
+// to_json(text) beats pg_catalog.to_json(anyelement)), and have its code
+// run with the migrating role's rights. A superuser could anyway, and so
+// could a member of the migrating role; nobody else may be able to. The
+// schema public, owned by pg_database_owner, counts as owned by the
+// database's owner. Rights granted after migrate are not seen here: keep
+// CREATE on fencegate's schema to its owner (docs/sql.md).
+func creators(ctx context.Context, tx pgx.Tx, s pgschema.Schema) ([]string, error) {
+	rows, err := tx.Query(ctx, `
+		WITH n AS (
+			SELECT n.oid, n.nspowner, n.nspacl,
+			       CASE WHEN n.nspowner = (SELECT oid FROM pg_roles WHERE rolname = 'pg_database_owner')
+			            THEN (SELECT datdba FROM pg_database WHERE datname = current_database())
+			            ELSE n.nspowner END AS owner
+			FROM pg_namespace n WHERE n.nspname = $1
+		)
+		SELECT 'PUBLIC' FROM n, aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+		WHERE a.grantee = 0 AND a.privilege_type = 'CREATE'
+		UNION
+		SELECT r.rolname FROM n, pg_roles r
+		WHERE NOT r.rolsuper
+		  AND r.rolname <> 'pg_database_owner'
+		  AND (r.oid = n.owner OR has_schema_privilege(r.oid, n.oid, 'CREATE'))
+		  AND NOT pg_has_role(r.oid, current_user, 'MEMBER')
+		ORDER BY 1`, s.Name())
+	if err != nil {
+		return nil, fmt.Errorf("migrations: who can create in schema %s: %w", s.Name(), err)
+	}
+	roles, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("migrations: who can create in schema %s: %w", s.Name(), err)
+	}
+	// Every role can: naming each of them says nothing more.
+	if slices.Contains(roles, "PUBLIC") {
+		return []string{"PUBLIC"}, nil
+	}
+	return roles, nil
 }
 
 // schemaPool is a small pool on pool's database whose connections have
