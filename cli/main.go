@@ -49,6 +49,8 @@ Usage:
                                retry --force also retries intents whose effect
                                may have happened (a second effect accepted)
   gateway lease history --resource R [--limit N]
+  gateway policy apply FILE    the rule set (principals), from a JSON file (- : stdin)
+  gateway policy show          the rule set in force, with its version
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
   gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
@@ -105,6 +107,7 @@ func commands() map[string]command {
 		"dev":     cmdDev,
 		"bench":   cmdBench,
 		"ls":      cmdLs,
+		"policy":  cmdPolicy,
 		"retry":   bulkCommand(operator.ActionRetry),
 		"cancel":  bulkCommand(operator.ActionCancel),
 		"resolve": bulkCommand(operator.ActionResolve),

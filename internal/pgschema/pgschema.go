@@ -45,21 +45,22 @@ var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 var Objects = []string{
 	// tables
 	"deployment", "epoch_authority", "epoch_grants", "fencegate_schema_version",
-	"idempotency_keys", "intent_events", "intents", "resources",
+	"idempotency_keys", "intent_events", "intents", "policy_history",
+	"principal_roles", "principals", "resources",
 	// sequences
 	"fencegate_schema_version_id_seq", "idempotency_token_seq",
-	"intent_events_event_id_seq", "intents_intent_id_seq",
+	"intent_events_event_id_seq", "intents_intent_id_seq", "policy_history_version_seq",
 	// functions: the stable SQL interface (migrations/functions/interface_v1.sql, docs/sql.md)
 	"acquire", "enqueue", "interface_version", "release", "renew",
 	// functions: internal
-	"fencegate_base64_ok", "fencegate_blank", "fencegate_check_content",
+	"fencegate_authorize", "fencegate_base64_ok", "fencegate_blank", "fencegate_check_content",
 	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_check_payload",
 	"fencegate_check_target", "fencegate_check_url", "fencegate_deployment_sysid", "fencegate_derived_namespace",
 	"fencegate_email_address_ok", "fencegate_enqueue", "fencegate_enqueue_batch",
 	"fencegate_epoch_authority", "fencegate_epoch_never_decreases", "fencegate_invalid",
 	"fencegate_notify_outcome", "fencegate_payload_only", "fencegate_payload_string",
-	"fencegate_payload_string_map", "fencegate_payload_strings",
-	"fencegate_raise", "fencegate_stale_lease", "fencegate_system_identifier",
+	"fencegate_payload_string_map", "fencegate_payload_strings", "fencegate_principal_allows",
+	"fencegate_raise", "fencegate_scoped_key", "fencegate_scoped_shape", "fencegate_stale_lease", "fencegate_system_identifier",
 	"fencegate_timeline_id", "fencegate_url_ok",
 }
 

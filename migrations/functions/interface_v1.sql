@@ -89,6 +89,8 @@ DECLARE
     l_fence text;
     l_key   text;
     r       record;
+    a       record;
+    l_declared text;
 BEGIN
     -- The checks of outbox.normalize. The common case passes in one
     -- expression (see fencegate_check_payload for why that matters);
@@ -142,6 +144,24 @@ BEGIN
     l_fence := coalesce(nullif(enqueue.fence, ''),
         CASE WHEN enqueue.kind IN ('email', 'webhook') THEN 'commit' ELSE 'execute' END);
     l_key := coalesce(nullif(enqueue.key, ''), enqueue.resource || '/' || enqueue.operation_id);
+    -- The rule set (policy.sql), before the payload is looked at and the
+    -- control row locked: a principal outside its scope learns nothing of
+    -- the resource and holds nothing of it.
+    SELECT * INTO a FROM fencegate_authorize(enqueue.resource, enqueue.kind);
+    IF a.key_scope = 'resource' THEN
+        -- A key scoped for this resource already is kept (outbox.ScopedKey).
+        l_key := coalesce(nullif(enqueue.key, ''), enqueue.operation_id);
+        IF NOT starts_with(l_key, fencegate_scoped_key(enqueue.resource, '')) THEN
+            l_key := fencegate_scoped_key(enqueue.resource, l_key);
+        END IF;
+        IF octet_length(l_key) > 255 THEN
+            PERFORM fencegate_invalid('idempotency_key', format('the effective key %s (key scope resource) is %s bytes, over the limit of 255; pass a shorter key',
+                to_json(l_key), octet_length(l_key)));
+        END IF;
+    ELSIF fencegate_scoped_shape(enqueue.key) THEN
+        PERFORM fencegate_invalid('idempotency_key', format('%s has the form of a resource-scoped key ("<bytes>:<resource>/<key>"), which only that resource''s scoped enqueues make',
+            to_json(enqueue.key)));
+    END IF;
     PERFORM fencegate_check_payload(enqueue.kind, enqueue.payload);
 
     -- Durable when the caller's COMMIT returns, whatever the server's
@@ -152,8 +172,18 @@ BEGIN
 
     -- The fence, the dedup and the insert: fencegate_enqueue, the same
     -- function the Go client calls, under the resource's control-row lock.
+    -- Under a rule set the intent records the mapped principal (the
+    -- column's default reads fencegate.principal), never one the caller
+    -- declared; the caller's setting is put back after.
+    IF a.principal IS NOT NULL THEN
+        l_declared := current_setting('fencegate.principal', true);
+        PERFORM set_config('fencegate.principal', a.principal, true);
+    END IF;
     SELECT * INTO r FROM fencegate_enqueue(enqueue.resource, enqueue.epoch, enqueue.operation_id, enqueue.kind,
         l_key, l_fence, enqueue.payload, true);
+    IF a.principal IS NOT NULL THEN
+        PERFORM set_config('fencegate.principal', coalesce(l_declared, ''), true);
+    END IF;
     current_epoch := r.current_epoch;
     CASE r.outcome
     WHEN 'inserted' THEN
@@ -253,8 +283,11 @@ DECLARE
     l_how  text;
     l_prev text;
     l_pw   text;
+    a      record;
 BEGIN
     PERFORM fencegate_check_lease_args(acquire.resource, acquire.holder, NULL, acquire.ttl, false, true);
+    -- Before the control row is created or locked (policy.sql).
+    SELECT * INTO a FROM fencegate_authorize(acquire.resource, NULL);
     IF acquire.failover_epoch_jump IS NULL OR acquire.failover_epoch_jump < 0 OR acquire.failover_epoch_jump > 9007199254740992 THEN
         PERFORM fencegate_invalid('failover_epoch_jump', format('must be between 0 and 9007199254740992 (2^53), got %s', coalesce(acquire.failover_epoch_jump::text, 'null')));
     END IF;
@@ -308,7 +341,7 @@ BEGIN
     END IF;
     INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
     VALUES (acquire.resource, acquire.epoch, acquire.holder, l_how, c.epoch, l_prev, c.since,
-            nullif(current_setting('fencegate.principal', true), ''));
+            coalesce(a.principal, nullif(current_setting('fencegate.principal', true), '')));
 END
 $$;
 
@@ -324,6 +357,8 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM fencegate_check_lease_args(renew.resource, renew.holder, renew.epoch, renew.ttl, true, true);
+    -- Before the control row is locked (policy.sql).
+    PERFORM fencegate_authorize(renew.resource, NULL);
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
     -- One conditional update: the check and the extension are one step.
@@ -350,6 +385,8 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM fencegate_check_lease_args(release.resource, release.holder, release.epoch, NULL, true, false);
+    -- Before the control row is locked (policy.sql).
+    PERFORM fencegate_authorize(release.resource, NULL);
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
     UPDATE resources r

@@ -1,0 +1,292 @@
+// Package policy is fencegate's rule set: the principals that may enqueue
+// and hold leases, what each may touch, and which PostgreSQL roles act as
+// which principal. The rules live in the database (fencegate's schema),
+// written as a whole by Apply (gateway policy apply FILE), read by Current
+// (gateway policy show), and checked inside the database by the SQL
+// interface's functions, so that a worker's role can do nothing its
+// principal may not.
+//
+// A document is JSON:
+//
+//	{"principals": [
+//	  {"name": "reports", "role": "worker",
+//	   "resources": ["reports/*"], "kinds": ["email"],
+//	   "key_scope": "resource", "sql_roles": ["report_worker"]}
+//	]}
+//
+// Apply replaces every principal in one transaction and keeps every
+// document applied (with who applied it) in the history: a rule set is
+// never half applied, and what was in force when is on record.
+package policy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/pgschema"
+)
+
+// Roles a principal may have.
+const (
+	// RoleWorker enqueues and holds leases.
+	RoleWorker = "worker"
+	// RoleOperator reads intents and acts on them; it does not enqueue.
+	RoleOperator = "operator"
+)
+
+// Key scopes.
+const (
+	// KeyScopeResource confines a principal's idempotency keys to each
+	// resource: the same key under two resources is two keys. The default:
+	// a principal confined to some resources cannot take another's keys.
+	KeyScopeResource = "resource"
+	// KeyScopeGlobal shares one key space across resources.
+	KeyScopeGlobal = "global"
+)
+
+// All, as a principal's only resource or kind, allows every one.
+const All = "*"
+
+// Document is a rule set as a team keeps it in git.
+type Document struct {
+	Principals []Principal `json:"principals"`
+}
+
+// Principal is who a token or a PostgreSQL role acts as.
+type Principal struct {
+	// Name identifies the principal: 1 to 64 of a-z, 0-9, '.', '_', '-'.
+	Name string `json:"name"`
+	// Role is RoleWorker or RoleOperator.
+	Role string `json:"role"`
+	// Resources the principal may touch: exact names or "prefix*"
+	// patterns; ["*"] for every resource. Required.
+	Resources []string `json:"resources"`
+	// Kinds the principal may enqueue; ["*"] for every kind. Required for
+	// a worker.
+	Kinds []string `json:"kinds,omitempty"`
+	// Epochs allows advancing a resource's epoch from outside (an external
+	// lock service). Default false.
+	Epochs bool `json:"epochs,omitempty"`
+	// KeyScope is KeyScopeResource (default) or KeyScopeGlobal.
+	KeyScope string `json:"key_scope,omitempty"`
+	// SQLRoles are the PostgreSQL roles (session_user) that act as this
+	// principal through the SQL interface. A role belongs to one principal.
+	SQLRoles []string `json:"sql_roles,omitempty"`
+}
+
+// Parse reads a document: JSON, unknown fields refused. An error is a
+// *fenceerr.InvalidError naming the field ("principals[1].resources[0]").
+func Parse(b []byte) (Document, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var d Document
+	if err := dec.Decode(&d); err != nil {
+		return Document{}, parseError(err)
+	}
+	if dec.More() {
+		return Document{}, fenceerr.Invalid("document", "must hold one JSON object, found more after it")
+	}
+	d = d.withDefaults()
+	if err := d.Validate(); err != nil {
+		return Document{}, err
+	}
+	return d, nil
+}
+
+// parseError names the field of a JSON error where it can.
+func parseError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fenceerr.Invalid(te.Field, "must be a %s, got %s", te.Type, te.Value)
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fenceerr.Invalid(strings.Trim(msg, `"`), "is not a field of a policy document")
+	}
+	return fenceerr.Invalid("document", "is not valid JSON: %v", err)
+}
+
+func (d Document) withDefaults() Document {
+	for i := range d.Principals {
+		if d.Principals[i].KeyScope == "" {
+			d.Principals[i].KeyScope = KeyScopeResource
+		}
+	}
+	return d
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+	roleRE = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
+)
+
+// Validate checks d; its errors name the field.
+func (d Document) Validate() error {
+	names := map[string]bool{}
+	roles := map[string]string{}
+	for i, p := range d.Principals {
+		at := fmt.Sprintf("principals[%d]", i)
+		switch {
+		case !nameRE.MatchString(p.Name):
+			return fenceerr.Invalid(at+".name", "must be 1 to 64 of a-z, 0-9, '.', '_', '-', got %q", p.Name)
+		case names[p.Name]:
+			return fenceerr.Invalid(at+".name", "%q names two principals", p.Name)
+		case p.Role != RoleWorker && p.Role != RoleOperator:
+			return fenceerr.Invalid(at+".role", "must be %q or %q, got %q", RoleWorker, RoleOperator, p.Role)
+		case p.KeyScope != KeyScopeResource && p.KeyScope != KeyScopeGlobal:
+			return fenceerr.Invalid(at+".key_scope", "must be %q or %q, got %q", KeyScopeResource, KeyScopeGlobal, p.KeyScope)
+		case len(p.Resources) == 0:
+			return fenceerr.Invalid(at+".resources", `must list the resources the principal may touch (exact, "prefix*", or "*" for every one)`)
+		case p.Role == RoleWorker && len(p.Kinds) == 0:
+			return fenceerr.Invalid(at+".kinds", `must list the kinds the worker may enqueue ("*" for every one)`)
+		}
+		names[p.Name] = true
+		for j, r := range p.Resources {
+			if err := checkPattern(r); err != nil {
+				return fenceerr.Invalid(fmt.Sprintf("%s.resources[%d]", at, j), "%v", err)
+			}
+		}
+		for j, k := range p.Kinds {
+			if err := checkPattern(k); err != nil || (strings.HasSuffix(k, "*") && k != All) {
+				return fenceerr.Invalid(fmt.Sprintf("%s.kinds[%d]", at, j), `must be a kind's name or "*", got %q`, k)
+			}
+		}
+		for j, r := range p.SQLRoles {
+			field := fmt.Sprintf("%s.sql_roles[%d]", at, j)
+			if !roleRE.MatchString(r) {
+				return fenceerr.Invalid(field, "must be a PostgreSQL role's name (lower case, unquoted), got %q", r)
+			}
+			if other, ok := roles[r]; ok {
+				return fenceerr.Invalid(field, "role %q is mapped to principals %q and %q: a role acts as one principal", r, other, p.Name)
+			}
+			roles[r] = p.Name
+		}
+	}
+	return nil
+}
+
+// checkPattern checks a resource name or pattern: 1 to 200 bytes, no
+// control, format or bidi characters, "*" only at the end.
+func checkPattern(p string) error {
+	if p == "" || len(p) > 200 {
+		return fmt.Errorf("must be 1 to 200 bytes, got %d", len(p))
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return fmt.Errorf("must not hold control or format characters, got %q", p)
+		}
+	}
+	if i := strings.IndexByte(p, '*'); i >= 0 && i != len(p)-1 {
+		return fmt.Errorf(`may hold "*" only at its end, got %q`, p)
+	}
+	return nil
+}
+
+// Applied is one document on record.
+type Applied struct {
+	Version   int64     `json:"version"`
+	AppliedAt time.Time `json:"applied_at"`
+	AppliedBy string    `json:"applied_by"`
+	Document  Document  `json:"document"`
+}
+
+// Apply replaces the rule set of schema with d, in one transaction, and
+// records d in the history, applied by the database role it runs as
+// (session_user). It returns the new version.
+func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (int64, error) {
+	s, err := pgschema.Parse(schema)
+	if err != nil {
+		return 0, err
+	}
+	d = d.withDefaults()
+	if err := d.Validate(); err != nil {
+		return 0, err
+	}
+	doc, err := json.Marshal(d)
+	if err != nil {
+		return 0, err
+	}
+	var version int64
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// One applier at a time: two applies racing would interleave their
+		// deletes and inserts, and the history's order must be the order
+		// in which rule sets took effect.
+		if _, err := tx.Exec(ctx, s.SQL(`LOCK TABLE fencegate.policy_history IN EXCLUSIVE MODE`)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.SQL(`DELETE FROM fencegate.principals`)); err != nil {
+			return err
+		}
+		for _, p := range d.Principals {
+			if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.principals (name, role, resources, kinds, epochs, key_scope)
+				VALUES ($1, $2, $3, $4, $5, $6)`), p.Name, p.Role, p.Resources, nonNil(p.Kinds), p.Epochs, p.KeyScope); err != nil {
+				return err
+			}
+			for _, r := range p.SQLRoles {
+				if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.principal_roles (role_name, principal) VALUES ($1, $2)`), r, p.Name); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.QueryRow(ctx, s.SQL(`INSERT INTO fencegate.policy_history (applied_by, document) VALUES (session_user, $1) RETURNING version`),
+			doc).Scan(&version)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("policy: apply: %w", err)
+	}
+	return version, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Current returns the rule set in force in schema: the last document
+// applied. ok is false when none was ever applied.
+func Current(ctx context.Context, pool *pgxpool.Pool, schema string) (a Applied, ok bool, err error) {
+	s, err := pgschema.Parse(schema)
+	if err != nil {
+		return Applied{}, false, err
+	}
+	var doc []byte
+	err = pool.QueryRow(ctx, s.SQL(`SELECT version, applied_at, applied_by, document FROM fencegate.policy_history
+		ORDER BY version DESC LIMIT 1`)).Scan(&a.Version, &a.AppliedAt, &a.AppliedBy, &doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Applied{}, false, nil
+	}
+	if err != nil {
+		return Applied{}, false, fmt.Errorf("policy: %w", err)
+	}
+	if err := json.Unmarshal(doc, &a.Document); err != nil {
+		return Applied{}, false, fmt.Errorf("policy: the document on record: %w", err)
+	}
+	return a, true, nil
+}
+
+// Allows reports whether pattern (a principal's resource entry) covers
+// resource.
+func Allows(pattern, resource string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(resource, prefix)
+	}
+	return pattern == resource
+}
+
+// Covers reports whether one of patterns covers resource.
+func Covers(patterns []string, resource string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool { return Allows(p, resource) })
+}

@@ -1,0 +1,217 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/policy"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+const mail = `{"to":"alice@example.com","from":"reports@example.com","subject":"Nightly report","text":"ready"}`
+
+// sqlWorkers makes LOGIN roles granted exactly docs/sql.md's worker grant
+// block, dropped at the end, and returns a connection as each.
+func sqlWorkers(t *testing.T, pool *pgxpool.Pool, names ...string) map[string]*pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	s := testdb.Schema()
+	conns := map[string]*pgx.Conn{}
+	for _, name := range names {
+		for _, stmt := range []string{
+			"CREATE ROLE " + name + " LOGIN PASSWORD 'pw'",
+			"GRANT USAGE ON SCHEMA " + s + " TO " + name,
+			"GRANT EXECUTE ON FUNCTION " + s + ".enqueue(text, bigint, text, text, jsonb, text, text), " +
+				s + ".acquire(text, text, interval, bigint), " + s + ".renew(text, text, bigint, interval), " +
+				s + ".release(text, text, bigint) TO " + name,
+		} {
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+name)
+			_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+name)
+		})
+		cfg, err := pgx.ParseConfig(pool.Config().ConnString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.User, cfg.Password = name, "pw"
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closed before the role is dropped (cleanups run last first).
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		conns[name] = c
+	}
+	return conns
+}
+
+// sqlState returns the SQLSTATE, COLUMN and DETAIL of err ("" if none).
+func sqlState(err error) (code, column, detail string) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code, pe.ColumnName, pe.Detail
+	}
+	return "", "", ""
+}
+
+// A rule set confines what a SQL role can do through the interface: a
+// role mapped to a principal confined to reports/* and email can acquire,
+// renew, release and enqueue there, and nothing else — each refusal is
+// ZF007 naming the field, before the resource's control row is created
+// or locked and without its epoch or holder; a role mapped to nothing is
+// ZF006 naming the role; the intent records the mapped principal, not one
+// the caller declared; keys are scoped per resource without ambiguity.
+// Before any rule set is applied, roles use the interface as before.
+func TestSQLRolesFollowTheRuleSet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	reportsRole, billingRole, stranger := "fg_reports_"+suffix, "fg_billing_"+suffix, "fg_stranger_"+suffix
+	w := sqlWorkers(t, pool, reportsRole, billingRole, stranger)
+	q := func(sql string) string { return testdb.SQL(sql) }
+	acquire := func(c *pgx.Conn, resource string) (int64, error) {
+		var epoch int64
+		err := c.QueryRow(ctx, q(`SELECT epoch FROM fencegate.acquire($1, 'h', interval '1 minute')`), resource).Scan(&epoch)
+		return epoch, err
+	}
+	enqueue := func(c *pgx.Conn, resource string, epoch int64, op, kind, payload string, key *string) (int64, error) {
+		var id int64
+		err := c.QueryRow(ctx, q(`SELECT intent_id FROM fencegate.enqueue($1, $2, $3, $4, $5::jsonb, $6)`),
+			resource, epoch, op, kind, payload, key).Scan(&id)
+		return id, err
+	}
+	checks := 0
+	expect := func(what string, err error, code, column string) {
+		t.Helper()
+		checks++
+		got, col, detail := sqlState(err)
+		if got != code || col != column {
+			t.Errorf("%s: %v (SQLSTATE %q, COLUMN %q); want SQLSTATE %s naming %q", what, err, got, col, code, column)
+		}
+		if code == "ZF007" && (strings.Contains(detail, "epoch") || strings.Contains(detail, "holder")) {
+			t.Errorf("%s: the refusal's DETAIL %s tells the resource's epoch or holder", what, detail)
+		}
+	}
+
+	// No rule set yet: as before, any granted role.
+	if _, err := acquire(w[stranger], "billing/eu"); err != nil {
+		t.Fatalf("acquire before any rule set: %v", err)
+	}
+
+	doc, err := policy.Parse([]byte(fmt.Sprintf(`{"principals": [
+		{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"], "sql_roles": [%q]},
+		{"name": "billing", "role": "worker", "resources": ["billing*"], "kinds": ["*"], "key_scope": "global", "sql_roles": [%q]}]}`,
+		reportsRole, billingRole)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Apply(ctx, pool, testdb.Schema(), doc); err != nil {
+		t.Fatal(err)
+	}
+
+	r := w[reportsRole]
+	epoch, err := acquire(r, "reports/daily")
+	if err != nil {
+		t.Fatalf("acquire reports/daily as the reports principal: %v", err)
+	}
+	// A principal the caller declares is not the one recorded.
+	if _, err := r.Exec(ctx, `SELECT set_config('fencegate.principal', 'billing', false)`); err != nil {
+		t.Fatal(err)
+	}
+	id, err := enqueue(r, "reports/daily", epoch, "op-1", "email", mail, nil)
+	if err != nil {
+		t.Fatalf("enqueue email on reports/daily: %v", err)
+	}
+	var principal, key string
+	if err := pool.QueryRow(ctx, q(`SELECT principal, idempotency_key FROM fencegate.intents WHERE intent_id = $1`), id).Scan(&principal, &key); err != nil {
+		t.Fatal(err)
+	}
+	checks++
+	if principal != "reports" || key != "13:reports/daily/op-1" {
+		t.Errorf("intent %d: principal %q, key %q; want the mapped principal reports and the scoped key 13:reports/daily/op-1", id, principal, key)
+	}
+	if _, err := r.Exec(ctx, q(`SELECT fencegate.renew('reports/daily', 'h', $1, interval '1 minute')`), epoch); err != nil {
+		t.Errorf("renew reports/daily: %v", err)
+	}
+
+	// Nested names: the same key under "reports/a" and "reports/a/eu" is
+	// two keys, whatever the key holds.
+	var ids []int64
+	for _, c := range []struct{ resource, key string }{{"reports/a", "eu/x"}, {"reports/a/eu", "x"}} {
+		e, err := acquire(r, c.resource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := enqueue(r, c.resource, e, "op-nested", "email", mail, &c.key)
+		if err != nil {
+			t.Fatalf("enqueue on %s with key %s: %v", c.resource, c.key, err)
+		}
+		ids = append(ids, id)
+	}
+	checks++
+	if ids[0] == ids[1] {
+		t.Errorf("reports/a + eu/x and reports/a/eu + x are one intent (%d): the scoped keys collide", ids[0])
+	}
+
+	// A principal of the global scope cannot take a scoped key: the
+	// reports mail's key, given literally on billing, is refused.
+	be, err := acquire(w[billingRole], "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	squat := "13:reports/daily/op-2"
+	_, err = enqueue(w[billingRole], "billing", be, "op-squat", "email", mail, &squat)
+	expect("a global-scope key in a scoped key's form", err, "ZF004", "idempotency_key")
+	plain := "2024:invoice/7"
+	if _, err := enqueue(w[billingRole], "billing", be, "op-plain", "email", mail, &plain); err != nil {
+		t.Errorf("a global key %q that only starts like a scoped one: %v", plain, err)
+	}
+
+	// Outside its scope: nothing, and no control row made or locked.
+	_, err = acquire(r, "billing/eu")
+	expect("acquire billing/eu", err, "ZF007", "resource")
+	_, err = r.Exec(ctx, q(`SELECT fencegate.renew('billing/eu', 'h', 1, interval '1 minute')`))
+	expect("renew billing/eu", err, "ZF007", "resource")
+	_, err = r.Exec(ctx, q(`SELECT fencegate.release('billing/eu', 'h', 1)`))
+	expect("release billing/eu", err, "ZF007", "resource")
+	_, err = enqueue(r, "billing/eu", 1, "op-2", "email", mail, nil)
+	expect("enqueue on billing/eu", err, "ZF007", "resource")
+	_, err = acquire(r, "reportsX")
+	expect("acquire reportsX (not under reports/)", err, "ZF007", "resource")
+	_, err = enqueue(r, "reports/daily", epoch, "op-3", "file", `{"path":"x.txt","content":"x"}`, nil)
+	expect("enqueue a file", err, "ZF007", "kind")
+	var rows int
+	if err := pool.QueryRow(ctx, q(`SELECT count(*) FROM fencegate.resources WHERE resource_id = 'reportsX'`)).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("a refused acquire made %d control rows (%v)", rows, err)
+	}
+
+	// A role mapped to no principal: nothing, naming the role.
+	_, err = acquire(w[stranger], "reports/daily")
+	expect("acquire by an unmapped role", err, "ZF006", "role")
+	_, err = enqueue(w[stranger], "reports/daily", epoch, "op-4", "email", mail, nil)
+	expect("enqueue by an unmapped role", err, "ZF006", "role")
+
+	var stored int
+	if err := pool.QueryRow(ctx, q(`SELECT count(*) FROM fencegate.intents`)).Scan(&stored); err != nil || stored != 4 {
+		t.Errorf("%d intents stored (%v); want the 4 allowed", stored, err)
+	}
+	if checks < 10 {
+		t.Fatalf("only %d checks ran", checks)
+	}
+	t.Logf("%d checks of the rule set through SQL", checks)
+}
