@@ -89,6 +89,9 @@ type Principal struct {
 // Parse reads a document: JSON, unknown fields refused. An error is a
 // *fenceerr.InvalidError naming the field ("principals[1].resources[0]").
 func Parse(b []byte) (Document, error) {
+	if err := unknownFields(b); err != nil {
+		return Document{}, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var d Document
@@ -105,14 +108,45 @@ func Parse(b []byte) (Document, error) {
 	return d, nil
 }
 
-// parseError names the field of a JSON error where it can.
+// principalFields are the fields of a principal, as JSON names them.
+var principalFields = []string{"name", "role", "resources", "kinds", "epochs", "key_scope", "sql_roles"}
+
+// unknownFields refuses a field the document format does not have, named
+// by its path ("principals[0].token"): a misspelt field must not leave a
+// rule out silently.
+func unknownFields(b []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil {
+		return nil // not an object: Decode says so
+	}
+	for k := range top {
+		if k != "principals" {
+			return fenceerr.Invalid(k, "is not a field of a policy document (principals)")
+		}
+	}
+	var ps []map[string]json.RawMessage
+	if json.Unmarshal(top["principals"], &ps) != nil {
+		return nil
+	}
+	for i, p := range ps {
+		for k := range p {
+			if !slices.Contains(principalFields, k) {
+				return fenceerr.Invalid(fmt.Sprintf("principals[%d].%s", i, k), "is not a field of a principal (%s)", strings.Join(principalFields, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// indexRE finds the array indexes of encoding/json's field paths.
+var indexRE = regexp.MustCompile(`\.([0-9]+)`)
+
+// parseError names the field of a JSON error where it can, in the
+// documents' own spelling ("principals[0].name").
 func parseError(err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
-		return fenceerr.Invalid(te.Field, "must be a %s, got %s", te.Type, te.Value)
-	}
-	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fenceerr.Invalid(strings.Trim(msg, `"`), "is not a field of a policy document")
+		return fenceerr.Invalid(indexRE.ReplaceAllString(te.Field, "[$1]"), "must be a %s, got %s", te.Type, te.Value)
 	}
 	return fenceerr.Invalid("document", "is not valid JSON: %v", err)
 }
