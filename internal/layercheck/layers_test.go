@@ -8,7 +8,7 @@
 //
 //	fenceerr, internal/* (runtime internals)
 //	kinds/*                 a kind's payload rules (fenceerr, internal/kindcheck)
-//	outbox, lease, idempotency, dispatcher, migrations   the core
+//	outbox, lease, idempotency, dispatcher, migrations, policy   the core
 //	adapters/..., executor, operator, shard, admin, gateway, cli, cmd
 //
 // beside them internal/testkit/* and adapters/adaptertest (test kits),
@@ -35,7 +35,7 @@ import (
 var rootFlag = flag.String("layercheck.root", "../..", "root of the module whose imports are checked")
 
 // core are the packages the rest is built on.
-var core = []string{"outbox", "lease", "idempotency", "dispatcher", "migrations", "fenceerr"}
+var core = []string{"outbox", "lease", "idempotency", "dispatcher", "migrations", "policy", "fenceerr"}
 
 // above are the packages built on the core: neither the core nor an
 // internal package imports them.
