@@ -215,3 +215,52 @@ func TestSQLRolesFollowTheRuleSet(t *testing.T) {
 	}
 	t.Logf("%d checks of the rule set through SQL", checks)
 }
+
+// A worker's transaction that holds a resource's control row (an enqueue
+// not yet committed) and then idles stalls the holder's renewals only as
+// long as its role's idle_in_transaction_session_timeout (docs/sql.md's
+// grant block sets one): the server ends that session, its transaction
+// and the intent with it, and the renew, waiting within its lock timeout
+// (5 s), goes through instead of failing busy (55P03).
+func TestIdleWorkerStallsRenewOnlyUntilItsTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	worker := fmt.Sprint("fg_idle_", time.Now().UnixNano())
+	w := sqlWorkers(t, pool, worker)[worker]
+	q := func(sql string) string { return testdb.SQL(sql) }
+	if _, err := pool.Exec(ctx, "ALTER ROLE "+worker+" SET idle_in_transaction_session_timeout = '1s'"); err != nil {
+		t.Fatal(err)
+	}
+	// The setting applies to sessions that start after it.
+	cfg := w.Config().Copy()
+	w, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+
+	var epoch int64
+	if err := pool.QueryRow(ctx, q(`SELECT epoch FROM fencegate.acquire('shared', 'holder', interval '1 minute')`)).Scan(&epoch); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := w.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, q(`SELECT * FROM fencegate.enqueue('shared', $1, 'op', 'email', $2::jsonb)`), epoch, mail); err != nil {
+		t.Fatalf("the worker's enqueue: %v", err)
+	}
+	// The worker now idles in its transaction, holding the control row.
+	if _, err := pool.Exec(ctx, q(`SELECT fencegate.renew('shared', 'holder', $1, interval '1 minute')`), epoch); err != nil {
+		t.Fatalf("the holder's renew behind an idle worker: %v; want it through once the worker's session is ended", err)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("the idle worker's transaction committed after its session should have been ended")
+	}
+	var n int
+	if err := pool.QueryRow(ctx, q(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d intents stored (%v); want none: the ended transaction's enqueue is gone", n, err)
+	}
+	t.Logf("renew went through; the idle transaction was ended and stored %d intents", n)
+}
