@@ -132,6 +132,21 @@ func (e *env) waitTerminal(t *testing.T, id int64) *outbox.Record {
 	return e.WaitTerminal(t, id)
 }
 
+// wantFoundByLookup waits for intent id to end and checks that a lookup
+// found its effect: succeeded, found_by lookup, the effect of key once.
+func (e *env) wantFoundByLookup(t *testing.T, id int64, key string) {
+	t.Helper()
+	rec := e.waitTerminal(t, id)
+	var res map[string]any
+	_ = json.Unmarshal(rec.Result, &res)
+	if rec.Status != outbox.StatusSucceeded || res["found_by"] != "lookup" {
+		t.Fatalf("record = %+v, result %s; want succeeded, found by lookup", rec, rec.Result)
+	}
+	if n := e.dest.count(key); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
 // TestConformance runs the adapter conformance suite against the test
 // executor, which checks the suite as much as the runtime.
 func TestConformance(t *testing.T) {
@@ -203,41 +218,38 @@ func TestSameBusinessKeyAcrossEpochsExecutesOnce(t *testing.T) {
 	}
 }
 
-func TestRetryableThenSucceeds(t *testing.T) {
+// Retryable errors are retried up to MaxAttempts (3), a permanent one is
+// not. A failed intent never had its effect; when retries ran out its key
+// is released, so an operator's retry would execute again.
+func TestAttemptsEnd(t *testing.T) {
 	t.Parallel()
-	e := setup(t, opts{})
-	id := e.enqueue(t, "op", "k", `{"mode":"retry","fail_times":2}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded || rec.Attempts != 3 {
-		t.Fatalf("record = %s after %d attempts; want succeeded after 3", rec.Status, rec.Attempts)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d", n)
-	}
-}
-
-func TestRetryableExhaustedFails(t *testing.T) {
-	t.Parallel()
-	e := setup(t, opts{})
-	id := e.enqueue(t, "op", "k", `{"mode":"retry","fail_times":99}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusFailed || rec.Attempts != 3 || rec.LastError == nil {
-		t.Fatalf("record = %+v; want failed after 3 attempts with the reason", rec)
-	}
-	// The key was released (the effect never happened), so an operator's
-	// retry would execute again.
-	if _, err := e.Store.Get(context.Background(), "test", "k"); !errors.Is(err, idempotency.ErrNotFound) {
-		t.Fatalf("key after exhausted retries: %v; want released", err)
-	}
-}
-
-func TestPermanentFails(t *testing.T) {
-	t.Parallel()
-	e := setup(t, opts{})
-	id := e.enqueue(t, "op", "k", `{"mode":"permanent"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusFailed || rec.Attempts != 1 || rec.LastError == nil {
-		t.Fatalf("record = %+v", rec)
+	for _, tc := range []struct {
+		name, payload     string
+		status            outbox.Status
+		attempts, effects int
+		released          bool
+	}{
+		{"retryable then succeeds", `{"mode":"retry","fail_times":2}`, outbox.StatusSucceeded, 3, 1, false},
+		{"retryable exhausted fails", `{"mode":"retry","fail_times":99}`, outbox.StatusFailed, 3, 0, true},
+		{"permanent fails", `{"mode":"permanent"}`, outbox.StatusFailed, 1, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, opts{})
+			rec := e.waitTerminal(t, e.enqueue(t, "op", "k", tc.payload))
+			if rec.Status != tc.status || rec.Attempts != tc.attempts {
+				t.Fatalf("record = %+v; want %s after %d attempts", rec, tc.status, tc.attempts)
+			}
+			if n := e.dest.count("k"); n != tc.effects {
+				t.Fatalf("effects = %d, want %d", n, tc.effects)
+			}
+			if tc.status == outbox.StatusFailed && rec.LastError == nil {
+				t.Fatalf("record = %+v; want failed with the reason", rec)
+			}
+			if _, err := e.Store.Get(context.Background(), "test", "k"); tc.released && !errors.Is(err, idempotency.ErrNotFound) {
+				t.Fatalf("key after exhausted retries: %v; want released", err)
+			}
+		})
 	}
 }
 
@@ -265,14 +277,7 @@ func TestPlainErrorIsUnknown(t *testing.T) {
 	t.Run("lookup: recovered", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, opts{lookup: true})
-		id := e.enqueue(t, "op", "k", `{"mode":"plain"}`)
-		rec := e.waitTerminal(t, id)
-		if rec.Status != outbox.StatusSucceeded || !strings.Contains(string(rec.Result), "lookup") {
-			t.Fatalf("record = %+v, want succeeded by lookup", rec)
-		}
-		if n := e.dest.count("k"); n != 1 {
-			t.Fatalf("executed %d times, want 1", n)
-		}
+		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"plain"}`), "k")
 	})
 }
 
@@ -281,19 +286,7 @@ func TestPlainErrorIsUnknown(t *testing.T) {
 func TestUnknownOutcomeResolvedByLookup(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{lookup: true})
-	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("status = %s", rec.Status)
-	}
-	var res map[string]any
-	_ = json.Unmarshal(rec.Result, &res)
-	if res["found_by"] != "lookup" {
-		t.Fatalf("result = %s; want found by lookup", rec.Result)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
-	}
+	e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"lost-response"}`), "k")
 }
 
 // Lost response, no lookup, policy hold: unknown, never re-executed.
@@ -352,18 +345,7 @@ func TestAbandonedAttemptRecoveredByLookup(t *testing.T) {
 	e.dest.effects["k2"]++
 	e.dest.mu.Unlock()
 	e.Release(t, id)
-	got := e.waitTerminal(t, id)
-	if got.Status != outbox.StatusSucceeded {
-		t.Fatalf("status = %s", got.Status)
-	}
-	var res map[string]any
-	_ = json.Unmarshal(got.Result, &res)
-	if res["found_by"] != "lookup" {
-		t.Fatalf("result = %s; want found by lookup", got.Result)
-	}
-	if n := e.dest.count("k2"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
-	}
+	e.wantFoundByLookup(t, id, "k2")
 }
 
 // Fence policy execute: when the resource moved on before execution, the

@@ -329,23 +329,7 @@ func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
 	payload := json.RawMessage(`{"mode":"ok"}`)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
 	waitChan(t, d.entered, "the attempt to start executing")
-	// Another attempt takes the key over once the lock expired.
-	var dec idempotency.Decision
-	deadline := time.Now().Add(adaptertest.WaitTimeout)
-	for {
-		var err error
-		dec, err = e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dec.Outcome == idempotency.OutcomeRecover {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("begin = %+v; want a takeover", dec)
-		}
-		time.Sleep(lock / 4)
-	}
+	takeOver(t, e.Env, id, payload, lock)
 	d.open()
 	ev := waitEvent(t, e.Env, id, idempotency.EventEffectAfterLostOwnership)
 	if !strings.Contains(ev.note, "succeeded") {
@@ -353,6 +337,27 @@ func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
 	}
 	if n := counter(t, e.reg, "fencegate_effect_after_lost_ownership_total", map[string]string{"kind": "test"}); n != 1 {
 		t.Fatalf("fencegate_effect_after_lost_ownership_total = %v, want 1", n)
+	}
+}
+
+// takeOver begins key "k" for intent id as another attempt would, once the
+// running attempt's lock (lock) expired, polling until the key is taken
+// over.
+func takeOver(t *testing.T, e *adaptertest.Env, id int64, payload json.RawMessage, lock time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Outcome == idempotency.OutcomeRecover {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("begin = %+v; want a takeover", dec)
+		}
+		time.Sleep(lock / 4)
 	}
 }
 
@@ -549,20 +554,7 @@ func TestStillOwnerFailsAfterTakeover(t *testing.T) {
 	payload := json.RawMessage(`{"mode":"ok"}`)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
 	waitChan(t, d.entered, "the attempt to start executing")
-	deadline := time.Now().Add(adaptertest.WaitTimeout)
-	for {
-		dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dec.Outcome == idempotency.OutcomeRecover {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("begin = %+v; want a takeover", dec)
-		}
-		time.Sleep(lock / 4)
-	}
+	takeOver(t, e, id, payload, lock)
 	d.open()
 	select {
 	case err := <-ex.checked:
