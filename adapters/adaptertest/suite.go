@@ -204,13 +204,21 @@ func testRedelivery(t *testing.T, h Harness) {
 	f.checkOnce(t, h, rec, "after a duplicate message")
 }
 
-func testSameKeyLaterEpoch(t *testing.T, h Harness) {
-	f := newFixture(t, h, Options{})
+// rerunAtNextEpoch runs payload first under a fresh key, then, after B
+// took over (a newer epoch, another worker), payload second under the same
+// key, and waits for that second intent to end as want.
+func rerunAtNextEpoch(t *testing.T, h Harness, first, second int, want outbox.Status) (f fixture, a, b *outbox.Record) {
+	t.Helper()
+	f = newFixture(t, h, Options{})
 	key := UniqueKey(t)
-	first := f.env.WaitStatus(t, f.enqueue(t, "A-run", key, h.Payload(20)), outbox.StatusSucceeded)
-	// B takes over (a newer epoch, another worker) and runs the job again.
+	a = f.env.WaitStatus(t, f.enqueue(t, "A-run", key, h.Payload(first)), outbox.StatusSucceeded)
 	f.env.Advance(t, f.env.Epoch()+1)
-	second := f.env.WaitStatus(t, f.enqueue(t, "B-run", key, h.Payload(20)), outbox.StatusSucceeded)
+	b = f.env.WaitStatus(t, f.enqueue(t, "B-run", key, h.Payload(second)), want)
+	return f, a, b
+}
+
+func testSameKeyLaterEpoch(t *testing.T, h Harness) {
+	f, first, second := rerunAtNextEpoch(t, h, 20, 20, outbox.StatusSucceeded)
 	if second.Epoch <= first.Epoch {
 		t.Fatalf("second intent at epoch %d, first at %d", second.Epoch, first.Epoch)
 	}
@@ -221,11 +229,7 @@ func testSameKeyLaterEpoch(t *testing.T, h Harness) {
 }
 
 func testConflict(t *testing.T, h Harness) {
-	f := newFixture(t, h, Options{})
-	key := UniqueKey(t)
-	first := f.env.WaitStatus(t, f.enqueue(t, "A-run", key, h.Payload(30)), outbox.StatusSucceeded)
-	f.env.Advance(t, f.env.Epoch()+1)
-	other := f.env.WaitStatus(t, f.enqueue(t, "B-run", key, h.Payload(31)), outbox.StatusFailed)
+	f, first, other := rerunAtNextEpoch(t, h, 30, 31, outbox.StatusFailed)
 	if other.LastError == nil || *other.LastError == "" {
 		t.Errorf("conflicting intent failed without a reason")
 	}

@@ -62,6 +62,32 @@ func (e emailEnv) wantSent(t *testing.T, key string, n int) {
 	}
 }
 
+// dropAfterAccept runs worker A's intent ("A-run") for a fresh key through
+// a runtime whose server drops the connection after it accepted the
+// message: the adapter never learns that it did.
+func dropAfterAccept(t *testing.T, lookup func(*smtptest.Server) email.Lookup, o adaptertest.Options) (e emailEnv, key string, id int64) {
+	t.Helper()
+	e = newEmailEnv(t, lookup, o)
+	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
+	key = uniqueKey(t)
+	return e, key, e.enqueue(t, "A-run", key)
+}
+
+// redeliverAndRerun has the server work again, re-relays intent id, then
+// has worker B (a later epoch) run the job again with the same key: both
+// end as want, and no second message is sent.
+func (e emailEnv) redeliverAndRerun(t *testing.T, id int64, key string, want outbox.Status) (again, second *outbox.Record) {
+	t.Helper()
+	e.srv.ClearFault()
+	e.Rerelay(t, id)
+	again = e.WaitStatus(t, id, want)
+	e.wantSent(t, key, 1)
+	e.Advance(t, e.Epoch()+1)
+	second = e.WaitStatus(t, e.enqueue(t, "B-run", key), want)
+	e.wantSent(t, key, 1)
+	return again, second
+}
+
 func resultOf(t *testing.T, rec *outbox.Record) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -106,31 +132,22 @@ func TestRuntimeSend(t *testing.T) {
 // business key, which gets the stored result.
 func TestRuntimeDropAfterAcceptLookedUp(t *testing.T) {
 	t.Parallel()
-	e := newEmailEnv(t, serverLookup, adaptertest.Options{})
-	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
-	key := uniqueKey(t)
-	id := e.enqueue(t, "A-run", key)
+	e, key, id := dropAfterAccept(t, serverLookup, adaptertest.Options{})
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
 	if res := resultOf(t, rec); res["found_by"] != "lookup" || res["message_id"] != e.a.MessageID(key) {
 		t.Fatalf("result = %s; want found by lookup", rec.Result)
 	}
 	e.wantSent(t, key, 1)
 
-	// The server works again; a redelivery changes nothing.
-	e.srv.ClearFault()
-	e.Rerelay(t, id)
-	if again := e.WaitStatus(t, id, outbox.StatusSucceeded); string(again.Result) != string(rec.Result) {
+	// The server works again; a redelivery changes nothing, and worker B
+	// gets the stored result.
+	again, second := e.redeliverAndRerun(t, id, key, outbox.StatusSucceeded)
+	if string(again.Result) != string(rec.Result) {
 		t.Fatalf("result after re-relay %s, want %s", again.Result, rec.Result)
 	}
-	e.wantSent(t, key, 1)
-
-	// Worker B, at a later epoch, runs the job again with the same key.
-	e.Advance(t, e.Epoch()+1)
-	second := e.WaitStatus(t, e.enqueue(t, "B-run", key), outbox.StatusSucceeded)
 	if string(second.Result) != string(rec.Result) {
 		t.Fatalf("second intent's result %s, want the stored %s", second.Result, rec.Result)
 	}
-	e.wantSent(t, key, 1)
 }
 
 // flakyLookup fails its first `fail` calls (the destination's API is down
@@ -154,13 +171,11 @@ func (l *flakyLookup) Find(ctx context.Context, id string) (bool, map[string]any
 func TestRuntimeDropThenRedeliveryLooksUp(t *testing.T) {
 	t.Parallel()
 	var fl *flakyLookup
-	e := newEmailEnv(t, func(s *smtptest.Server) email.Lookup {
+	e, key, id := dropAfterAccept(t, func(s *smtptest.Server) email.Lookup {
 		fl = &flakyLookup{srv: s, fail: 1}
 		return fl
 	}, adaptertest.Options{LockTimeout: time.Second})
-	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
-	key := uniqueKey(t)
-	rec := e.WaitStatus(t, e.enqueue(t, "op-1", key), outbox.StatusSucceeded)
+	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
 	if res := resultOf(t, rec); res["found_by"] != "lookup" {
 		t.Fatalf("result = %s; want found by lookup", rec.Result)
 	}
@@ -222,10 +237,7 @@ func TestRuntimePermanentFailure(t *testing.T) {
 // another intent with the same key.
 func TestRuntimeUnknownWithoutLookupHeld(t *testing.T) {
 	t.Parallel()
-	e := newEmailEnv(t, nil, adaptertest.Options{})
-	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
-	key := uniqueKey(t)
-	id := e.enqueue(t, "A-run", key)
+	e, key, id := dropAfterAccept(t, nil, adaptertest.Options{})
 	rec := e.WaitStatus(t, id, outbox.StatusUnknown)
 	if rec.Attempts != 1 || lastError(rec) == "" {
 		t.Fatalf("%s; want unknown after 1 attempt with the reason", adaptertest.Describe(rec))
@@ -235,12 +247,7 @@ func TestRuntimeUnknownWithoutLookupHeld(t *testing.T) {
 	}
 	e.wantSent(t, key, 1)
 
-	e.srv.ClearFault()
-	e.Rerelay(t, id)
-	e.WaitStatus(t, id, outbox.StatusUnknown)
-	e.Advance(t, e.Epoch()+1)
-	e.WaitStatus(t, e.enqueue(t, "B-run", key), outbox.StatusUnknown)
-	e.wantSent(t, key, 1)
+	e.redeliverAndRerun(t, id, key, outbox.StatusUnknown)
 	if k := e.Key(t, email.Kind, key); k == nil || k.State != idempotency.StateHeld {
 		t.Fatalf("key after redelivery = %+v; want still held", k)
 	}
