@@ -132,18 +132,29 @@ func (e *env) waitTerminal(t *testing.T, id int64) *outbox.Record {
 	return e.WaitTerminal(t, id)
 }
 
+// wantEnd waits for intent id to end and checks its status and how many
+// times the destination took key's effect.
+func (e *env) wantEnd(t *testing.T, id int64, status outbox.Status, key string, effects int) *outbox.Record {
+	t.Helper()
+	rec := e.waitTerminal(t, id)
+	if rec.Status != status {
+		t.Fatalf("record = %+v; want %s", rec, status)
+	}
+	if n := e.dest.count(key); n != effects {
+		t.Fatalf("effects of %q = %d, want %d", key, n, effects)
+	}
+	return rec
+}
+
 // wantFoundByLookup waits for intent id to end and checks that a lookup
 // found its effect: succeeded, found_by lookup, the effect of key once.
 func (e *env) wantFoundByLookup(t *testing.T, id int64, key string) {
 	t.Helper()
-	rec := e.waitTerminal(t, id)
+	rec := e.wantEnd(t, id, outbox.StatusSucceeded, key, 1)
 	var res map[string]any
 	_ = json.Unmarshal(rec.Result, &res)
-	if rec.Status != outbox.StatusSucceeded || res["found_by"] != "lookup" {
-		t.Fatalf("record = %+v, result %s; want succeeded, found by lookup", rec, rec.Result)
-	}
-	if n := e.dest.count(key); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
+	if res["found_by"] != "lookup" {
+		t.Fatalf("result %s; want found by lookup", rec.Result)
 	}
 }
 
@@ -176,17 +187,13 @@ func TestConformance(t *testing.T) {
 func TestExecutesOnceAndRecords(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{lookup: true})
-	id := e.enqueue(t, "op-1", "k-1", `{"mode":"ok"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded || rec.Attempts != 1 || rec.CompletedAt == nil {
+	rec := e.wantEnd(t, e.enqueue(t, "op-1", "k-1", `{"mode":"ok"}`), outbox.StatusSucceeded, "k-1", 1)
+	if rec.Attempts != 1 || rec.CompletedAt == nil {
 		t.Fatalf("record = %+v", rec)
 	}
 	var res map[string]any
 	if err := json.Unmarshal(rec.Result, &res); err != nil || res["key"] != "k-1" {
 		t.Fatalf("result = %s", rec.Result)
-	}
-	if n := e.dest.count("k-1"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
 	}
 }
 
@@ -236,12 +243,9 @@ func TestAttemptsEnd(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, opts{})
-			rec := e.waitTerminal(t, e.enqueue(t, "op", "k", tc.payload))
-			if rec.Status != tc.status || rec.Attempts != tc.attempts {
+			rec := e.wantEnd(t, e.enqueue(t, "op", "k", tc.payload), tc.status, "k", tc.effects)
+			if rec.Attempts != tc.attempts {
 				t.Fatalf("record = %+v; want %s after %d attempts", rec, tc.status, tc.attempts)
-			}
-			if n := e.dest.count("k"); n != tc.effects {
-				t.Fatalf("effects = %d, want %d", n, tc.effects)
 			}
 			if tc.status == outbox.StatusFailed && rec.LastError == nil {
 				t.Fatalf("record = %+v; want failed with the reason", rec)
@@ -262,16 +266,12 @@ func TestPlainErrorIsUnknown(t *testing.T) {
 	t.Run("no lookup: held", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, opts{})
-		id := e.enqueue(t, "op", "k", `{"mode":"plain"}`)
-		rec := e.waitTerminal(t, id)
-		if rec.Status != outbox.StatusUnknown || rec.LastError == nil || !strings.Contains(*rec.LastError, "connection reset") {
+		rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"plain"}`), outbox.StatusUnknown, "k", 1)
+		if rec.LastError == nil || !strings.Contains(*rec.LastError, "connection reset") {
 			t.Fatalf("record = %+v, want unknown with the error", rec)
 		}
 		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
 			t.Fatalf("key state %s, want held", k.State)
-		}
-		if n := e.dest.count("k"); n != 1 {
-			t.Fatalf("executed %d times, want 1", n)
 		}
 	})
 	t.Run("lookup: recovered", func(t *testing.T) {
@@ -293,23 +293,13 @@ func TestUnknownOutcomeResolvedByLookup(t *testing.T) {
 func TestUnknownOutcomeHeld(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{unknown: executor.UnknownHold})
-	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusUnknown {
-		t.Fatalf("status = %s, want unknown", rec.Status)
-	}
+	e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"lost-response"}`), outbox.StatusUnknown, "k", 1)
 	k, err := e.Store.Get(context.Background(), "test", "k")
 	if err != nil || k.State != idempotency.StateHeld {
 		t.Fatalf("key = %+v, %v; want held", k, err)
 	}
-	// Another intent with the same key is not executed either.
-	id2 := e.enqueue(t, "op2", "k", `{"mode":"lost-response"}`)
-	if rec := e.waitTerminal(t, id2); rec.Status != outbox.StatusUnknown {
-		t.Fatalf("second intent = %s, want unknown", rec.Status)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d, want 1 (no resend)", n)
-	}
+	// Another intent with the same key is not executed either (no resend).
+	e.wantEnd(t, e.enqueue(t, "op2", "k", `{"mode":"lost-response"}`), outbox.StatusUnknown, "k", 1)
 }
 
 // Policy resend, but the destination does not dedup on our key: held anyway.
@@ -356,21 +346,13 @@ func TestExecuteFenceSupersedes(t *testing.T) {
 	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
 	e.Advance(t, e.Epoch()+1)
 	e.Release(t, id)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSuperseded {
-		t.Fatalf("status = %s, want superseded", rec.Status)
-	}
-	if n := e.dest.count("k"); n != 0 {
-		t.Fatalf("effects = %d, want 0", n)
-	}
+	e.wantEnd(t, id, outbox.StatusSuperseded, "k", 0)
 	// Fence commit: executed although the resource moved on (it was
 	// decided while its epoch was current).
 	id2 := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op2", "k2", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceCommit))
 	e.Advance(t, e.Epoch()+1)
 	e.Release(t, id2)
-	if rec := e.waitTerminal(t, id2); rec.Status != outbox.StatusSucceeded || e.dest.count("k2") != 1 {
-		t.Fatalf("commit-fenced intent = %s, effects %d; want succeeded once", rec.Status, e.dest.count("k2"))
-	}
+	e.wantEnd(t, id2, outbox.StatusSucceeded, "k2", 1)
 }
 
 // Redelivery of a message whose intent is already terminal: acked, nothing
@@ -383,13 +365,7 @@ func TestRedeliveryOfTerminalIntentIsSkipped(t *testing.T) {
 	// Force a re-relay: back to relayed with an old relayed_at.
 	e.Rerelay(t, id)
 	// The key is completed, so even the redelivered intent gets Done.
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("status = %s", rec.Status)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
-	}
+	e.wantEnd(t, id, outbox.StatusSucceeded, "k", 1)
 }
 
 func withFence(in outbox.Intent, f outbox.Fence) outbox.Intent {

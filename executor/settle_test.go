@@ -58,13 +58,7 @@ func (e slowExec) Kind() string { return "test" }
 func (e slowExec) Capabilities() adapters.Capabilities { return adapters.Capabilities{Lookup: true} }
 
 func (e slowExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
-	if e.d.gate != nil {
-		select {
-		case e.d.entered <- struct{}{}:
-		default:
-		}
-		<-e.d.gate
-	}
+	e.d.hold()
 	e.d.mu.Lock()
 	defer e.d.mu.Unlock()
 	start := time.Now()
@@ -93,6 +87,19 @@ func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	}
 	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "found_by": "lookup"})
 	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, true, nil
+}
+
+// hold holds an Execute at its entry while the gate is set and closed,
+// saying on entered that it arrived.
+func (d *slowDest) hold() {
+	if d.gate == nil {
+		return
+	}
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-d.gate
 }
 
 // open lets every held Execute go on; idempotent.
@@ -528,13 +535,7 @@ type checkingExec struct {
 }
 
 func (e checkingExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
-	if e.d.gate != nil {
-		select {
-		case e.d.entered <- struct{}{}:
-		default:
-		}
-		<-e.d.gate
-	}
+	e.d.hold()
 	err := req.StillOwner(ctx)
 	e.checked <- err
 	if err != nil {
