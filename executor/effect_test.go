@@ -88,7 +88,7 @@ func runScript(t *testing.T, s *scripted, unknown executor.UnknownPolicy, status
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
 	rec := e.WaitTerminal(t, id)
 	if rec.Status != status || rec.Effect != effect {
-		t.Fatalf("intent %s, effect %s (last error %s, not_before %v); want %s, %s", rec.Status, rec.Effect, lastErr(rec), rec.NotBefore, status, effect)
+		t.Fatalf("intent %s, effect %s (last error %s, not_before %v); want %s, %s", rec.Status, rec.Effect, adaptertest.LastError(rec), rec.NotBefore, status, effect)
 	}
 	return e, rec
 }
@@ -180,7 +180,7 @@ func TestRetryAfterNotBeforeHolds(t *testing.T) {
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
 	rec := e.WaitTerminal(t, id)
 	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("intent %s (%s)", rec.Status, lastErr(rec))
+		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

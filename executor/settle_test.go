@@ -410,13 +410,6 @@ func publishDuplicate(t *testing.T, e *adaptertest.Env, id int64) {
 	}
 }
 
-func lastErr(rec *outbox.Record) string {
-	if rec.LastError == nil {
-		return ""
-	}
-	return *rec.LastError
-}
-
 // The answer of the first attempt is lost, and nothing happened at the
 // destination. Its lookup finds nothing, which is proof only once the settle
 // window has passed since the attempt's last I/O: until then the intent
@@ -430,7 +423,7 @@ func TestNegativeLookupWaitsForSettleWindow(t *testing.T) {
 	e := setupSlow(t, d, executor.Config{LookupSettle: settle}, 0)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	rec := e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool {
-		return strings.HasPrefix(lastErr(r), "waiting for proof: lookup found nothing; a negative lookup is trusted after ")
+		return strings.HasPrefix(adaptertest.LastError(r), "waiting for proof: lookup found nothing; a negative lookup is trusted after ")
 	})
 	// (Relayed, or still pending when the runtime got the message before
 	// the dispatcher marked it relayed: never terminal.)
@@ -440,7 +433,7 @@ func TestNegativeLookupWaitsForSettleWindow(t *testing.T) {
 	if k := e.Key(t, "test", "k"); k == nil || k.State != idempotency.StateStarted || k.LastIOAt == nil {
 		t.Fatalf("key while waiting = %+v; want started (owned) with its last I/O recorded", k)
 	}
-	if ev := findEvent(events(t, e.Env, id), idempotency.EventWaitingForProof); ev == nil || ev.from != ev.to || outbox.Status(ev.to).Terminal() || ev.note != lastErr(rec) {
+	if ev := findEvent(events(t, e.Env, id), idempotency.EventWaitingForProof); ev == nil || ev.from != ev.to || outbox.Status(ev.to).Terminal() || ev.note != adaptertest.LastError(rec) {
 		t.Fatalf("history %+v; want a waiting_for_proof event with the message", events(t, e.Env, id))
 	}
 	rec = e.WaitStatus(t, id, outbox.StatusSucceeded)
@@ -472,7 +465,7 @@ func TestAbandonedAttemptWaitsFromTakeover(t *testing.T) {
 		t.Fatalf("begin = %+v, %v", dec, err)
 	}
 	e.Release(t, id)
-	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(adaptertest.LastError(r), "waiting for proof") })
 	if n := len(d.calls()); n != 0 {
 		t.Fatalf("executed %d times while waiting", n)
 	}
@@ -498,7 +491,7 @@ func TestWaitForProofSurvivesCrash(t *testing.T) {
 	cfg := executor.Config{LookupSettle: settle, ExecuteTimeout: time.Second, AckWait: 2 * time.Second}
 	a := e.StartProcess(t, cfg, slowExec{d})
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
-	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(adaptertest.LastError(r), "waiting for proof") })
 	k := e.Key(t, "test", "k")
 	if k == nil || k.LastIOAt == nil {
 		t.Fatalf("key = %+v; want the last I/O recorded", k)

@@ -321,6 +321,34 @@ func testLookup(t *testing.T, h Harness) {
 	}
 }
 
+// StartCrashingProcess starts a process (StartProcess) that crashes right
+// after its first effect, before it records the outcome: the crash after
+// the effect that a lookup, or the destination's own fencing, must make
+// good. WaitCrashed waits for it.
+func (e *Env) StartCrashingProcess(t testing.TB, cfg executor.Config, executors ...adapters.Executor) *Process {
+	t.Helper()
+	var p *Process
+	started := make(chan struct{})
+	crash := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterEffect: func(int64) {
+		<-started // p is set
+		p.Crash()
+	}})
+	p = e.StartProcessContext(crash, t, cfg, executors...)
+	close(started)
+	return p
+}
+
+// WaitCrashed waits until the process crashed, failing the test after
+// WaitTimeout.
+func (p *Process) WaitCrashed(t testing.TB) {
+	t.Helper()
+	select {
+	case <-p.crashed:
+	case <-time.After(WaitTimeout):
+		t.Fatalf("adaptertest: the process did not crash in %s (no effect ran)", WaitTimeout)
+	}
+}
+
 // testCrashAfterEffect: a runtime performs the effect and dies before it
 // records the outcome. Another runtime gets the redelivery once the dead
 // attempt's key lock expired, looks the effect up, and records it without
@@ -333,23 +361,10 @@ func testCrashAfterEffect(t *testing.T, h Harness) {
 	ex := NewCounting(h.New(t))
 	env := NewEnv(t, Options{Kinds: h.Kinds, LockTimeout: lockTimeout})
 
-	var p *Process
-	var started sync.WaitGroup
-	started.Add(1)
-	crash := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterEffect: func(int64) {
-		started.Wait()
-		p.Crash()
-	}})
-	p = env.StartProcessContext(crash, t, cfg, ex)
-	started.Done()
-
+	p := env.StartCrashingProcess(t, cfg, ex)
 	key := UniqueKey(t)
 	id := env.Enqueue(t, env.Intent(ex.Kind(), "op-1", key, h.Payload(70)))
-	select {
-	case <-p.Crashed():
-	case <-time.After(WaitTimeout):
-		t.Fatalf("the first runtime never executed intent %d", id)
-	}
+	p.WaitCrashed(t)
 	if rec := env.Get(t, id); rec.Status.Terminal() {
 		t.Fatalf("intent %d is %s although its runtime crashed before recording", id, rec.Status)
 	}
@@ -364,9 +379,13 @@ func testCrashAfterEffect(t *testing.T, h Harness) {
 
 // Describe formats an intent record for failure messages.
 func Describe(rec *outbox.Record) string {
-	le := ""
-	if rec.LastError != nil {
-		le = *rec.LastError
+	return fmt.Sprintf("intent %d %s attempts=%d result=%s error=%q", rec.IntentID, rec.Status, rec.Attempts, rec.Result, LastError(rec))
+}
+
+// LastError is the record's last error, empty when it has none.
+func LastError(rec *outbox.Record) string {
+	if rec.LastError == nil {
+		return ""
 	}
-	return fmt.Sprintf("intent %d %s attempts=%d result=%s error=%q", rec.IntentID, rec.Status, rec.Attempts, rec.Result, le)
+	return *rec.LastError
 }

@@ -88,22 +88,6 @@ func (e emailEnv) redeliverAndRerun(t *testing.T, id int64, key string, want out
 	return again, second
 }
 
-func resultOf(t *testing.T, rec *outbox.Record) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(rec.Result, &m); err != nil {
-		t.Fatalf("result %s: %v", rec.Result, err)
-	}
-	return m
-}
-
-func lastError(rec *outbox.Record) string {
-	if rec.LastError == nil {
-		return ""
-	}
-	return *rec.LastError
-}
-
 // A normal send through the runtime: one message, with the deterministic
 // Message-ID and the idempotency key, recorded as succeeded.
 func TestRuntimeSend(t *testing.T) {
@@ -111,7 +95,7 @@ func TestRuntimeSend(t *testing.T) {
 	e := newEmailEnv(t, serverLookup, adaptertest.Options{})
 	key := uniqueKey(t)
 	rec := e.WaitStatus(t, e.enqueue(t, "op-1", key), outbox.StatusSucceeded)
-	res := resultOf(t, rec)
+	res := decodeResult(t, rec.Result)
 	if res["message_id"] != e.a.MessageID(key) || !strings.HasPrefix(res["smtp_response"].(string), "250") {
 		t.Fatalf("result = %s", rec.Result)
 	}
@@ -134,7 +118,7 @@ func TestRuntimeDropAfterAcceptLookedUp(t *testing.T) {
 	t.Parallel()
 	e, key, id := dropAfterAccept(t, serverLookup, adaptertest.Options{})
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
-	if res := resultOf(t, rec); res["found_by"] != "lookup" || res["message_id"] != e.a.MessageID(key) {
+	if res := decodeResult(t, rec.Result); res["found_by"] != "lookup" || res["message_id"] != e.a.MessageID(key) {
 		t.Fatalf("result = %s; want found by lookup", rec.Result)
 	}
 	e.wantSent(t, key, 1)
@@ -176,7 +160,7 @@ func TestRuntimeDropThenRedeliveryLooksUp(t *testing.T) {
 		return fl
 	}, adaptertest.Options{LockTimeout: time.Second})
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
-	if res := resultOf(t, rec); res["found_by"] != "lookup" {
+	if res := decodeResult(t, rec.Result); res["found_by"] != "lookup" {
 		t.Fatalf("result = %s; want found by lookup", rec.Result)
 	}
 	if n := fl.calls.Load(); n < 2 {
@@ -200,7 +184,7 @@ func TestRuntimeTransientFailureRetried(t *testing.T) {
 	// counted when one begins, so "2 and a 451 recorded" could be the
 	// second one still running, and succeeding once the fault is cleared).
 	e.WaitFor(t, id, "retried twice after a 451", func(r *outbox.Record) bool {
-		return r.Attempts >= 3 && strings.Contains(lastError(r), "451")
+		return r.Attempts >= 3 && strings.Contains(adaptertest.LastError(r), "451")
 	})
 	if rec := e.Get(t, id); rec.Status.Terminal() {
 		t.Fatalf("intent terminal while the server refuses: %s", adaptertest.Describe(rec))
@@ -225,7 +209,7 @@ func TestRuntimePermanentFailure(t *testing.T) {
 		e.srv.SetFault(f)
 		key := uniqueKey(t)
 		rec := e.WaitStatus(t, e.enqueue(t, "op-"+key, key), outbox.StatusFailed)
-		if rec.Attempts != 1 || !strings.Contains(lastError(rec), f.Message) {
+		if rec.Attempts != 1 || !strings.Contains(adaptertest.LastError(rec), f.Message) {
 			t.Fatalf("%v: %s; want failed after 1 attempt with the reply", f, adaptertest.Describe(rec))
 		}
 		e.wantSent(t, key, 0)
@@ -239,7 +223,7 @@ func TestRuntimeUnknownWithoutLookupHeld(t *testing.T) {
 	t.Parallel()
 	e, key, id := dropAfterAccept(t, nil, adaptertest.Options{})
 	rec := e.WaitStatus(t, id, outbox.StatusUnknown)
-	if rec.Attempts != 1 || lastError(rec) == "" {
+	if rec.Attempts != 1 || adaptertest.LastError(rec) == "" {
 		t.Fatalf("%s; want unknown after 1 attempt with the reason", adaptertest.Describe(rec))
 	}
 	if k := e.Key(t, email.Kind, key); k == nil || k.State != idempotency.StateHeld {
