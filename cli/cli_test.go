@@ -154,6 +154,9 @@ func TestCLIContract(t *testing.T) {
 			t.Fatalf("status lacks %q: %s", k, r.stdout)
 		}
 	}
+	if _, ok := r.obj["payload"]; ok {
+		t.Fatalf("status shows the payload: %s", r.stdout)
+	}
 	if r.obj["fence"] != "commit" || r.obj["idempotency_key"] != "report/send-1" || r.obj["status"] != "pending" {
 		t.Fatalf("status = %s", r.stdout)
 	}
