@@ -178,8 +178,7 @@ func jsonNum(v any) string {
 // even with no database reachable, since validation comes first.
 func TestCLIBadInput(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
+	db, _ := migratedDB(t)
 	cases := []struct {
 		args  []string
 		field string
@@ -204,13 +203,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"frobnicate"}, "command"},
 	}
 	for _, tc := range cases {
-		for _, url := range []string{db, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"} {
-			r := gw(t, url, tc.args...)
-			expectCode(t, r, 2, "invalid_input")
-			if f := r.obj["error"].(map[string]any)["field"]; f != tc.field {
-				t.Errorf("%v: field %v, want %q (%s)", tc.args, f, tc.field, r.stdout)
-			}
-		}
+		expectInvalidAnyDB(t, db, tc.args, tc.field)
 	}
 	r := gw(t, db, "status", "--resource", "r", "--op", "o")
 	expectCode(t, r, 2, "not_found")

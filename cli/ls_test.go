@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -15,13 +13,8 @@ import (
 
 func TestLs(t *testing.T) {
 	t.Parallel()
-	dbURL := testdb.NewURL(t)
+	dbURL, pool := runPool(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Advance(ctx, "r", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +62,6 @@ func TestLs(t *testing.T) {
 		{[]string{"--cursor", "x"}, "cursor"},
 		{[]string{"extra"}, "args"},
 	} {
-		r := gw(t, dbURL, append([]string{"ls"}, tc.args...)...)
-		expectCode(t, r, 2, "invalid_input")
-		if f := r.obj["error"].(map[string]any)["field"]; f != tc.field {
-			t.Errorf("ls %v: field %v, want %q", tc.args, f, tc.field)
-		}
+		expectInvalidAnyDB(t, dbURL, append([]string{"ls"}, tc.args...), tc.field)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 )
 
@@ -56,19 +55,18 @@ func (r *actThenVanish) count(key string) int {
 // operator's bulk retry or cancel of failed intents finds none of them.
 func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 	t.Parallel()
-	db, pool := runPool(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	ns := natstest.Start(t)
+	e := newRunEnv(t)
+	db := e.db
 	smtpSrv := smtptest.NewServer(t)
 	smtpSrv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
 	rcv := newActThenVanish(t)
 	host := strings.TrimPrefix(rcv.URL, "http://")
-	startRun(t, nil, db, ns.URL, "--adapters", "email,webhook",
+	e.run(t, nil, "--adapters", "email,webhook",
 		"--smtp-addr", smtpSrv.Addr, "--smtp-starttls", "none", "--poll-interval", "200ms",
 		"--unknown-outcome", "resend", "--smtp-dedups-on-message-id",
 		"--webhook-allow", host, "--webhook-dedups-on-key", host, "--max-attempts", "2")
 
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "billing", "--holder", "A", "--ttl", "60s"), 0, "")
+	acquireLease(t, db, "billing")
 	mailID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "mail-1", "--kind", "email", "--key", "invoice-7/mail",
 		"--payload", `{"from":"billing@example.com","to":["a@example.com"],"subject":"Invoice 7","text":"due"}`)
 	hookID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "hook-1", "--kind", "webhook", "--key", "invoice-7/hook",
@@ -95,7 +93,7 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 		if n := c.effects(); n != 2 {
 			t.Errorf("%s: %d deliveries at the destination, want 2 (one per attempt, the destination dedups)", c.kind, n)
 		}
-		if n := scalar(t, pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, c.kind, c.key); n != 1 {
+		if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, c.kind, c.key); n != 1 {
 			t.Errorf("%s: key %s not held (%d rows): a later intent with the same business key would run again", c.kind, c.key, n)
 		}
 	}
@@ -107,7 +105,7 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 			t.Fatalf("gateway %s --status failed: %s, want nothing applied", action, r.stdout)
 		}
 	}
-	if n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'unknown'`); n != 2 {
+	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'unknown'`); n != 2 {
 		t.Fatalf("%d unknown intents after the bulk actions, want 2", n)
 	}
 }
@@ -164,14 +162,13 @@ func (r *retryAfterReceiver) times(key string) []time.Time {
 // --max-retry-after waits the bound, not the hour it asked for.
 func TestRetryAfterHonoured(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	ns := natstest.Start(t)
+	e := newRunEnv(t)
+	db := e.db
 	rcv := newRetryAfterReceiver(t)
 	host := strings.TrimPrefix(rcv.URL, "http://")
-	startRun(t, nil, db, ns.URL, "--adapters", "webhook", "--webhook-allow", host,
+	e.run(t, nil, "--adapters", "webhook", "--webhook-allow", host,
 		"--poll-interval", "100ms", "--relay-timeout", "1s", "--max-retry-after", "3s")
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "hooks", "--holder", "A", "--ttl", "60s"), 0, "")
+	acquireLease(t, db, "hooks")
 
 	cases := []struct {
 		path    string
