@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -103,13 +102,13 @@ func TestNewBuiltinAdapterIsOneFileAndOneLine(t *testing.T) {
 		t.Fatalf("run --adapters memo without --memo-note: exit %d %v, want 2 naming memo_note", code, m)
 	}
 
-	db := testdb.NewURL(t)
-	srv := natstest.Start(t)
+	e := newRunEnv(t)
+	db := e.db
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	runDone := make(chan int, 1)
 	go func() {
-		code, _ := cli(ctx, logs, "run", "--database-url", db, "--nats-url", srv.URL, "--adapters", "memo", "--memo-note", "noted",
+		code, _ := cli(ctx, logs, "run", "--database-url", db, "--nats-url", e.natsURL, "--adapters", "memo", "--memo-note", "noted",
 			"--allow-fsync-off")
 		runDone <- code
 	}()

@@ -39,12 +39,7 @@ func bulkCommand(action operator.Action) command {
 		}
 		req.Status, req.Outcome, req.DryRun = outbox.Status(*status), outbox.Status(*outcome), !*yes
 		req.Actor = "cli:" + cmp.Or(a.getenv("USER"), "unknown")
-		op, closePool, err := a.connectOperator(ctx, *dbURL)
-		if err != nil {
-			return a.fail(err)
-		}
-		defer closePool()
-		res, err := op.Bulk(ctx, req)
+		res, err := withOperator(ctx, a, *dbURL, func(op *operator.Operator) (operator.BulkResult, error) { return op.Bulk(ctx, req) })
 		if err != nil {
 			return a.fail(err)
 		}

@@ -270,20 +270,21 @@ func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*
 	return pool, nil
 }
 
-// connectOperator connects to the database for the operator's commands
-// (ls, retry, cancel, resolve, lease history), with the function that
-// closes its pool.
-func (a *app) connectOperator(ctx context.Context, dbURL string) (*operator.Operator, func(), error) {
+// withOperator connects to the database for an operator's command (ls,
+// retry, cancel, resolve, lease history), calls do with the operator API
+// on it, and closes the pool.
+func withOperator[T any](ctx context.Context, a *app, dbURL string, do func(*operator.Operator) (T, error)) (T, error) {
+	var zero T
 	pool, err := a.connect(ctx, dbURL)
 	if err != nil {
-		return nil, nil, err
+		return zero, err
 	}
+	defer pool.Close()
 	op, err := operator.New(pool, a.schema())
 	if err != nil {
-		pool.Close()
-		return nil, nil, err
+		return zero, err
 	}
-	return op, pool.Close, nil
+	return do(op)
 }
 
 // fsyncFlag adds --allow-fsync-off to a command that starts on a database

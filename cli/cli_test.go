@@ -179,10 +179,7 @@ func jsonNum(v any) string {
 func TestCLIBadInput(t *testing.T) {
 	t.Parallel()
 	db, _ := migratedDB(t)
-	cases := []struct {
-		args  []string
-		field string
-	}{
+	expectInvalidAnyDB(t, db, []invalidArgs{
 		{[]string{"enqueue", "--resource", "r", "--epoch", "1", "--op", "o", "--kind", "sms", "--payload", "{}"}, "kind"},
 		{[]string{"enqueue", "--resource", "", "--epoch", "1", "--op", "o", "--kind", "email", "--payload", cliEmail}, "resource"},
 		{[]string{"enqueue", "--resource", "r", "--epoch", "0", "--op", "o", "--kind", "email", "--payload", cliEmail}, "epoch"},
@@ -201,10 +198,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"status", "abc"}, "intent_id"},
 		{[]string{"status"}, "intent_id"},
 		{[]string{"frobnicate"}, "command"},
-	}
-	for _, tc := range cases {
-		expectInvalidAnyDB(t, db, tc.args, tc.field)
-	}
+	})
 	r := gw(t, db, "status", "--resource", "r", "--op", "o")
 	expectCode(t, r, 2, "not_found")
 }

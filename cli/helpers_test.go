@@ -119,16 +119,24 @@ func expectInvalid(t *testing.T, r cliResult, field string) {
 	}
 }
 
-// expectInvalidAnyDB runs the gateway with args against dbURL and against
-// an unreachable database: exit 2 naming field both times, since input is
-// checked before connecting.
-func expectInvalidAnyDB(t *testing.T, dbURL string, args []string, field string) {
+// invalidArgs is a command line that is bad input naming field.
+type invalidArgs struct {
+	args  []string
+	field string
+}
+
+// expectInvalidAnyDB runs the gateway with each case's args against dbURL
+// and against an unreachable database: exit 2 naming the case's field both
+// times, since input is checked before connecting.
+func expectInvalidAnyDB(t *testing.T, dbURL string, cases []invalidArgs) {
 	t.Helper()
-	for _, url := range []string{dbURL, unreachableDB} {
-		r := gw(t, url, args...)
-		expectCode(t, r, exitBadInput, "invalid_input")
-		if f := errorField(r); f != field {
-			t.Errorf("%v: field %q, want %q (%s)", args, f, field, r.stdout)
+	for _, c := range cases {
+		for _, url := range []string{dbURL, unreachableDB} {
+			r := gw(t, url, c.args...)
+			expectCode(t, r, exitBadInput, "invalid_input")
+			if f := errorField(r); f != c.field {
+				t.Errorf("%v: field %q, want %q (%s)", c.args, f, c.field, r.stdout)
+			}
 		}
 	}
 }

@@ -44,10 +44,7 @@ func TestCLIAcquireIsAlwaysANewEpoch(t *testing.T) {
 func TestCLIEpochCeiling(t *testing.T) {
 	t.Parallel()
 	db, _ := migratedDB(t)
-	cases := []struct {
-		args  []string
-		field string
-	}{
+	expectInvalidAnyDB(t, db, []invalidArgs{
 		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "9223372036854775807"}, "epoch"},
 		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "9007199254740993"}, "epoch"},
 		{[]string{"lease", "renew", "--resource", "r", "--holder", "h", "--epoch", "9007199254740993"}, "epoch"},
@@ -55,10 +52,7 @@ func TestCLIEpochCeiling(t *testing.T) {
 		{[]string{"enqueue", "--resource", "r", "--epoch", "9007199254740993", "--op", "o", "--kind", "email", "--payload", cliEmail}, "epoch"},
 		{[]string{"lease", "acquire", "--resource", "r", "--holder", "h", "--lock-timeout", "-1s"}, "lock_timeout"},
 		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "5", "--lock-timeout", "-1ms"}, "lock_timeout"},
-	}
-	for _, tc := range cases {
-		expectInvalidAnyDB(t, db, tc.args, tc.field)
-	}
+	})
 	r := gw(t, db, "lease", "history", "--resource", "r")
 	expectCode(t, r, 0, "")
 	if g, _ := r.obj["grants"].([]any); len(g) != 0 {

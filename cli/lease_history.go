@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/operator"
 )
 
 // cmdLeaseHistory prints a resource's epoch history (gateway lease history):
@@ -24,12 +25,7 @@ func cmdLeaseHistory(ctx context.Context, a *app, args []string) int {
 	if *limit < 1 || *limit > lease.MaxHistoryLimit {
 		return a.fail(badInput("limit", fmt.Sprintf("--limit must be between 1 and %d, got %d", lease.MaxHistoryLimit, *limit)))
 	}
-	op, closePool, err := a.connectOperator(ctx, *dbURL)
-	if err != nil {
-		return a.fail(err)
-	}
-	defer closePool()
-	grants, err := op.Epochs(ctx, *resource, *limit)
+	grants, err := withOperator(ctx, a, *dbURL, func(op *operator.Operator) ([]lease.Grant, error) { return op.Epochs(ctx, *resource, *limit) })
 	if err != nil {
 		return a.fail(err)
 	}

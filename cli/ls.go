@@ -23,12 +23,7 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	op, closePool, err := a.connectOperator(ctx, *dbURL)
-	if err != nil {
-		return a.fail(err)
-	}
-	defer closePool()
-	page, err := op.List(ctx, f)
+	page, err := withOperator(ctx, a, *dbURL, func(op *operator.Operator) (operator.Page, error) { return op.List(ctx, f) })
 	if err != nil {
 		return a.fail(err)
 	}

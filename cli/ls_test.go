@@ -52,16 +52,11 @@ func TestLs(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Fatalf("ls pages = %v, want %v", got, ids)
 	}
-	for _, tc := range []struct {
-		args  []string
-		field string
-	}{
-		{[]string{"--status", "done"}, "status"},
-		{[]string{"--limit", "0"}, "limit"},
-		{[]string{"--limit", "501"}, "limit"},
-		{[]string{"--cursor", "x"}, "cursor"},
-		{[]string{"extra"}, "args"},
-	} {
-		expectInvalidAnyDB(t, dbURL, append([]string{"ls"}, tc.args...), tc.field)
-	}
+	expectInvalidAnyDB(t, dbURL, []invalidArgs{
+		{[]string{"ls", "--status", "done"}, "status"},
+		{[]string{"ls", "--limit", "0"}, "limit"},
+		{[]string{"ls", "--limit", "501"}, "limit"},
+		{[]string{"ls", "--cursor", "x"}, "cursor"},
+		{[]string{"ls", "extra"}, "args"},
+	})
 }

@@ -186,14 +186,11 @@ func TestRetryAfterHonoured(t *testing.T) {
 	// While deferred, the intent says when it is due (checked after the
 	// gaps, which are what this test is about).
 	var notBefore string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+	pollUntil(t, 30*time.Second, "the deferred intent's not_before", func() (bool, string) {
 		r := gw(t, db, "status", jsonNum(ids[2]))
-		if nb, _ := r.obj["not_before"].(string); nb != "" || r.obj["status"] == "succeeded" {
-			notBefore = nb
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		notBefore, _ = r.obj["not_before"].(string)
+		return notBefore != "" || r.obj["status"] == "succeeded", r.stdout
+	})
 	for i, c := range cases {
 		waitStatus(t, db, ids[i], "succeeded")
 		got := rcv.times("k" + strconv.Itoa(i))

@@ -29,20 +29,10 @@ func TestStatusWait(t *testing.T) {
 	start := time.Now()
 	go func() { done <- gw(t, db, "status", "--wait", "30s", jsonNum(id)) }()
 	// Once the waiting process listens, an operator cancels the intent.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gateway status --wait never listened")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pollUntil(t, 15*time.Second, "gateway status --wait to listen", func() (bool, string) {
+		n := scalar(t, conn, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`)
+		return n > 0, "no LISTEN session"
+	})
 	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`), id); err != nil {
 		t.Fatal(err)
 	}
