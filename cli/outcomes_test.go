@@ -56,7 +56,6 @@ func (r *actThenVanish) count(key string) int {
 func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
-	db := e.db
 	smtpSrv := smtptest.NewServer(t)
 	smtpSrv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
 	rcv := newActThenVanish(t)
@@ -66,10 +65,10 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 		"--unknown-outcome", "resend", "--smtp-dedups-on-message-id",
 		"--webhook-allow", host, "--webhook-dedups-on-key", host, "--max-attempts", "2")
 
-	acquireLease(t, db, "billing")
-	mailID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "mail-1", "--kind", "email", "--key", "invoice-7/mail",
+	acquireLease(t, e.db, "billing")
+	mailID := enqueue(t, e.db, "--resource", "billing", "--epoch", "1", "--op", "mail-1", "--kind", "email", "--key", "invoice-7/mail",
 		"--payload", `{"from":"billing@example.com","to":["a@example.com"],"subject":"Invoice 7","text":"due"}`)
-	hookID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "hook-1", "--kind", "webhook", "--key", "invoice-7/hook",
+	hookID := enqueue(t, e.db, "--resource", "billing", "--epoch", "1", "--op", "hook-1", "--kind", "webhook", "--key", "invoice-7/hook",
 		"--payload", `{"url":"`+rcv.URL+`/charge","body":{"amount":7}}`)
 
 	for _, c := range []struct {
@@ -80,7 +79,7 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 		{mailID, "email", "invoice-7/mail", func() int { return len(smtpSrv.Messages()) }},
 		{hookID, "webhook", "invoice-7/hook", func() int { return rcv.count("invoice-7/hook") }},
 	} {
-		st := waitStatus(t, db, c.id, "unknown")
+		st := waitStatus(t, e.db, c.id, "unknown")
 		if st["effect"] != "possible" {
 			t.Errorf("%s intent: effect %v, want possible: %v", c.kind, st["effect"], st)
 		}
@@ -99,7 +98,7 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 	}
 	// A bulk retry or cancel of failed intents touches neither.
 	for _, action := range []string{"retry", "cancel"} {
-		r := gw(t, db, action, "--status", "failed", "--yes")
+		r := gw(t, e.db, action, "--status", "failed", "--yes")
 		expectCode(t, r, 0, "")
 		if r.obj["applied"] != 0.0 {
 			t.Fatalf("gateway %s --status failed: %s, want nothing applied", action, r.stdout)
@@ -163,12 +162,11 @@ func (r *retryAfterReceiver) times(key string) []time.Time {
 func TestRetryAfterHonoured(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
-	db := e.db
 	rcv := newRetryAfterReceiver(t)
 	host := strings.TrimPrefix(rcv.URL, "http://")
 	e.run(t, nil, "--adapters", "webhook", "--webhook-allow", host,
 		"--poll-interval", "100ms", "--relay-timeout", "1s", "--max-retry-after", "3s")
-	acquireLease(t, db, "hooks")
+	acquireLease(t, e.db, "hooks")
 
 	cases := []struct {
 		path    string
@@ -180,19 +178,19 @@ func TestRetryAfterHonoured(t *testing.T) {
 	}
 	ids := make([]any, len(cases))
 	for i, c := range cases {
-		ids[i] = enqueue(t, db, "--resource", "hooks", "--epoch", "1", "--op", "op-"+strconv.Itoa(i), "--kind", "webhook",
+		ids[i] = enqueue(t, e.db, "--resource", "hooks", "--epoch", "1", "--op", "op-"+strconv.Itoa(i), "--kind", "webhook",
 			"--key", "k"+strconv.Itoa(i), "--payload", `{"url":"`+rcv.URL+c.path+`"}`)
 	}
 	// While deferred, the intent says when it is due (checked after the
 	// gaps, which are what this test is about).
 	var notBefore string
 	pollUntil(t, 30*time.Second, "the deferred intent's not_before", func() (bool, string) {
-		r := gw(t, db, "status", jsonNum(ids[2]))
+		r := gw(t, e.db, "status", jsonNum(ids[2]))
 		notBefore, _ = r.obj["not_before"].(string)
 		return notBefore != "" || r.obj["status"] == "succeeded", r.stdout
 	})
 	for i, c := range cases {
-		waitStatus(t, db, ids[i], "succeeded")
+		waitStatus(t, e.db, ids[i], "succeeded")
 		got := rcv.times("k" + strconv.Itoa(i))
 		if len(got) != 2 {
 			t.Errorf("%s: %d requests, want 2", c.path, len(got))

@@ -72,7 +72,6 @@ func TestURLSetsMaxConns(t *testing.T) {
 func TestRunPoolMaxConns(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
-	db := e.db
 	root := t.TempDir()
 	maxConns := regexp.MustCompile(`msg="gateway: running".*db_max_conns=(\d+)`)
 	for _, tc := range []struct {
@@ -83,15 +82,15 @@ func TestRunPoolMaxConns(t *testing.T) {
 	}{
 		// 1 spare + 3 dispatcher + 1 intent sweeper + 10 shared (group
 		// commit) + min(5, 8) + 1 key sweeper.
-		{"sized", db, nil, "21", nil},
+		{"sized", e.db, nil, "21", nil},
 		// Without group commit: 1 + 3 + 1 + 5 + 1.
-		{"sized alone", db, []string{"--idempotency-group-commit=false"}, "11", nil},
-		{"flag", db, []string{"--db-max-conns", "9"}, "9", nil},
-		{"url wins", withQuery(db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3", nil},
+		{"sized alone", e.db, []string{"--idempotency-group-commit=false"}, "11", nil},
+		{"flag", e.db, []string{"--db-max-conns", "9"}, "9", nil},
+		{"url wins", withQuery(e.db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3", nil},
 		// Every flag of run also from the environment; the command line
 		// wins over it.
-		{"env", db, nil, "9", []string{"GATEWAY_DB_MAX_CONNS=9"}},
-		{"flag over env", db, []string{"--db-max-conns", "7"}, "7", []string{"GATEWAY_DB_MAX_CONNS=9"}},
+		{"env", e.db, nil, "9", []string{"GATEWAY_DB_MAX_CONNS=9"}},
+		{"flag over env", e.db, []string{"--db-max-conns", "7"}, "7", []string{"GATEWAY_DB_MAX_CONNS=9"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--adapters", "file", "--file-root", root, "--adapter-concurrency", "5"}, tc.args...)

@@ -18,17 +18,16 @@ import (
 func TestRunS3(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
-	db := e.db
 	srv := s3test.Start(t)
 	bucket := srv.NewBucket(t)
 	p := e.run(t, s3test.Env(), "--adapters", "s3", "--s3-endpoint", srv.Endpoint, "--s3-bucket", bucket, "--poll-interval", "200ms")
 
-	acquireLease(t, db, "report")
-	bad := gw(t, db, "enqueue", "--resource", "report", "--epoch", "1", "--op", "bad", "--kind", "s3", "--payload", `{"key":"../x","content":"a"}`)
+	acquireLease(t, e.db, "report")
+	bad := gw(t, e.db, "enqueue", "--resource", "report", "--epoch", "1", "--op", "bad", "--kind", "s3", "--payload", `{"key":"../x","content":"a"}`)
 	expectInvalid(t, bad, "payload.key")
-	id := enqueue(t, db, "--resource", "report", "--epoch", "1", "--op", "publish-1", "--kind", "s3",
+	id := enqueue(t, e.db, "--resource", "report", "--epoch", "1", "--op", "publish-1", "--kind", "s3",
 		"--payload", `{"key":"reports/2026-12-01.txt","content":"report by A","content_type":"text/plain"}`)
-	res := resultOf(t, waitStatus(t, db, id, "succeeded"))
+	res := resultOf(t, waitStatus(t, e.db, id, "succeeded"))
 	if res["bucket"] != bucket || res["key"] != "reports/2026-12-01.txt" || res["epoch"] != 1.0 {
 		t.Fatalf("result %v", res)
 	}

@@ -17,7 +17,6 @@ import (
 func TestRunWebhook(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
-	db := e.db
 
 	var mu sync.Mutex
 	got := map[string][]http.Header{}
@@ -35,15 +34,15 @@ func TestRunWebhook(t *testing.T) {
 	p := e.run(t, []string{"GATEWAY_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		"--adapters", "webhook", "--webhook-allow", host, "--admin-addr", admin, "--poll-interval", "200ms")
 
-	acquireLease(t, db, "billing")
+	acquireLease(t, e.db, "billing")
 
 	// CLI: a bad payload names the field; a good one succeeds.
-	bad := gw(t, db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "bad", "--kind", "webhook", "--payload", `{"url":"ftp://x/y"}`)
+	bad := gw(t, e.db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "bad", "--kind", "webhook", "--payload", `{"url":"ftp://x/y"}`)
 	expectInvalid(t, bad, "payload.url")
 	// With the allow-list in the environment, the CLI refuses other hosts too.
-	elsewhere := gwEnv(t, []string{"GATEWAY_WEBHOOK_ALLOW=" + host}, db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "elsewhere", "--kind", "webhook", "--payload", `{"url":"https://example.net/x"}`)
+	elsewhere := gwEnv(t, []string{"GATEWAY_WEBHOOK_ALLOW=" + host}, e.db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "elsewhere", "--kind", "webhook", "--payload", `{"url":"https://example.net/x"}`)
 	expectInvalid(t, elsewhere, "payload.url")
-	cliID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "charge-1", "--kind", "webhook",
+	cliID := enqueue(t, e.db, "--resource", "billing", "--epoch", "1", "--op", "charge-1", "--kind", "webhook",
 		"--key", "invoice-42/charge", "--payload", `{"url":"`+rcv.URL+`/charge","body":{"amount":4200}}`)
 
 	// HTTP intake: an allowed URL is accepted; one elsewhere is 400.
@@ -64,11 +63,11 @@ func TestRunWebhook(t *testing.T) {
 	}
 	httpID := m["intent_id"]
 
-	res := resultOf(t, waitStatus(t, db, cliID, "succeeded"))
+	res := resultOf(t, waitStatus(t, e.db, cliID, "succeeded"))
 	if res["status"] != 200.0 || res["body"] != `{"ok":true}` {
 		t.Fatalf("result %v", res)
 	}
-	waitStatus(t, db, httpID, "succeeded")
+	waitStatus(t, e.db, httpID, "succeeded")
 	mu.Lock()
 	h := got["invoice-42/charge"]
 	mu.Unlock()
