@@ -70,12 +70,30 @@ func newServer(t testing.TB, pool *pgxpool.Pool, tokens []Token, mod func(*Confi
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupWith(t, testTokens)
+}
+
+// setupWith serves, on loopback, a server with tokens (nil: none) on a
+// database of the test's own.
+func setupWith(t *testing.T, tokens []Token) *env {
+	t.Helper()
 	t.Parallel()
 	pool := testdb.New(t)
-	s := newServer(t, pool, testTokens, nil)
+	s := newServer(t, pool, tokens, nil)
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 	return &env{t: t, pool: pool, srv: s, ts: ts, issuer: s.cfg.Issuer, ob: s.cfg.Outbox}
+}
+
+// atEpochOne advances each resource to epoch 1, the epoch the tests write
+// their intents at.
+func (e *env) atEpochOne(resources ...string) {
+	e.t.Helper()
+	for _, res := range resources {
+		if _, err := e.issuer.Advance(context.Background(), res, 1); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }
 
 type resp struct {
@@ -474,11 +492,7 @@ func TestReads(t *testing.T) {
 func TestPagination(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	for _, res := range []string{"a", "b"} {
-		if _, err := e.issuer.Advance(ctx, res, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.atEpochOne("a", "b")
 	enqueue := func(res, op string) int64 {
 		r, err := e.ob.Enqueue(ctx, outbox.Intent{Resource: res, Epoch: 1, OperationID: op, Kind: "file",
 			Payload: json.RawMessage(`{"target":"x.txt","content":"x"}`)})
@@ -618,9 +632,7 @@ func (e *env) key(id int64) *idempotency.Key {
 func TestActions(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("r")
 	newIntent := func(op string) int64 {
 		r := e.do("POST", "/api/v1/intents", workerSecret, emailIntent("r", 1, op))
 		expect(t, r, http.StatusCreated, "")
@@ -1182,11 +1194,7 @@ func TestGetIntentWaits(t *testing.T) {
 func TestBulkActions(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	for _, res := range []string{"reports/a", "reports/b", "billing"} {
-		if _, err := e.issuer.Advance(ctx, res, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.atEpochOne("reports/a", "reports/b", "billing")
 	var match, other []int64
 	for i := range 3 {
 		match = append(match, e.seedIntent(workerSecret, "reports/a", fmt.Sprintf("m%d", i), outbox.StatusFailed, "550"))

@@ -33,9 +33,7 @@ func (e *env) begin(id int64) (idempotency.Decision, error) {
 func TestCancelRefusedWhileAttemptInFlight(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("r")
 	act := func(id int64, action string) resp {
 		return e.do("POST", fmt.Sprintf("/api/v1/intents/%d/%s", id, action), operatorSecret, `{"note":"customer asked"}`)
 	}

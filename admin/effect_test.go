@@ -29,10 +29,7 @@ func (e *env) setEffect(id int64, effect outbox.Effect, notBefore *time.Time) {
 // list, and on the intent's page with what they mean.
 func TestEffectAndNotBeforeShown(t *testing.T) {
 	e := setup(t)
-	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("r")
 	deferred := e.seedIntent(workerSecret, "r", "deferred", outbox.StatusPending, "")
 	due := time.Now().Add(90 * time.Second).UTC().Truncate(time.Millisecond)
 	e.setEffect(deferred, outbox.EffectPossible, &due)
@@ -79,10 +76,7 @@ func TestEffectAndNotBeforeShown(t *testing.T) {
 // other actions.
 func TestBulkSkipsEffectPossible(t *testing.T) {
 	e := setup(t)
-	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("r")
 	var possible, none []int64
 	for i := range 3 {
 		id := e.seedIntent(workerSecret, "r", fmt.Sprintf("p%d", i), outbox.StatusUnknown, "connection reset")
@@ -166,10 +160,7 @@ func TestBulkSkipsEffectPossible(t *testing.T) {
 // how many would be skipped, and its apply form carries force.
 func TestPagesEffectPossible(t *testing.T) {
 	e := setupNoTokens(t)
-	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("r")
 	id := e.seedIntent("", "r", "lost", outbox.StatusUnknown, "connection reset")
 	e.putKey(id, idempotency.StateHeld, outbox.StatusUnknown)
 	other := e.seedIntent("", "r", "other", outbox.StatusUnknown, "connection reset")

@@ -29,14 +29,7 @@ func TestServerStartStop(t *testing.T) {
 			return nil
 		}
 	})
-	ln, err := s.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background(), ln); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	ln := serve(t, context.Background(), s)
 	base := "http://" + ln.Addr().String()
 	if r := doReq(t, base, "GET", "/healthz", "", "", ""); r.code != 200 {
 		t.Fatalf("healthz = %d %s", r.code, r.raw)
@@ -105,14 +98,7 @@ func TestServerStopsOnItsOwn(t *testing.T) {
 	pool := testdb.New(t)
 
 	s := newServer(t, pool, nil, nil)
-	ln, err := s.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background(), ln); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	ln := serve(t, context.Background(), s)
 	ln.Close() // the listener fails under the server
 	select {
 	case <-s.Stopped():
@@ -128,15 +114,8 @@ func TestServerStopsOnItsOwn(t *testing.T) {
 	}
 
 	s2 := newServer(t, pool, nil, nil)
-	ln, err = s2.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := s2.Start(ctx, ln); err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Stop()
+	ln = serve(t, ctx, s2)
 	if r := doReq(t, "http://"+ln.Addr().String(), "GET", "/healthz", "", "", ""); r.code != http.StatusOK {
 		t.Fatalf("healthz = %d %s", r.code, r.raw)
 	}
@@ -149,4 +128,19 @@ func TestServerStopsOnItsOwn(t *testing.T) {
 	if err := s2.Err(); err != nil {
 		t.Fatalf("Err after the context ended = %v, want nil", err)
 	}
+}
+
+// serve starts s with ctx on a listener of its own; s stops at the test's
+// end.
+func serve(t *testing.T, ctx context.Context, s *Server) net.Listener {
+	t.Helper()
+	ln, err := s.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx, ln); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return ln
 }

@@ -18,9 +18,7 @@ import (
 func TestDeprecatedNamesAnswerAsOperator(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "r", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("r")
 	failed := e.seedIntent(workerSecret, "r", "failed", outbox.StatusFailed, "boom")
 	pending := e.seedIntent(workerSecret, "r", "pending", outbox.StatusPending, "")
 	sch := testdb.Schema()

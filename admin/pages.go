@@ -517,14 +517,7 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 		s.renderError(w, r, nil, http.StatusNotFound, fmt.Sprintf("No such action %q: retry, cancel or resolve.", a))
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		s.renderError(w, r, nil, http.StatusBadRequest, "The form could not be read: "+oneLine(err.Error()))
-		return
-	}
-	if !s.checkForm(r, v) {
-		s.renderError(w, r, nil, http.StatusForbidden,
-			"The form expired or came from another site (CSRF check failed): reload the intent's page and try again.")
+	if !s.readForm(w, r, v, "the intent's page") {
 		return
 	}
 	if !v.scope.allResources() {
@@ -570,6 +563,23 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 	http.Redirect(w, r, fmt.Sprintf("/intents/%d?done=%s", id, a), http.StatusSeeOther)
 }
 
+// readForm reads a POSTed form, bounded by MaxBodyBytes, and checks it
+// against cross-site request forgery. On failure it has answered (400, or
+// 403 saying to reload page for a fresh form) and returns false.
+func (s *Server) readForm(w http.ResponseWriter, r *http.Request, v *viewer, page string) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if err := r.ParseForm(); err != nil {
+		s.renderError(w, r, nil, http.StatusBadRequest, "The form could not be read: "+oneLine(err.Error()))
+		return false
+	}
+	if !s.checkForm(r, v) {
+		s.renderError(w, r, nil, http.StatusForbidden,
+			"The form expired or came from another site (CSRF check failed): reload "+page+" and try again.")
+		return false
+	}
+	return true
+}
+
 func joinStatuses(ss []outbox.Status) string {
 	parts := make([]string, len(ss))
 	for i, s := range ss {
@@ -589,14 +599,7 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 		s.pageFail(w, r, forbidden("resource", "token %q is scoped to resources %s: bulk actions need an unscoped operator token", v.name, strings.Join(v.scope.Resources, ", ")))
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		s.renderError(w, r, nil, http.StatusBadRequest, "The form could not be read: "+oneLine(err.Error()))
-		return
-	}
-	if !s.checkForm(r, v) {
-		s.renderError(w, r, nil, http.StatusForbidden,
-			"The form expired or came from another site (CSRF check failed): reload the list and try again.")
+	if !s.readForm(w, r, v, "the list") {
 		return
 	}
 	f := r.PostFormValue

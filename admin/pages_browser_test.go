@@ -83,10 +83,7 @@ func browser(t *testing.T, timeout time.Duration) context.Context {
 func TestPagesInBrowser(t *testing.T) {
 	e := setupNoTokens(t)
 	bctx := browser(t, 2*time.Minute)
-	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "nightly-report", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("nightly-report")
 	e.seedIntent("", "nightly-report", "2026-11-29", outbox.StatusSucceeded, "")
 	e.seedIntent("", "nightly-report", "2026-11-30", outbox.StatusUnknown, "smtp: connection reset after DATA")
 	failed := e.seedIntent("", "nightly-report", "2026-12-01", outbox.StatusFailed, "550 5.1.1 mailbox unavailable")
@@ -247,12 +244,7 @@ func TestPagesSessionsAndBulkInBrowser(t *testing.T) {
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 	e := &env{t: t, pool: pool, srv: s, ts: ts, issuer: s.cfg.Issuer, ob: s.cfg.Outbox}
-	ctx := context.Background()
-	for _, res := range []string{"reports/daily", "payroll"} {
-		if _, err := e.issuer.Advance(ctx, res, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.atEpochOne("reports/daily", "payroll")
 	mine := e.seedIntent(workerSecret, "reports/daily", "r-1", outbox.StatusFailed, "550 mailbox unavailable")
 	other := e.seedIntent(workerSecret, "payroll", "p-1", outbox.StatusFailed, "550 mailbox unavailable")
 	third := e.seedIntent(workerSecret, "payroll", "p-2", outbox.StatusFailed, "550 mailbox unavailable")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -116,10 +115,7 @@ func (e *env) seedIntent(token, resource, op string, status outbox.Status, lastE
 // actor is the token's name; logout clears the cookie.
 func TestPagesLoginCookie(t *testing.T) {
 	e := setup(t)
-	ctx := context.Background()
-	if _, err := e.issuer.Advance(ctx, "reports", 1); err != nil {
-		t.Fatal(err)
-	}
+	e.atEpochOne("reports")
 	failed := e.seedIntent(workerSecret, "reports", "a", outbox.StatusFailed, "550 mailbox unavailable")
 	c := newPageClient(t, e.ts.URL)
 	intentPath := fmt.Sprintf("/intents/%d", failed)
@@ -251,12 +247,7 @@ func (e *env) status(id int64) outbox.Status {
 // setupNoTokens serves a server without tokens on loopback.
 func setupNoTokens(t *testing.T) *env {
 	t.Helper()
-	t.Parallel()
-	pool := testdb.New(t)
-	s := newServer(t, pool, nil, nil)
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(ts.Close)
-	return &env{t: t, pool: pool, srv: s, ts: ts, issuer: s.cfg.Issuer, ob: s.cfg.Outbox}
+	return setupWith(t, nil)
 }
 
 // Without tokens: no login, the anonymous CSRF cookie guards the forms,
@@ -264,13 +255,8 @@ func setupNoTokens(t *testing.T) *env {
 // pages link onwards, and bad filters are 400 naming the field.
 func TestPagesNoTokens(t *testing.T) {
 	e := setupNoTokens(t)
-	ctx := context.Background()
 	evil := `<script>alert("x")</script>`
-	for _, res := range []string{"reports", evil} {
-		if _, err := e.issuer.Advance(ctx, res, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.atEpochOne("reports", evil)
 	for i := range 5 {
 		e.seedIntent("", "reports", fmt.Sprintf("op-%d", i), outbox.StatusPending, "")
 	}

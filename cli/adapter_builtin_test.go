@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -103,13 +102,12 @@ func TestNewBuiltinAdapterIsOneFileAndOneLine(t *testing.T) {
 		t.Fatalf("run --adapters memo without --memo-note: exit %d %v, want 2 naming memo_note", code, m)
 	}
 
-	db := testdb.NewURL(t)
-	srv := natstest.Start(t)
+	e := newRunEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	runDone := make(chan int, 1)
 	go func() {
-		code, _ := cli(ctx, logs, "run", "--database-url", db, "--nats-url", srv.URL, "--adapters", "memo", "--memo-note", "noted",
+		code, _ := cli(ctx, logs, "run", "--database-url", e.db, "--nats-url", e.natsURL, "--adapters", "memo", "--memo-note", "noted",
 			"--allow-fsync-off")
 		runDone <- code
 	}()
@@ -120,24 +118,24 @@ func TestNewBuiltinAdapterIsOneFileAndOneLine(t *testing.T) {
 		}
 	}()
 
-	code, l := cli(context.Background(), io.Discard, "lease", "acquire", "--database-url", db, "--resource", "memos", "--holder", "w", "--ttl", "1m")
+	code, l := cli(context.Background(), io.Discard, "lease", "acquire", "--database-url", e.db, "--resource", "memos", "--holder", "w", "--ttl", "1m")
 	if code != exitOK {
 		t.Fatalf("lease acquire: exit %d %v", code, l)
 	}
 	epoch := fmt.Sprint(int64(l["epoch"].(float64)))
-	code, bad := cli(context.Background(), io.Discard, "enqueue", "--database-url", db, "--resource", "memos", "--epoch", epoch, "--op", "m-0",
+	code, bad := cli(context.Background(), io.Discard, "enqueue", "--database-url", e.db, "--resource", "memos", "--epoch", epoch, "--op", "m-0",
 		"--kind", "memo", "--payload", `{"text":""}`)
 	if e, _ := bad["error"].(map[string]any); code != exitBadInput || e["field"] != "payload.text" {
 		t.Fatalf("enqueue of a bad memo: exit %d %v, want 2 naming payload.text", code, bad)
 	}
-	code, r := cli(context.Background(), io.Discard, "enqueue", "--database-url", db, "--resource", "memos", "--epoch", epoch, "--op", "m-1",
+	code, r := cli(context.Background(), io.Discard, "enqueue", "--database-url", e.db, "--resource", "memos", "--epoch", epoch, "--op", "m-1",
 		"--kind", "memo", "--payload", `{"text":"hello"}`)
 	if code != exitOK {
 		t.Fatalf("enqueue: exit %d %v", code, r)
 	}
 	id := fmt.Sprint(int64(r["intent_id"].(float64)))
 	pollUntil(t, time.Minute, "the memo intent to succeed", func() (bool, string) {
-		_, st := cli(context.Background(), io.Discard, "status", "--database-url", db, id)
+		_, st := cli(context.Background(), io.Discard, "status", "--database-url", e.db, id)
 		return st["status"] == "succeeded", fmt.Sprint(st) + "\n" + logs.String()
 	})
 	if got := memo.made.executed(); len(got) != 1 || got[0] != "noted: hello" {

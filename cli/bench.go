@@ -43,11 +43,8 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	// throwaway cluster unless told otherwise.
 	dbFlag := fs.Lookup("database-url")
 	dbFlag.DefValue, _ = "", dbFlag.Value.Set("")
-	if code, ok := a.parse(fs, args); !ok {
+	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
-	}
-	if err := noArgs(fs); err != nil {
-		return a.fail(err)
 	}
 	cases, err := bench.SelectCases(*caseName)
 	if err != nil {

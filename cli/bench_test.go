@@ -7,22 +7,31 @@ import (
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
+// benchJSON runs `gateway bench --json` with args on the test server (a
+// database of its own, dropped afterwards) and an embedded NATS server,
+// checks exit 0, and returns the output with its rows by name.
+func benchJSON(t *testing.T, args ...string) (cliResult, map[string]map[string]any) {
+	t.Helper()
+	r := gw(t, "", append([]string{"bench", "--json", "--database-url", testdb.Server(t)}, args...)...)
+	expectCode(t, r, 0, "")
+	cases, _ := r.obj["cases"].([]any)
+	rows := map[string]map[string]any{}
+	for _, c := range cases {
+		m, _ := c.(map[string]any)
+		name, _ := m["name"].(string)
+		rows[name] = m
+	}
+	return r, rows
+}
+
 // gateway bench --case enqueue --json prints one JSON object with the case
-// next to its baseline and a description of the machine. It runs on the
-// test server (a database of its own, dropped afterwards) and an embedded
-// NATS server, briefly.
+// next to its baseline and a description of the machine, briefly.
 func TestBenchJSONShape(t *testing.T) {
 	t.Parallel()
-	base := testdb.Server(t)
-	r := gw(t, "", "bench", "--case", "enqueue", "--duration", "1s", "--json", "--database-url", base)
-	expectCode(t, r, 0, "")
-	cases, ok := r.obj["cases"].([]any)
-	if !ok || len(cases) != 1 {
-		t.Fatalf("cases = %s", r.stdout)
-	}
-	c, ok := cases[0].(map[string]any)
-	if !ok || c["name"] != "enqueue" || c["unit"] != "intents/s" {
-		t.Fatalf("case = %v", cases[0])
+	r, rows := benchJSON(t, "--case", "enqueue", "--duration", "1s")
+	c := rows["enqueue"]
+	if len(rows) != 1 || c["unit"] != "intents/s" {
+		t.Fatalf("cases = %s; want the one case enqueue, in intents/s", r.stdout)
 	}
 	for _, k := range []string{"value", "baseline", "ratio"} {
 		if v, ok := c[k].(float64); !ok || v <= 0 {
@@ -49,17 +58,8 @@ func TestBenchJSONShape(t *testing.T) {
 // alone, and e2e's latency rows, in one JSON object.
 func TestBenchDrainCasesJSON(t *testing.T) {
 	t.Parallel()
-	base := testdb.Server(t)
-	r := gw(t, "", "bench", "--case", "file-drain,e2e-latency,e2e-drain", "--duration", "400ms", "--drain-intents", "500",
-		"--json", "--database-url", base, "--file-dir", t.TempDir())
-	expectCode(t, r, 0, "")
-	cases, _ := r.obj["cases"].([]any)
-	rows := map[string]map[string]any{}
-	for _, c := range cases {
-		m, _ := c.(map[string]any)
-		name, _ := m["name"].(string)
-		rows[name] = m
-	}
+	r, rows := benchJSON(t, "--case", "file-drain,e2e-latency,e2e-drain", "--duration", "400ms", "--drain-intents", "500",
+		"--file-dir", t.TempDir())
 	for name, unit := range map[string]string{"file-drain": "files/s", "e2e-drain": "intents/s", "e2e-p50": "ms", "e2e-p99": "ms", "e2e-max-rate": "intents/s"} {
 		c := rows[name]
 		if c == nil || c["unit"] != unit {

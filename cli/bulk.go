@@ -34,24 +34,12 @@ func bulkCommand(action operator.Action) command {
 			fs.BoolVar(&req.Force, "force", false, "retry intents whose effect is possible too (an attempt's outcome was lost: the effect may have happened), "+
 				"accepting a second effect; recorded as forced in their history. Without it they are skipped: resolve records what you found at the destination")
 		}
-		if code, ok := a.parse(fs, args); !ok {
+		if code, ok := a.parseOnly(fs, args); !ok {
 			return code
-		}
-		if err := noArgs(fs); err != nil {
-			return a.fail(err)
 		}
 		req.Status, req.Outcome, req.DryRun = outbox.Status(*status), outbox.Status(*outcome), !*yes
 		req.Actor = "cli:" + cmp.Or(a.getenv("USER"), "unknown")
-		pool, err := a.connect(ctx, *dbURL)
-		if err != nil {
-			return a.fail(err)
-		}
-		defer pool.Close()
-		op, err := operator.New(pool, a.schema())
-		if err != nil {
-			return a.fail(err)
-		}
-		res, err := op.Bulk(ctx, req)
+		res, err := withOperator(ctx, a, *dbURL, func(op *operator.Operator) (operator.BulkResult, error) { return op.Bulk(ctx, req) })
 		if err != nil {
 			return a.fail(err)
 		}

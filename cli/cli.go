@@ -21,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/operator"
 )
 
 // Exit codes, part of the public contract (internal/errmap holds them with
@@ -114,6 +115,18 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return 0, true
 }
 
+// parseOnly is parse for a command that takes flags only: a positional
+// argument is bad input.
+func (a *app) parseOnly(fs *flag.FlagSet, args []string) (int, bool) {
+	if code, ok := a.parse(fs, args); !ok {
+		return code, false
+	}
+	if err := noArgs(fs); err != nil {
+		return a.fail(err), false
+	}
+	return 0, true
+}
+
 // parseWithEnv is parse for the long-running commands (run, dev): every
 // flag not given on the command line is also read from the environment, as
 // GATEWAY_<NAME> (--db-max-conns: GATEWAY_DB_MAX_CONNS). The command line
@@ -183,17 +196,27 @@ func (a *app) printConfig(fs *flag.FlagSet) int {
 	return exitOK
 }
 
-// newLogger is the slog logger of run and dev: text (the default) or JSON
-// lines for log pipelines (--log-format).
-func newLogger(w io.Writer, level slog.Level, format string) (*slog.Logger, error) {
-	opts := &slog.HandlerOptions{Level: level}
-	switch format {
-	case "text", "":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+// logFlags adds --log-level and --log-format (run, dev). The function it
+// returns, called once the flags are parsed, builds the slog logger on
+// stderr they describe: text (the default) or JSON lines for log
+// pipelines.
+func (a *app) logFlags(fs *flag.FlagSet) func() (*slog.Logger, error) {
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	format := fs.String("log-format", "text", "log format on stderr: text or json (slog)")
+	return func() (*slog.Logger, error) {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(*level)); err != nil {
+			return nil, badInput("log_level", "--log-level must be debug, info, warn or error")
+		}
+		opts := &slog.HandlerOptions{Level: l}
+		switch *format {
+		case "text", "":
+			return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
+		case "json":
+			return slog.New(slog.NewJSONHandler(a.stderr, opts)), nil
+		}
+		return nil, badInput("log_format", "--log-format must be text or json")
 	}
-	return nil, badInput("log_format", "--log-format must be text or json")
 }
 
 // EnvName is the environment variable of a flag of run and dev:
@@ -245,6 +268,23 @@ func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*
 		return nil, unavailable(fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), oneLine(err.Error())))
 	}
 	return pool, nil
+}
+
+// withOperator connects to the database for an operator's command (ls,
+// retry, cancel, resolve, lease history), calls do with the operator API
+// on it, and closes the pool.
+func withOperator[T any](ctx context.Context, a *app, dbURL string, do func(*operator.Operator) (T, error)) (T, error) {
+	var zero T
+	pool, err := a.connect(ctx, dbURL)
+	if err != nil {
+		return zero, err
+	}
+	defer pool.Close()
+	op, err := operator.New(pool, a.schema())
+	if err != nil {
+		return zero, err
+	}
+	return do(op)
 }
 
 // fsyncFlag adds --allow-fsync-off to a command that starts on a database

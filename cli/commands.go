@@ -27,11 +27,8 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	moveFrom := fs.String("move-from", "", "first move an install from this schema (public: an install from before schemas) into --schema, in one transaction; stop every gateway process and worker of the database first")
 	allowUnsafe := fs.Bool("allow-unsafe-schema", false, "install even where roles other than this one can create objects in --schema (refused otherwise, exit 2 naming schema): only when every such role is trusted as much as this one, since fencegate's SQL functions run with this role's rights")
 	nsFlag := fs.String("namespace", "", "record this as the deployment's namespace on NATS (default $GATEWAY_NAMESPACE, else the recorded one, first derived from the cluster's system identifier and the database's name); unique per NATS: a-z, 0-9, '-', '_', at most 32")
-	if code, ok := a.parse(fs, args); !ok {
+	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
-	}
-	if err := noArgs(fs); err != nil {
-		return a.fail(err)
 	}
 	var ns wire.Namespace
 	if v := cmp.Or(*nsFlag, a.getenv("GATEWAY_NAMESPACE")); v != "" {
@@ -107,6 +104,14 @@ func requireFlag(field, v string) error {
 	return nil
 }
 
+// checkResource checks a --resource flag: given, and a valid resource id.
+func checkResource(resource string) error {
+	if err := requireFlag("resource", resource); err != nil {
+		return err
+	}
+	return lease.ValidateResource(resource)
+}
+
 // lockTimeoutFlag adds --lock-timeout, the issuer's bound on a grant's wait
 // for the resource's control-row lock (lease.WithLockTimeout).
 func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
@@ -176,29 +181,21 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	default:
 		return a.fail(badInput("command", fmt.Sprintf("unknown lease command %q; want acquire, renew or release", sub)))
 	}
-	if code, ok := a.parse(fs, args[1:]); !ok {
+	if code, ok := a.parseOnly(fs, args[1:]); !ok {
 		return code
 	}
-	for _, err := range []error{noArgs(fs), requireFlag("resource", *resource), requireFlag("holder", *holder)} {
+	var epochErr error
+	if sub != "acquire" {
+		epochErr = checkEpoch(epoch)
+	}
+	// Check arguments before connecting, so bad input is exit 2 even when the
+	// database is down; the first failed check, in this order, is the one
+	// reported.
+	for _, err := range []error{requireFlag("resource", *resource), requireFlag("holder", *holder), epochErr,
+		checkLockTimeout(*lockTimeout), checkFailoverJump(*jump), lease.ValidateResource(*resource)} {
 		if err != nil {
 			return a.fail(err)
 		}
-	}
-	if sub != "acquire" {
-		if err := checkEpoch(epoch); err != nil {
-			return a.fail(err)
-		}
-	}
-	if err := checkLockTimeout(*lockTimeout); err != nil {
-		return a.fail(err)
-	}
-	if err := checkFailoverJump(*jump); err != nil {
-		return a.fail(err)
-	}
-	// Check arguments before connecting, so bad input is exit 2 even when the
-	// database is down.
-	if err := lease.ValidateResource(*resource); err != nil {
-		return a.fail(err)
 	}
 	if sub != "release" && (ttl < lease.MinTTL || ttl > lease.MaxTTL) {
 		return a.fail(badInput("ttl", fmt.Sprintf("--ttl must be between %s and %s, got %s", lease.MinTTL, lease.MaxTTL, ttl)))
@@ -241,26 +238,13 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	epoch := fs.Int64("epoch", 0, "the externally issued epoch")
 	lockTimeout := lockTimeoutFlag(fs)
 	jump := failoverJumpFlag(fs)
-	if code, ok := a.parse(fs, args[1:]); !ok {
+	if code, ok := a.parseOnly(fs, args[1:]); !ok {
 		return code
 	}
-	if err := noArgs(fs); err != nil {
-		return a.fail(err)
-	}
-	if err := requireFlag("resource", *resource); err != nil {
-		return a.fail(err)
-	}
-	if err := lease.ValidateResource(*resource); err != nil {
-		return a.fail(err)
-	}
-	if err := checkEpoch(*epoch); err != nil {
-		return a.fail(err)
-	}
-	if err := checkLockTimeout(*lockTimeout); err != nil {
-		return a.fail(err)
-	}
-	if err := checkFailoverJump(*jump); err != nil {
-		return a.fail(err)
+	for _, err := range []error{checkResource(*resource), checkEpoch(*epoch), checkLockTimeout(*lockTimeout), checkFailoverJump(*jump)} {
+		if err != nil {
+			return a.fail(err)
+		}
 	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
@@ -286,11 +270,8 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&in.IdempotencyKey, "key", "", "business idempotency key (default <resource>/<op>)")
 	fs.StringVar(&fence, "fence", "", "fence policy: commit or execute (default per kind)")
 	fs.StringVar(&payload, "payload", "", "payload JSON object, or @path to read it from a file")
-	if code, ok := a.parse(fs, args); !ok {
+	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
-	}
-	if err := noArgs(fs); err != nil {
-		return a.fail(err)
 	}
 	in.Fence = outbox.Fence(fence)
 	if strings.HasPrefix(payload, "@") {
@@ -325,44 +306,6 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	failpoint.Inject(failpoint.AfterCommitBeforeAnswer) // no-op unless built with -tags failpoints
 	a.writeJSON(res)
 	return exitOK
-}
-
-// statusView is the JSON shape of `gateway status`.
-type statusView struct {
-	IntentID       int64         `json:"intent_id"`
-	Resource       string        `json:"resource"`
-	Epoch          int64         `json:"epoch"`
-	OperationID    string        `json:"operation_id"`
-	Kind           string        `json:"kind"`
-	IdempotencyKey string        `json:"idempotency_key"`
-	Fence          outbox.Fence  `json:"fence"`
-	Status         outbox.Status `json:"status"`
-	Attempts       int           `json:"attempts"`
-	// Effect: whether the effect may have happened (none, possible, done).
-	Effect    outbox.Effect   `json:"effect"`
-	Result    json.RawMessage `json:"result"`
-	LastError *string         `json:"last_error"`
-	// NotBefore: when a deferred retry is due; null when none is.
-	NotBefore   *time.Time `json:"not_before"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at"`
-	RelayedAt   *time.Time `json:"relayed_at"`
-	CompletedAt *time.Time `json:"completed_at"`
-	// Principal: who enqueued it through the admin API; absent otherwise.
-	Principal string `json:"principal,omitempty"`
-}
-
-func viewOf(r *outbox.Record) statusView {
-	res := r.Result
-	if res == nil {
-		res = json.RawMessage("null")
-	}
-	return statusView{
-		IntentID: r.IntentID, Resource: r.Resource, Epoch: r.Epoch, OperationID: r.OperationID,
-		Kind: r.Kind, IdempotencyKey: r.IdempotencyKey, Fence: r.Fence, Status: r.Status,
-		Attempts: r.Attempts, Effect: r.Effect, Result: res, LastError: r.LastError, NotBefore: r.NotBefore, CreatedAt: r.CreatedAt,
-		UpdatedAt: r.UpdatedAt, RelayedAt: r.RelayedAt, CompletedAt: r.CompletedAt, Principal: r.Principal,
-	}
 }
 
 func cmdStatus(ctx context.Context, a *app, args []string) int {
@@ -433,6 +376,9 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 			return a.fail(err)
 		}
 	}
-	a.writeJSON(viewOf(rec))
+	// gateway status shows an intent's progress, not its content: the
+	// stored record without its payload.
+	rec.Payload = nil
+	a.writeJSON(rec)
 	return exitOK
 }

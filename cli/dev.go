@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"io"
-	"log/slog"
 
 	"github.com/fencegate/fencegate/cli/internal/devenv"
 )
@@ -44,8 +43,7 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&o.MailpitURL, "mailpit-url", "", "send mail to Mailpit and look results up through its API, e.g. http://127.0.0.1:8025 (default: the built-in sink)")
 	fs.StringVar(&o.FileRoot, "file-root", devenv.DefaultFileRoot, "directory the file adapter publishes under")
 	fs.BoolVar(&o.Demo, "demo", false, "replay the article's scenario: worker A pauses past its lease, B takes over, A's late write is fenced out")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	logFormat := fs.String("log-format", "text", "log format on stderr: text or json (slog)")
+	newLogger := a.logFlags(fs)
 	allowFsyncOff := a.fsyncFlag(fs)
 	a.schemaFlag(fs)
 	if code, ok := a.parseWithEnv(fs, args, "database-url", "nats-url"); !ok {
@@ -59,11 +57,7 @@ func cmdDev(ctx context.Context, a *app, args []string) int {
 	if err := o.Validate(); err != nil {
 		return a.fail(err)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return a.fail(badInput("log_level", "--log-level must be debug, info, warn or error"))
-	}
-	logger, err := newLogger(a.stderr, level, *logFormat)
+	logger, err := newLogger()
 	if err != nil {
 		return a.fail(err)
 	}

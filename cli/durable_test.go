@@ -50,13 +50,10 @@ func TestAcknowledgedGrantAndEnqueueSurviveAnImmediateStop(t *testing.T) {
 
 	r := gw(t, db, "enqueue", "--resource", "other", "--epoch", "0", "--op", "x", "--kind", "email", "--payload", cliEmail)
 	_ = r // epoch 0 is bad input; only there to run a CLI process before the grant
-	r = gw(t, db, "lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "1m")
+	epoch := acquireLease(t, db, "report")
+	r = gw(t, db, "enqueue", "--resource", "report", "--epoch", epoch, "--op", "send-1", "--kind", "email", "--payload", cliEmail)
 	expectCode(t, r, 0, "")
-	epoch := r.obj["epoch"].(float64)
-	r = gw(t, db, "enqueue", "--resource", "report", "--epoch", jsonNum(epoch), "--op", "send-1", "--kind", "email", "--payload", cliEmail)
-	expectCode(t, r, 0, "")
-	r = gw(t, db, "lease", "acquire", "--resource", "report-last", "--holder", "A", "--ttl", "1m")
-	expectCode(t, r, 0, "")
+	acquireLease(t, db, "report-last")
 
 	if err := c.StopImmediate(); err != nil {
 		t.Fatal(err)

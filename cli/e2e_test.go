@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"syscall"
 	"testing"
 	"time"
 
@@ -98,10 +97,8 @@ func TestRunEndToEnd(t *testing.T) {
 		"--file-root", root, "--poll-interval", "200ms")
 
 	// Worker A takes the lease and enqueues one email and one file.
-	r := gw(t, db, "lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "60s")
-	expectCode(t, r, 0, "")
-	if r.obj["epoch"] != 1.0 {
-		t.Fatalf("acquire = %s", r.stdout)
+	if epoch := acquireLease(t, db, "report"); epoch != "1" {
+		t.Fatalf("acquire: epoch %s, want 1", epoch)
 	}
 	const mailKey = "report/2026-12-01/alice"
 	const mailPayload = `{"to":"alice@example.com","from":"reports@example.com","subject":"Nightly report","text":"attached"}`
@@ -131,8 +128,7 @@ func TestRunEndToEnd(t *testing.T) {
 
 	// B takes over (an external epoch advance) and re-runs the job: the same
 	// business key from epoch 2 gets the stored result; nothing is re-sent.
-	r = gw(t, db, "epoch", "advance", "--resource", "report", "--epoch", "2")
-	expectCode(t, r, 0, "")
+	expectCode(t, gw(t, db, "epoch", "advance", "--resource", "report", "--epoch", "2"), 0, "")
 	again := enqueue(t, db, "--resource", "report", "--epoch", "2", "--op", "mail-2", "--kind", "email",
 		"--key", mailKey, "--payload", mailPayload)
 	if again == mailID {
@@ -173,11 +169,6 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatalf("after the stale intent the file holds %q, %v; want %q", b, err, "report by B")
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("gateway run exited %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
-	}
+	p.stop(t)
 	t.Logf("end to end in %s", time.Since(start).Round(time.Millisecond))
 }

@@ -6,11 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 )
 
@@ -30,8 +27,7 @@ func TestRunKeyScope(t *testing.T) {
 		t.Fatalf("GATEWAY_KEY_SCOPE=tenant: exit %d %s, want 2 naming key_scope", r.code, r.stdout)
 	}
 
-	db, _ := runPool(t)
-	srv := natstest.Start(t)
+	e := newRunEnv(t)
 	root := t.TempDir()
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	const (
@@ -46,29 +42,12 @@ func TestRunKeyScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	p := startRun(t, nil, db, srv.URL, "--adapters", "file", "--file-root", root, "--admin-addr", addr,
+	p := e.run(t, nil, "--adapters", "file", "--file-root", root, "--admin-addr", addr,
 		"--tokens-file", tokens, "--key-scope", "resource", "--poll-interval", "200ms")
-	pollUntil(t, 30*time.Second, "the admin API", func() (bool, string) {
-		res, err := http.Get("http://" + addr + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, res.Status
-	})
+	waitAdmin(t, addr)
 	post := func(token, path, body string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var m map[string]any
-		_ = json.NewDecoder(res.Body).Decode(&m)
-		return res.StatusCode, m
+		return postJSON(t, "http://"+addr+path, token, body)
 	}
 	for _, c := range []struct{ token, resource, key, target, wantKey string }{
 		{secretA, "a/1", "invoice-7", "a.txt", "a/1/invoice-7"},
@@ -88,7 +67,7 @@ func TestRunKeyScope(t *testing.T) {
 		if code != http.StatusCreated || m["idempotency_key"] != c.wantKey {
 			t.Fatalf("enqueue %s key %s: %d %v, want 201 with idempotency_key %s", c.resource, c.key, code, m, c.wantKey)
 		}
-		waitStatus(t, db, m["intent_id"], "succeeded")
+		waitStatus(t, e.db, m["intent_id"], "succeeded")
 		if b, err := os.ReadFile(filepath.Join(root, c.target)); err != nil || string(b) != c.resource {
 			t.Fatalf("%s: %q, %v; want the effect of %s's intent", c.target, b, err, c.resource)
 		}
@@ -100,12 +79,7 @@ func TestRunKeyScope(t *testing.T) {
 	if strings.Contains(logs, secretA) || strings.Contains(logs, secretB) {
 		t.Fatal("a token leaked into the log")
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	p.stop(t)
 }
 
 // --smtp-password-file: the password is read from the file (its first
@@ -142,15 +116,14 @@ func TestRunSMTPPasswordFile(t *testing.T) {
 		t.Fatalf("the password leaked: %s", out)
 	}
 
-	db, _ := runPool(t)
-	srv := natstest.Start(t)
+	e := newRunEnv(t)
 	smtpSrv := smtptest.NewServer(t, smtptest.WithAuth("reports", password))
-	p := startRun(t, nil, db, srv.URL, append(base, "--smtp-addr", smtpSrv.Addr, "--smtp-starttls", "none",
+	p := e.run(t, nil, append(base, "--smtp-addr", smtpSrv.Addr, "--smtp-starttls", "none",
 		"--smtp-user", "reports", "--smtp-password-file", pwFile, "--poll-interval", "200ms")...)
-	expectCode(t, gw(t, db, "epoch", "advance", "--resource", "mail", "--epoch", "1"), 0, "")
-	id := enqueue(t, db, "--resource", "mail", "--epoch", "1", "--op", "m1", "--kind", "email",
+	expectCode(t, gw(t, e.db, "epoch", "advance", "--resource", "mail", "--epoch", "1"), 0, "")
+	id := enqueue(t, e.db, "--resource", "mail", "--epoch", "1", "--op", "m1", "--kind", "email",
 		"--payload", `{"to":"a@example.com","from":"reports@example.com","subject":"s","text":"t"}`)
-	waitStatus(t, db, id, "succeeded")
+	waitStatus(t, e.db, id, "succeeded")
 	if n := len(smtpSrv.Messages()); n != 1 {
 		t.Fatalf("%d messages at the SMTP server, want 1 (sent after AUTH with the file's password)", n)
 	}

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -17,8 +15,7 @@ import (
 // fenced (exit 3).
 func TestCLIAcquireIsAlwaysANewEpoch(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
+	db, _ := migratedDB(t)
 	r := gw(t, db, "lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "30s")
 	expectCode(t, r, 0, "")
 	if r.obj["epoch"] != 1.0 {
@@ -46,12 +43,8 @@ func TestCLIAcquireIsAlwaysANewEpoch(t *testing.T) {
 // saying its epochs are exhausted, never exit 1.
 func TestCLIEpochCeiling(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	cases := []struct {
-		args  []string
-		field string
-	}{
+	db, _ := migratedDB(t)
+	expectInvalidAnyDB(t, db, []invalidArgs{
 		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "9223372036854775807"}, "epoch"},
 		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "9007199254740993"}, "epoch"},
 		{[]string{"lease", "renew", "--resource", "r", "--holder", "h", "--epoch", "9007199254740993"}, "epoch"},
@@ -59,16 +52,7 @@ func TestCLIEpochCeiling(t *testing.T) {
 		{[]string{"enqueue", "--resource", "r", "--epoch", "9007199254740993", "--op", "o", "--kind", "email", "--payload", cliEmail}, "epoch"},
 		{[]string{"lease", "acquire", "--resource", "r", "--holder", "h", "--lock-timeout", "-1s"}, "lock_timeout"},
 		{[]string{"epoch", "advance", "--resource", "r", "--epoch", "5", "--lock-timeout", "-1ms"}, "lock_timeout"},
-	}
-	for _, tc := range cases {
-		for _, url := range []string{db, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"} {
-			r := gw(t, url, tc.args...)
-			expectCode(t, r, 2, "invalid_input")
-			if f := r.obj["error"].(map[string]any)["field"]; f != tc.field {
-				t.Errorf("%v: field %v, want %q (%s)", tc.args, f, tc.field, r.stdout)
-			}
-		}
-	}
+	})
 	r := gw(t, db, "lease", "history", "--resource", "r")
 	expectCode(t, r, 0, "")
 	if g, _ := r.obj["grants"].([]any); len(g) != 0 {
@@ -81,9 +65,8 @@ func TestCLIEpochCeiling(t *testing.T) {
 		t.Fatalf("advance to the ceiling = %s", r.stdout)
 	}
 	r = gw(t, db, "lease", "acquire", "--resource", "r", "--holder", "h", "--ttl", "30s")
-	expectCode(t, r, 2, "invalid_input")
-	e := r.obj["error"].(map[string]any)
-	if e["field"] != "epoch" || !strings.Contains(e["message"].(string), "exhausted") {
+	expectInvalid(t, r, "epoch")
+	if !strings.Contains(r.obj["error"].(map[string]any)["message"].(string), "exhausted") {
 		t.Fatalf("acquire at the ceiling = %s; want field epoch, a message saying the epochs are exhausted", r.stdout)
 	}
 }
@@ -93,15 +76,9 @@ func TestCLIEpochCeiling(t *testing.T) {
 // once the transaction ends, the takeover works.
 func TestCLIBusy(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "R", "--holder", "A", "--ttl", "60s"), 0, "")
+	db, pool := migratedDB(t)
+	acquireLease(t, db, "R")
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
 	if err != nil {
 		t.Fatal(err)
@@ -161,22 +138,12 @@ func TestCLIFailoverEpochJump(t *testing.T) {
 		{"lease", "acquire", "--resource", "r", "--holder", "A", "--failover-epoch-jump", "-1"},
 		{"epoch", "advance", "--resource", "r", "--epoch", "3", "--failover-epoch-jump", "9007199254740993"},
 	} {
-		r := gw(t, "postgres://nobody@127.0.0.1:1/none", args...)
-		expectCode(t, r, 2, "invalid_input")
-		if e := r.obj["error"].(map[string]any); e["field"] != "failover_epoch_jump" {
-			t.Fatalf("%v = %s; want field failover_epoch_jump", args, r.stdout)
-		}
+		expectInvalid(t, gw(t, unreachableDB, args...), "failover_epoch_jump")
 	}
 	runBadFlags(t, nil, []string{"--failover-epoch-jump", "-5"}, "failover_epoch_jump")
 
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
+	db, pool := migratedDB(t)
 	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "old", "--holder", "A"), 0, "")
-	pool, err := pgxpool.New(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	if _, err := pool.Exec(context.Background(), testdb.SQL(`DELETE FROM fencegate.epoch_authority`)); err != nil {
 		t.Fatal(err)
 	}

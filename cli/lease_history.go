@@ -14,33 +14,18 @@ func cmdLeaseHistory(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("lease history")
 	resource := fs.String("resource", "", "resource id")
 	limit := fs.Int("limit", lease.DefaultHistoryLimit, fmt.Sprintf("most grants to print, newest first (1 to %d)", lease.MaxHistoryLimit))
-	if code, ok := a.parse(fs, args); !ok {
+	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
-	}
-	if err := noArgs(fs); err != nil {
-		return a.fail(err)
-	}
-	if err := requireFlag("resource", *resource); err != nil {
-		return a.fail(err)
 	}
 	// Check arguments before connecting, so bad input is exit 2 even when
 	// the database is down.
-	if err := lease.ValidateResource(*resource); err != nil {
+	if err := checkResource(*resource); err != nil {
 		return a.fail(err)
 	}
 	if *limit < 1 || *limit > lease.MaxHistoryLimit {
 		return a.fail(badInput("limit", fmt.Sprintf("--limit must be between 1 and %d, got %d", lease.MaxHistoryLimit, *limit)))
 	}
-	pool, err := a.connect(ctx, *dbURL)
-	if err != nil {
-		return a.fail(err)
-	}
-	defer pool.Close()
-	op, err := operator.New(pool, a.schema())
-	if err != nil {
-		return a.fail(err)
-	}
-	grants, err := op.Epochs(ctx, *resource, *limit)
+	grants, err := withOperator(ctx, a, *dbURL, func(op *operator.Operator) ([]lease.Grant, error) { return op.Epochs(ctx, *resource, *limit) })
 	if err != nil {
 		return a.fail(err)
 	}

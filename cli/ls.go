@@ -15,27 +15,15 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 	kind := fs.String("kind", "", "only intents of this kind")
 	limit := fs.String("limit", "", "page size, 1 to 500 (default 50)")
 	cursor := fs.String("cursor", "", "next_cursor of the previous page")
-	if code, ok := a.parse(fs, args); !ok {
+	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
-	}
-	if err := noArgs(fs); err != nil {
-		return a.fail(err)
 	}
 	// Bad filters are refused before connecting: exit 2 either way.
 	f, err := operator.ParseListFilter(*resource, *status, *kind, *limit, *cursor)
 	if err != nil {
 		return a.fail(err)
 	}
-	pool, err := a.connect(ctx, *dbURL)
-	if err != nil {
-		return a.fail(err)
-	}
-	defer pool.Close()
-	op, err := operator.New(pool, a.schema())
-	if err != nil {
-		return a.fail(err)
-	}
-	page, err := op.List(ctx, f)
+	page, err := withOperator(ctx, a, *dbURL, func(op *operator.Operator) (operator.Page, error) { return op.List(ctx, f) })
 	if err != nil {
 		return a.fail(err)
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -15,13 +13,8 @@ import (
 
 func TestLs(t *testing.T) {
 	t.Parallel()
-	dbURL := testdb.NewURL(t)
+	dbURL, pool := runPool(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Advance(ctx, "r", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -59,20 +52,11 @@ func TestLs(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Fatalf("ls pages = %v, want %v", got, ids)
 	}
-	for _, tc := range []struct {
-		args  []string
-		field string
-	}{
-		{[]string{"--status", "done"}, "status"},
-		{[]string{"--limit", "0"}, "limit"},
-		{[]string{"--limit", "501"}, "limit"},
-		{[]string{"--cursor", "x"}, "cursor"},
-		{[]string{"extra"}, "args"},
-	} {
-		r := gw(t, dbURL, append([]string{"ls"}, tc.args...)...)
-		expectCode(t, r, 2, "invalid_input")
-		if f := r.obj["error"].(map[string]any)["field"]; f != tc.field {
-			t.Errorf("ls %v: field %v, want %q", tc.args, f, tc.field)
-		}
-	}
+	expectInvalidAnyDB(t, dbURL, []invalidArgs{
+		{[]string{"ls", "--status", "done"}, "status"},
+		{[]string{"ls", "--limit", "0"}, "limit"},
+		{[]string{"ls", "--limit", "501"}, "limit"},
+		{[]string{"ls", "--cursor", "x"}, "cursor"},
+		{[]string{"ls", "extra"}, "args"},
+	})
 }

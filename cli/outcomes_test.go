@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 )
 
@@ -56,22 +55,20 @@ func (r *actThenVanish) count(key string) int {
 // operator's bulk retry or cancel of failed intents finds none of them.
 func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 	t.Parallel()
-	db, pool := runPool(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	ns := natstest.Start(t)
+	e := newRunEnv(t)
 	smtpSrv := smtptest.NewServer(t)
 	smtpSrv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
 	rcv := newActThenVanish(t)
 	host := strings.TrimPrefix(rcv.URL, "http://")
-	startRun(t, nil, db, ns.URL, "--adapters", "email,webhook",
+	e.run(t, nil, "--adapters", "email,webhook",
 		"--smtp-addr", smtpSrv.Addr, "--smtp-starttls", "none", "--poll-interval", "200ms",
 		"--unknown-outcome", "resend", "--smtp-dedups-on-message-id",
 		"--webhook-allow", host, "--webhook-dedups-on-key", host, "--max-attempts", "2")
 
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "billing", "--holder", "A", "--ttl", "60s"), 0, "")
-	mailID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "mail-1", "--kind", "email", "--key", "invoice-7/mail",
+	acquireLease(t, e.db, "billing")
+	mailID := enqueue(t, e.db, "--resource", "billing", "--epoch", "1", "--op", "mail-1", "--kind", "email", "--key", "invoice-7/mail",
 		"--payload", `{"from":"billing@example.com","to":["a@example.com"],"subject":"Invoice 7","text":"due"}`)
-	hookID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "hook-1", "--kind", "webhook", "--key", "invoice-7/hook",
+	hookID := enqueue(t, e.db, "--resource", "billing", "--epoch", "1", "--op", "hook-1", "--kind", "webhook", "--key", "invoice-7/hook",
 		"--payload", `{"url":"`+rcv.URL+`/charge","body":{"amount":7}}`)
 
 	for _, c := range []struct {
@@ -82,7 +79,7 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 		{mailID, "email", "invoice-7/mail", func() int { return len(smtpSrv.Messages()) }},
 		{hookID, "webhook", "invoice-7/hook", func() int { return rcv.count("invoice-7/hook") }},
 	} {
-		st := waitStatus(t, db, c.id, "unknown")
+		st := waitStatus(t, e.db, c.id, "unknown")
 		if st["effect"] != "possible" {
 			t.Errorf("%s intent: effect %v, want possible: %v", c.kind, st["effect"], st)
 		}
@@ -95,19 +92,19 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 		if n := c.effects(); n != 2 {
 			t.Errorf("%s: %d deliveries at the destination, want 2 (one per attempt, the destination dedups)", c.kind, n)
 		}
-		if n := scalar(t, pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, c.kind, c.key); n != 1 {
+		if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, c.kind, c.key); n != 1 {
 			t.Errorf("%s: key %s not held (%d rows): a later intent with the same business key would run again", c.kind, c.key, n)
 		}
 	}
 	// A bulk retry or cancel of failed intents touches neither.
 	for _, action := range []string{"retry", "cancel"} {
-		r := gw(t, db, action, "--status", "failed", "--yes")
+		r := gw(t, e.db, action, "--status", "failed", "--yes")
 		expectCode(t, r, 0, "")
 		if r.obj["applied"] != 0.0 {
 			t.Fatalf("gateway %s --status failed: %s, want nothing applied", action, r.stdout)
 		}
 	}
-	if n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'unknown'`); n != 2 {
+	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'unknown'`); n != 2 {
 		t.Fatalf("%d unknown intents after the bulk actions, want 2", n)
 	}
 }
@@ -164,14 +161,12 @@ func (r *retryAfterReceiver) times(key string) []time.Time {
 // --max-retry-after waits the bound, not the hour it asked for.
 func TestRetryAfterHonoured(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	ns := natstest.Start(t)
+	e := newRunEnv(t)
 	rcv := newRetryAfterReceiver(t)
 	host := strings.TrimPrefix(rcv.URL, "http://")
-	startRun(t, nil, db, ns.URL, "--adapters", "webhook", "--webhook-allow", host,
+	e.run(t, nil, "--adapters", "webhook", "--webhook-allow", host,
 		"--poll-interval", "100ms", "--relay-timeout", "1s", "--max-retry-after", "3s")
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "hooks", "--holder", "A", "--ttl", "60s"), 0, "")
+	acquireLease(t, e.db, "hooks")
 
 	cases := []struct {
 		path    string
@@ -183,22 +178,19 @@ func TestRetryAfterHonoured(t *testing.T) {
 	}
 	ids := make([]any, len(cases))
 	for i, c := range cases {
-		ids[i] = enqueue(t, db, "--resource", "hooks", "--epoch", "1", "--op", "op-"+strconv.Itoa(i), "--kind", "webhook",
+		ids[i] = enqueue(t, e.db, "--resource", "hooks", "--epoch", "1", "--op", "op-"+strconv.Itoa(i), "--kind", "webhook",
 			"--key", "k"+strconv.Itoa(i), "--payload", `{"url":"`+rcv.URL+c.path+`"}`)
 	}
 	// While deferred, the intent says when it is due (checked after the
 	// gaps, which are what this test is about).
 	var notBefore string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		r := gw(t, db, "status", jsonNum(ids[2]))
-		if nb, _ := r.obj["not_before"].(string); nb != "" || r.obj["status"] == "succeeded" {
-			notBefore = nb
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	pollUntil(t, 30*time.Second, "the deferred intent's not_before", func() (bool, string) {
+		r := gw(t, e.db, "status", jsonNum(ids[2]))
+		notBefore, _ = r.obj["not_before"].(string)
+		return notBefore != "" || r.obj["status"] == "succeeded", r.stdout
+	})
 	for i, c := range cases {
-		waitStatus(t, db, ids[i], "succeeded")
+		waitStatus(t, e.db, ids[i], "succeeded")
 		got := rcv.times("k" + strconv.Itoa(i))
 		if len(got) != 2 {
 			t.Errorf("%s: %d requests, want 2", c.path, len(got))

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
@@ -73,8 +71,7 @@ func TestURLSetsMaxConns(t *testing.T) {
 // The process reports its pool's MaxConns on its "running" line.
 func TestRunPoolMaxConns(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	srv := natstest.Start(t)
+	e := newRunEnv(t)
 	root := t.TempDir()
 	maxConns := regexp.MustCompile(`msg="gateway: running".*db_max_conns=(\d+)`)
 	for _, tc := range []struct {
@@ -85,35 +82,32 @@ func TestRunPoolMaxConns(t *testing.T) {
 	}{
 		// 1 spare + 3 dispatcher + 1 intent sweeper + 10 shared (group
 		// commit) + min(5, 8) + 1 key sweeper.
-		{"sized", db, nil, "21", nil},
+		{"sized", e.db, nil, "21", nil},
 		// Without group commit: 1 + 3 + 1 + 5 + 1.
-		{"sized alone", db, []string{"--idempotency-group-commit=false"}, "11", nil},
-		{"flag", db, []string{"--db-max-conns", "9"}, "9", nil},
-		{"url wins", withQuery(db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3", nil},
+		{"sized alone", e.db, []string{"--idempotency-group-commit=false"}, "11", nil},
+		{"flag", e.db, []string{"--db-max-conns", "9"}, "9", nil},
+		{"url wins", withQuery(e.db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3", nil},
 		// Every flag of run also from the environment; the command line
 		// wins over it.
-		{"env", db, nil, "9", []string{"GATEWAY_DB_MAX_CONNS=9"}},
-		{"flag over env", db, []string{"--db-max-conns", "7"}, "7", []string{"GATEWAY_DB_MAX_CONNS=9"}},
+		{"env", e.db, nil, "9", []string{"GATEWAY_DB_MAX_CONNS=9"}},
+		{"flag over env", e.db, []string{"--db-max-conns", "7"}, "7", []string{"GATEWAY_DB_MAX_CONNS=9"}},
 	} {
-		args := append([]string{"--adapters", "file", "--file-root", root, "--adapter-concurrency", "5"}, tc.args...)
-		p := startRun(t, tc.env, tc.url, srv.URL, args...)
-		var got string
-		pollUntil(t, 30*time.Second, tc.name+": the running line", func() (bool, string) {
-			m := maxConns.FindStringSubmatch(p.stderr.String())
-			if m != nil {
-				got = m[1]
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--adapters", "file", "--file-root", root, "--adapter-concurrency", "5"}, tc.args...)
+			p := startRun(t, tc.env, tc.url, e.natsURL, args...)
+			var got string
+			pollUntil(t, 30*time.Second, "the running line", func() (bool, string) {
+				m := maxConns.FindStringSubmatch(p.stderr.String())
+				if m != nil {
+					got = m[1]
+				}
+				return m != nil, p.stderr.String()
+			})
+			if got != tc.want {
+				t.Errorf("db_max_conns=%s, want %s", got, tc.want)
 			}
-			return m != nil, p.stderr.String()
+			p.stop(t)
 		})
-		if got != tc.want {
-			t.Errorf("%s: db_max_conns=%s, want %s", tc.name, got, tc.want)
-		}
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := p.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("%s: exit %d after SIGTERM:\n%s", tc.name, code, p.stderr.String())
-		}
 	}
 
 	out := runBadFlags(t, nil, []string{"--db-max-conns", "-1"}, "db_max_conns")
@@ -136,9 +130,7 @@ func withQuery(u, kv string) string {
 // GATEWAY_LOG_FORMAT): the running line is one JSON object.
 func TestRunLogFormatJSON(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	srv := natstest.Start(t)
-	p := startRun(t, []string{"GATEWAY_LOG_FORMAT=json"}, db, srv.URL, "--adapters", "file", "--file-root", t.TempDir())
+	p := newRunEnv(t).run(t, []string{"GATEWAY_LOG_FORMAT=json"}, "--adapters", "file", "--file-root", t.TempDir())
 	pollUntil(t, 30*time.Second, "a JSON running line", func() (bool, string) {
 		out := p.stderr.String()
 		for _, line := range strings.Split(out, "\n") {

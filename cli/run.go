@@ -116,8 +116,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		keyScope    = fs.String("key-scope", string(outbox.KeyScopeGlobal), `idempotency keys of the intake: global (unique per kind) or resource (the effective key is "<resource>/<key>", so a worker cannot claim another resource's keys)`)
 		leaseLockTO = lockTimeoutFlag(fs)
 		failoverJmp = failoverJumpFlag(fs)
-		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
-		logFormat   = fs.String("log-format", "text", "log format on stderr: text or json (slog)")
+		newLogger   = a.logFlags(fs)
 
 		allowFsyncOff = a.fsyncFlag(fs)
 		printConfig   = fs.Bool("print-config", false, "print the effective configuration (command line, environment, defaults) as one JSON object, secrets redacted, and exit")
@@ -137,11 +136,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if *printConfig {
 		return a.printConfig(fs)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return a.fail(badInput("log_level", "--log-level must be debug, info, warn or error"))
-	}
-	logger, err := newLogger(a.stderr, level, *logFormat)
+	logger, err := newLogger()
 	if err != nil {
 		return a.fail(err)
 	}

@@ -10,20 +10,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 )
 
 // Bad values of `gateway run`'s flags are exit 2 with a JSON error naming
 // the field, before anything is connected (no database is given).
 func TestRunBadFlags(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name  string
-		env   []string
-		args  []string
-		field string
-	}{
+	runBadFlagCases(t, "secret", []badFlagCase{
 		{"unknown adapter", nil, []string{"--adapters", "email,sms"}, "adapters"},
 		{"adapter twice", nil, []string{"--adapters", "file,file"}, "adapters"},
 		{"nothing to run", nil, []string{"--dispatcher=false", "--adapters", ""}, "adapters"},
@@ -53,16 +46,7 @@ func TestRunBadFlags(t *testing.T) {
 		{"file mode not octal", nil, []string{"--file-mode", "rw-r--r--"}, "file_mode"},
 		{"file mode without owner rw", nil, []string{"--file-mode", "0444"}, "file_mode"},
 		{"file allow pattern", nil, []string{"--adapters", "file", "--file-allow", "[bad"}, "file_allow"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			output := runBadFlags(t, c.env, c.args, c.field)
-			if strings.Contains(output, "secret") {
-				t.Fatalf("the SMTP password leaked: %s", output)
-			}
-		})
-	}
+	})
 }
 
 // Each part runs alone: a relay-only process (--adapters "") and an
@@ -71,17 +55,16 @@ func TestRunBadFlags(t *testing.T) {
 // file intent to succeeded together; both exit 0 on SIGTERM.
 func TestRunPartsAlone(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	srv := natstest.Start(t)
+	e := newRunEnv(t)
 	root := t.TempDir()
 
-	adaptersOnly := startRun(t, nil, db, srv.URL, "--dispatcher=false", "--adapters", "file", "--file-root", root)
+	adaptersOnly := e.run(t, nil, "--dispatcher=false", "--adapters", "file", "--file-root", root)
 	pollUntil(t, 30*time.Second, "the adapters to wait for the stream", func() (bool, string) {
 		return strings.Contains(adaptersOnly.stderr.String(), "waiting for stream"), adaptersOnly.stderr.String()
 	})
 	// SIGTERM while waiting for the stream is a clean stop too; this one is
 	// left running, and a second one is started to show it.
-	waiting := startRun(t, nil, db, srv.URL, "--dispatcher=false", "--adapters", "file", "--file-root", root)
+	waiting := e.run(t, nil, "--dispatcher=false", "--adapters", "file", "--file-root", root)
 	pollUntil(t, 30*time.Second, "the second adapters process to wait for the stream", func() (bool, string) {
 		return strings.Contains(waiting.stderr.String(), "waiting for stream"), waiting.stderr.String()
 	})
@@ -92,13 +75,11 @@ func TestRunPartsAlone(t *testing.T) {
 		t.Fatalf("adapters process stopped while waiting for the stream exited %d, want 0", code)
 	}
 
-	relayOnly := startRun(t, nil, db, srv.URL, "--adapters", "")
+	relayOnly := e.run(t, nil, "--adapters", "")
 
-	r := gw(t, db, "lease", "acquire", "--resource", "alone", "--holder", "A", "--ttl", "60s")
-	expectCode(t, r, 0, "")
-	id := enqueue(t, db, "--resource", "alone", "--epoch", jsonNum(r.obj["epoch"]), "--op", "f1", "--kind", "file",
+	id := enqueue(t, e.db, "--resource", "alone", "--epoch", acquireLease(t, e.db, "alone"), "--op", "f1", "--kind", "file",
 		"--payload", `{"target":"a/b.txt","content":"alone"}`)
-	res := resultOf(t, waitStatus(t, db, id, "succeeded"))
+	res := resultOf(t, waitStatus(t, e.db, id, "succeeded"))
 	if res["path"] != "a/b.txt" || res["sha256"] != sha256Of("alone") {
 		t.Fatalf("result = %v", res)
 	}
@@ -109,14 +90,8 @@ func TestRunPartsAlone(t *testing.T) {
 		t.Errorf("the relay-only process started adapters:\n%s", relayOnly.stderr.String())
 	}
 
-	for _, p := range []*gatewayProc{adaptersOnly, relayOnly} {
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := p.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
-		}
-	}
+	adaptersOnly.stop(t)
+	relayOnly.stop(t)
 }
 
 // runBadFlags runs `gateway run` with args (and extra environment, with the

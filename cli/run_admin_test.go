@@ -10,11 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 	"github.com/fencegate/fencegate/internal/testkit/testpki"
 )
@@ -37,12 +35,9 @@ func freeAddr(t *testing.T) string {
 // login form; SIGTERM still exits 0.
 func TestRunAdmin(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	srv := natstest.Start(t)
 	addr := freeAddr(t)
 	const secret = "op-secret-0123456789abcdef"
-	p := startRun(t, []string{"GATEWAY_TOKENS=ops:operator:" + secret}, db, srv.URL,
-		"--adapters", "", "--admin-addr", addr)
+	p := newRunEnv(t).run(t, []string{"GATEWAY_TOKENS=ops:operator:" + secret}, "--adapters", "", "--admin-addr", addr)
 	base := "http://" + addr
 
 	get := func(path, token string) (int, string, http.Header) {
@@ -89,13 +84,7 @@ func TestRunAdmin(t *testing.T) {
 	if strings.Contains(p.stderr.String(), secret) {
 		t.Fatal("the token leaked into the log")
 	}
-
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
-	}
+	p.stop(t)
 }
 
 // Bad admin flags are exit 2 naming the field, before anything connects;
@@ -106,12 +95,7 @@ func TestRunAdminBadFlags(t *testing.T) {
 	if err := os.WriteFile(badFile, []byte("ops:admin:secret-secret-secret-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cases := []struct {
-		name  string
-		env   []string
-		args  []string
-		field string
-	}{
+	runBadFlagCases(t, "secret-secret", []badFlagCase{
 		{"all interfaces without tokens", nil, []string{"--admin-addr", "0.0.0.0:8080"}, "admin_addr"},
 		{"no host without tokens", nil, []string{"--admin-addr", ":8080"}, "admin_addr"},
 		{"host name without tokens", nil, []string{"--admin-addr", "example.com:8080"}, "admin_addr"},
@@ -119,16 +103,7 @@ func TestRunAdminBadFlags(t *testing.T) {
 		{"bad env tokens", []string{"GATEWAY_TOKENS=ops:operator:short"}, []string{"--admin-addr", "127.0.0.1:0"}, "tokens"},
 		{"bad tokens file", nil, []string{"--admin-addr", "127.0.0.1:0", "--tokens-file", badFile}, "tokens_file"},
 		{"missing tokens file", nil, []string{"--admin-addr", "127.0.0.1:0", "--tokens-file", badFile + ".missing"}, "tokens_file"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			output := runBadFlags(t, c.env, c.args, c.field)
-			if strings.Contains(output, "secret-secret") {
-				t.Fatalf("a token leaked: %s", output)
-			}
-		})
-	}
+	})
 }
 
 // The admin server over TLS (--tls-cert, --tls-key): HTTPS with the CA
@@ -137,24 +112,15 @@ func TestRunAdminBadFlags(t *testing.T) {
 // admin_addr otherwise).
 func TestRunAdminTLS(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	srv := natstest.Start(t)
 	dir := t.TempDir()
 	_, cert, key, _, _, pool := testpki.Write(t, dir)
 	addr := freeAddr(t)
 	const secret = "op-secret-0123456789abcdef"
-	p := startRun(t, []string{"GATEWAY_TOKENS=ops:operator:" + secret}, db, srv.URL,
+	p := newRunEnv(t).run(t, []string{"GATEWAY_TOKENS=ops:operator:" + secret},
 		"--adapters", "", "--admin-addr", addr, "--tls-cert", cert, "--tls-key", key)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	pollUntil(t, 30*time.Second, "the admin server over HTTPS", func() (bool, string) {
-		res, err := client.Get("https://" + addr + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, res.Status
-	})
+	waitHealthz(t, client, "https://"+addr)
 	if res, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/healthz"); err == nil {
 		res.Body.Close()
 		if res.StatusCode == http.StatusOK {
@@ -178,12 +144,7 @@ func TestRunAdminTLS(t *testing.T) {
 	if res.StatusCode != http.StatusSeeOther || !secure {
 		t.Fatalf("login over TLS: %d, cookies %v; want 303 and a Secure, HttpOnly, SameSite=Strict session cookie", res.StatusCode, res.Cookies())
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	p.stop(t)
 
 	tokens := []string{"GATEWAY_TOKENS=ops:operator:" + secret}
 	runBadFlags(t, tokens, []string{"--admin-addr", "0.0.0.0:8080"}, "admin_addr")
@@ -208,33 +169,17 @@ func TestRunMailPolicy(t *testing.T) {
 	// The default adapters (email,file) include email: the policy is
 	// required there too.
 	runBadFlags(t, nil, nil, "mail_from_allow")
-	db, pool := runPool(t)
-	srv := natstest.Start(t)
+	e := newRunEnv(t)
 	smtpSrv := smtptest.NewServer(t)
 	addr := freeAddr(t)
-	startRun(t, []string{"GATEWAY_MAIL_FROM_ALLOW=reports@example.com"}, db, srv.URL, "--adapters", "email", "--admin-addr", addr,
+	e.run(t, []string{"GATEWAY_MAIL_FROM_ALLOW=reports@example.com"}, "--adapters", "email", "--admin-addr", addr,
 		"--smtp-addr", smtpSrv.Addr, "--smtp-starttls", "none", "--poll-interval", "200ms",
 		"--mail-rcpt-allow", "example.com,example.org", "--mail-max-recipients", "3", "--mail-envelope-from", "bounces@example.com")
-	pollUntil(t, 30*time.Second, "the admin API", func() (bool, string) {
-		res, err := http.Get("http://" + addr + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		res.Body.Close()
-		return true, ""
-	})
+	waitAdmin(t, addr)
 	post := func(body string) (int, map[string]any) {
-		res, err := http.Post("http://"+addr+"/api/v1/intents", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var m map[string]any
-		_ = json.NewDecoder(res.Body).Decode(&m)
-		return res.StatusCode, m
+		return postJSON(t, "http://"+addr+"/api/v1/intents", "", body)
 	}
-	r := gw(t, db, "epoch", "advance", "--resource", "mail", "--epoch", "1")
-	expectCode(t, r, 0, "")
+	expectCode(t, gw(t, e.db, "epoch", "advance", "--resource", "mail", "--epoch", "1"), 0, "")
 	for _, tc := range []struct{ payload, field string }{
 		{`{"to":"a@example.com","from":"ceo@example.com","subject":"wire money","text":"now"}`, "payload.from"},
 		// A domain entry is not its subdomains, nor a listed address's domain.
@@ -250,7 +195,7 @@ func TestRunMailPolicy(t *testing.T) {
 			t.Fatalf("payload %s: %d %v, want 400 naming %s", tc.payload, code, m, tc.field)
 		}
 	}
-	if n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents`); n != 0 {
+	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents`); n != 0 {
 		t.Fatalf("%d intents stored", n)
 	}
 	// Recipients are counted after dedup (case-insensitive): 3, at the limit.
@@ -258,7 +203,7 @@ func TestRunMailPolicy(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("an allowed message: %d %v", code, m)
 	}
-	waitStatus(t, db, m["intent_id"], "succeeded")
+	waitStatus(t, e.db, m["intent_id"], "succeeded")
 	msgs := smtpSrv.Messages()
 	if len(msgs) != 1 || msgs[0].From != "bounces@example.com" || len(msgs[0].To) != 3 {
 		t.Fatalf("messages at the SMTP server %+v, want one from envelope sender bounces@example.com to 3 recipients", msgs)
@@ -273,8 +218,8 @@ func TestRunMailPolicy(t *testing.T) {
 		`{"to":"a@example.com","bcc":"spy@elsewhere.net","from":"reports@example.com","subject":"s","text":"t"}`,
 		`{"to":["a@example.com","b@example.com","c@example.com","d@example.com"],"from":"reports@example.com","subject":"s","text":"t"}`,
 	} {
-		id := enqueue(t, db, "--resource", "mail", "--epoch", "1", "--op", fmt.Sprintf("cli-%d", i), "--kind", "email", "--payload", payload)
-		st := waitStatus(t, db, id, "failed")
+		id := enqueue(t, e.db, "--resource", "mail", "--epoch", "1", "--op", fmt.Sprintf("cli-%d", i), "--kind", "email", "--payload", payload)
+		st := waitStatus(t, e.db, id, "failed")
 		if le, _ := st["last_error"].(string); !strings.Contains(le, "mail policy") {
 			t.Fatalf("intent %v failed with %v, want the mail policy named", id, st["last_error"])
 		}

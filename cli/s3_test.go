@@ -5,11 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/s3test"
 )
 
@@ -19,22 +17,17 @@ import (
 // exit 2 naming the field.
 func TestRunS3(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	ns := natstest.Start(t)
+	e := newRunEnv(t)
 	srv := s3test.Start(t)
 	bucket := srv.NewBucket(t)
-	p := startRun(t, s3test.Env(), db, ns.URL, "--adapters", "s3", "--s3-endpoint", srv.Endpoint, "--s3-bucket", bucket, "--poll-interval", "200ms")
+	p := e.run(t, s3test.Env(), "--adapters", "s3", "--s3-endpoint", srv.Endpoint, "--s3-bucket", bucket, "--poll-interval", "200ms")
 
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "report", "--holder", "A", "--ttl", "60s"), 0, "")
-	bad := gw(t, db, "enqueue", "--resource", "report", "--epoch", "1", "--op", "bad", "--kind", "s3", "--payload", `{"key":"../x","content":"a"}`)
-	expectCode(t, bad, 2, "invalid_input")
-	if bad.obj["error"].(map[string]any)["field"] != "payload.key" {
-		t.Fatalf("bad payload: %s", bad.stdout)
-	}
-	id := enqueue(t, db, "--resource", "report", "--epoch", "1", "--op", "publish-1", "--kind", "s3",
+	acquireLease(t, e.db, "report")
+	bad := gw(t, e.db, "enqueue", "--resource", "report", "--epoch", "1", "--op", "bad", "--kind", "s3", "--payload", `{"key":"../x","content":"a"}`)
+	expectInvalid(t, bad, "payload.key")
+	id := enqueue(t, e.db, "--resource", "report", "--epoch", "1", "--op", "publish-1", "--kind", "s3",
 		"--payload", `{"key":"reports/2026-12-01.txt","content":"report by A","content_type":"text/plain"}`)
-	res := resultOf(t, waitStatus(t, db, id, "succeeded"))
+	res := resultOf(t, waitStatus(t, e.db, id, "succeeded"))
 	if res["bucket"] != bucket || res["key"] != "reports/2026-12-01.txt" || res["epoch"] != 1.0 {
 		t.Fatalf("result %v", res)
 	}
@@ -42,12 +35,7 @@ func TestRunS3(t *testing.T) {
 	if !ok || string(body) != "report by A" || md["fencegate-epoch"] != "1" || md["fencegate-resource"] != "report" {
 		t.Fatalf("object %q %v", body, md)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.stderr.String())
-	}
+	p.stop(t)
 }
 
 // A server that accepts conditional writes and ignores them would turn the
@@ -55,15 +43,13 @@ func TestRunS3(t *testing.T) {
 // small fake stands for such a server.
 func TestRunS3RefusesAServerThatIgnoresConditions(t *testing.T) {
 	t.Parallel()
-	db, _ := runPool(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	ns := natstest.Start(t)
+	e := newRunEnv(t)
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("ETag", `"abc"`)
 	}))
 	defer fake.Close()
-	p := startRun(t, s3test.Env(), db, ns.URL, "--adapters", "s3", "--s3-endpoint", fake.URL, "--s3-bucket", "reports")
+	p := e.run(t, s3test.Env(), "--adapters", "s3", "--s3-endpoint", fake.URL, "--s3-bucket", "reports")
 	if code := p.wait(t, 30*time.Second); code != 2 {
 		t.Fatalf("exit %d, want 2:\n%s", code, p.stderr.String())
 	}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/operator"
 )
@@ -17,9 +15,8 @@ import (
 // passed; a negative wait is exit 2 naming wait.
 func TestStatusWait(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "r", "--holder", "A", "--ttl", "60s"), 0, "")
+	db, conn := migratedDB(t)
+	acquireLease(t, db, "r")
 	id := enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", "o", "--kind", "file", "--payload", `{"target":"x.txt","content":"x"}`)
 	r := gw(t, db, "status", "--wait", "300ms", jsonNum(id))
 	expectCode(t, r, 0, "")
@@ -31,26 +28,11 @@ func TestStatusWait(t *testing.T) {
 	done := make(chan cliResult, 1)
 	start := time.Now()
 	go func() { done <- gw(t, db, "status", "--wait", "30s", jsonNum(id)) }()
-	conn, err := pgx.Connect(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	// Once the waiting process listens, an operator cancels the intent.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gateway status --wait never listened")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pollUntil(t, 15*time.Second, "gateway status --wait to listen", func() (bool, string) {
+		n := scalar(t, conn, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`)
+		return n > 0, "no LISTEN session"
+	})
 	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`), id); err != nil {
 		t.Fatal(err)
 	}
@@ -66,18 +48,12 @@ func TestStatusWait(t *testing.T) {
 // actor cli:$USER; a bad filter is exit 2 naming the field.
 func TestBulkRetryCLI(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "reports/x", "--holder", "A", "--ttl", "60s"), 0, "")
+	db, conn := migratedDB(t)
+	acquireLease(t, db, "reports/x")
 	var ids []string
 	for _, op := range []string{"a", "b"} {
 		ids = append(ids, jsonNum(enqueue(t, db, "--resource", "reports/x", "--epoch", "1", "--op", op, "--kind", "file", "--payload", `{"target":"`+op+`.txt","content":"x"}`)))
 	}
-	conn, err := pgx.Connect(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'failed', completed_at = now()`)); err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +76,7 @@ func TestBulkRetryCLI(t *testing.T) {
 	if err := conn.QueryRow(context.Background(), testdb.SQL(`SELECT actor FROM fencegate.intent_events WHERE action = 'retry' LIMIT 1`)).Scan(&actor); err != nil || !strings.HasPrefix(actor, "cli:") {
 		t.Errorf("actor %q %v, want cli:…", actor, err)
 	}
-	r = gw(t, db, "retry", "--kind", "file")
-	expectCode(t, r, 2, "invalid_input")
-	if r.obj["error"].(map[string]any)["field"] != "status" {
-		t.Errorf("no status: %s", r.stdout)
-	}
+	expectInvalid(t, gw(t, db, "retry", "--kind", "file"), "status")
 }
 
 // `gateway status` prints the intent's effect and not_before; `gateway
@@ -114,16 +86,10 @@ func TestBulkRetryCLI(t *testing.T) {
 // and has no --force (exit 2).
 func TestBulkRetryEffectPossibleCLI(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewURL(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "r", "--holder", "A", "--ttl", "60s"), 0, "")
+	db, conn := migratedDB(t)
+	acquireLease(t, db, "r")
 	lost := jsonNum(enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", "lost", "--kind", "file", "--payload", `{"target":"lost.txt","content":"x"}`))
 	plain := jsonNum(enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", "plain", "--kind", "file", "--payload", `{"target":"plain.txt","content":"x"}`))
-	conn, err := pgx.Connect(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	ctx := context.Background()
 
 	// A pending intent: effect none, no deferred retry.

@@ -1,18 +1,12 @@
 package cli
 
 import (
-	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
-
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
 )
 
 // `gateway run` with the webhook adapter, end to end against a real HTTP
@@ -22,9 +16,7 @@ import (
 // stores nothing; a bad payload is exit 2 naming the field.
 func TestRunWebhook(t *testing.T) {
 	t.Parallel()
-	db, pool := runPool(t)
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	ns := natstest.Start(t)
+	e := newRunEnv(t)
 
 	var mu sync.Mutex
 	got := map[string][]http.Header{}
@@ -39,51 +31,30 @@ func TestRunWebhook(t *testing.T) {
 	t.Cleanup(rcv.Close)
 	host := strings.TrimPrefix(rcv.URL, "http://")
 	admin := freeAddr(t)
-	p := startRun(t, []string{"GATEWAY_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, db, ns.URL,
+	p := e.run(t, []string{"GATEWAY_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		"--adapters", "webhook", "--webhook-allow", host, "--admin-addr", admin, "--poll-interval", "200ms")
 
-	r := gw(t, db, "lease", "acquire", "--resource", "billing", "--holder", "A", "--ttl", "60s")
-	expectCode(t, r, 0, "")
+	acquireLease(t, e.db, "billing")
 
 	// CLI: a bad payload names the field; a good one succeeds.
-	bad := gw(t, db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "bad", "--kind", "webhook", "--payload", `{"url":"ftp://x/y"}`)
-	expectCode(t, bad, 2, "invalid_input")
-	if bad.obj["error"].(map[string]any)["field"] != "payload.url" {
-		t.Fatalf("bad payload: %s, want field payload.url", bad.stdout)
-	}
+	bad := gw(t, e.db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "bad", "--kind", "webhook", "--payload", `{"url":"ftp://x/y"}`)
+	expectInvalid(t, bad, "payload.url")
 	// With the allow-list in the environment, the CLI refuses other hosts too.
-	elsewhere := gwEnv(t, []string{"GATEWAY_WEBHOOK_ALLOW=" + host}, db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "elsewhere", "--kind", "webhook", "--payload", `{"url":"https://example.net/x"}`)
-	expectCode(t, elsewhere, 2, "invalid_input")
-	if elsewhere.obj["error"].(map[string]any)["field"] != "payload.url" {
-		t.Fatalf("CLI, host not allowed: %s, want field payload.url", elsewhere.stdout)
-	}
-	cliID := enqueue(t, db, "--resource", "billing", "--epoch", "1", "--op", "charge-1", "--kind", "webhook",
+	elsewhere := gwEnv(t, []string{"GATEWAY_WEBHOOK_ALLOW=" + host}, e.db, "enqueue", "--resource", "billing", "--epoch", "1", "--op", "elsewhere", "--kind", "webhook", "--payload", `{"url":"https://example.net/x"}`)
+	expectInvalid(t, elsewhere, "payload.url")
+	cliID := enqueue(t, e.db, "--resource", "billing", "--epoch", "1", "--op", "charge-1", "--kind", "webhook",
 		"--key", "invoice-42/charge", "--payload", `{"url":"`+rcv.URL+`/charge","body":{"amount":4200}}`)
 
 	// HTTP intake: an allowed URL is accepted; one elsewhere is 400.
 	post := func(body string) (int, map[string]any) {
-		pollUntil(t, 30*time.Second, "the admin API", func() (bool, string) {
-			res, err := http.Get("http://" + admin + "/healthz")
-			if err != nil {
-				return false, err.Error()
-			}
-			res.Body.Close()
-			return true, ""
-		})
-		res, err := http.Post("http://"+admin+"/api/v1/intents", "application/json", bytes.NewReader([]byte(body)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var m map[string]any
-		_ = json.NewDecoder(res.Body).Decode(&m)
-		return res.StatusCode, m
+		waitAdmin(t, admin)
+		return postJSON(t, "http://"+admin+"/api/v1/intents", "", body)
 	}
 	code, m := post(`{"resource":"billing","epoch":1,"operation_id":"elsewhere","kind":"webhook","payload":{"url":"https://example.net/x"}}`)
 	if code != http.StatusBadRequest || m["error"].(map[string]any)["field"] != "payload.url" {
 		t.Fatalf("intake, host not allowed: %d %v; want 400 naming payload.url", code, m)
 	}
-	if n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'elsewhere'`); n != 0 {
+	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'elsewhere'`); n != 0 {
 		t.Fatalf("%d intents stored for a refused enqueue", n)
 	}
 	code, m = post(`{"resource":"billing","epoch":1,"operation_id":"charge-2","kind":"webhook","payload":{"url":"` + rcv.URL + `/charge","method":"PUT","body":{"amount":1}}}`)
@@ -92,11 +63,11 @@ func TestRunWebhook(t *testing.T) {
 	}
 	httpID := m["intent_id"]
 
-	res := resultOf(t, waitStatus(t, db, cliID, "succeeded"))
+	res := resultOf(t, waitStatus(t, e.db, cliID, "succeeded"))
 	if res["status"] != 200.0 || res["body"] != `{"ok":true}` {
 		t.Fatalf("result %v", res)
 	}
-	waitStatus(t, db, httpID, "succeeded")
+	waitStatus(t, e.db, httpID, "succeeded")
 	mu.Lock()
 	h := got["invoice-42/charge"]
 	mu.Unlock()
@@ -114,35 +85,18 @@ func TestRunWebhook(t *testing.T) {
 	if strings.Contains(p.stderr.String(), "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") {
 		t.Fatal("the webhook secret leaked into the log")
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.stderr.String())
-	}
+	p.stop(t)
 }
 
 // The webhook flags' bad values are exit 2 naming the field, without
 // echoing a secret.
 func TestRunWebhookBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name  string
-		env   []string
-		args  []string
-		field string
-	}{
+	runBadFlagCases(t, "Zm9vYmFy", []badFlagCase{
 		{"webhook without allow-list", nil, []string{"--adapters", "webhook"}, "webhook_allow"},
 		{"allow-list entry is a URL", nil, []string{"--webhook-allow", "https://h.example"}, "webhook_allow"},
 		{"dedups entry", nil, []string{"--webhook-allow", "h.example", "--webhook-dedups-on-key", "h.example:0"}, "webhook_dedups_on_key"},
 		{"secret without prefix", []string{"GATEWAY_WEBHOOK_SECRET=Zm9vYmFyYmF6cXV4cXV1eHF1dXg="}, []string{"--webhook-allow", "h.example"}, "webhook_secret"},
 		{"per-host concurrency", nil, []string{"--webhook-allow", "h.example", "--webhook-max-concurrency-per-host", "0"}, "webhook_max_concurrency_per_host"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			if out := runBadFlags(t, c.env, c.args, c.field); strings.Contains(out, "Zm9vYmFy") {
-				t.Fatalf("the secret leaked: %s", out)
-			}
-		})
-	}
+	})
 }

@@ -75,7 +75,9 @@ func (s *scripted) count(key string) (effects, attempts int) {
 	return s.effects[key], len(s.attempts)
 }
 
-func runScript(t *testing.T, s *scripted, unknown executor.UnknownPolicy) (*adaptertest.Env, *outbox.Record) {
+// runScript runs one intent (key "k") against s with the unknown policy,
+// and checks how it ended: status and effect.
+func runScript(t *testing.T, s *scripted, unknown executor.UnknownPolicy, status outbox.Status, effect outbox.Effect) (*adaptertest.Env, *outbox.Record) {
 	t.Helper()
 	s.effects = map[string]int{}
 	e := adaptertest.NewEnv(t, adaptertest.Options{
@@ -84,7 +86,11 @@ func runScript(t *testing.T, s *scripted, unknown executor.UnknownPolicy) (*adap
 		Runtime:   executor.Config{MaxAttempts: 3, Unknown: unknown},
 	})
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
-	return e, e.WaitTerminal(t, id)
+	rec := e.WaitTerminal(t, id)
+	if rec.Status != status || rec.Effect != effect {
+		t.Fatalf("intent %s, effect %s (last error %s, not_before %v); want %s, %s", rec.Status, rec.Effect, adaptertest.LastError(rec), rec.NotBefore, status, effect)
+	}
+	return e, rec
 }
 
 // An attempt whose outcome is unknown, at a destination that dedups (the
@@ -95,10 +101,7 @@ func runScript(t *testing.T, s *scripted, unknown executor.UnknownPolicy) (*adap
 func TestUnknownThenRefusedEndsUnknown(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"unknown", "refused", "refused"}, dedups: true}
-	e, rec := runScript(t, s, executor.UnknownResend)
-	if rec.Status != outbox.StatusUnknown || rec.Effect != outbox.EffectPossible {
-		t.Fatalf("intent %s, effect %s (last error %s); want unknown, possible", rec.Status, rec.Effect, lastErr(rec))
-	}
+	e, rec := runScript(t, s, executor.UnknownResend, outbox.StatusUnknown, outbox.EffectPossible)
 	if effects, attempts := s.count("k"); effects != 1 || attempts != 3 || rec.Attempts != 3 {
 		t.Fatalf("effects %d, executions %d, attempts recorded %d; want 1, 3, 3", effects, attempts, rec.Attempts)
 	}
@@ -121,10 +124,7 @@ func TestUnknownThenRefusedEndsUnknown(t *testing.T) {
 func TestUnknownThenPermanentEndsUnknown(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"unknown", "permanent"}, dedups: true}
-	_, rec := runScript(t, s, executor.UnknownResend)
-	if rec.Status != outbox.StatusUnknown || rec.Effect != outbox.EffectPossible {
-		t.Fatalf("intent %s, effect %s (last error %s); want unknown, possible", rec.Status, rec.Effect, lastErr(rec))
-	}
+	_, rec := runScript(t, s, executor.UnknownResend, outbox.StatusUnknown, outbox.EffectPossible)
 	if rec.LastError == nil || *rec.LastError == "" {
 		t.Fatal("no last_error: an operator must see why it is unknown")
 	}
@@ -136,9 +136,9 @@ func TestUnknownThenPermanentEndsUnknown(t *testing.T) {
 func TestUnknownThenRefusedThenSucceeds(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"unknown", "refused", "ok"}, dedups: true}
-	_, rec := runScript(t, s, executor.UnknownResend)
-	if rec.Status != outbox.StatusSucceeded || rec.Effect != outbox.EffectDone || rec.NotBefore != nil {
-		t.Fatalf("intent %s, effect %s, not_before %v; want succeeded, done, none", rec.Status, rec.Effect, rec.NotBefore)
+	_, rec := runScript(t, s, executor.UnknownResend, outbox.StatusSucceeded, outbox.EffectDone)
+	if rec.NotBefore != nil {
+		t.Fatalf("not_before %v on a succeeded intent; want none", rec.NotBefore)
 	}
 }
 
@@ -147,10 +147,7 @@ func TestUnknownThenRefusedThenSucceeds(t *testing.T) {
 func TestRefusedOnlyFails(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"refused", "refused", "refused"}, dedups: true}
-	e, rec := runScript(t, s, executor.UnknownResend)
-	if rec.Status != outbox.StatusFailed || rec.Effect != outbox.EffectNone {
-		t.Fatalf("intent %s, effect %s; want failed, none", rec.Status, rec.Effect)
-	}
+	e, _ := runScript(t, s, executor.UnknownResend, outbox.StatusFailed, outbox.EffectNone)
 	if _, err := e.Store.Get(context.Background(), "test", "k"); !errors.Is(err, idempotency.ErrNotFound) {
 		t.Fatalf("key after refusals only: %v, want released", err)
 	}
@@ -162,10 +159,7 @@ func TestRefusedOnlyFails(t *testing.T) {
 func TestProvenByLookupThenPermanentFails(t *testing.T) {
 	t.Parallel()
 	s := &scripted{script: []string{"lost", "permanent"}, lookup: true}
-	_, rec := runScript(t, s, executor.UnknownHold)
-	if rec.Status != outbox.StatusFailed || rec.Effect != outbox.EffectNone {
-		t.Fatalf("intent %s, effect %s (last error %s); want failed, none", rec.Status, rec.Effect, lastErr(rec))
-	}
+	runScript(t, s, executor.UnknownHold, outbox.StatusFailed, outbox.EffectNone)
 	if effects, attempts := s.count("k"); effects != 0 || attempts != 2 {
 		t.Fatalf("effects %d, executions %d; want 0, 2", effects, attempts)
 	}
@@ -186,7 +180,7 @@ func TestRetryAfterNotBeforeHolds(t *testing.T) {
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
 	rec := e.WaitTerminal(t, id)
 	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("intent %s (%s)", rec.Status, lastErr(rec))
+		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

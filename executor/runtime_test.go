@@ -132,6 +132,32 @@ func (e *env) waitTerminal(t *testing.T, id int64) *outbox.Record {
 	return e.WaitTerminal(t, id)
 }
 
+// wantEnd waits for intent id to end and checks its status and how many
+// times the destination took key's effect.
+func (e *env) wantEnd(t *testing.T, id int64, status outbox.Status, key string, effects int) *outbox.Record {
+	t.Helper()
+	rec := e.waitTerminal(t, id)
+	if rec.Status != status {
+		t.Fatalf("record = %+v; want %s", rec, status)
+	}
+	if n := e.dest.count(key); n != effects {
+		t.Fatalf("effects of %q = %d, want %d", key, n, effects)
+	}
+	return rec
+}
+
+// wantFoundByLookup waits for intent id to end and checks that a lookup
+// found its effect: succeeded, found_by lookup, the effect of key once.
+func (e *env) wantFoundByLookup(t *testing.T, id int64, key string) {
+	t.Helper()
+	rec := e.wantEnd(t, id, outbox.StatusSucceeded, key, 1)
+	var res map[string]any
+	_ = json.Unmarshal(rec.Result, &res)
+	if res["found_by"] != "lookup" {
+		t.Fatalf("result %s; want found by lookup", rec.Result)
+	}
+}
+
 // TestConformance runs the adapter conformance suite against the test
 // executor, which checks the suite as much as the runtime.
 func TestConformance(t *testing.T) {
@@ -161,17 +187,13 @@ func TestConformance(t *testing.T) {
 func TestExecutesOnceAndRecords(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{lookup: true})
-	id := e.enqueue(t, "op-1", "k-1", `{"mode":"ok"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded || rec.Attempts != 1 || rec.CompletedAt == nil {
+	rec := e.wantEnd(t, e.enqueue(t, "op-1", "k-1", `{"mode":"ok"}`), outbox.StatusSucceeded, "k-1", 1)
+	if rec.Attempts != 1 || rec.CompletedAt == nil {
 		t.Fatalf("record = %+v", rec)
 	}
 	var res map[string]any
 	if err := json.Unmarshal(rec.Result, &res); err != nil || res["key"] != "k-1" {
 		t.Fatalf("result = %s", rec.Result)
-	}
-	if n := e.dest.count("k-1"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
 	}
 }
 
@@ -203,41 +225,35 @@ func TestSameBusinessKeyAcrossEpochsExecutesOnce(t *testing.T) {
 	}
 }
 
-func TestRetryableThenSucceeds(t *testing.T) {
+// Retryable errors are retried up to MaxAttempts (3), a permanent one is
+// not. A failed intent never had its effect; when retries ran out its key
+// is released, so an operator's retry would execute again.
+func TestAttemptsEnd(t *testing.T) {
 	t.Parallel()
-	e := setup(t, opts{})
-	id := e.enqueue(t, "op", "k", `{"mode":"retry","fail_times":2}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded || rec.Attempts != 3 {
-		t.Fatalf("record = %s after %d attempts; want succeeded after 3", rec.Status, rec.Attempts)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d", n)
-	}
-}
-
-func TestRetryableExhaustedFails(t *testing.T) {
-	t.Parallel()
-	e := setup(t, opts{})
-	id := e.enqueue(t, "op", "k", `{"mode":"retry","fail_times":99}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusFailed || rec.Attempts != 3 || rec.LastError == nil {
-		t.Fatalf("record = %+v; want failed after 3 attempts with the reason", rec)
-	}
-	// The key was released (the effect never happened), so an operator's
-	// retry would execute again.
-	if _, err := e.Store.Get(context.Background(), "test", "k"); !errors.Is(err, idempotency.ErrNotFound) {
-		t.Fatalf("key after exhausted retries: %v; want released", err)
-	}
-}
-
-func TestPermanentFails(t *testing.T) {
-	t.Parallel()
-	e := setup(t, opts{})
-	id := e.enqueue(t, "op", "k", `{"mode":"permanent"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusFailed || rec.Attempts != 1 || rec.LastError == nil {
-		t.Fatalf("record = %+v", rec)
+	for _, tc := range []struct {
+		name, payload     string
+		status            outbox.Status
+		attempts, effects int
+		released          bool
+	}{
+		{"retryable then succeeds", `{"mode":"retry","fail_times":2}`, outbox.StatusSucceeded, 3, 1, false},
+		{"retryable exhausted fails", `{"mode":"retry","fail_times":99}`, outbox.StatusFailed, 3, 0, true},
+		{"permanent fails", `{"mode":"permanent"}`, outbox.StatusFailed, 1, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, opts{})
+			rec := e.wantEnd(t, e.enqueue(t, "op", "k", tc.payload), tc.status, "k", tc.effects)
+			if rec.Attempts != tc.attempts {
+				t.Fatalf("record = %+v; want %s after %d attempts", rec, tc.status, tc.attempts)
+			}
+			if tc.status == outbox.StatusFailed && rec.LastError == nil {
+				t.Fatalf("record = %+v; want failed with the reason", rec)
+			}
+			if _, err := e.Store.Get(context.Background(), "test", "k"); tc.released && !errors.Is(err, idempotency.ErrNotFound) {
+				t.Fatalf("key after exhausted retries: %v; want released", err)
+			}
+		})
 	}
 }
 
@@ -250,29 +266,18 @@ func TestPlainErrorIsUnknown(t *testing.T) {
 	t.Run("no lookup: held", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, opts{})
-		id := e.enqueue(t, "op", "k", `{"mode":"plain"}`)
-		rec := e.waitTerminal(t, id)
-		if rec.Status != outbox.StatusUnknown || rec.LastError == nil || !strings.Contains(*rec.LastError, "connection reset") {
+		rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"plain"}`), outbox.StatusUnknown, "k", 1)
+		if rec.LastError == nil || !strings.Contains(*rec.LastError, "connection reset") {
 			t.Fatalf("record = %+v, want unknown with the error", rec)
 		}
 		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
 			t.Fatalf("key state %s, want held", k.State)
 		}
-		if n := e.dest.count("k"); n != 1 {
-			t.Fatalf("executed %d times, want 1", n)
-		}
 	})
 	t.Run("lookup: recovered", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, opts{lookup: true})
-		id := e.enqueue(t, "op", "k", `{"mode":"plain"}`)
-		rec := e.waitTerminal(t, id)
-		if rec.Status != outbox.StatusSucceeded || !strings.Contains(string(rec.Result), "lookup") {
-			t.Fatalf("record = %+v, want succeeded by lookup", rec)
-		}
-		if n := e.dest.count("k"); n != 1 {
-			t.Fatalf("executed %d times, want 1", n)
-		}
+		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"plain"}`), "k")
 	})
 }
 
@@ -281,42 +286,20 @@ func TestPlainErrorIsUnknown(t *testing.T) {
 func TestUnknownOutcomeResolvedByLookup(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{lookup: true})
-	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("status = %s", rec.Status)
-	}
-	var res map[string]any
-	_ = json.Unmarshal(rec.Result, &res)
-	if res["found_by"] != "lookup" {
-		t.Fatalf("result = %s; want found by lookup", rec.Result)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
-	}
+	e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"lost-response"}`), "k")
 }
 
 // Lost response, no lookup, policy hold: unknown, never re-executed.
 func TestUnknownOutcomeHeld(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{unknown: executor.UnknownHold})
-	id := e.enqueue(t, "op", "k", `{"mode":"lost-response"}`)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusUnknown {
-		t.Fatalf("status = %s, want unknown", rec.Status)
-	}
+	e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"lost-response"}`), outbox.StatusUnknown, "k", 1)
 	k, err := e.Store.Get(context.Background(), "test", "k")
 	if err != nil || k.State != idempotency.StateHeld {
 		t.Fatalf("key = %+v, %v; want held", k, err)
 	}
-	// Another intent with the same key is not executed either.
-	id2 := e.enqueue(t, "op2", "k", `{"mode":"lost-response"}`)
-	if rec := e.waitTerminal(t, id2); rec.Status != outbox.StatusUnknown {
-		t.Fatalf("second intent = %s, want unknown", rec.Status)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d, want 1 (no resend)", n)
-	}
+	// Another intent with the same key is not executed either (no resend).
+	e.wantEnd(t, e.enqueue(t, "op2", "k", `{"mode":"lost-response"}`), outbox.StatusUnknown, "k", 1)
 }
 
 // Policy resend, but the destination does not dedup on our key: held anyway.
@@ -352,18 +335,7 @@ func TestAbandonedAttemptRecoveredByLookup(t *testing.T) {
 	e.dest.effects["k2"]++
 	e.dest.mu.Unlock()
 	e.Release(t, id)
-	got := e.waitTerminal(t, id)
-	if got.Status != outbox.StatusSucceeded {
-		t.Fatalf("status = %s", got.Status)
-	}
-	var res map[string]any
-	_ = json.Unmarshal(got.Result, &res)
-	if res["found_by"] != "lookup" {
-		t.Fatalf("result = %s; want found by lookup", got.Result)
-	}
-	if n := e.dest.count("k2"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
-	}
+	e.wantFoundByLookup(t, id, "k2")
 }
 
 // Fence policy execute: when the resource moved on before execution, the
@@ -374,21 +346,13 @@ func TestExecuteFenceSupersedes(t *testing.T) {
 	id := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute))
 	e.Advance(t, e.Epoch()+1)
 	e.Release(t, id)
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSuperseded {
-		t.Fatalf("status = %s, want superseded", rec.Status)
-	}
-	if n := e.dest.count("k"); n != 0 {
-		t.Fatalf("effects = %d, want 0", n)
-	}
+	e.wantEnd(t, id, outbox.StatusSuperseded, "k", 0)
 	// Fence commit: executed although the resource moved on (it was
 	// decided while its epoch was current).
 	id2 := e.EnqueueHeldBack(t, withFence(e.Intent("test", "op2", "k2", json.RawMessage(`{"mode":"ok"}`)), outbox.FenceCommit))
 	e.Advance(t, e.Epoch()+1)
 	e.Release(t, id2)
-	if rec := e.waitTerminal(t, id2); rec.Status != outbox.StatusSucceeded || e.dest.count("k2") != 1 {
-		t.Fatalf("commit-fenced intent = %s, effects %d; want succeeded once", rec.Status, e.dest.count("k2"))
-	}
+	e.wantEnd(t, id2, outbox.StatusSucceeded, "k2", 1)
 }
 
 // Redelivery of a message whose intent is already terminal: acked, nothing
@@ -401,13 +365,7 @@ func TestRedeliveryOfTerminalIntentIsSkipped(t *testing.T) {
 	// Force a re-relay: back to relayed with an old relayed_at.
 	e.Rerelay(t, id)
 	// The key is completed, so even the redelivered intent gets Done.
-	rec := e.waitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("status = %s", rec.Status)
-	}
-	if n := e.dest.count("k"); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
-	}
+	e.wantEnd(t, id, outbox.StatusSucceeded, "k", 1)
 }
 
 func withFence(in outbox.Intent, f outbox.Fence) outbox.Intent {

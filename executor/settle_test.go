@@ -58,13 +58,7 @@ func (e slowExec) Kind() string { return "test" }
 func (e slowExec) Capabilities() adapters.Capabilities { return adapters.Capabilities{Lookup: true} }
 
 func (e slowExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
-	if e.d.gate != nil {
-		select {
-		case e.d.entered <- struct{}{}:
-		default:
-		}
-		<-e.d.gate
-	}
+	e.d.hold()
 	e.d.mu.Lock()
 	defer e.d.mu.Unlock()
 	start := time.Now()
@@ -93,6 +87,19 @@ func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	}
 	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "found_by": "lookup"})
 	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, true, nil
+}
+
+// hold holds an Execute at its entry while the gate is set and closed,
+// saying on entered that it arrived.
+func (d *slowDest) hold() {
+	if d.gate == nil {
+		return
+	}
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-d.gate
 }
 
 // open lets every held Execute go on; idempotent.
@@ -329,23 +336,7 @@ func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
 	payload := json.RawMessage(`{"mode":"ok"}`)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
 	waitChan(t, d.entered, "the attempt to start executing")
-	// Another attempt takes the key over once the lock expired.
-	var dec idempotency.Decision
-	deadline := time.Now().Add(adaptertest.WaitTimeout)
-	for {
-		var err error
-		dec, err = e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dec.Outcome == idempotency.OutcomeRecover {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("begin = %+v; want a takeover", dec)
-		}
-		time.Sleep(lock / 4)
-	}
+	takeOver(t, e.Env, id, payload, lock)
 	d.open()
 	ev := waitEvent(t, e.Env, id, idempotency.EventEffectAfterLostOwnership)
 	if !strings.Contains(ev.note, "succeeded") {
@@ -353,6 +344,27 @@ func TestEffectAfterLostOwnershipRecorded(t *testing.T) {
 	}
 	if n := counter(t, e.reg, "fencegate_effect_after_lost_ownership_total", map[string]string{"kind": "test"}); n != 1 {
 		t.Fatalf("fencegate_effect_after_lost_ownership_total = %v, want 1", n)
+	}
+}
+
+// takeOver begins key "k" for intent id as another attempt would, once the
+// running attempt's lock (lock) expired, polling until the key is taken
+// over.
+func takeOver(t *testing.T, e *adaptertest.Env, id int64, payload json.RawMessage, lock time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(adaptertest.WaitTimeout)
+	for {
+		dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Outcome == idempotency.OutcomeRecover {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("begin = %+v; want a takeover", dec)
+		}
+		time.Sleep(lock / 4)
 	}
 }
 
@@ -398,13 +410,6 @@ func publishDuplicate(t *testing.T, e *adaptertest.Env, id int64) {
 	}
 }
 
-func lastErr(rec *outbox.Record) string {
-	if rec.LastError == nil {
-		return ""
-	}
-	return *rec.LastError
-}
-
 // The answer of the first attempt is lost, and nothing happened at the
 // destination. Its lookup finds nothing, which is proof only once the settle
 // window has passed since the attempt's last I/O: until then the intent
@@ -418,7 +423,7 @@ func TestNegativeLookupWaitsForSettleWindow(t *testing.T) {
 	e := setupSlow(t, d, executor.Config{LookupSettle: settle}, 0)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
 	rec := e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool {
-		return strings.HasPrefix(lastErr(r), "waiting for proof: lookup found nothing; a negative lookup is trusted after ")
+		return strings.HasPrefix(adaptertest.LastError(r), "waiting for proof: lookup found nothing; a negative lookup is trusted after ")
 	})
 	// (Relayed, or still pending when the runtime got the message before
 	// the dispatcher marked it relayed: never terminal.)
@@ -428,7 +433,7 @@ func TestNegativeLookupWaitsForSettleWindow(t *testing.T) {
 	if k := e.Key(t, "test", "k"); k == nil || k.State != idempotency.StateStarted || k.LastIOAt == nil {
 		t.Fatalf("key while waiting = %+v; want started (owned) with its last I/O recorded", k)
 	}
-	if ev := findEvent(events(t, e.Env, id), idempotency.EventWaitingForProof); ev == nil || ev.from != ev.to || outbox.Status(ev.to).Terminal() || ev.note != lastErr(rec) {
+	if ev := findEvent(events(t, e.Env, id), idempotency.EventWaitingForProof); ev == nil || ev.from != ev.to || outbox.Status(ev.to).Terminal() || ev.note != adaptertest.LastError(rec) {
 		t.Fatalf("history %+v; want a waiting_for_proof event with the message", events(t, e.Env, id))
 	}
 	rec = e.WaitStatus(t, id, outbox.StatusSucceeded)
@@ -460,7 +465,7 @@ func TestAbandonedAttemptWaitsFromTakeover(t *testing.T) {
 		t.Fatalf("begin = %+v, %v", dec, err)
 	}
 	e.Release(t, id)
-	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(adaptertest.LastError(r), "waiting for proof") })
 	if n := len(d.calls()); n != 0 {
 		t.Fatalf("executed %d times while waiting", n)
 	}
@@ -486,7 +491,7 @@ func TestWaitForProofSurvivesCrash(t *testing.T) {
 	cfg := executor.Config{LookupSettle: settle, ExecuteTimeout: time.Second, AckWait: 2 * time.Second}
 	a := e.StartProcess(t, cfg, slowExec{d})
 	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
-	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(lastErr(r), "waiting for proof") })
+	e.WaitFor(t, id, "waiting for proof", func(r *outbox.Record) bool { return strings.HasPrefix(adaptertest.LastError(r), "waiting for proof") })
 	k := e.Key(t, "test", "k")
 	if k == nil || k.LastIOAt == nil {
 		t.Fatalf("key = %+v; want the last I/O recorded", k)
@@ -523,13 +528,7 @@ type checkingExec struct {
 }
 
 func (e checkingExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
-	if e.d.gate != nil {
-		select {
-		case e.d.entered <- struct{}{}:
-		default:
-		}
-		<-e.d.gate
-	}
+	e.d.hold()
 	err := req.StillOwner(ctx)
 	e.checked <- err
 	if err != nil {
@@ -549,20 +548,7 @@ func TestStillOwnerFailsAfterTakeover(t *testing.T) {
 	payload := json.RawMessage(`{"mode":"ok"}`)
 	id := e.Enqueue(t, e.Intent("test", "op", "k", payload))
 	waitChan(t, d.entered, "the attempt to start executing")
-	deadline := time.Now().Add(adaptertest.WaitTimeout)
-	for {
-		dec, err := e.Store.Begin(context.Background(), "test", "k", idempotency.Fingerprint("test", payload), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dec.Outcome == idempotency.OutcomeRecover {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("begin = %+v; want a takeover", dec)
-		}
-		time.Sleep(lock / 4)
-	}
+	takeOver(t, e, id, payload, lock)
 	d.open()
 	select {
 	case err := <-ex.checked:

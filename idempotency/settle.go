@@ -22,14 +22,8 @@ import (
 // the intent was updated; when it already had a final status, that status
 // stays and the outcome goes into its history (EventOutcomeNotRecorded).
 func (s *Store) BeginRecording(ctx context.Context, kind, key, fingerprint string, intentID int64) (Decision, error) {
-	if err := checkKey(kind, key); err != nil {
+	if err := checkBegin(kind, key, fingerprint, intentID); err != nil {
 		return Decision{}, err
-	}
-	if err := checkName("fingerprint", fingerprint, MaxFingerprintLen); err != nil {
-		return Decision{}, err
-	}
-	if intentID < 1 {
-		return Decision{}, invalid("intent_id", "must be at least 1, got %d", intentID)
 	}
 	if s.begins != nil {
 		// Group commit: a new key is begun in a shared transaction; any

@@ -368,16 +368,24 @@ func (s *Store) inTxWith(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx
 // with an *IntentTerminalError and nothing is written, so an operator's
 // cancel and an attempt's start are ordered by the intent's row lock.
 func (s *Store) Begin(ctx context.Context, kind, key, fingerprint string, intentID int64) (Decision, error) {
-	if err := checkKey(kind, key); err != nil {
+	if err := checkBegin(kind, key, fingerprint, intentID); err != nil {
 		return Decision{}, err
-	}
-	if err := checkName("fingerprint", fingerprint, MaxFingerprintLen); err != nil {
-		return Decision{}, err
-	}
-	if intentID < 1 {
-		return Decision{}, invalid("intent_id", "must be at least 1, got %d", intentID)
 	}
 	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, false)
+}
+
+// checkBegin checks the arguments of Begin and BeginRecording.
+func checkBegin(kind, key, fingerprint string, intentID int64) error {
+	if err := checkKey(kind, key); err != nil {
+		return err
+	}
+	if err := checkName("fingerprint", fingerprint, MaxFingerprintLen); err != nil {
+		return err
+	}
+	if intentID < 1 {
+		return invalid("intent_id", "must be at least 1, got %d", intentID)
+	}
+	return nil
 }
 
 func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint string, intentID int64, record bool) (Decision, error) {

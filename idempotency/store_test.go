@@ -86,6 +86,14 @@ func (f *fixture) intent(key string) int64 {
 	return r.IntentID
 }
 
+// started enqueues an intent under key and begins its attempt: the intent
+// and its decision.
+func (f *fixture) started(key string) (int64, idempotency.Decision) {
+	f.t.Helper()
+	id := f.intent(key)
+	return id, f.begin(key, id)
+}
+
 func (f *fixture) begin(key string, intentID int64) idempotency.Decision {
 	f.t.Helper()
 	return f.beginFP(key, f.fp, intentID)
@@ -213,15 +221,15 @@ func TestBeginOutcomes(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		// prepare brings the key into a state and returns who owns it.
-		prepare func(f *fixture, key string) prepared
-		fp      string
-		check   func(f *fixture, key string, p prepared, intentID int64, d idempotency.Decision)
+		// state brings the key, begun by an intent of its own (the owner),
+		// into the state under test; nil: a new key.
+		state func(f *fixture, key string, d idempotency.Decision)
+		fp    string
+		check func(f *fixture, key string, p prepared, intentID int64, d idempotency.Decision)
 	}{
 		{
-			name:    "execute on a new key",
-			prepare: func(*fixture, string) prepared { return prepared{} },
-			fp:      f0.fp,
+			name: "execute on a new key",
+			fp:   f0.fp,
 			check: func(f *fixture, key string, _ prepared, id int64, d idempotency.Decision) {
 				if d.Outcome != idempotency.OutcomeExecute || d.Token < 1 || d.OwnerIntentID != id || d.Attempts != 1 || d.LockedUntil.IsZero() {
 					f.t.Fatalf("decision %+v, want execute with a token, owner %d, attempt 1", d, id)
@@ -237,11 +245,8 @@ func TestBeginOutcomes(t *testing.T) {
 		},
 		{
 			name: "done after completion with the same fingerprint",
-			prepare: func(f *fixture, key string) prepared {
-				id := f.intent(key)
-				d := f.begin(key, id)
+			state: func(f *fixture, key string, d idempotency.Decision) {
 				f.complete(key, d, outbox.StatusSucceeded, `{"message_id":"<m1@fencegate>"}`)
-				return prepared{owner: id, token: d.Token}
 			},
 			fp: f0.fp,
 			check: func(f *fixture, _ string, p prepared, id int64, d idempotency.Decision) {
@@ -258,14 +263,9 @@ func TestBeginOutcomes(t *testing.T) {
 			},
 		},
 		{
-			name: "done carries a permanent failure",
-			prepare: func(f *fixture, key string) prepared {
-				id := f.intent(key)
-				d := f.begin(key, id)
-				f.complete(key, d, outbox.StatusFailed, "")
-				return prepared{owner: id, token: d.Token}
-			},
-			fp: f0.fp,
+			name:  "done carries a permanent failure",
+			state: func(f *fixture, key string, d idempotency.Decision) { f.complete(key, d, outbox.StatusFailed, "") },
+			fp:    f0.fp,
 			check: func(f *fixture, _ string, p prepared, _ int64, d idempotency.Decision) {
 				if d.Outcome != idempotency.OutcomeDone || d.Status != outbox.StatusFailed || d.OwnerIntentID != p.owner || d.Result != nil {
 					f.t.Fatalf("decision %+v, want done/failed by intent %d", d, p.owner)
@@ -273,13 +273,9 @@ func TestBeginOutcomes(t *testing.T) {
 			},
 		},
 		{
-			name: "busy while another attempt holds a fresh lock",
-			prepare: func(f *fixture, key string) prepared {
-				id := f.intent(key)
-				d := f.begin(key, id)
-				return prepared{owner: id, token: d.Token}
-			},
-			fp: f0.fp,
+			name:  "busy while another attempt holds a fresh lock",
+			state: func(*fixture, string, idempotency.Decision) {},
+			fp:    f0.fp,
 			check: func(f *fixture, key string, p prepared, id int64, d idempotency.Decision) {
 				if d.Outcome != idempotency.OutcomeBusy || d.OwnerIntentID != p.owner || d.Token != 0 || d.Held {
 					f.t.Fatalf("decision %+v, want busy, owned by intent %d", d, p.owner)
@@ -296,14 +292,9 @@ func TestBeginOutcomes(t *testing.T) {
 			},
 		},
 		{
-			name: "recover an abandoned attempt",
-			prepare: func(f *fixture, key string) prepared {
-				id := f.intent(key)
-				d := f.begin(key, id)
-				f.expire(key)
-				return prepared{owner: id, token: d.Token}
-			},
-			fp: f0.fp,
+			name:  "recover an abandoned attempt",
+			state: func(f *fixture, key string, _ idempotency.Decision) { f.expire(key) },
+			fp:    f0.fp,
 			check: func(f *fixture, key string, p prepared, id int64, d idempotency.Decision) {
 				if d.Outcome != idempotency.OutcomeRecover || d.Token <= p.token || d.OwnerIntentID != id || d.Attempts != 1 {
 					f.t.Fatalf("decision %+v, want recover with a new token above %d, owner %d", d, p.token, id)
@@ -316,11 +307,8 @@ func TestBeginOutcomes(t *testing.T) {
 		},
 		{
 			name: "busy, held, after an unknown outcome",
-			prepare: func(f *fixture, key string) prepared {
-				id := f.intent(key)
-				d := f.begin(key, id)
+			state: func(f *fixture, key string, d idempotency.Decision) {
 				f.complete(key, d, outbox.StatusUnknown, `{"smtp":"connection reset after DATA"}`)
-				return prepared{owner: id, token: d.Token}
 			},
 			fp: f0.fp,
 			check: func(f *fixture, key string, p prepared, id int64, d idempotency.Decision) {
@@ -333,14 +321,9 @@ func TestBeginOutcomes(t *testing.T) {
 			},
 		},
 		{
-			name: "conflict with a different fingerprint",
-			prepare: func(f *fixture, key string) prepared {
-				id := f.intent(key)
-				d := f.begin(key, id)
-				f.complete(key, d, outbox.StatusSucceeded, "")
-				return prepared{owner: id, token: d.Token}
-			},
-			fp: otherFP,
+			name:  "conflict with a different fingerprint",
+			state: func(f *fixture, key string, d idempotency.Decision) { f.complete(key, d, outbox.StatusSucceeded, "") },
+			fp:    otherFP,
 			check: func(f *fixture, key string, p prepared, _ int64, d idempotency.Decision) {
 				if d.Outcome != idempotency.OutcomeConflict || d.OwnerIntentID != p.owner || d.Token != 0 {
 					f.t.Fatalf("decision %+v, want conflict naming intent %d", d, p.owner)
@@ -356,7 +339,12 @@ func TestBeginOutcomes(t *testing.T) {
 			t.Parallel()
 			f := f0.with(t)
 			key := fmt.Sprintf("outcome-%d", i)
-			p := c.prepare(f, key)
+			var p prepared
+			if c.state != nil {
+				owner, d := f.started(key)
+				p = prepared{owner: owner, token: d.Token}
+				c.state(f, key, d)
+			}
 			id := f.intent(key)
 			d := f.beginFP(key, c.fp, id)
 			c.check(f, key, p, id, d)
@@ -382,8 +370,7 @@ func TestConflictNeverExecutes(t *testing.T) {
 			t.Parallel()
 			f := f.with(t)
 			key := "conflict/" + name
-			owner := f.intent(key)
-			d := f.begin(key, owner)
+			owner, d := f.started(key)
 			prepare(f, key, d)
 			before := f.key(key)
 			for range 3 {
@@ -454,8 +441,7 @@ func TestBeginConcurrentRecover(t *testing.T) {
 	const n, rounds = 16, 5
 	for round := range rounds {
 		key := fmt.Sprintf("recover-%d", round)
-		first := f.intent(key)
-		abandoned := f.begin(key, first)
+		_, abandoned := f.started(key)
 		f.expire(key)
 		ids := make([]int64, n)
 		for i := range ids {
@@ -520,8 +506,7 @@ func TestAbandonedAttemptRecovered(t *testing.T) {
 	t.Parallel()
 	f := setup(t, idempotency.Config{Schema: testdb.Schema(), LockTimeout: 200 * time.Millisecond})
 	const key = "abandoned"
-	a := f.intent(key)
-	first := f.begin(key, a)
+	a, first := f.started(key)
 	if first.Outcome != idempotency.OutcomeExecute {
 		t.Fatalf("first attempt: %+v", first)
 	}
@@ -600,8 +585,7 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 		t.Parallel()
 		f := f.with(t)
 		const key = "complete/ok"
-		id := f.intent(key)
-		d := f.begin(key, id)
+		id, d := f.started(key)
 		updated, err := f.store.Complete(f.ctx, idempotency.Completion{Kind: kind, Key: key, Token: d.Token, IntentID: id,
 			Status: outbox.StatusSucceeded, Result: json.RawMessage(`{"message_id":"m"}`)})
 		if err != nil || !updated {
@@ -631,8 +615,7 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 		t.Parallel()
 		f := f.with(t)
 		const key = "complete/cancelled"
-		id := f.intent(key)
-		d := f.begin(key, id)
+		id, d := f.started(key)
 		// An operator cancels while the effect is in flight.
 		f.exec(`UPDATE fencegate.intents SET status = 'cancelled', updated_at = now() WHERE intent_id = $1`, id)
 		updated, err := f.store.Complete(f.ctx, idempotency.Completion{Kind: kind, Key: key, Token: d.Token, IntentID: id,
@@ -652,8 +635,7 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 		t.Parallel()
 		f := f.with(t)
 		const key = "complete/rollback"
-		id := f.intent(key)
-		d := f.begin(key, id)
+		id, d := f.started(key)
 		// The intent vanishes (nothing in fencegate deletes intents; this
 		// stands for any failure of the intent's half of the transaction).
 		f.exec(`DELETE FROM fencegate.intents WHERE intent_id = $1`, id)
@@ -670,8 +652,7 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 		t.Parallel()
 		f := f.with(t)
 		const key = "complete/wrong-intent"
-		id := f.intent(key)
-		d := f.begin(key, id)
+		_, d := f.started(key)
 		other := f.intent("complete/other")
 		_, err := f.store.Complete(f.ctx, idempotency.Completion{Kind: kind, Key: key, Token: d.Token, IntentID: other, Status: outbox.StatusSucceeded})
 		if !errors.Is(err, idempotency.ErrInvalid) {
@@ -686,8 +667,7 @@ func TestCompleteKeyAndIntent(t *testing.T) {
 		t.Parallel()
 		f := f.with(t)
 		const key = "complete/superseded"
-		id := f.intent(key)
-		d := f.begin(key, id)
+		id, d := f.started(key)
 		f.complete(key, d, outbox.StatusSuperseded, "")
 		if r := f.record(id); r.Status != outbox.StatusSuperseded {
 			t.Fatalf("intent %+v, want superseded", r)
@@ -731,8 +711,7 @@ func TestUnknownHoldsKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t, idempotency.Config{Schema: testdb.Schema(), LockTimeout: time.Millisecond})
 	const key = "unknown"
-	a := f.intent(key)
-	d := f.begin(key, a)
+	a, d := f.started(key)
 	_, err := f.store.Complete(f.ctx, idempotency.Completion{Kind: kind, Key: key, Token: d.Token, IntentID: a,
 		Status: outbox.StatusUnknown, Error: "connection reset after DATA"})
 	if err != nil {
@@ -761,8 +740,7 @@ func TestUnknownHoldsKey(t *testing.T) {
 	if err := f.store.Unhold(f.ctx, kind, "no such key"); !errors.Is(err, idempotency.ErrNotFound) {
 		t.Fatalf("unhold of a missing key: %v, want ErrNotFound", err)
 	}
-	b := f.intent(key)
-	got := f.begin(key, b)
+	_, got := f.started(key)
 	if got.Outcome != idempotency.OutcomeRecover || got.Token == d.Token {
 		t.Fatalf("after unhold: %+v, want recover with a new token", got)
 	}
@@ -778,8 +756,7 @@ func TestRelease(t *testing.T) {
 	t.Parallel()
 	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
 	const key = "release"
-	a := f.intent(key)
-	d := f.begin(key, a)
+	a, d := f.started(key)
 	if err := f.store.Release(f.ctx, kind, key, d.Token+1000); !errors.Is(err, idempotency.ErrLostOwnership) {
 		t.Fatalf("release with a wrong token: %v, want ErrLostOwnership", err)
 	}

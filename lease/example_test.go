@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
-	"os/signal"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,79 +16,116 @@ import (
 	"github.com/fencegate/fencegate/outbox"
 )
 
-// A long-running worker: it holds the lease on "invoices" with a Keeper
-// and, while the Keeper's context lives, sends the unsent invoices in
-// batches, each batch one transaction of its own that marks the rows and
-// enqueues their emails (outbox.EnqueueTx) at the lease's epoch. A lost
-// lease ends the context; the worker then takes the lease again, with a
-// new epoch, and whatever the old epoch still tries to commit is refused.
-//
-// It needs a migrated database in GATEWAY_DATABASE_URL with an invoices
-// table of its own, so it has no Output line: go test compiles it and does
-// not run it; TestExampleHoldBatch runs its batch against a test database.
+// A worker sends the unsent invoices under the lease on "invoices", held
+// by a Keeper: each batch is one transaction of its own that marks the rows
+// and enqueues their emails (outbox.EnqueueTx) at the lease's epoch. A lost
+// lease ends the Keeper's context; the worker then takes the lease again,
+// with a new epoch, and whatever the old epoch still tries to commit is
+// refused, as the last batch below is once another holder has taken over.
 func ExampleIssuer_Hold() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	cfg, err := pgxpool.ParseConfig(os.Getenv("GATEWAY_DATABASE_URL"))
+	ctx := context.Background()
+	// A migrated database of the example's own; a program opens
+	// GATEWAY_DATABASE_URL (migrated by gateway migrate), the schema it was
+	// migrated into in GATEWAY_SCHEMA.
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(testdb.ExampleTB()))
 	if err != nil {
 		log.Fatal(err)
 	}
+	schema := testdb.Schema()
 	lease.RequirePrimary(cfg) // epochs come from the primary, never a replica
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	issuer := lease.NewIssuer(pool, lease.WithSchema(os.Getenv("GATEWAY_SCHEMA")))
-	ob, err := outbox.New(pool, outbox.Config{Schema: os.Getenv("GATEWAY_SCHEMA")})
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigint PRIMARY KEY, email text NOT NULL, sent_at timestamptz);
+		INSERT INTO invoices (id, email) VALUES (1, 'a@example.com'), (2, 'b@example.com')`); err != nil {
+		log.Fatal(err)
+	}
+	issuer := lease.NewIssuer(pool, lease.WithSchema(schema))
+	ob, err := outbox.New(pool, outbox.Config{Schema: schema})
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	for ctx.Err() == nil {
+	epoch, err := sendAllInvoices(ctx, issuer, pool, ob)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var intents, sent int
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT (SELECT count(*) FROM fencegate.intents WHERE resource_id = 'invoices' AND epoch = $1),
+		(SELECT count(*) FROM invoices WHERE sent_at IS NOT NULL)`), epoch).Scan(&intents, &sent); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d invoices sent, %d emails enqueued at epoch %d\n", sent, intents, epoch)
+
+	// Another holder takes over (here an outside lock service advances the
+	// epoch): a batch the old epoch still commits is refused, and leaves
+	// its invoice unsent.
+	if _, err := pool.Exec(ctx, `INSERT INTO invoices (id, email) VALUES (3, 'c@example.com')`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := issuer.Advance(ctx, "invoices", epoch+1); err != nil {
+		log.Fatal(err)
+	}
+	_, err = sendBatch(ctx, epoch, pool, ob)
+	var stale *outbox.StaleEpochError
+	if errors.As(err, &stale) && errors.Is(err, lease.ErrStaleEpoch) {
+		fmt.Printf("batch at epoch %d refused: the current epoch is %d\n", stale.Supplied, stale.Current)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE sent_at IS NOT NULL`).Scan(&sent); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d invoices sent\n", sent)
+	// Output:
+	// 2 invoices sent, 2 emails enqueued at epoch 1
+	// batch at epoch 1 refused: the current epoch is 2
+	// 2 invoices sent
+}
+
+// sendAllInvoices sends the unsent invoices under the lease on "invoices"
+// and returns the epoch it sent the last batch at. Another holder's live
+// lease: it waits until that may have expired. A lost lease: it takes the
+// lease again, with a new epoch, and carries on.
+func sendAllInvoices(ctx context.Context, issuer *lease.Issuer, pool *pgxpool.Pool, ob *outbox.Client) (int64, error) {
+	for {
 		k, err := issuer.Hold(ctx, "invoices", "worker-a", lease.KeeperConfig{TTL: 15 * time.Second})
 		var held *lease.HeldError
 		switch {
 		case errors.As(err, &held):
-			// Another worker holds it: try again once its lease may have
-			// expired.
 			select {
 			case <-ctx.Done():
+				return 0, ctx.Err()
 			case <-time.After(max(time.Until(held.ExpiresAt), time.Second)):
 			}
 			continue
 		case err != nil:
-			log.Fatal(err)
+			return 0, err
 		}
-		err = sendInvoices(k, pool, ob) // until k.Context() ends
+		err = sendInvoices(k, pool, ob) // until none is left or k.Context() ends
 		k.Stop()
 		switch {
-		case ctx.Err() != nil: // interrupted: done
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
 		case errors.Is(k.Err(), lease.ErrLeaseLost), errors.Is(err, lease.ErrStaleEpoch):
 			log.Printf("lease on invoices lost (%v); taking it again", cmp.Or(k.Err(), err))
-		case err != nil:
-			log.Fatal(err)
+		default:
+			return k.Epoch(), err
 		}
 	}
 }
 
-// sendInvoices works under the Keeper's context: every statement is
-// cancelled as soon as the lease can no longer be trusted.
+// sendInvoices works under the Keeper's context, so every statement is
+// cancelled as soon as the lease can no longer be trusted, until no
+// invoice is left to send.
 func sendInvoices(k *lease.Keeper, pool *pgxpool.Pool, ob *outbox.Client) error {
 	ctx := k.Context()
-	for ctx.Err() == nil {
+	for {
 		n, err := sendBatch(ctx, k.Epoch(), pool, ob)
-		if err != nil {
+		if err != nil || n == 0 {
 			return err
 		}
-		if n == 0 { // nothing to send: look again in a while
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
 	}
-	return nil
 }
 
 // sendBatch marks up to 100 invoices sent and enqueues their emails in one
@@ -144,57 +178,4 @@ func ExampleKeeperConfig_WithDefaults() {
 	c := lease.KeeperConfig{TTL: 30 * time.Second}.WithDefaults()
 	fmt.Println("renew every", c.RenewEvery, "margin", c.Margin, "pause tick", c.PauseTick)
 	// Output: renew every 10s margin 3s pause tick 10ms
-}
-
-// TestExampleHoldBatch runs ExampleIssuer_Hold's batch: the rows and their
-// intents commit together at the Keeper's epoch; after a takeover the old
-// epoch's batch is refused and leaves the rows unsent.
-func TestExampleHoldBatch(t *testing.T) {
-	t.Parallel()
-	iss, pool := setup(t)
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigint PRIMARY KEY, email text NOT NULL, sent_at timestamptz);
-		INSERT INTO invoices (id, email) VALUES (1, 'a@example.com'), (2, 'b@example.com')`); err != nil {
-		t.Fatal(err)
-	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := iss.Hold(ctx, "invoices", "worker-a", lease.KeeperConfig{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
-	if n, err := sendBatch(k.Context(), k.Epoch(), pool, ob); n != 2 || err != nil {
-		t.Fatalf("sendBatch = %d, %v; want 2 sent", n, err)
-	}
-	var intents, sent int
-	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT (SELECT count(*) FROM fencegate.intents WHERE resource_id = 'invoices' AND epoch = $1),
-		(SELECT count(*) FROM invoices WHERE sent_at IS NOT NULL)`), k.Epoch()).Scan(&intents, &sent); err != nil {
-		t.Fatal(err)
-	}
-	if intents != 2 || sent != 2 {
-		t.Fatalf("%d intents at epoch %d and %d invoices sent; want 2 and 2", intents, k.Epoch(), sent)
-	}
-
-	// Taken over: the old epoch's next batch is refused, nothing of it kept.
-	if _, err := pool.Exec(ctx, `INSERT INTO invoices (id, email) VALUES (3, 'c@example.com')`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := iss.Advance(ctx, "invoices", k.Epoch()+1); err != nil {
-		t.Fatal(err)
-	}
-	_, err = sendBatch(ctx, k.Epoch(), pool, ob)
-	var stale *outbox.StaleEpochError
-	if !errors.As(err, &stale) || !errors.Is(err, lease.ErrStaleEpoch) {
-		t.Fatalf("batch at the old epoch = %v; want a *outbox.StaleEpochError", err)
-	}
-	var unsent bool
-	if err := pool.QueryRow(ctx, `SELECT sent_at IS NULL FROM invoices WHERE id = 3`).Scan(&unsent); err != nil {
-		t.Fatal(err)
-	}
-	if !unsent {
-		t.Fatal("a refused batch marked its invoice sent")
-	}
 }

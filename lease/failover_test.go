@@ -8,28 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 )
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, err := cond()
-		if ok && err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last error: %v)", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // A failover to an asynchronous standby that had not received the last
 // grants: the old primary granted epochs the standby never saw, the
@@ -40,20 +21,8 @@ func TestFailoverToLaggingStandby(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
-		"wal_level": "replica", "max_wal_senders": "5", "hot_standby": "on"}})
-	if err != nil {
-		t.Fatalf("start primary: %v", err)
-	}
-	t.Cleanup(func() { _ = primary.Stop() })
-	ppool, err := pgxpool.New(ctx, primary.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ppool.Close()
-	if _, err := testdb.Migrate(ctx, ppool); err != nil {
-		t.Fatal(err)
-	}
+	rs := startReplicated(t, ctx)
+	primary, ppool, standby, spool := rs.primary, rs.ppool, rs.standby, rs.spool
 	piss := lease.NewIssuer(ppool, lease.WithSchema(testdb.Schema()))
 	// Granted and replicated before the lag: b stays untouched on the
 	// primary afterwards.
@@ -62,16 +31,6 @@ func TestFailoverToLaggingStandby(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	standby, err := pgcluster.StartStandby(ctx, primary)
-	if err != nil {
-		t.Fatalf("start standby: %v", err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() })
-	spool, err := pgxpool.New(ctx, standby.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spool.Close()
 	replayedUpTo := func(lsn string) func() (bool, error) {
 		return func() (bool, error) {
 			var ok bool

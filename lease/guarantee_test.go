@@ -25,12 +25,8 @@ func emailIntent(resource string, epoch int64, op string) outbox.Intent {
 // another epoch and the orphaned one is fenced out at once.
 func TestEveryAcquireIsANewEpoch(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss, pool := setup(t)
+	ob := newOutbox(t, pool)
 	ctx := context.Background()
 	first, err := iss.Acquire(ctx, "r", "A", time.Hour)
 	if err != nil {
@@ -67,12 +63,8 @@ func TestEveryAcquireIsANewEpoch(t *testing.T) {
 // the old iteration still writes with the old epoch is refused as stale.
 func TestHoldAgainAfterLostGetsNewEpoch(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss, pool := setup(t)
+	ob := newOutbox(t, pool)
 	ctx := context.Background()
 	// Trusted for 1s by the Keeper, live for 30s by PostgreSQL's clock: the
 	// second Hold comes long before the old lease expires there.
@@ -85,25 +77,11 @@ func TestHoldAgainAfterLostGetsNewEpoch(t *testing.T) {
 	old := k1.Epoch()
 
 	// Block renewals: keep the control row locked until the Keeper gives up.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	unlock := lockControlRow(t, pool, "job")
+	if err := keeperEnds(t, k1, 30*time.Second, "renewals blocked"); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("keeper cause = %v; want ErrLeaseLost", err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = 'job' FOR UPDATE`)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-k1.Context().Done():
-		if !errors.Is(k1.Err(), lease.ErrLeaseLost) {
-			t.Fatalf("keeper cause = %v; want ErrLeaseLost", k1.Err())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("keeper never gave up a lease it could not renew")
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	if r, err := iss.Get(ctx, "job"); err != nil || !r.LeaseLive || r.Holder != "worker-A" || r.Epoch != old {
 		t.Fatalf("resource after the keeper gave up = %+v, %v; want worker-A's epoch %d still live by PostgreSQL's clock", r, err, old)
 	}
@@ -133,12 +111,8 @@ func TestHoldAgainAfterLostGetsNewEpoch(t *testing.T) {
 // error instead of overflowing.
 func TestEpochCeiling(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss, pool := setup(t)
+	ob := newOutbox(t, pool)
 	ctx := context.Background()
 	if lease.MaxEpoch != 9007199254740992 || outbox.MaxEpoch != lease.MaxEpoch {
 		t.Fatalf("MaxEpoch: lease %d, outbox %d; want both 2^53", lease.MaxEpoch, outbox.MaxEpoch)
@@ -224,10 +198,7 @@ func TestGrantsBoundedByLockTimeout(t *testing.T) {
 	pool := testdb.New(t)
 	const bound = 300 * time.Millisecond
 	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithLockTimeout(bound))
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := newOutbox(t, pool)
 	ctx := context.Background()
 	a, err := iss.Acquire(ctx, "R", "A", time.Hour)
 	if err != nil {

@@ -124,11 +124,7 @@ type Keeper struct {
 // previous epoch are fenced out from then on). The Keeper extends the lease
 // with Renew, which keeps the epoch.
 func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperConfig) (*Keeper, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	hist, err := newPauseHistogram(cfg.Registerer)
+	cfg, hist, err := cfg.prepare()
 	if err != nil {
 		return nil, err
 	}
@@ -145,15 +141,23 @@ func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperCo
 // reading; it does when it comes from time.Now). With ctx already done it
 // starts nothing and returns ctx's error (so does Hold).
 func (i *Issuer) Keep(ctx context.Context, l Lease, grantedAt time.Time, cfg KeeperConfig) (*Keeper, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	hist, err := newPauseHistogram(cfg.Registerer)
+	cfg, hist, err := cfg.prepare()
 	if err != nil {
 		return nil, err
 	}
 	return i.keep(ctx, l, grantedAt, cfg, hist)
+}
+
+// prepare applies cfg's defaults, checks it and makes its pause histogram:
+// Hold does so before it acquires, so that a bad configuration grants no
+// epoch.
+func (cfg KeeperConfig) prepare() (KeeperConfig, prometheus.Histogram, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return cfg, nil, err
+	}
+	hist, err := newPauseHistogram(cfg.Registerer)
+	return cfg, hist, err
 }
 
 func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg KeeperConfig, hist prometheus.Histogram) (*Keeper, error) {

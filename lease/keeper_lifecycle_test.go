@@ -36,7 +36,9 @@ func TestKeeperLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer pool.Close()
+		// Closed after lockControlRow's transaction ends (cleanups run last
+		// first): Close waits for every connection to come back.
+		t.Cleanup(pool.Close)
 		iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
 		k, err := iss.Hold(ctx, "life-stop", "A", lease.KeeperConfig{TTL: time.Minute, RenewEvery: 20 * time.Millisecond, PauseTick: -1})
 		if err != nil {
@@ -48,14 +50,7 @@ func TestKeeperLifecycle(t *testing.T) {
 		}
 		// Block renewals on the control row's lock and wait until one is
 		// waiting for it: Stop must then wait for that renewal to end.
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(context.Background())
-		if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = 'life-stop' FOR UPDATE`)); err != nil {
-			t.Fatal(err)
-		}
+		lockControlRow(t, pool, "life-stop")
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			var waiting int
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity

@@ -192,6 +192,20 @@ func ValidateResource(resource string) error {
 	return validateID("resource", resource, MaxResourceLen)
 }
 
+func validateHolder(holder string) error { return validateID("holder", holder, MaxHolderLen) }
+
+// firstErr is the first of errs that is not nil: an operation's argument
+// checks, in the order of its parameters, so that a call with several bad
+// arguments is told about the first.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func validateID(field, v string, max int) error {
 	switch {
 	case v == "":
@@ -312,16 +326,7 @@ func (i *Issuer) lockResource(ctx context.Context, tx pgx.Tx, resource string, j
 // returns an *InvalidError naming "epoch" (its epochs are exhausted); a
 // control row locked past the lock timeout returns a *BusyError.
 func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.Duration) (Lease, error) {
-	if i.schemaErr != nil {
-		return Lease{}, i.schemaErr
-	}
-	if err := ValidateResource(resource); err != nil {
-		return Lease{}, err
-	}
-	if err := validateID("holder", holder, MaxHolderLen); err != nil {
-		return Lease{}, err
-	}
-	if err := validateTTL(ttl); err != nil {
+	if err := firstErr(i.schemaErr, ValidateResource(resource), validateHolder(holder), validateTTL(ttl)); err != nil {
 		return Lease{}, err
 	}
 	var l Lease
@@ -377,19 +382,7 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 // renewed. Otherwise it returns a *StaleEpochError. Renew waits for the
 // control-row lock at most the issuer's lock timeout (then *BusyError).
 func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64, ttl time.Duration) (Lease, error) {
-	if i.schemaErr != nil {
-		return Lease{}, i.schemaErr
-	}
-	if err := ValidateResource(resource); err != nil {
-		return Lease{}, err
-	}
-	if err := validateID("holder", holder, MaxHolderLen); err != nil {
-		return Lease{}, err
-	}
-	if err := validateEpoch(epoch); err != nil {
-		return Lease{}, err
-	}
-	if err := validateTTL(ttl); err != nil {
+	if err := firstErr(i.schemaErr, ValidateResource(resource), validateHolder(holder), validateEpoch(epoch), validateTTL(ttl)); err != nil {
 		return Lease{}, err
 	}
 	l := Lease{Resource: resource, Holder: holder, Epoch: epoch}
@@ -454,16 +447,7 @@ func (i *Issuer) staleError(ctx context.Context, resource, holder string, epoch 
 // Acquire gets epoch+1. Releasing an already released lease of the current
 // epoch succeeds. Otherwise it returns a *StaleEpochError.
 func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int64) error {
-	if i.schemaErr != nil {
-		return i.schemaErr
-	}
-	if err := ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := validateID("holder", holder, MaxHolderLen); err != nil {
-		return err
-	}
-	if err := validateEpoch(epoch); err != nil {
+	if err := firstErr(i.schemaErr, ValidateResource(resource), validateHolder(holder), validateEpoch(epoch)); err != nil {
 		return err
 	}
 	var released int64
@@ -492,13 +476,7 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 // MaxEpoch an *InvalidError naming "epoch". The resource is created on first
 // use.
 func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Resource, error) {
-	if i.schemaErr != nil {
-		return Resource{}, i.schemaErr
-	}
-	if err := ValidateResource(resource); err != nil {
-		return Resource{}, err
-	}
-	if err := validateEpoch(epoch); err != nil {
+	if err := firstErr(i.schemaErr, ValidateResource(resource), validateEpoch(epoch)); err != nil {
 		return Resource{}, err
 	}
 	var r Resource
@@ -539,10 +517,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 
 // Get returns the resource's control row.
 func (i *Issuer) Get(ctx context.Context, resource string) (Resource, error) {
-	if i.schemaErr != nil {
-		return Resource{}, i.schemaErr
-	}
-	if err := ValidateResource(resource); err != nil {
+	if err := firstErr(i.schemaErr, ValidateResource(resource)); err != nil {
 		return Resource{}, err
 	}
 	r := Resource{Resource: resource}

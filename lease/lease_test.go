@@ -6,29 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 )
-
-func TestMain(m *testing.M) { testdb.Main(m) }
-
-func setup(t *testing.T) (*lease.Issuer, *pgxpool.Pool) {
-	t.Helper()
-	pool := testdb.New(t)
-	return lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), pool
-}
-
-// expire moves a lease's expiry into the past by PostgreSQL's clock, the
-// deterministic stand-in for "the holder paused past its TTL".
-func expire(t *testing.T, pool *pgxpool.Pool, resource string) {
-	t.Helper()
-	if _, err := pool.Exec(context.Background(),
-		testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = $1`), resource); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestAcquireHeldExpireTakeover(t *testing.T) {
 	t.Parallel()
@@ -223,13 +203,8 @@ func TestKeeperRenewsAndLoses(t *testing.T) {
 	if _, err := iss.Advance(ctx, "k", k.Epoch()+1); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-k.Context().Done():
-		if !errors.Is(k.Err(), lease.ErrLeaseLost) || !errors.Is(k.Err(), lease.ErrStaleEpoch) {
-			t.Fatalf("keeper cause = %v; want ErrLeaseLost wrapping ErrStaleEpoch", k.Err())
-		}
-	case <-time.After(5 * ttl):
-		t.Fatal("keeper did not notice the takeover")
+	if err := keeperEnds(t, k, 5*ttl, "the takeover"); !errors.Is(err, lease.ErrLeaseLost) || !errors.Is(err, lease.ErrStaleEpoch) {
+		t.Fatalf("keeper cause = %v; want ErrLeaseLost wrapping ErrStaleEpoch", err)
 	}
 }
 
@@ -253,23 +228,12 @@ func TestKeeperDeadlineWithoutRenewals(t *testing.T) {
 	}
 	defer k.Stop()
 	// Hold the control row locked so renewals block.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	lockControlRow(t, pool, "d")
+	err = keeperEnds(t, k, 5*time.Second, "renewals blocked")
+	if el := time.Since(start); el > ttl {
+		t.Fatalf("lease distrusted after %s; want before the TTL %s", el, ttl)
 	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = 'd' FOR UPDATE`)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-k.Context().Done():
-		if el := time.Since(start); el > ttl {
-			t.Fatalf("lease distrusted after %s; want before the TTL %s", el, ttl)
-		}
-		if !errors.Is(k.Err(), lease.ErrLeaseLost) {
-			t.Fatalf("cause = %v; want ErrLeaseLost", k.Err())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("keeper never distrusted a lease it could not renew")
+	if !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("cause = %v; want ErrLeaseLost", err)
 	}
 }

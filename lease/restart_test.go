@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
@@ -18,19 +16,7 @@ import (
 func TestEpochsSurvivePostgresRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
-	if err != nil {
-		t.Fatalf("start PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	pool, err := pgxpool.New(ctx, c.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := testdb.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	c, pool := startCluster(t, ctx, pgcluster.Options{Durable: true})
 	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
 	want := map[string]int64{}
 	grant := func(tag string) {

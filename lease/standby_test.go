@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -23,54 +20,25 @@ func TestNeverOnAStandby(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
-		"wal_level": "replica", "max_wal_senders": "5", "hot_standby": "on"}})
-	if err != nil {
-		t.Fatalf("start primary: %v", err)
-	}
-	t.Cleanup(func() { _ = primary.Stop() })
-	plain, err := pgxpool.New(ctx, primary.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	if _, err := testdb.Migrate(ctx, plain); err != nil {
-		t.Fatal(err)
-	}
-	standby, err := pgcluster.StartStandby(ctx, primary)
-	if err != nil {
-		t.Fatalf("start standby: %v", err)
-	}
-	t.Cleanup(func() { _ = standby.Stop() })
+	rs := startReplicated(t, ctx)
+	plain, standbyPlain := rs.ppool, rs.spool
 
-	onPrimary := requirePrimaryPool(t, primary.URL("postgres"))
-	onStandby := requirePrimaryPool(t, standby.URL("postgres"))
+	onPrimary := requirePrimaryPool(t, rs.primary.URL("postgres"))
+	onStandby := requirePrimaryPool(t, rs.standby.URL("postgres"))
 	if err := lease.CheckPrimary(ctx, onPrimary); err != nil {
 		t.Fatalf("CheckPrimary(primary) = %v", err)
 	}
-	standbyPlain, err := pgxpool.New(ctx, standby.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer standbyPlain.Close()
 	if err := lease.CheckPrimary(ctx, standbyPlain); !errors.Is(err, lease.ErrStandby) {
 		t.Fatalf("CheckPrimary(standby) = %v; want ErrStandby", err)
 	}
 
 	// The standby must have replayed the schema, so that what refuses below
 	// is the standby check, not a missing table.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	waitFor(t, "the standby replays the schema", time.Minute, func() (bool, error) {
 		var n int
 		err := standbyPlain.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename = 'epoch_grants'`).Scan(&n)
-		if err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("standby did not replay the schema: %d, %v", n, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n == 1, err
+	})
 
 	// With RequirePrimary: every call fails on connecting, with ErrStandby.
 	iss := lease.NewIssuer(onStandby, lease.WithSchema(testdb.Schema()))
@@ -118,30 +86,8 @@ func TestNeverOnAStandby(t *testing.T) {
 	}
 	// And the grant reaches the standby by replication, where reading the
 	// history is allowed (it may lag; it never grants).
-	deadline = time.Now().Add(time.Minute)
-	for {
+	waitFor(t, "the grant replicated to the standby's history", time.Minute, func() (bool, error) {
 		grants, err := lease.NewIssuer(standbyPlain, lease.WithSchema(testdb.Schema())).History(ctx, "r", 10)
-		if err == nil && len(grants) == 1 && grants[0].Epoch == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history on standby = %+v, %v; want the replicated grant", grants, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func requirePrimaryPool(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease.RequirePrimary(cfg)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+		return len(grants) == 1 && grants[0].Epoch == 1, err
+	})
 }

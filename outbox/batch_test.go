@@ -22,14 +22,8 @@ func TestEnqueueBatchMixed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, err := b.issuer.Acquire(ctx, "r", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2, err := b.issuer.Acquire(ctx, "r2", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := b.acquire(t, "r", "A", time.Minute)
+	l2 := b.acquire(t, "r2", "A", time.Minute)
 	dup, err := b.client.Enqueue(ctx, emailIntent("r", l.Epoch, "existing"))
 	if err != nil {
 		t.Fatal(err)
@@ -145,10 +139,7 @@ func TestEnqueueBatchConcurrentNoDeadlock(t *testing.T) {
 	epochs := map[string]int64{}
 	for i := range nres {
 		res := fmt.Sprintf("res-%d", i)
-		l, err := b.issuer.Acquire(ctx, res, "A", time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := b.acquire(t, res, "A", time.Hour)
 		epochs[res] = l.Epoch
 	}
 	var wg sync.WaitGroup
@@ -226,10 +217,7 @@ func TestGroupCommitPerCallerAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := b.issuer.Acquire(ctx, "r", "A", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := b.acquire(t, "r", "A", time.Hour)
 	existing, err := gc.Enqueue(ctx, emailIntent("r", l.Epoch, "existing"))
 	if err != nil || existing.Duplicate {
 		t.Fatalf("first enqueue = %+v, %v", existing, err)

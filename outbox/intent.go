@@ -174,25 +174,21 @@ type KindSpec struct {
 // payloads checked by their adapters' own parsers.
 func DefaultKinds() map[string]KindSpec {
 	return map[string]KindSpec{
-		emailkind.Name: {DefaultFence: FenceCommit, Check: func(raw json.RawMessage) error {
-			_, err := emailkind.Parse(raw)
-			return err
-		}},
-		filekind.Name: {DefaultFence: FenceExecute, Check: func(raw json.RawMessage) error {
-			_, err := filekind.Parse(raw)
-			return err
-		}},
+		emailkind.Name: {DefaultFence: FenceCommit, Check: parsesAs(emailkind.Parse)},
+		filekind.Name:  {DefaultFence: FenceExecute, Check: parsesAs(filekind.Parse)},
 		// The payload's rules only: which destinations are allowed is the
 		// adapter's configuration, checked by the gateway's own intake
 		// (webhook.Adapter.KindSpec) and at execute.
-		webhookkind.Name: {DefaultFence: FenceCommit, Check: func(raw json.RawMessage) error {
-			_, err := webhookkind.Parse(raw)
-			return err
-		}},
-		s3kind.Name: {DefaultFence: FenceExecute, Check: func(raw json.RawMessage) error {
-			_, err := s3kind.Parse(raw)
-			return err
-		}},
+		webhookkind.Name: {DefaultFence: FenceCommit, Check: parsesAs(webhookkind.Parse)},
+		s3kind.Name:      {DefaultFence: FenceExecute, Check: parsesAs(s3kind.Parse)},
+	}
+}
+
+// parsesAs is a KindSpec.Check that accepts what parse accepts.
+func parsesAs[P any](parse func(json.RawMessage) (P, error)) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		_, err := parse(raw)
+		return err
 	}
 }
 

@@ -18,51 +18,6 @@ import (
 	"github.com/fencegate/fencegate/outbox"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
-
-type bundle struct {
-	pool   *pgxpool.Pool
-	issuer *lease.Issuer
-	client *outbox.Client
-}
-
-func setup(t *testing.T) bundle {
-	t.Helper()
-	pool := testdb.New(t)
-	c, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bundle{pool: pool, issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), client: c}
-}
-
-const emailPayload = `{"to":["alice@example.com"],"from":"reports@example.com","subject":"Nightly report","text":"all good"}`
-
-func emailIntent(resource string, epoch int64, op string) outbox.Intent {
-	return outbox.Intent{Resource: resource, Epoch: epoch, OperationID: op, Kind: "email", Payload: json.RawMessage(emailPayload)}
-}
-
-func countIntents(t *testing.T, pool *pgxpool.Pool, where string, args ...any) int {
-	t.Helper()
-	var n int
-	q := "SELECT count(*) FROM fencegate.intents"
-	if where != "" {
-		q += " WHERE " + where
-	}
-	if err := pool.QueryRow(context.Background(), testdb.SQL(q), args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func expire(t *testing.T, pool *pgxpool.Pool, resource string) {
-	t.Helper()
-	if _, err := pool.Exec(context.Background(),
-		testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() - interval '1 millisecond' WHERE resource_id = $1`), resource); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // The article's scenario: A takes the lease (epoch n) with a short TTL and
 // pauses past it; B takes over (n+1) and enqueues; A wakes and enqueues with
 // n: rejected with the typed error, nothing of A's stored; A's renew fails.
@@ -72,13 +27,11 @@ func TestArticleScenarioStaleWriterRejected(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 200 * time.Millisecond
 
-	a, err := b.issuer.Acquire(ctx, "nightly-report", "worker-A", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := b.acquire(t, "nightly-report", "worker-A", ttl)
 	// A "pauses": we wait until PostgreSQL's clock says the lease expired.
 	deadline := time.Now().Add(5 * time.Second)
 	var bl lease.Lease
+	var err error
 	for {
 		bl, err = b.issuer.Acquire(ctx, "nightly-report", "worker-B", 10*time.Second)
 		if err == nil {
@@ -126,7 +79,7 @@ func TestEnqueueUnknownResourceAndFutureEpoch(t *testing.T) {
 	if !errors.As(err, &stale) || stale.Current != 0 {
 		t.Fatalf("enqueue on a resource with no epoch = %v; want stale, current 0", err)
 	}
-	l, _ := b.issuer.Acquire(ctx, "r", "A", time.Minute)
+	l := b.acquire(t, "r", "A", time.Minute)
 	if _, err := b.client.Enqueue(ctx, emailIntent("r", l.Epoch+1, "op")); !errors.Is(err, outbox.ErrStaleEpoch) {
 		t.Fatalf("enqueue with a never-issued epoch = %v; want stale", err)
 	}
@@ -142,10 +95,7 @@ func TestLostResponseRetryIsDuplicate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, err := b.issuer.Acquire(ctx, "r", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := b.acquire(t, "r", "A", time.Minute)
 
 	// A client whose connection goes through a proxy that loses the answer.
 	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
@@ -236,7 +186,7 @@ func TestDuplicateIgnoresJSONFormatting(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, _ := b.issuer.Acquire(ctx, "r", "A", time.Minute)
+	l := b.acquire(t, "r", "A", time.Minute)
 	if _, err := b.client.Enqueue(ctx, emailIntent("r", l.Epoch, "op")); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +202,7 @@ func TestEnqueueTxRollbackLeavesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, _ := b.issuer.Acquire(ctx, "r", "A", time.Minute)
+	l := b.acquire(t, "r", "A", time.Minute)
 	if _, err := b.pool.Exec(ctx, `CREATE TABLE reports (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +258,7 @@ func TestGetLookupRecord(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, _ := b.issuer.Acquire(ctx, "r", "A", time.Minute)
+	l := b.acquire(t, "r", "A", time.Minute)
 	in := outbox.Intent{Resource: "r", Epoch: l.Epoch, OperationID: "f1", Kind: "file",
 		Payload: json.RawMessage(`{"target":"reports/2026-12-01.txt","content":"hi"}`)}
 	res, err := b.client.Enqueue(ctx, in)

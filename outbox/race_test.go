@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -134,17 +136,13 @@ func raceWith(t *testing.T, b bundle, enqueue enqueueFunc, duration time.Duratio
 	if v := checkCommitOrder(t, b); len(v) > 0 {
 		t.Fatalf("%d intents committed with a non-current epoch, e.g. %s", len(v), v[0])
 	}
-	var stored []string
 	rows, err := b.pool.Query(ctx, testdb.SQL(`SELECT resource_id || '/' || operation_id || '@' || epoch FROM fencegate.intents WHERE resource_id NOT LIKE 'filler-%'`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		stored = append(stored, s)
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	var want []string
 	for _, e := range enqueues {

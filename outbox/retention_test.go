@@ -66,10 +66,7 @@ func TestLateReplayInsideKeyRetentionIsDuplicate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, err := b.issuer.Acquire(ctx, "r", "A", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := b.acquire(t, "r", "A", time.Hour)
 	in := emailIntent("r", l.Epoch, "late")
 	res, err := b.client.Enqueue(ctx, in)
 	if err != nil {

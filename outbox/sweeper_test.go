@@ -19,10 +19,7 @@ func TestSweeper(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, err := b.issuer.Acquire(ctx, "r", "A", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := b.acquire(t, "r", "A", time.Hour)
 	const day = 24 * time.Hour
 	type row struct {
 		status string
@@ -129,10 +126,7 @@ func TestNotifyCoalescing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, err := b.issuer.Acquire(ctx, "r", "A", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := b.acquire(t, "r", "A", time.Hour)
 	conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)

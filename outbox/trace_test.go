@@ -21,7 +21,7 @@ func TestEnqueueStoresTraceContext(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, _ := b.issuer.Acquire(ctx, "r", "A", time.Minute)
+	l := b.acquire(t, "r", "A", time.Minute)
 
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))

@@ -17,10 +17,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	l, err := b.issuer.Acquire(ctx, "r", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := b.acquire(t, "r", "A", time.Minute)
 	small, err := outbox.New(b.pool, outbox.Config{Schema: testdb.Schema(), MaxPayloadBytes: 1024})
 	if err != nil {
 		t.Fatal(err)

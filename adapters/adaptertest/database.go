@@ -44,6 +44,10 @@ func NewDatabase(t testing.TB) string {
 // a test makes (gateway.Config.Schema, outbox.Config.Schema, …).
 func Schema() string { return testdb.Schema() }
 
+// SQL rewrites a test's own statement, written for the default schema
+// ("SELECT count(*) FROM fencegate.intents"), for Schema().
+func SQL(query string) string { return testdb.SQL(query) }
+
 // Getenv is an environment for cli.Options.Getenv: empty but for
 // GATEWAY_SCHEMA, which is Schema(), so that a command line run in a test
 // uses the test's schema and nothing of the machine's environment.

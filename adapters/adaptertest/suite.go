@@ -204,13 +204,21 @@ func testRedelivery(t *testing.T, h Harness) {
 	f.checkOnce(t, h, rec, "after a duplicate message")
 }
 
-func testSameKeyLaterEpoch(t *testing.T, h Harness) {
-	f := newFixture(t, h, Options{})
+// rerunAtNextEpoch runs payload first under a fresh key, then, after B
+// took over (a newer epoch, another worker), payload second under the same
+// key, and waits for that second intent to end as want.
+func rerunAtNextEpoch(t *testing.T, h Harness, first, second int, want outbox.Status) (f fixture, a, b *outbox.Record) {
+	t.Helper()
+	f = newFixture(t, h, Options{})
 	key := UniqueKey(t)
-	first := f.env.WaitStatus(t, f.enqueue(t, "A-run", key, h.Payload(20)), outbox.StatusSucceeded)
-	// B takes over (a newer epoch, another worker) and runs the job again.
+	a = f.env.WaitStatus(t, f.enqueue(t, "A-run", key, h.Payload(first)), outbox.StatusSucceeded)
 	f.env.Advance(t, f.env.Epoch()+1)
-	second := f.env.WaitStatus(t, f.enqueue(t, "B-run", key, h.Payload(20)), outbox.StatusSucceeded)
+	b = f.env.WaitStatus(t, f.enqueue(t, "B-run", key, h.Payload(second)), want)
+	return f, a, b
+}
+
+func testSameKeyLaterEpoch(t *testing.T, h Harness) {
+	f, first, second := rerunAtNextEpoch(t, h, 20, 20, outbox.StatusSucceeded)
 	if second.Epoch <= first.Epoch {
 		t.Fatalf("second intent at epoch %d, first at %d", second.Epoch, first.Epoch)
 	}
@@ -221,11 +229,7 @@ func testSameKeyLaterEpoch(t *testing.T, h Harness) {
 }
 
 func testConflict(t *testing.T, h Harness) {
-	f := newFixture(t, h, Options{})
-	key := UniqueKey(t)
-	first := f.env.WaitStatus(t, f.enqueue(t, "A-run", key, h.Payload(30)), outbox.StatusSucceeded)
-	f.env.Advance(t, f.env.Epoch()+1)
-	other := f.env.WaitStatus(t, f.enqueue(t, "B-run", key, h.Payload(31)), outbox.StatusFailed)
+	f, first, other := rerunAtNextEpoch(t, h, 30, 31, outbox.StatusFailed)
 	if other.LastError == nil || *other.LastError == "" {
 		t.Errorf("conflicting intent failed without a reason")
 	}
@@ -317,6 +321,34 @@ func testLookup(t *testing.T, h Harness) {
 	}
 }
 
+// StartCrashingProcess starts a process (StartProcess) that crashes right
+// after its first effect, before it records the outcome: the crash after
+// the effect that a lookup, or the destination's own fencing, must make
+// good. WaitCrashed waits for it.
+func (e *Env) StartCrashingProcess(t testing.TB, cfg executor.Config, executors ...adapters.Executor) *Process {
+	t.Helper()
+	var p *Process
+	started := make(chan struct{})
+	crash := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterEffect: func(int64) {
+		<-started // p is set
+		p.Crash()
+	}})
+	p = e.StartProcessContext(crash, t, cfg, executors...)
+	close(started)
+	return p
+}
+
+// WaitCrashed waits until the process crashed, failing the test after
+// WaitTimeout.
+func (p *Process) WaitCrashed(t testing.TB) {
+	t.Helper()
+	select {
+	case <-p.crashed:
+	case <-time.After(WaitTimeout):
+		t.Fatalf("adaptertest: the process did not crash in %s (no effect ran)", WaitTimeout)
+	}
+}
+
 // testCrashAfterEffect: a runtime performs the effect and dies before it
 // records the outcome. Another runtime gets the redelivery once the dead
 // attempt's key lock expired, looks the effect up, and records it without
@@ -329,23 +361,10 @@ func testCrashAfterEffect(t *testing.T, h Harness) {
 	ex := NewCounting(h.New(t))
 	env := NewEnv(t, Options{Kinds: h.Kinds, LockTimeout: lockTimeout})
 
-	var p *Process
-	var started sync.WaitGroup
-	started.Add(1)
-	crash := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterEffect: func(int64) {
-		started.Wait()
-		p.Crash()
-	}})
-	p = env.StartProcessContext(crash, t, cfg, ex)
-	started.Done()
-
+	p := env.StartCrashingProcess(t, cfg, ex)
 	key := UniqueKey(t)
 	id := env.Enqueue(t, env.Intent(ex.Kind(), "op-1", key, h.Payload(70)))
-	select {
-	case <-p.Crashed():
-	case <-time.After(WaitTimeout):
-		t.Fatalf("the first runtime never executed intent %d", id)
-	}
+	p.WaitCrashed(t)
 	if rec := env.Get(t, id); rec.Status.Terminal() {
 		t.Fatalf("intent %d is %s although its runtime crashed before recording", id, rec.Status)
 	}
@@ -360,9 +379,13 @@ func testCrashAfterEffect(t *testing.T, h Harness) {
 
 // Describe formats an intent record for failure messages.
 func Describe(rec *outbox.Record) string {
-	le := ""
-	if rec.LastError != nil {
-		le = *rec.LastError
+	return fmt.Sprintf("intent %d %s attempts=%d result=%s error=%q", rec.IntentID, rec.Status, rec.Attempts, rec.Result, LastError(rec))
+}
+
+// LastError is the record's last error, empty when it has none.
+func LastError(rec *outbox.Record) string {
+	if rec.LastError == nil {
+		return ""
 	}
-	return fmt.Sprintf("intent %d %s attempts=%d result=%s error=%q", rec.IntentID, rec.Status, rec.Attempts, rec.Result, le)
+	return *rec.LastError
 }

@@ -20,11 +20,7 @@ func TestConformance(t *testing.T) {
 	mp := smtptest.StartMailpit(t)
 	adaptertest.Run(t, adaptertest.Harness{
 		New: func(t *testing.T) adapters.Executor {
-			return newAdapter(t, email.Config{
-				Addr:    mp.SMTPAddr,
-				Timeout: 10 * time.Second,
-				Lookup:  &email.MailpitLookup{BaseURL: mp.BaseURL, Client: noKeepAlive()},
-			})
+			return newMailpitAdapter(t, mp, mp.SMTPAddr, 10*time.Second)
 		},
 		Payload: func(i int) json.RawMessage {
 			b, _ := json.Marshal(map[string]any{

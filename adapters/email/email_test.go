@@ -66,16 +66,25 @@ func newAdapter(t *testing.T, cfg email.Config) *email.Adapter {
 	return a
 }
 
-// noKeepAlive keeps goleak quiet about idle HTTP connections.
-func noKeepAlive() *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+// newMailpitAdapter is an adapter sending to addr (mp, or a server in
+// front of it) with mp's result lookup. Its HTTP client keeps no
+// connections alive, so goleak sees no idle ones.
+func newMailpitAdapter(t *testing.T, mp *smtptest.Mailpit, addr string, timeout time.Duration) *email.Adapter {
+	t.Helper()
+	return newAdapter(t, email.Config{
+		Addr:    addr,
+		Timeout: timeout,
+		Lookup: &email.MailpitLookup{BaseURL: mp.BaseURL,
+			Client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}},
+	})
 }
 
-func decodeResult(t *testing.T, out adapters.Outcome) map[string]any {
+// decodeResult decodes an outcome's or a record's result.
+func decodeResult(t *testing.T, res json.RawMessage) map[string]any {
 	t.Helper()
 	var m map[string]any
-	if err := json.Unmarshal(out.Result, &m); err != nil {
-		t.Fatalf("result %s: %v", out.Result, err)
+	if err := json.Unmarshal(res, &m); err != nil {
+		t.Fatalf("result %s: %v", res, err)
 	}
 	return m
 }
@@ -140,10 +149,7 @@ func TestMailpitSendAndLookup(t *testing.T) {
 	t.Parallel()
 	mp := smtptest.StartMailpit(t)
 	ctx := context.Background()
-	a := newAdapter(t, email.Config{
-		Addr:   mp.SMTPAddr,
-		Lookup: &email.MailpitLookup{BaseURL: mp.BaseURL, Client: noKeepAlive()},
-	})
+	a := newMailpitAdapter(t, mp, mp.SMTPAddr, 0)
 	if c := a.Capabilities(); !c.Lookup || c.DedupsOnKey {
 		t.Fatalf("Capabilities = %+v, want Lookup, not DedupsOnKey", c)
 	}
@@ -157,7 +163,7 @@ func TestMailpitSendAndLookup(t *testing.T) {
 	if out.Status != outbox.StatusSucceeded {
 		t.Errorf("status = %s", out.Status)
 	}
-	res := decodeResult(t, out)
+	res := decodeResult(t, out.Result)
 	id := email.MessageID(key, "")
 	if res["message_id"] != id {
 		t.Errorf("result message_id = %v, want %s", res["message_id"], id)
@@ -176,7 +182,7 @@ func TestMailpitSendAndLookup(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("Lookup = %v, %v; want found", found, err)
 	}
-	lres := decodeResult(t, got)
+	lres := decodeResult(t, got.Result)
 	if lres["message_id"] != id || lres["found_by"] != "lookup" || lres["mailpit_id"] == "" {
 		t.Errorf("lookup result = %v", lres)
 	}
@@ -214,7 +220,7 @@ func TestMailpitSameKeyTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, decodeResult(t, out)["message_id"])
+		ids = append(ids, decodeResult(t, out.Result)["message_id"])
 	}
 	if ids[0] != ids[1] {
 		t.Errorf("same key gave Message-IDs %v and %v", ids[0], ids[1])
@@ -340,7 +346,7 @@ func TestFaultClassification(t *testing.T) {
 				t.Fatalf("Lookup = found %v, %v; want found %v", found, lerr, tc.delivered)
 			}
 			if found {
-				res := decodeResult(t, lout)
+				res := decodeResult(t, lout.Result)
 				if res["found_by"] != "lookup" || res["message_id"] != email.MessageID(req.IdempotencyKey, "") ||
 					lout.Status != outbox.StatusSucceeded {
 					t.Errorf("lookup outcome = %s %v", lout.Status, res)

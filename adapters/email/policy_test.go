@@ -20,12 +20,9 @@ import (
 func TestMailPolicy(t *testing.T) {
 	t.Parallel()
 	srv := smtptest.NewServer(t)
-	a, err := email.New(email.Config{Addr: srv.Addr, StartTLS: email.StartTLSNone, Timeout: 5 * time.Second,
+	a := newAdapter(t, email.Config{Addr: srv.Addr, StartTLS: email.StartTLSNone, Timeout: 5 * time.Second,
 		Policy: email.Policy{FromAllow: []string{"reports@example.com", "billing.example.com"}, RcptAllow: []string{"example.com"},
 			MaxRecipients: 2, EnvelopeFrom: "bounces@example.com"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := a.KindSpec()
 	for _, tc := range []struct{ payload, field string }{
 		{`{"to":"a@example.com","from":"ceo@example.com","subject":"s","text":"t"}`, "payload.from"},

@@ -62,20 +62,30 @@ func (e emailEnv) wantSent(t *testing.T, key string, n int) {
 	}
 }
 
-func resultOf(t *testing.T, rec *outbox.Record) map[string]any {
+// dropAfterAccept runs worker A's intent ("A-run") for a fresh key through
+// a runtime whose server drops the connection after it accepted the
+// message: the adapter never learns that it did.
+func dropAfterAccept(t *testing.T, lookup func(*smtptest.Server) email.Lookup, o adaptertest.Options) (e emailEnv, key string, id int64) {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(rec.Result, &m); err != nil {
-		t.Fatalf("result %s: %v", rec.Result, err)
-	}
-	return m
+	e = newEmailEnv(t, lookup, o)
+	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
+	key = uniqueKey(t)
+	return e, key, e.enqueue(t, "A-run", key)
 }
 
-func lastError(rec *outbox.Record) string {
-	if rec.LastError == nil {
-		return ""
-	}
-	return *rec.LastError
+// redeliverAndRerun has the server work again, re-relays intent id, then
+// has worker B (a later epoch) run the job again with the same key: both
+// end as want, and no second message is sent.
+func (e emailEnv) redeliverAndRerun(t *testing.T, id int64, key string, want outbox.Status) (again, second *outbox.Record) {
+	t.Helper()
+	e.srv.ClearFault()
+	e.Rerelay(t, id)
+	again = e.WaitStatus(t, id, want)
+	e.wantSent(t, key, 1)
+	e.Advance(t, e.Epoch()+1)
+	second = e.WaitStatus(t, e.enqueue(t, "B-run", key), want)
+	e.wantSent(t, key, 1)
+	return again, second
 }
 
 // A normal send through the runtime: one message, with the deterministic
@@ -85,7 +95,7 @@ func TestRuntimeSend(t *testing.T) {
 	e := newEmailEnv(t, serverLookup, adaptertest.Options{})
 	key := uniqueKey(t)
 	rec := e.WaitStatus(t, e.enqueue(t, "op-1", key), outbox.StatusSucceeded)
-	res := resultOf(t, rec)
+	res := decodeResult(t, rec.Result)
 	if res["message_id"] != e.a.MessageID(key) || !strings.HasPrefix(res["smtp_response"].(string), "250") {
 		t.Fatalf("result = %s", rec.Result)
 	}
@@ -106,31 +116,22 @@ func TestRuntimeSend(t *testing.T) {
 // business key, which gets the stored result.
 func TestRuntimeDropAfterAcceptLookedUp(t *testing.T) {
 	t.Parallel()
-	e := newEmailEnv(t, serverLookup, adaptertest.Options{})
-	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
-	key := uniqueKey(t)
-	id := e.enqueue(t, "A-run", key)
+	e, key, id := dropAfterAccept(t, serverLookup, adaptertest.Options{})
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
-	if res := resultOf(t, rec); res["found_by"] != "lookup" || res["message_id"] != e.a.MessageID(key) {
+	if res := decodeResult(t, rec.Result); res["found_by"] != "lookup" || res["message_id"] != e.a.MessageID(key) {
 		t.Fatalf("result = %s; want found by lookup", rec.Result)
 	}
 	e.wantSent(t, key, 1)
 
-	// The server works again; a redelivery changes nothing.
-	e.srv.ClearFault()
-	e.Rerelay(t, id)
-	if again := e.WaitStatus(t, id, outbox.StatusSucceeded); string(again.Result) != string(rec.Result) {
+	// The server works again; a redelivery changes nothing, and worker B
+	// gets the stored result.
+	again, second := e.redeliverAndRerun(t, id, key, outbox.StatusSucceeded)
+	if string(again.Result) != string(rec.Result) {
 		t.Fatalf("result after re-relay %s, want %s", again.Result, rec.Result)
 	}
-	e.wantSent(t, key, 1)
-
-	// Worker B, at a later epoch, runs the job again with the same key.
-	e.Advance(t, e.Epoch()+1)
-	second := e.WaitStatus(t, e.enqueue(t, "B-run", key), outbox.StatusSucceeded)
 	if string(second.Result) != string(rec.Result) {
 		t.Fatalf("second intent's result %s, want the stored %s", second.Result, rec.Result)
 	}
-	e.wantSent(t, key, 1)
 }
 
 // flakyLookup fails its first `fail` calls (the destination's API is down
@@ -154,14 +155,12 @@ func (l *flakyLookup) Find(ctx context.Context, id string) (bool, map[string]any
 func TestRuntimeDropThenRedeliveryLooksUp(t *testing.T) {
 	t.Parallel()
 	var fl *flakyLookup
-	e := newEmailEnv(t, func(s *smtptest.Server) email.Lookup {
+	e, key, id := dropAfterAccept(t, func(s *smtptest.Server) email.Lookup {
 		fl = &flakyLookup{srv: s, fail: 1}
 		return fl
 	}, adaptertest.Options{LockTimeout: time.Second})
-	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
-	key := uniqueKey(t)
-	rec := e.WaitStatus(t, e.enqueue(t, "op-1", key), outbox.StatusSucceeded)
-	if res := resultOf(t, rec); res["found_by"] != "lookup" {
+	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
+	if res := decodeResult(t, rec.Result); res["found_by"] != "lookup" {
 		t.Fatalf("result = %s; want found by lookup", rec.Result)
 	}
 	if n := fl.calls.Load(); n < 2 {
@@ -185,7 +184,7 @@ func TestRuntimeTransientFailureRetried(t *testing.T) {
 	// counted when one begins, so "2 and a 451 recorded" could be the
 	// second one still running, and succeeding once the fault is cleared).
 	e.WaitFor(t, id, "retried twice after a 451", func(r *outbox.Record) bool {
-		return r.Attempts >= 3 && strings.Contains(lastError(r), "451")
+		return r.Attempts >= 3 && strings.Contains(adaptertest.LastError(r), "451")
 	})
 	if rec := e.Get(t, id); rec.Status.Terminal() {
 		t.Fatalf("intent terminal while the server refuses: %s", adaptertest.Describe(rec))
@@ -210,7 +209,7 @@ func TestRuntimePermanentFailure(t *testing.T) {
 		e.srv.SetFault(f)
 		key := uniqueKey(t)
 		rec := e.WaitStatus(t, e.enqueue(t, "op-"+key, key), outbox.StatusFailed)
-		if rec.Attempts != 1 || !strings.Contains(lastError(rec), f.Message) {
+		if rec.Attempts != 1 || !strings.Contains(adaptertest.LastError(rec), f.Message) {
 			t.Fatalf("%v: %s; want failed after 1 attempt with the reply", f, adaptertest.Describe(rec))
 		}
 		e.wantSent(t, key, 0)
@@ -222,12 +221,9 @@ func TestRuntimePermanentFailure(t *testing.T) {
 // another intent with the same key.
 func TestRuntimeUnknownWithoutLookupHeld(t *testing.T) {
 	t.Parallel()
-	e := newEmailEnv(t, nil, adaptertest.Options{})
-	e.srv.SetFault(smtptest.Fault{At: smtptest.PhaseData, Drop: true})
-	key := uniqueKey(t)
-	id := e.enqueue(t, "A-run", key)
+	e, key, id := dropAfterAccept(t, nil, adaptertest.Options{})
 	rec := e.WaitStatus(t, id, outbox.StatusUnknown)
-	if rec.Attempts != 1 || lastError(rec) == "" {
+	if rec.Attempts != 1 || adaptertest.LastError(rec) == "" {
 		t.Fatalf("%s; want unknown after 1 attempt with the reason", adaptertest.Describe(rec))
 	}
 	if k := e.Key(t, email.Kind, key); k == nil || k.State != idempotency.StateHeld {
@@ -235,12 +231,7 @@ func TestRuntimeUnknownWithoutLookupHeld(t *testing.T) {
 	}
 	e.wantSent(t, key, 1)
 
-	e.srv.ClearFault()
-	e.Rerelay(t, id)
-	e.WaitStatus(t, id, outbox.StatusUnknown)
-	e.Advance(t, e.Epoch()+1)
-	e.WaitStatus(t, e.enqueue(t, "B-run", key), outbox.StatusUnknown)
-	e.wantSent(t, key, 1)
+	e.redeliverAndRerun(t, id, key, outbox.StatusUnknown)
 	if k := e.Key(t, email.Kind, key); k == nil || k.State != idempotency.StateHeld {
 		t.Fatalf("key after redelivery = %+v; want still held", k)
 	}

@@ -28,11 +28,8 @@ func TestRuntimeLateStoreSendsOnce(t *testing.T) {
 	front := smtptest.NewServer(t, smtptest.WithUpstream(mp.SMTPAddr))
 	const storeAfter = 3 * time.Second
 	front.SetFault(smtptest.Fault{At: smtptest.PhaseData, StoreAfter: storeAfter})
-	a := newAdapter(t, email.Config{
-		Addr:    front.Addr,
-		Timeout: time.Second, // the gateway gives up on the final reply after 1 s
-		Lookup:  &email.MailpitLookup{BaseURL: mp.BaseURL, Client: noKeepAlive()},
-	})
+	// The gateway gives up on the final reply after 1 s.
+	a := newMailpitAdapter(t, mp, front.Addr, time.Second)
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors: []adapters.Executor{a},
 		Runtime: executor.Config{
@@ -45,7 +42,7 @@ func TestRuntimeLateStoreSendsOnce(t *testing.T) {
 	key := uniqueKey(t)
 	id := e.Enqueue(t, e.Intent(email.Kind, "op-1", key, emailPayload()))
 	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
-	if res := resultOf(t, rec); res["found_by"] != "lookup" {
+	if res := decodeResult(t, rec.Result); res["found_by"] != "lookup" {
 		t.Fatalf("result = %s; want the late copy found by lookup", rec.Result)
 	}
 	// Let every send the front still holds land at Mailpit before counting.

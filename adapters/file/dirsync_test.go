@@ -36,6 +36,18 @@ func dirIdentity(t *testing.T, dir string) string {
 	return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 }
 
+// openTempDir opens a fresh directory, to be fsynced; closed when the test
+// ends.
+func openTempDir(t *testing.T) *os.File {
+	t.Helper()
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dir.Close() })
+	return dir
+}
+
 func isDir(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.IsDir()
@@ -112,11 +124,7 @@ func TestConcurrentPublicationsShareDirectoryFsyncs(t *testing.T) {
 // starts after the caller arrived.
 func TestDirSyncWaitsForAnFsyncStartedAfterIt(t *testing.T) {
 	t.Parallel()
-	dir, err := os.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dir.Close()
+	dir := openTempDir(t)
 	var s dirSyncer
 	var started atomic.Int64
 	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
@@ -157,11 +165,7 @@ func TestDirSyncWaitsForAnFsyncStartedAfterIt(t *testing.T) {
 // caller served by an earlier fsync that succeeded is not failed.
 func TestDirSyncFailureFailsTheCallersItServed(t *testing.T) {
 	t.Parallel()
-	dir, err := os.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dir.Close()
+	dir := openTempDir(t)
 	var s dirSyncer
 	eio := errors.New("fsync: input/output error")
 	var started atomic.Int64

@@ -84,22 +84,21 @@ func lookup(t *testing.T, a *Adapter, req adapters.Request) (adapters.Outcome, b
 
 func result(t *testing.T, out adapters.Outcome) Result {
 	t.Helper()
-	if out.Status != outbox.StatusSucceeded {
-		t.Fatalf("status = %s, want succeeded (result %s)", out.Status, out.Result)
-	}
-	var r Result
-	if err := json.Unmarshal(out.Result, &r); err != nil {
-		t.Fatalf("decode result %s: %v", out.Result, err)
-	}
-	return r
+	return decodeOutcome[Result](t, out, outbox.StatusSucceeded)
 }
 
 func superseded(t *testing.T, out adapters.Outcome) SupersededResult {
 	t.Helper()
-	if out.Status != outbox.StatusSuperseded {
-		t.Fatalf("status = %s, want superseded (result %s)", out.Status, out.Result)
+	return decodeOutcome[SupersededResult](t, out, outbox.StatusSuperseded)
+}
+
+// decodeOutcome checks that out has the status want and decodes its result.
+func decodeOutcome[R any](t *testing.T, out adapters.Outcome, want outbox.Status) R {
+	t.Helper()
+	if out.Status != want {
+		t.Fatalf("status = %s, want %s (result %s)", out.Status, want, out.Result)
 	}
-	var r SupersededResult
+	var r R
 	if err := json.Unmarshal(out.Result, &r); err != nil {
 		t.Fatalf("decode result %s: %v", out.Result, err)
 	}

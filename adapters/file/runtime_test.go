@@ -21,7 +21,6 @@ import (
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
-	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -274,18 +273,9 @@ func TestRuntimeCrashThenResourceMovesOn(t *testing.T) {
 	e := adaptertest.NewEnv(t, adaptertest.Options{LockTimeout: crashLockTimeout})
 	e.Advance(t, 34)
 	ex := adaptertest.NewCounting(a)
-	var p *adaptertest.Process
-	ready := make(chan struct{})
-	crashing := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterEffect: func(int64) { <-ready; p.Crash() }})
-	p = e.StartProcessContext(crashing, t, crashRuntimeConfig(), ex)
-	close(ready)
-
+	p := e.StartCrashingProcess(t, crashRuntimeConfig(), ex)
 	id := e.Enqueue(t, e.Intent(file.Kind, "B-run", "report/B", filePayload("B's report\n")))
-	select {
-	case <-p.Crashed():
-	case <-time.After(adaptertest.WaitTimeout):
-		t.Fatal("the first runtime never executed the intent")
-	}
+	p.WaitCrashed(t)
 	ino := inode(t, a)
 	stored := rawManifest(t, a)
 	e.Advance(t, 35) // C takes over before B's redelivery

@@ -9,14 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/s3"
-	"github.com/fencegate/fencegate/internal/testkit/faultproxy"
-	"github.com/fencegate/fencegate/internal/testkit/s3test"
 )
 
 // counter forwards TCP to a target and counts the requests that pass
@@ -132,25 +127,13 @@ func (c *counter) count() int {
 // PUT whose 412 the adapter would read as "ours already".
 func TestPutNotResentWithinAnAttempt(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	bucket := srv.NewBucket(t)
+	srv, bucket := newBucket(t)
 	const key = "reports/once.txt"
 	marker := "PUT /" + bucket + "/" + key
 	count := newCounter(t, strings.TrimPrefix(srv.Endpoint, "http://"), marker)
-	proxy, err := faultproxy.New(count.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := newProxy(t, count.ln.Addr().String())
 	// The SDK's defaults: no RetryMaxAttempts, the standard retryer.
-	client := awss3.New(awss3.Options{
-		Region: s3test.Region, BaseEndpoint: aws.String("http://" + proxy.Addr()), UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, ""),
-	})
-	a, err := s3.New(context.Background(), s3.Config{Bucket: bucket, Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newAdapter(t, "http://"+proxy.Addr(), bucket, func(o *awss3.Options) { o.RetryMaxAttempts = 0 })
 	dropped := proxy.DropResponseTo(marker)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

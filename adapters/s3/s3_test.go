@@ -47,23 +47,41 @@ func TestMain(m *testing.M) {
 	os.Exit(testdb.RunLeakChecked(m, versitySrv.Stop, func() { _ = os.RemoveAll(dir) }))
 }
 
-func server(*testing.T) *s3test.Server { return versitySrv }
+// newBucket is a fresh bucket for the test on the package's versitygw.
+func newBucket(t *testing.T) (*s3test.Server, string) {
+	t.Helper()
+	return versitySrv, versitySrv.NewBucket(t)
+}
 
-func clientFor(endpoint string) *awss3.Client {
+// clientFor is a client for endpoint with the test credentials, one
+// attempt per call unless optFns say otherwise.
+func clientFor(endpoint string, optFns ...func(*awss3.Options)) *awss3.Client {
 	return awss3.New(awss3.Options{
 		Region: s3test.Region, BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
 		Credentials:      credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, ""),
 		RetryMaxAttempts: 1,
-	})
+	}, optFns...)
 }
 
-func newAdapter(t *testing.T, endpoint, bucket string) *s3.Adapter {
+func newAdapter(t *testing.T, endpoint, bucket string, optFns ...func(*awss3.Options)) *s3.Adapter {
 	t.Helper()
-	a, err := s3.New(context.Background(), s3.Config{Bucket: bucket, Client: clientFor(endpoint)})
+	a, err := s3.New(context.Background(), s3.Config{Bucket: bucket, Client: clientFor(endpoint, optFns...)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// newProxy is a faultproxy in front of target (host:port), closed when the
+// test ends.
+func newProxy(t *testing.T, target string) *faultproxy.Proxy {
+	t.Helper()
+	proxy, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	return proxy
 }
 
 func payload(key, content string) json.RawMessage {
@@ -89,8 +107,8 @@ func execute(t *testing.T, a *s3.Adapter, req adapters.Request) adapters.Outcome
 // versitygw enforces conditional writes: the probe passes.
 func TestProbeAcceptsAServerThatEnforcesConditions(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	a := newAdapter(t, srv.Endpoint, srv.NewBucket(t))
+	srv, bucket := newBucket(t)
+	a := newAdapter(t, srv.Endpoint, bucket)
 	if err := a.Probe(context.Background()); err != nil {
 		t.Fatalf("Probe: %v", err)
 	}
@@ -119,8 +137,7 @@ func TestProbeRefusesAServerThatIgnoresConditions(t *testing.T) {
 // keeps B's content.
 func TestArticleDelayedOldPublicationIsSuperseded(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	bucket := srv.NewBucket(t)
+	srv, bucket := newBucket(t)
 	a := newAdapter(t, srv.Endpoint, bucket)
 	const key = "reports/2026-12-01.txt"
 	if out := execute(t, a, request("report/34", 34, payload(key, "report by B"))); out.Status != outbox.StatusSucceeded {
@@ -146,8 +163,7 @@ func TestArticleDelayedOldPublicationIsSuperseded(t *testing.T) {
 // succeeded or superseded.
 func TestConcurrentPublishersEndWithTheHighestEpoch(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	bucket := srv.NewBucket(t)
+	srv, bucket := newBucket(t)
 	a := newAdapter(t, srv.Endpoint, bucket)
 	const key = "reports/contended.txt"
 	for round := range 3 {
@@ -178,13 +194,8 @@ func TestConcurrentPublishersEndWithTheHighestEpoch(t *testing.T) {
 // finds it.
 func TestLostResponseFoundByLookup(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	bucket := srv.NewBucket(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(srv.Endpoint, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	srv, bucket := newBucket(t)
+	proxy := newProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
 	lossy := newAdapter(t, "http://"+proxy.Addr(), bucket)
 	a := newAdapter(t, srv.Endpoint, bucket)
 	const key = "reports/lost.txt"
@@ -192,7 +203,7 @@ func TestLostResponseFoundByLookup(t *testing.T) {
 	dropped := proxy.DropResponseTo("PUT /" + bucket + "/" + key)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = lossy.Execute(ctx, req)
+	_, err := lossy.Execute(ctx, req)
 	<-dropped
 	if adapters.IsRetryable(err) || adapters.IsPermanent(err) || err == nil {
 		t.Fatalf("a lost response: %v, want an unknown outcome", err)
@@ -216,13 +227,8 @@ func TestLostResponseFoundByLookup(t *testing.T) {
 // lookup, written once.
 func TestRuntimeLostResponseSettledByLookup(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	bucket := srv.NewBucket(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(srv.Endpoint, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	srv, bucket := newBucket(t)
+	proxy := newProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
 	const key = "reports/runtime.txt"
 	dropped := proxy.DropResponseTo("PUT /" + bucket + "/" + key)
 	e := adaptertest.NewEnv(t, adaptertest.Options{
@@ -270,8 +276,7 @@ func TestPayloadRules(t *testing.T) {
 // The conformance suite against versitygw.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	bucket := srv.NewBucket(t)
+	srv, bucket := newBucket(t)
 	adaptertest.Run(t, adaptertest.Harness{
 		New: func(t *testing.T) adapters.Executor { return newAdapter(t, srv.Endpoint, bucket) },
 		Payload: func(i int) json.RawMessage {

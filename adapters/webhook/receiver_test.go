@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 )
 
 // receiver is a real HTTP server on loopback that records every request
@@ -33,6 +34,7 @@ type seen struct {
 	Path   string
 	Header http.Header
 	Body   []byte
+	At     time.Time // when it arrived
 }
 
 func newReceiver(t *testing.T, respond func(w http.ResponseWriter, r *http.Request, n int)) *receiver {
@@ -40,6 +42,23 @@ func newReceiver(t *testing.T, respond func(w http.ResponseWriter, r *http.Reque
 	rc := &receiver{respond: respond, requests: map[string][]seen{}, effects: map[string]int{}, lookups: map[string]int{}}
 	rc.Server = httptest.NewServer(http.HandlerFunc(rc.serve))
 	t.Cleanup(rc.Close)
+	return rc
+}
+
+// newRefusingReceiver is a receiver that refuses the first request for
+// every key, answering it as first does (its effect taken back: the
+// receiver did not act), and answers later ones 200 "ok".
+func newRefusingReceiver(t *testing.T, first func(w http.ResponseWriter, r *http.Request)) *receiver {
+	t.Helper()
+	rc := newReceiver(t, nil)
+	rc.respond = func(w http.ResponseWriter, r *http.Request, n int) {
+		if n > 1 {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		rc.undo(r.Header.Get("Idempotency-Key"))
+		first(w, r)
+	}
 	return rc
 }
 
@@ -62,7 +81,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc.mu.Lock()
-	rc.requests[key] = append(rc.requests[key], seen{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+	rc.requests[key] = append(rc.requests[key], seen{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now()})
 	n := len(rc.requests[key])
 	dup := rc.dedup && rc.effects[key] > 0
 	if !dup {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,15 +42,9 @@ func enqueue(t *testing.T, e *adaptertest.Env, key string, p json.RawMessage) in
 // 503, then 200: retried, succeeded, one effect.
 func TestRuntime503Then200(t *testing.T) {
 	t.Parallel()
-	rc := newReceiver(t, nil)
-	rc.respond = func(w http.ResponseWriter, r *http.Request, n int) {
-		if n == 1 {
-			rc.undo(r.Header.Get("Idempotency-Key"))
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("done"))
-	}
+	rc := newRefusingReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
 	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{})
 	key := adaptertest.UniqueKey(t)
 	rec := e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusSucceeded)
@@ -80,28 +73,18 @@ func TestRuntime400Fails(t *testing.T) {
 // Retry-After is honoured: the second request comes no sooner.
 func TestRuntimeRetryAfter(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var at []time.Time
-	rc := newReceiver(t, nil)
-	rc.respond = func(w http.ResponseWriter, r *http.Request, n int) {
-		mu.Lock()
-		at = append(at, time.Now())
-		mu.Unlock()
-		if n == 1 {
-			rc.undo(r.Header.Get("Idempotency-Key"))
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-		}
-	}
+	rc := newRefusingReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
 	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{})
 	key := adaptertest.UniqueKey(t)
 	e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, nil)), outbox.StatusSucceeded)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(at) != 2 {
-		t.Fatalf("%d requests, want 2", len(at))
+	got := rc.got(key)
+	if len(got) != 2 {
+		t.Fatalf("%d requests, want 2", len(got))
 	}
-	if gap := at[1].Sub(at[0]); gap < time.Second {
+	if gap := got[1].At.Sub(got[0].At); gap < time.Second {
 		t.Errorf("the retry came %s after a 429 with Retry-After: 1, want at least 1s", gap)
 	}
 }
@@ -170,14 +153,10 @@ func TestRuntimeUnknownFoundByLookup(t *testing.T) {
 // window; then the request is sent again, once.
 func TestRuntimeLookupNotFoundAfterSettle(t *testing.T) {
 	t.Parallel()
-	rc := newReceiver(t, nil)
-	rc.respond = func(w http.ResponseWriter, r *http.Request, n int) {
-		if n == 1 {
-			// Never acted on, and no answer: the lookup says 404.
-			rc.undo(r.Header.Get("Idempotency-Key"))
-			<-r.Context().Done()
-		}
-	}
+	rc := newRefusingReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		// Never acted on, and no answer: the lookup says 404.
+		<-r.Context().Done()
+	})
 	settle := 700 * time.Millisecond
 	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: executor.Config{LookupSettle: settle}})
 	key := adaptertest.UniqueKey(t)

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/adapters/adaptertest"
@@ -15,12 +13,6 @@ import (
 )
 
 func TestMain(m *testing.M) { adaptertest.Main(m) }
-
-// inSchema names fencegate's tables in the schema the tests migrate into
-// (adaptertest.Schema): the queries below are written for "fencegate".
-func inSchema(query string) string {
-	return strings.ReplaceAll(query, "fencegate.", pgx.Identifier{adaptertest.Schema()}.Sanitize()+".")
-}
 
 // The worker commits both intents at its epoch; a rerun of the same day
 // gets a newer epoch and finds both committed (duplicates, nothing new);
@@ -58,7 +50,7 @@ func TestWorker(t *testing.T) {
 		t.Fatalf("while worker-b holds the lease: %v, want *lease.HeldError", err)
 	}
 	var n int
-	if err := pool.QueryRow(ctx, inSchema(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 2 {
+	if err := pool.QueryRow(ctx, adaptertest.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d intents stored (%v), want the first day's 2", n, err)
 	}
 }

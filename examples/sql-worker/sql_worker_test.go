@@ -19,11 +19,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/adapters/adaptertest"
@@ -32,12 +30,6 @@ import (
 )
 
 func TestMain(m *testing.M) { adaptertest.Main(m) }
-
-// inSchema names fencegate's tables in the schema the tests migrate into
-// (adaptertest.Schema): the queries below are written for "fencegate".
-func inSchema(query string) string {
-	return strings.ReplaceAll(query, "fencegate.", pgx.Identifier{adaptertest.Schema()}.Sanitize()+".")
-}
 
 // worker is one language's example worker.
 type worker struct {
@@ -90,7 +82,7 @@ func run(t *testing.T, w []string, dbURL string, args ...string) map[string]any 
 func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), inSchema(query), args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), adaptertest.SQL(query), args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

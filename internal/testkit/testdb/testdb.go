@@ -54,6 +54,7 @@ func Main(m *testing.M) {
 // check more (leaked goroutines, say) before it calls os.Exit.
 func Run(m *testing.M) int {
 	code := m.Run()
+	runExampleCleanups()
 	if cluster != nil {
 		_ = cluster.Stop()
 	}
