@@ -75,6 +75,29 @@ func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
+// ErrForbidden is matched by a *ForbiddenError.
+var ErrForbidden = errors.New("forbidden")
+
+// ForbiddenError says the rule set (package policy) does not allow what was
+// asked: Principal (empty: the caller acts as no principal) may not touch
+// what Field names (principal, role, resource, kind, epochs). Nothing was
+// stored or locked.
+type ForbiddenError struct {
+	Principal string
+	Field     string
+	Message   string
+	// Err is the refusal as it came (a PostgreSQL error), if any.
+	Err error
+}
+
+func (e *ForbiddenError) Error() string { return "forbidden: " + e.Message }
+
+// Unwrap returns Err.
+func (e *ForbiddenError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrForbidden.
+func (e *ForbiddenError) Is(target error) bool { return target == ErrForbidden }
+
 // NotFound returns a package's own not-found sentinel with message msg:
 // errors.Is matches it by identity (outbox.ErrNotFound is not
 // operator.ErrResourceNotFound) and matches ErrNotFound, so one check maps

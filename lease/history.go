@@ -80,6 +80,18 @@ func WithPrincipal(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, principalKey{}, name)
 }
 
+// principalFor is who a grant with ctx is made for: WithPrincipal's, else
+// AsPrincipal's; nil for none.
+func (i *Issuer) principalFor(ctx context.Context) *string {
+	if p := principalOf(ctx); p != nil {
+		return p
+	}
+	if i.principal != "" {
+		return &i.principal
+	}
+	return nil
+}
+
 func principalOf(ctx context.Context) *string {
 	if v, ok := ctx.Value(principalKey{}).(string); ok && v != "" {
 		return &v
@@ -204,8 +216,8 @@ func (i *Issuer) recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
 		INSERT INTO fencegate.epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
 		VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8)
 		RETURNING granted_at`),
-		g.Resource, g.Epoch, holder, string(g.How), g.PreviousEpoch, prev, since, principalOf(ctx)).Scan(&g.GrantedAt)
-	if p := principalOf(ctx); p != nil {
+		g.Resource, g.Epoch, holder, string(g.How), g.PreviousEpoch, prev, since, i.principalFor(ctx)).Scan(&g.GrantedAt)
+	if p := i.principalFor(ctx); p != nil {
 		g.Principal = *p
 	}
 	if err != nil {

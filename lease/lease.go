@@ -42,6 +42,7 @@ import (
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/policy"
 )
 
 // ErrHeld is returned (wrapped in *HeldError) when another holder's lease on
@@ -170,6 +171,8 @@ type Issuer struct {
 	// its refusal, returned by every call.
 	schema    pgschema.Schema
 	schemaErr error
+	// principal is who this issuer grants for (AsPrincipal).
+	principal string
 }
 
 // NewIssuer returns an issuer over pool, which must point at the primary
@@ -179,7 +182,7 @@ func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	i := &Issuer{pool: pool, m: newMetrics(o.reg), lockTimeout: max(o.lockTimeout, 0), failoverJump: o.failoverJump}
+	i := &Issuer{pool: pool, m: newMetrics(o.reg), lockTimeout: max(o.lockTimeout, 0), failoverJump: o.failoverJump, principal: o.principal}
 	i.schema, i.schemaErr = pgschema.Parse(o.schema)
 	if i.schemaErr != nil {
 		i.schemaErr = &InvalidError{Field: "schema", Message: strings.TrimPrefix(i.schemaErr.Error(), "schema: ")}
@@ -261,7 +264,15 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(p
 // bounded by the issuer's lock timeout. SET LOCAL comes first, before
 // anything that can wait for the control-row lock, and lasts only until
 // this transaction ends, so the pooled connection keeps its own setting.
-func (i *Issuer) grantTx(ctx context.Context, fn func(pgx.Tx) error) error {
+//
+// The rule set's check (package policy) comes with the BEGIN too, before
+// anything that creates or locks the resource's control row: the grant's
+// principal (WithPrincipal, else AsPrincipal) is set for the transaction
+// and fencegate_check_principal refuses, once a rule set is applied, a
+// resource outside its scope (epochs: an advance, which needs the
+// principal's epochs right) or a caller naming no principal. Without a
+// rule set it allows everything, as before.
+func (i *Issuer) grantTx(ctx context.Context, resource string, epochs bool, fn func(pgx.Tx) error) error {
 	begin := "BEGIN"
 	if i.lockTimeout > 0 {
 		// Whole milliseconds, rounded up: a positive bound never becomes
@@ -270,7 +281,25 @@ func (i *Issuer) grantTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		ms := (i.lockTimeout + time.Millisecond - 1) / time.Millisecond
 		begin = fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d", ms)
 	}
-	return inTx(ctx, i.pool, pgx.TxOptions{BeginQuery: begin}, fn)
+	// Literals, not parameters: the simple protocol takes none. Both are
+	// checked strings (no NUL), quoted as E'' literals, which read the
+	// same whatever standard_conforming_strings says.
+	var principal string
+	if p := i.principalFor(ctx); p != nil {
+		principal = *p
+	}
+	// The schema's name goes into the statement before the literals do, so
+	// that a resource named like one of fencegate's objects is never
+	// renamed.
+	check := fmt.Sprintf(i.schema.SQL("; SELECT set_config('fencegate.principal', %s, true), fencegate.fencegate_check_principal(%s, NULL, %t)"),
+		literal(principal), literal(resource), epochs)
+	err := inTx(ctx, i.pool, pgx.TxOptions{BeginQuery: begin + check}, fn)
+	return policy.AsForbidden(err)
+}
+
+// literal quotes s as a PostgreSQL escape string literal.
+func literal(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
 }
 
 // control is a resource's control row as lockResource found it.
@@ -331,7 +360,7 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 	}
 	var l Lease
 	var g *Grant
-	err := i.grantTx(ctx, func(tx pgx.Tx) error {
+	err := i.grantTx(ctx, resource, false, func(tx pgx.Tx) error {
 		c, err := i.lockResource(ctx, tx, resource, i.failoverJump)
 		if err != nil {
 			return err
@@ -395,7 +424,7 @@ func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64
 	// alone would only see the new expiry. It runs in a grant transaction
 	// for the lock timeout only: the statement alone is atomic.
 	var margin *float64
-	err := i.grantTx(ctx, func(tx pgx.Tx) error {
+	err := i.grantTx(ctx, resource, false, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, i.schema.SQL(`
 			UPDATE fencegate.resources r
 			SET lease_expires_at = now() + $4::interval, renewed_at = now(), updated_at = now()
@@ -451,7 +480,7 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 		return err
 	}
 	var released int64
-	err := i.grantTx(ctx, func(tx pgx.Tx) error {
+	err := i.grantTx(ctx, resource, false, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, i.schema.SQL(`
 			UPDATE fencegate.resources
 			SET holder = NULL, lease_expires_at = NULL, updated_at = now()
@@ -481,7 +510,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 	}
 	var r Resource
 	var g *Grant
-	err := i.grantTx(ctx, func(tx pgx.Tx) error {
+	err := i.grantTx(ctx, resource, true, func(tx pgx.Tx) error {
 		c, err := i.lockResource(ctx, tx, resource, i.failoverJump)
 		if err != nil {
 			return err
@@ -564,7 +593,7 @@ func (i *Issuer) wrap(ctx context.Context, op string, err error) error {
 	var busy *BusyError
 	var auth *AuthorityError
 	if errors.As(err, &held) || errors.As(err, &stale) || errors.As(err, &inv) || errors.As(err, &busy) ||
-		errors.As(err, &auth) || errors.Is(err, ErrStandby) {
+		errors.As(err, &auth) || errors.Is(err, ErrStandby) || errors.Is(err, fenceerr.ErrForbidden) {
 		return err
 	}
 	var pgErr *pgconn.PgError

@@ -16,6 +16,7 @@ type options struct {
 	lockTimeout  time.Duration
 	failoverJump int64
 	schema       string
+	principal    string
 }
 
 // WithRegisterer registers the issuer's metrics with reg:
@@ -35,6 +36,16 @@ type options struct {
 // a different collector under one of these names.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.reg = reg }
+}
+
+// AsPrincipal names who this issuer grants for: recorded in the grant
+// history and, once a rule set is applied (package policy), checked
+// against it before the resource's control row is created or locked (a
+// *fenceerr.ForbiddenError, nothing granted). WithPrincipal overrides it
+// per call. Empty (the default): none, and under a rule set every grant
+// is refused (field principal).
+func AsPrincipal(name string) Option {
+	return func(o *options) { o.principal = name }
 }
 
 // WithSchema names the PostgreSQL schema fencegate's tables live in

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/internal/durable"
+	"github.com/fencegate/fencegate/policy"
 )
 
 // BatchResult is the answer for one intent of EnqueueBatch: Result when Err
@@ -37,7 +38,7 @@ type BatchResult struct {
 // batches to hundreds of intents, not millions.
 func (c *Client) EnqueueBatch(ctx context.Context, intents []Intent) ([]BatchResult, error) {
 	notify := c.notify.claim()
-	res, inserted, err := c.enqueueBatch(ctx, c.pool, intents, notify)
+	res, inserted, err := c.enqueueBatch(ctx, c.pool, intents, c.principal(ctx), notify)
 	if !notify && (inserted || (err != nil && !isServerError(err))) {
 		c.notify.suppressed()
 	}
@@ -51,7 +52,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, intents []Intent) ([]BatchRes
 // holds the control rows of the batch's resources locked until it ends. See
 // EnqueueTx.
 func (c *Client) EnqueueBatchTx(ctx context.Context, tx pgx.Tx, intents []Intent) ([]BatchResult, error) {
-	res, _, err := c.enqueueBatch(ctx, tx, intents, !c.cfg.DisableNotify)
+	res, _, err := c.enqueueBatch(ctx, tx, intents, c.principal(ctx), !c.cfg.DisableNotify)
 	for _, r := range res {
 		c.countStale(r.Err)
 	}
@@ -66,6 +67,14 @@ type querier interface {
 // batchArgs.
 const enqueueBatchSQL = `SELECT ord, outcome, intent_id, status, current_epoch
 	FROM fencegate.fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8)
+	WHERE ` + durable.Where
+
+// enqueueBatchAsSQL is enqueueBatchSQL made as principal $9: the
+// transaction's setting, which the intents record and the rule set's
+// check reads (see tracedEnqueueSQL).
+const enqueueBatchAsSQL = `WITH p AS MATERIALIZED (SELECT set_config('` + PrincipalSetting + `', $9, true) AS v)
+	SELECT b.ord, b.outcome, b.intent_id, b.status, b.current_epoch
+	FROM p, LATERAL fencegate.fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8 AND p.v IS NOT NULL) b
 	WHERE ` + durable.Where
 
 // batchArgs holds the column arrays of fencegate_enqueue_batch.
@@ -90,7 +99,7 @@ func (b *batchArgs) args(notify bool) []any {
 
 // enqueueBatch validates intents and runs the valid ones through
 // fencegate_enqueue_batch; inserted reports whether any was inserted.
-func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, notify bool) (results []BatchResult, inserted bool, err error) {
+func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, principal string, notify bool) (results []BatchResult, inserted bool, err error) {
 	results = make([]BatchResult, len(intents))
 	valid := make([]Intent, 0, len(intents))
 	index := make([]int, 0, len(intents)) // position in intents of valid[i]
@@ -106,7 +115,7 @@ func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, 
 	if len(valid) == 0 {
 		return results, false, nil
 	}
-	answers, err := c.runBatch(ctx, q, valid, notify)
+	answers, err := c.runBatch(ctx, q, valid, principal, notify)
 	if err != nil {
 		return nil, false, err
 	}
@@ -121,12 +130,16 @@ func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, 
 
 // runBatch runs validated intents in one call of fencegate_enqueue_batch and
 // returns one answer per intent, in order.
-func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, notify bool) ([]BatchResult, error) {
+func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, principal string, notify bool) ([]BatchResult, error) {
 	var a batchArgs
 	for _, in := range valid {
 		a.add(in)
 	}
-	rows, err := q.Query(ctx, c.schema.SQL(enqueueBatchSQL), a.args(notify)...)
+	sql, args := enqueueBatchSQL, a.args(notify)
+	if principal != "" {
+		sql, args = enqueueBatchAsSQL, append(args, principal)
+	}
+	rows, err := q.Query(ctx, c.schema.SQL(sql), args...)
 	if err != nil {
 		return nil, batchError(err)
 	}
@@ -164,6 +177,11 @@ func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, notify
 }
 
 func batchError(err error) error {
+	if f := policy.AsForbidden(err); f != err {
+		// The whole batch is refused (nothing committed); the PostgreSQL
+		// error stays in the chain, so isServerError still says so.
+		return f
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		// Only reachable outside READ COMMITTED: another transaction

@@ -72,7 +72,7 @@ func (g *grouper) run(ctx context.Context, intents []Intent) []group.Result[Resu
 	out := make([]group.Result[Result], len(intents))
 	alone := func(i int) {
 		n := c.notify.claim()
-		out[i].Value, out[i].Err = c.enqueue(ctx, c.pool, intents[i], n)
+		out[i].Value, out[i].Err = c.enqueueTraced(ctx, c.pool, intents[i], n, "")
 		if !n && mayHaveInserted(out[i].Value, out[i].Err) {
 			c.notify.suppressed()
 		}
@@ -83,7 +83,8 @@ func (g *grouper) run(ctx context.Context, intents []Intent) []group.Result[Resu
 		return out
 	}
 	notify := c.notify.claim()
-	answers, err := c.runBatch(ctx, c.pool, intents, notify)
+	// Every intent here is made as Config.Principal (enqueueCommitted).
+	answers, err := c.runBatch(ctx, c.pool, intents, c.cfg.Principal, notify)
 	switch {
 	case err == nil:
 		inserted := false

@@ -2,9 +2,11 @@ package outbox
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -219,15 +221,37 @@ type KeyScope string
 const (
 	// KeyScopeGlobal: the key as given, unique per kind across resources.
 	KeyScopeGlobal KeyScope = "global"
-	// KeyScopeResource: the effective key is "<resource>/<key>". A key that
-	// already starts with "<resource>/" (the default key among them) is
-	// kept as it is, so normalizing twice changes nothing, and "x" and
-	// "<resource>/x" are the same key of that resource. A key naming
-	// another resource ("other/x") becomes "<resource>/other/x": a worker
-	// scoped to its resources cannot claim, or learn about, another
-	// resource's keys.
+	// KeyScopeResource: the effective key is ScopedKey(resource, key):
+	// "<bytes of resource>:<resource>/<key>", the operation id standing in
+	// for a key not given. A key already scoped for the intent's resource
+	// is kept as it is, so normalizing twice changes nothing. The length
+	// makes it unambiguous: resource "billing" with key "eu/x" and
+	// resource "billing/eu" with key "x" are two keys. A worker scoped to
+	// its resources cannot claim, or learn about, another resource's keys,
+	// and a key of that form given under the global scope is refused, so
+	// that nobody spells one out.
 	KeyScopeResource KeyScope = "resource"
 )
+
+// ScopedKey is the effective idempotency key of key under resource with
+// KeyScopeResource: "<bytes of resource>:<resource>/<key>". The SQL
+// interface makes the same (fencegate_scoped_key).
+func ScopedKey(resource, key string) string {
+	return strconv.Itoa(len(resource)) + ":" + resource + "/" + key
+}
+
+// scopedShape reports whether key has the form of a scoped key: a number
+// n (1 to 3 digits, no leading zero), ':', n bytes, '/'
+// (fencegate_scoped_shape).
+func scopedShape(key string) bool {
+	colon := strings.IndexByte(key, ':')
+	if colon < 1 || colon > 3 || key[0] == '0' || strings.Trim(key[:colon], "0123456789") != "" {
+		return false
+	}
+	n, _ := strconv.Atoi(key[:colon])
+	slash := colon + 1 + n
+	return slash < len(key) && key[slash] == '/'
+}
 
 // ParseKeyScope parses a --key-scope value.
 func ParseKeyScope(s string) (KeyScope, error) {
@@ -269,17 +293,32 @@ func normalize(in Intent, kinds map[string]KindSpec, maxPayload int, scope KeySc
 	default:
 		return in, invalid("fence", "must be %q or %q, got %q", FenceCommit, FenceExecute, in.Fence)
 	}
-	if in.IdempotencyKey == "" {
+	switch {
+	case scope == KeyScopeResource:
+		key := cmp.Or(in.IdempotencyKey, in.OperationID)
+		if in.IdempotencyKey != "" {
+			if err := checkID("idempotency_key", in.IdempotencyKey, MaxIdempotencyKeyLen); err != nil {
+				return in, err
+			}
+		}
+		if !strings.HasPrefix(key, ScopedKey(in.Resource, "")) {
+			key = ScopedKey(in.Resource, key)
+		}
+		if len(key) > MaxIdempotencyKeyLen {
+			return in, invalid("idempotency_key", "the effective key %q (key scope resource) is %d bytes, over the limit of %d; pass a shorter key", key, len(key), MaxIdempotencyKeyLen)
+		}
+		in.IdempotencyKey = key
+	case in.IdempotencyKey == "":
 		in.IdempotencyKey = in.Resource + "/" + in.OperationID
 		if len(in.IdempotencyKey) > MaxIdempotencyKeyLen {
 			return in, invalid("idempotency_key", "the default key \"<resource>/<operation_id>\" is %d bytes, over the limit of %d; pass a shorter key", len(in.IdempotencyKey), MaxIdempotencyKeyLen)
 		}
-	} else if err := checkID("idempotency_key", in.IdempotencyKey, MaxIdempotencyKeyLen); err != nil {
-		return in, err
-	} else if prefix := in.Resource + "/"; scope == KeyScopeResource && !strings.HasPrefix(in.IdempotencyKey, prefix) {
-		in.IdempotencyKey = prefix + in.IdempotencyKey
-		if len(in.IdempotencyKey) > MaxIdempotencyKeyLen {
-			return in, invalid("idempotency_key", "the effective key \"<resource>/<idempotency_key>\" (key scope resource) is %d bytes, over the limit of %d; pass a shorter key", len(in.IdempotencyKey), MaxIdempotencyKeyLen)
+	default:
+		if err := checkID("idempotency_key", in.IdempotencyKey, MaxIdempotencyKeyLen); err != nil {
+			return in, err
+		}
+		if scopedShape(in.IdempotencyKey) {
+			return in, invalid("idempotency_key", "%q has the form of a resource-scoped key (\"<bytes>:<resource>/<key>\"), which only that resource's scoped enqueues make", in.IdempotencyKey)
 		}
 	}
 	if len(in.Payload) == 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/policy"
 )
 
 // Defaults of Config's fields.
@@ -48,6 +49,14 @@ type Config struct {
 	// its own resource (see KeyScopeResource). Every client that enqueues
 	// into one database should use the same scope.
 	KeyScope KeyScope
+	// Principal is who this client enqueues as, recorded on its intents
+	// and, once a rule set is applied (package policy, gateway policy
+	// apply), checked against it in each enqueue's transaction: a
+	// resource or kind outside the principal's scope is refused with a
+	// *fenceerr.ForbiddenError, nothing stored. WithPrincipal overrides it
+	// per call. Empty: none; under a rule set every enqueue is then
+	// refused (field principal).
+	Principal string
 	// DisableNotify turns off the NOTIFY that wakes dispatchers at commit;
 	// dispatchers then find new intents by polling.
 	DisableNotify bool
@@ -175,6 +184,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 // Schema returns the name of the PostgreSQL schema the client works in.
 func (c *Client) Schema() string { return c.schema.Name() }
 
+// principal is who an enqueue with ctx is made as: WithPrincipal's, else
+// Config.Principal.
+func (c *Client) principal(ctx context.Context) string {
+	if p := principalOf(ctx); p != "" {
+		return p
+	}
+	return c.cfg.Principal
+}
+
 // Kinds returns the names of the intent kinds the client accepts, sorted:
 // the one list the intake and the pages show.
 func (c *Client) Kinds() []string { return slices.Sorted(maps.Keys(c.cfg.Kinds)) }
@@ -202,7 +220,7 @@ func (c *Client) Enqueue(ctx context.Context, in Intent) (Result, error) {
 // enqueueCommitted enqueues in its own transaction (or a shared group
 // commit), storing the trace context tc with the intent.
 func (c *Client) enqueueCommitted(ctx context.Context, in Intent, tc string) (Result, error) {
-	if c.group != nil && principalOf(ctx) == "" {
+	if c.group != nil && c.principal(ctx) == c.cfg.Principal {
 		// Group commit shares one transaction among callers with different
 		// traces; the trace context is not stored on this path.
 		return c.group.enqueue(ctx, in)
@@ -259,7 +277,7 @@ func enqueueArgs(in Intent, notify bool) []any {
 // enqueueTraced is enqueue storing the W3C trace context tc with the intent
 // (nothing extra when tc is empty).
 func (c *Client) enqueueTraced(ctx context.Context, q queryer, in Intent, notify bool, tc string) (Result, error) {
-	p := principalOf(ctx)
+	p := c.principal(ctx)
 	if tc == "" && p == "" {
 		return c.enqueue(ctx, q, in, notify)
 	}
@@ -282,6 +300,9 @@ func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args
 	)
 	err := q.QueryRow(ctx, c.schema.SQL(sql), args...).Scan(&outcome, &id, &status, &current, &existingEpoch)
 	if err != nil {
+		if f := policy.AsForbidden(err); f != err {
+			return Result{}, f
+		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
 			// A data exception (class 22): PostgreSQL refused a value Go's

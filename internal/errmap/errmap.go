@@ -69,7 +69,9 @@ const (
 	BodyTooLarge Code = "body_too_large"
 	// Unauthorized: a missing or unknown token (admin API only).
 	Unauthorized Code = "unauthorized"
-	// Forbidden: a token of the wrong role (admin API only).
+	// Forbidden: a token of the wrong role or outside its scope (admin
+	// API), or what the rule set does not allow the principal (every way
+	// in; with field and principal).
 	Forbidden Code = "forbidden"
 	// MethodNotAllowed: a path that exists for other methods (admin API
 	// only).
@@ -110,7 +112,7 @@ var answers = map[Code]answer{
 	Internal:         {ExitInternal, http.StatusInternalServerError},
 	BodyTooLarge:     {ExitBadInput, http.StatusBadRequest},
 	Unauthorized:     {ExitInternal, http.StatusUnauthorized},
-	Forbidden:        {ExitInternal, http.StatusForbidden},
+	Forbidden:        {ExitBadInput, http.StatusForbidden},
 	MethodNotAllowed: {ExitInternal, http.StatusMethodNotAllowed},
 	Misdirected:      {ExitInternal, http.StatusMisdirectedRequest},
 }
@@ -192,6 +194,7 @@ func Map(err error) *Error {
 		auth  *lease.AuthorityError
 		conf  *outbox.ConflictError
 		inv   *fenceerr.InvalidError
+		forb  *fenceerr.ForbiddenError
 	)
 	switch {
 	case err == nil:
@@ -221,6 +224,8 @@ func Map(err error) *Error {
 			"resource": conf.Resource, "operation_id": conf.OperationID, "intent_id": conf.IntentID}}
 	case errors.As(err, &inv):
 		return Invalid(inv.Field, err.Error())
+	case errors.As(err, &forb):
+		return &Error{Code: Forbidden, Message: err.Error(), Field: forb.Field, Extra: map[string]any{"principal": forb.Principal}}
 	case errors.Is(err, lease.ErrStandby):
 		return New(Unavailable, OneLine(err.Error()))
 	case errors.Is(err, fenceerr.ErrNotFound):

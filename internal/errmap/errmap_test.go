@@ -49,7 +49,7 @@ func TestCodeTable(t *testing.T) {
 		{errmap.Internal, 1, 500},
 		{errmap.BodyTooLarge, 2, 400},
 		{errmap.Unauthorized, 1, 401},
-		{errmap.Forbidden, 1, 403},
+		{errmap.Forbidden, 2, 403},
 		{errmap.MethodNotAllowed, 1, 405},
 		{errmap.Misdirected, 1, 421},
 		{errmap.Code("no_such_code"), 1, 500},

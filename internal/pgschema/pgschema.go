@@ -54,7 +54,7 @@ var Objects = []string{
 	"acquire", "enqueue", "interface_version", "release", "renew",
 	// functions: internal
 	"fencegate_authorize", "fencegate_base64_ok", "fencegate_blank", "fencegate_check_content",
-	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_check_payload",
+	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_check_principal", "fencegate_check_payload",
 	"fencegate_check_target", "fencegate_check_url", "fencegate_deployment_sysid", "fencegate_derived_namespace",
 	"fencegate_email_address_ok", "fencegate_enqueue", "fencegate_enqueue_batch",
 	"fencegate_epoch_authority", "fencegate_epoch_never_decreases", "fencegate_invalid",

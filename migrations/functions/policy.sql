@@ -14,8 +14,9 @@
 
 -- fencegate_principal_allows raises ZF007 unless principal p_name, of the
 -- rule set in force, is a worker allowed p_resource and p_kind (NULL: no
--- kind to check, a lease). It returns the principal's key scope.
-CREATE OR REPLACE FUNCTION fencegate_principal_allows(p_name text, p_resource text, p_kind text)
+-- kind to check, a lease), and, with p_epochs, to advance epochs. It
+-- returns the principal's key scope.
+CREATE OR REPLACE FUNCTION fencegate_principal_allows(p_name text, p_resource text, p_kind text, p_epochs boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -44,7 +45,38 @@ BEGIN
         PERFORM fencegate_raise('ZF007', format('forbidden: principal %s may not enqueue kind %s', to_json(p_name), to_json(p_kind)),
             'kind', jsonb_build_object('code', 'forbidden', 'field', 'kind', 'principal', p_name, 'kind', p_kind));
     END IF;
+    IF p_epochs AND NOT p.epochs THEN
+        PERFORM fencegate_raise('ZF007', format('forbidden: principal %s may not advance epochs', to_json(p_name)),
+            'epochs', jsonb_build_object('code', 'forbidden', 'field', 'epochs', 'principal', p_name));
+    END IF;
     RETURN p.key_scope;
+END
+$$;
+
+-- fencegate_check_principal is the check of the Go client's and the
+-- issuer's paths (outbox, lease: the HTTP intake, gateway enqueue, a Go
+-- worker), which name their principal in the transaction's
+-- fencegate.principal setting: NULL when no rule set was ever applied;
+-- ZF006 naming principal when none is named; else
+-- fencegate_principal_allows.
+CREATE OR REPLACE FUNCTION fencegate_check_principal(p_resource text, p_kind text, p_epochs boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    l_name text := nullif(current_setting('fencegate.principal', true), '');
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM policy_history) THEN
+        RETURN NULL;
+    END IF;
+    IF l_name IS NULL THEN
+        PERFORM fencegate_raise('ZF006',
+            'no principal: a rule set is in force (gateway policy show) and this caller names no principal (outbox.Config.Principal, --principal, a token''s principal)',
+            'principal', jsonb_build_object('code', 'no_principal', 'field', 'principal'));
+    END IF;
+    RETURN fencegate_principal_allows(l_name, p_resource, p_kind, p_epochs);
 END
 $$;
 
@@ -66,7 +98,7 @@ BEGIN
             format('no principal: role %s is mapped to no principal of the rule set in force (gateway policy show); it may do nothing', to_json(session_user::text)),
             'role', jsonb_build_object('code', 'no_principal', 'field', 'role', 'role', session_user::text));
     END IF;
-    key_scope := fencegate_principal_allows(principal, p_resource, p_kind);
+    key_scope := fencegate_principal_allows(principal, p_resource, p_kind, false);
 END
 $$;
 
@@ -97,7 +129,8 @@ AS $$
         WHERE x.m IS NOT NULL AND length(x.b) > octet_length(x.m[1]) + 1 + x.m[1]::int), false)
 $$;
 
-REVOKE EXECUTE ON FUNCTION fencegate_principal_allows(text, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate_principal_allows(text, text, text, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate_check_principal(text, text, boolean) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate_authorize(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate_scoped_key(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate_scoped_shape(text) FROM PUBLIC;
