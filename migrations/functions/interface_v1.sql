@@ -216,7 +216,7 @@ BEGIN
     SELECT r.epoch, r.holder INTO c FROM resources r WHERE r.resource_id = p_resource;
     IF NOT FOUND THEN
         reason := 'no epoch was ever issued for this resource';
-        c := ROW(0::bigint, NULL::text);
+        SELECT 0::bigint AS epoch, NULL::text AS holder INTO c;
     ELSIF c.epoch = p_epoch AND c.holder IS NULL THEN
         reason := 'the lease was released';
     ELSIF c.epoch = p_epoch AND c.holder <> p_holder THEN
