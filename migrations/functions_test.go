@@ -203,7 +203,7 @@ func TestFunctionsFreshEqualsUpgraded(t *testing.T) {
 }
 
 var (
-	createFunctionRE = regexp.MustCompile(`(?im)^\s*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(`)
+	createFunctionRE = regexp.MustCompile(`(?im)^\s*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(?:fencegate\.)?(\w+)\s*\(`)
 	versionRE        = regexp.MustCompile(`^(\d+)_.*\.sql$`)
 )
 

@@ -170,13 +170,22 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema, version
 }
 
 // applyFunctions runs every function file of fsys, in name order, in one
-// transaction on conn (whose search_path is the schema), then pins the
-// search_path of every function of fencegate's in the schema: a function
-// is replaced and pinned at once, or not at all, and none is ever seen
-// half-updated or unpinned by a session calling it. The files hold
-// CREATE OR REPLACE FUNCTION (which keeps the grants made to a function
-// since it was created) and the REVOKEs a new function needs, so running
-// them again changes nothing.
+// transaction on conn, then pins the search_path of every function of
+// fencegate's in the schema: a function is replaced and pinned at once, or
+// not at all, and none is ever seen half-updated or unpinned by a session
+// calling it. The files hold CREATE OR REPLACE FUNCTION (which keeps the
+// grants made to a function since it was created) and the REVOKEs a new
+// function needs, so running them again changes nothing.
+//
+// The files name fencegate's objects "fencegate.<object>", renamed into
+// the schema (pgschema.Schema.SQL) before each runs, and each function's
+// search_path is the catalog alone (PinFunctions): a name inside a
+// function resolves in pg_catalog or in fencegate's schema, named, and
+// never in a schema another role may create in, where a function or
+// operator of its own could be picked instead of a built-in one and run
+// with the rights of the functions' owner. The transaction's own
+// search_path is the catalog alone too, so a file's statements mean the
+// same in every migrating session.
 func applyFunctions(ctx context.Context, conn *pgx.Conn, s pgschema.Schema, fsys fs.FS, logger *slog.Logger) error {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
@@ -191,6 +200,9 @@ func applyFunctions(ctx context.Context, conn *pgx.Conn, s pgschema.Schema, fsys
 		return fmt.Errorf("migrations: functions: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, pinnedSearchPath); err != nil {
+		return fmt.Errorf("migrations: functions: %w", err)
+	}
 	for _, name := range names {
 		b, err := fs.ReadFile(fsys, name)
 		if err != nil {
@@ -198,7 +210,7 @@ func applyFunctions(ctx context.Context, conn *pgx.Conn, s pgschema.Schema, fsys
 		}
 		// No arguments: pgx sends the file as one simple query, every
 		// statement of it in this transaction.
-		if _, err := tx.Exec(ctx, string(b)); err != nil {
+		if _, err := tx.Exec(ctx, s.SQL(string(b))); err != nil {
 			return fmt.Errorf("migrations: function file %s: %w", path.Join(functionsDir, name), err)
 		}
 	}
@@ -397,14 +409,28 @@ func up(ctx context.Context, db *sql.DB, s pgschema.Schema, version int64, logge
 	return applied, nil
 }
 
+// pinnedSearchPath is the search_path of every function of fencegate's:
+// the catalog, then pg_temp. pg_temp is never searched for functions or
+// operators, and listed last it cannot stand in for a table; fencegate's
+// own objects are named with their schema.
+const pinnedSearchPath = "pg_catalog, pg_temp"
+
 // PinFunctions pins the search_path of every function of fencegate's in
 // schema (pgschema.Objects: an application's own functions in the same
-// schema, public say, are left alone) to the schema (then pg_temp, so a
-// temporary table can never stand in for one of fencegate's), where it is
-// not pinned already. Up calls it in the transaction of the function
-// files; call it again after replacing a function by hand (a fault test's
-// failpoint version): CREATE OR REPLACE FUNCTION without a SET clause
-// drops the setting.
+// schema, public say, are left alone) to the catalog alone
+// (pinnedSearchPath), where it is not pinned so already: no name inside
+// them resolves in a schema another role may create in. The functions
+// name fencegate's objects with the schema (see applyFunctions); a
+// function that does not finds nothing and fails. Up calls it in the
+// transaction of the function files; call it again after replacing a
+// function by hand (a fault test's failpoint version, its names
+// qualified): CREATE OR REPLACE FUNCTION without a SET clause drops the
+// setting.
+//
+// It runs in the caller's session, whatever its search_path (the
+// migration's is the schema, and a role that can create there could have
+// put a function of its own in the way): every function and operator it
+// uses is named with pg_catalog.
 func PinFunctions(ctx context.Context, q interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, schema string) error {
@@ -412,22 +438,21 @@ func PinFunctions(ctx context.Context, q interface {
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	setting := "search_path=" + s.Name() + ", pg_temp"
 	// The names are fencegate's constants and the schema a checked
 	// identifier: the block is built as text (a DO block takes no
 	// parameters).
-	names := "'" + strings.Join(pgschema.Objects, "','") + "'"
+	names := "{" + strings.Join(pgschema.Objects, ",") + "}"
 	if _, err := q.Exec(ctx, `
 		DO $$
-		DECLARE f regprocedure;
+		DECLARE f pg_catalog.regprocedure;
 		BEGIN
-			FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-			         WHERE p.pronamespace = '`+s.Name()+`'::regnamespace
-			           AND p.prokind = 'f'
-			           AND p.proname IN (`+names+`)
-			           AND NOT coalesce('`+setting+`' = ANY (p.proconfig), false)
+			FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc p
+			         WHERE p.pronamespace OPERATOR(pg_catalog.=) '`+s.Name()+`'::pg_catalog.regnamespace
+			           AND p.prokind OPERATOR(pg_catalog.=) 'f'
+			           AND p.proname OPERATOR(pg_catalog.=) ANY ('`+names+`'::pg_catalog.name[])
+			           AND NOT coalesce('search_path=`+pinnedSearchPath+`' OPERATOR(pg_catalog.=) ANY (p.proconfig), false)
 			LOOP
-				EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, '`+s.Name()+`');
+				EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = `+pinnedSearchPath+`', f);
 			END LOOP;
 		END $$`); err != nil {
 		return fmt.Errorf("migrations: pin the functions' search_path: %w", err)

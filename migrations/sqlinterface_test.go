@@ -657,7 +657,8 @@ func TestSQLLease(t *testing.T) {
 	}
 }
 
-// Every function in the schema has its search_path pinned to the schema:
+// Every function in the schema has its search_path pinned to the catalog
+// alone, naming fencegate's tables with the schema (TestFunctionsQualified):
 // called from a session whose search_path leads to an application's own
 // tables of the same names (every test database has public.intents), it
 // still reads fencegate's.
@@ -681,7 +682,7 @@ func TestFunctionsPinned(t *testing.T) {
 	if len(fns) < 20 {
 		t.Fatalf("%d functions in schema %s; want fencegate's", len(fns), testdb.Schema())
 	}
-	want := "search_path=" + testdb.Schema() + ", pg_temp"
+	want := pinnedPath
 	for _, f := range fns {
 		if !slices.Contains(strings.Split(f.config, ";"), want) {
 			t.Errorf("function %s has settings %q, without %s", f.name, f.config, want)

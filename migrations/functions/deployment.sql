@@ -5,9 +5,9 @@
 -- fencegate_deployment_sysid: the cluster's system identifier, or NULL
 -- where the role may not read it (pg_control_system needs superuser or
 -- pg_monitor on some installs).
-CREATE OR REPLACE FUNCTION fencegate_deployment_sysid() RETURNS text
+CREATE OR REPLACE FUNCTION fencegate.fencegate_deployment_sysid() RETURNS text
 LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN (SELECT system_identifier::text FROM pg_control_system());
@@ -21,10 +21,14 @@ END $$;
 -- The schema joins the derivation, except for the default schema and
 -- public (an install from before schemas, or moved from there: its
 -- namespace, and so its stream on NATS, stays what it was).
-CREATE OR REPLACE FUNCTION fencegate_derived_namespace() RETURNS text
+CREATE OR REPLACE FUNCTION fencegate.fencegate_derived_namespace() RETURNS text
 LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT 'd' || substr(md5(coalesce(fencegate_deployment_sysid(), gen_random_uuid()::text) || '/' || current_database()
-        || CASE WHEN current_schema() IN ('fencegate', 'public') THEN '' ELSE '/' || current_schema() END), 1, 11)
+    SELECT 'd' || substr(md5(coalesce(fencegate.fencegate_deployment_sysid(), gen_random_uuid()::text) || '/' || current_database()
+        || CASE WHEN s.name IN ('fencegate', 'public') THEN '' ELSE '/' || s.name END), 1, 11)
+    -- The schema's name, read from a name of fencegate's, which the
+    -- migration renames into the schema like every other (a schema's name
+    -- holds no '.').
+    FROM (SELECT split_part('fencegate.deployment', '.', 1) AS name) s
 $$;

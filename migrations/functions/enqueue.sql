@@ -14,13 +14,13 @@
 -- id, different content: nothing written), 'stale' (supplied epoch is not the
 -- current epoch: nothing written). With p_notify, NOTIFY <schema>_intents at
 -- commit.
-CREATE OR REPLACE FUNCTION fencegate_enqueue(
+CREATE OR REPLACE FUNCTION fencegate.fencegate_enqueue(
     p_resource text, p_epoch bigint, p_operation text, p_kind text,
     p_key text, p_fence text, p_payload jsonb, p_notify boolean,
     OUT outcome text, OUT intent_id bigint, OUT status text,
     OUT current_epoch bigint, OUT existing_epoch bigint)
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     ex record;
@@ -31,7 +31,7 @@ BEGIN
     --    check and the write are one atomic step. Reading the epoch in one
     --    transaction and inserting in another would let a takeover slip in.
     SELECT r.epoch INTO current_epoch
-    FROM resources r WHERE r.resource_id = p_resource FOR UPDATE;
+    FROM fencegate.resources r WHERE r.resource_id = p_resource FOR UPDATE;
     IF NOT FOUND THEN
         current_epoch := 0;  -- no epoch was ever issued: nothing is current
     END IF;
@@ -42,7 +42,7 @@ BEGIN
     --    same operation id is a conflict and is never stored.
     SELECT i.intent_id, i.status, i.epoch, i.kind, i.idempotency_key, i.fence, i.payload
     INTO ex
-    FROM intents i WHERE i.resource_id = p_resource AND i.operation_id = p_operation;
+    FROM fencegate.intents i WHERE i.resource_id = p_resource AND i.operation_id = p_operation;
     IF FOUND THEN
         intent_id := ex.intent_id;
         status := ex.status;
@@ -61,13 +61,15 @@ BEGIN
         RETURN;
     END IF;
 
-    INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+    INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
     VALUES (p_resource, p_epoch, p_operation, p_kind, p_key, p_fence, p_payload)
     RETURNING intents.intent_id, intents.status INTO intent_id, status;
     IF p_notify THEN
         -- Delivered at commit, and only if the transaction commits. The
-        -- schema's channel (current_schema() is the pinned schema).
-        PERFORM pg_notify(current_schema() || '_intents', '');
+        -- schema's channel, <schema>_intents: the schema's name is read
+        -- from a name of fencegate's, which the migration renames into the
+        -- schema like every other (a schema's name holds no '.').
+        PERFORM pg_notify(split_part('fencegate.intents', '.', 1) || '_intents', '');
     END IF;
     outcome := 'inserted';
 END
@@ -97,14 +99,14 @@ $$;
 -- once, not again on every call inside the critical section (a custom plan
 -- for the array parameters cost more than the rest of a small batch). The
 -- payloads (JSON texts) are parsed before any lock is taken.
-CREATE OR REPLACE FUNCTION fencegate_enqueue_batch(
+CREATE OR REPLACE FUNCTION fencegate.fencegate_enqueue_batch(
     p_resources text[], p_epochs bigint[], p_operations text[], p_kinds text[],
     p_keys text[], p_fences text[], p_payloads text[], p_notify boolean)
 RETURNS TABLE (ord bigint, outcome text, intent_id bigint, status text,
                current_epoch bigint, existing_epoch bigint)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -122,7 +124,7 @@ BEGIN
     SELECT coalesce(array_agg(s.resource_id), '{}'), coalesce(array_agg(s.epoch), '{}')
     INTO l_ids, l_epochs
     FROM (SELECT r.resource_id, r.epoch
-          FROM resources r
+          FROM fencegate.resources r
           JOIN (SELECT DISTINCT u.id FROM unnest(p_resources) AS u(id)) d ON d.id = r.resource_id
           ORDER BY r.resource_id COLLATE "C"
           FOR UPDATE OF r) s;
@@ -145,7 +147,7 @@ BEGIN
         --    whatever the epoch is now (a retry writes nothing).
         SELECT i.intent_id, i.resource_id, i.operation_id, i.status, i.epoch,
                i.kind, i.idempotency_key, i.fence, i.payload
-        FROM intents i
+        FROM fencegate.intents i
         JOIN (SELECT DISTINCT items.resource_id, items.operation_id FROM items) k
           ON i.resource_id = k.resource_id AND i.operation_id = k.operation_id
     ), cand AS (
@@ -157,7 +159,7 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM ex WHERE ex.resource_id = j.resource_id AND ex.operation_id = j.operation_id)
         ORDER BY j.resource_id, j.operation_id, j.ord
     ), ins AS (
-        INSERT INTO intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
+        INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
         SELECT c.resource_id, c.epoch, c.operation_id, c.kind, c.idempotency_key, c.fence, c.payload
         FROM cand c ORDER BY c.ord
         RETURNING intents.intent_id, intents.resource_id, intents.operation_id, intents.status
@@ -188,8 +190,9 @@ BEGIN
     ORDER BY j.ord;
 
     IF p_notify THEN
-        -- Delivered at commit, and only if the transaction commits.
-        PERFORM pg_notify(current_schema() || '_intents', '');
+        -- Delivered at commit, and only if the transaction commits. The
+        -- schema's channel, as in fencegate_enqueue.
+        PERFORM pg_notify(split_part('fencegate.intents', '.', 1) || '_intents', '');
     END IF;
 END
 $$;

@@ -7,9 +7,9 @@
 -- fencegate_epoch_never_decreases: the trigger resources_epoch_never_decreases
 -- (BEFORE UPDATE OF epoch ON resources). The epoch is the fencing token: it
 -- only ever grows, enforced here on top of the code that writes it.
-CREATE OR REPLACE FUNCTION fencegate_epoch_never_decreases() RETURNS trigger
+CREATE OR REPLACE FUNCTION fencegate.fencegate_epoch_never_decreases() RETURNS trigger
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NEW.epoch < OLD.epoch THEN
@@ -26,9 +26,9 @@ $$;
 -- setting: it cannot change under a running server, and a session talks to
 -- one server for its whole life (a different server behind the same address
 -- means new sessions), so later grants do not read the file again.
-CREATE OR REPLACE FUNCTION fencegate_system_identifier() RETURNS bigint
+CREATE OR REPLACE FUNCTION fencegate.fencegate_system_identifier() RETURNS bigint
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     l_id bigint := nullif(current_setting('fencegate.system_identifier', true), '')::bigint;
@@ -50,9 +50,9 @@ $$;
 -- the insertion timeline in 8 hex digits, and that changes at the promotion
 -- itself. It fails on a standby (recovery in progress), where no grant
 -- runs.
-CREATE OR REPLACE FUNCTION fencegate_timeline_id() RETURNS bigint
+CREATE OR REPLACE FUNCTION fencegate.fencegate_timeline_id() RETURNS bigint
 LANGUAGE sql VOLATILE
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
 $$;
@@ -63,20 +63,20 @@ $$;
 -- that creates the resource's control row, before the statement that locks
 -- and reads it (see lease.lockResource), so the grant always reads an epoch
 -- that is already raised when a jump was due.
-CREATE OR REPLACE FUNCTION fencegate_epoch_authority(p_jump bigint) RETURNS bigint
+CREATE OR REPLACE FUNCTION fencegate.fencegate_epoch_authority(p_jump bigint) RETURNS bigint
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    l_sysid bigint := fencegate_system_identifier();
-    l_tli   bigint := fencegate_timeline_id();
+    l_sysid bigint := fencegate.fencegate_system_identifier();
+    l_tli   bigint := fencegate.fencegate_timeline_id();
     l_max   constant bigint := 9007199254740992; -- lease.MaxEpoch, 2^53
-    a       epoch_authority%ROWTYPE;
+    a       fencegate.epoch_authority%ROWTYPE;
     l_jump  bigint := greatest(coalesce(p_jump, 0), 0);
     l_floor bigint;
 BEGIN
     -- The fast path, every grant: a plain read of one row, no lock.
-    SELECT * INTO a FROM epoch_authority;
+    SELECT * INTO a FROM fencegate.epoch_authority;
     IF FOUND AND a.system_identifier = l_sysid AND a.timeline_id = l_tli THEN
         RETURN a.epoch_floor;
     END IF;
@@ -89,8 +89,8 @@ BEGIN
     -- (Had the first one rolled back, the next one sees the old row and
     -- does it itself.) Taken before any control-row lock of this grant:
     -- this is the grant's first statement.
-    LOCK TABLE epoch_authority IN SHARE ROW EXCLUSIVE MODE;
-    SELECT * INTO a FROM epoch_authority;
+    LOCK TABLE fencegate.epoch_authority IN SHARE ROW EXCLUSIVE MODE;
+    SELECT * INTO a FROM fencegate.epoch_authority;
     IF FOUND THEN
         IF a.system_identifier = l_sysid AND a.timeline_id = l_tli THEN
             RETURN a.epoch_floor;
@@ -119,7 +119,7 @@ BEGIN
         -- deadlock with a batch enqueue; a single-resource grant or enqueue
         -- holds one row and waits for nothing we hold. Waits are bounded by
         -- the grant's lock_timeout (lease.ErrBusy: nothing changed, retry).
-        PERFORM 1 FROM resources ORDER BY resource_id COLLATE "C" FOR UPDATE;
+        PERFORM 1 FROM fencegate.resources ORDER BY resource_id COLLATE "C" FOR UPDATE;
         -- Then one statement raises and records. It takes a new snapshot
         -- after every lock above was granted, so it reads each row's
         -- latest committed epoch (an enqueue or renewal that committed
@@ -127,21 +127,21 @@ BEGIN
         -- until this grant commits. A resource at the ceiling keeps it: it
         -- is exhausted, and no grant goes past 2^53.
         WITH old AS (
-            SELECT resource_id, epoch, holder, renewed_at FROM resources WHERE epoch < l_max
+            SELECT resource_id, epoch, holder, renewed_at FROM fencegate.resources WHERE epoch < l_max
         ), up AS (
-            UPDATE resources r
+            UPDATE fencegate.resources r
             SET epoch = least(old.epoch + l_jump, l_max), holder = NULL, lease_expires_at = NULL, updated_at = now()
             FROM old WHERE r.resource_id = old.resource_id
             RETURNING r.resource_id, r.epoch, old.epoch AS previous_epoch, old.holder AS previous_holder,
                       CASE WHEN old.holder IS NOT NULL THEN now() - old.renewed_at END AS since
         )
-        INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal)
+        INSERT INTO fencegate.epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal)
         SELECT resource_id, epoch, NULL, 'failover', previous_epoch, previous_holder, since FROM up;
     END IF;
     -- Recorded in the same transaction as the raised epochs: both commit
     -- with the grant, or neither does and the next grant jumps instead.
-    DELETE FROM epoch_authority;
-    INSERT INTO epoch_authority (system_identifier, timeline_id, epoch_floor, last_jump)
+    DELETE FROM fencegate.epoch_authority;
+    INSERT INTO fencegate.epoch_authority (system_identifier, timeline_id, epoch_floor, last_jump)
     VALUES (l_sysid, l_tli, l_floor, l_jump);
     RETURN l_floor;
 END

@@ -19,18 +19,18 @@
 -- interface_version: the SQL interface's major version. A worker can check
 -- it at start (SELECT fencegate.interface_version() = 1): the signatures
 -- and SQLSTATEs below change only when it changes.
-CREATE OR REPLACE FUNCTION interface_version() RETURNS int
+CREATE OR REPLACE FUNCTION fencegate.interface_version() RETURNS int
 LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 1 $$;
 
 -- fencegate_raise raises an error of the interface: SQLSTATE code, the
 -- message, the field named as the error's COLUMN (invalid input), and a
 -- DETAIL of JSON for programs.
-CREATE OR REPLACE FUNCTION fencegate_raise(p_code text, p_message text, p_field text DEFAULT NULL, p_detail jsonb DEFAULT NULL)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_raise(p_code text, p_message text, p_field text DEFAULT NULL, p_detail jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_field IS NULL THEN
@@ -41,29 +41,29 @@ END
 $$;
 
 -- fencegate_invalid raises ZF004 naming field: "<field>: <message>".
-CREATE OR REPLACE FUNCTION fencegate_invalid(p_field text, p_message text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_invalid(p_field text, p_message text)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM fencegate_raise('ZF004', p_field || ': ' || p_message, p_field,
+    PERFORM fencegate.fencegate_raise('ZF004', p_field || ': ' || p_message, p_field,
         jsonb_build_object('code', 'invalid_input', 'field', p_field));
 END
 $$;
 
 -- fencegate_check_id checks an identifier as outbox and lease do (not
 -- empty, at most p_max bytes; text can hold neither NUL nor invalid UTF-8).
-CREATE OR REPLACE FUNCTION fencegate_check_id(p_field text, p_value text, p_max int)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_check_id(p_field text, p_value text, p_max int)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_value IS NULL OR p_value = '' THEN
-        PERFORM fencegate_invalid(p_field, 'must not be empty');
+        PERFORM fencegate.fencegate_invalid(p_field, 'must not be empty');
     ELSIF octet_length(p_value) > p_max THEN
-        PERFORM fencegate_invalid(p_field, format('must be at most %s bytes, got %s', p_max, octet_length(p_value)));
+        PERFORM fencegate.fencegate_invalid(p_field, format('must be at most %s bytes, got %s', p_max, octet_length(p_value)));
     END IF;
 END
 $$;
@@ -76,13 +76,13 @@ $$;
 -- raise ZF002 (stale epoch), ZF003 (conflict) or ZF004 (invalid input).
 -- The resource's control row stays locked until the caller's transaction
 -- ends: keep it short (every grant of the resource waits for it).
-CREATE OR REPLACE FUNCTION enqueue(
+CREATE OR REPLACE FUNCTION fencegate.enqueue(
     resource text, epoch bigint, operation_id text, kind text, payload jsonb,
     key text DEFAULT NULL, fence text DEFAULT NULL,
     OUT outcome text, OUT intent_id bigint, OUT status text, OUT current_epoch bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -109,34 +109,34 @@ BEGIN
             AND enqueue.payload IS NOT NULL
             AND octet_length(enqueue.payload::text) <= 262144, false)
     THEN
-        PERFORM fencegate_check_id('resource', enqueue.resource, 200);
+        PERFORM fencegate.fencegate_check_id('resource', enqueue.resource, 200);
         IF enqueue.epoch IS NULL OR enqueue.epoch < 1 THEN
-            PERFORM fencegate_invalid('epoch', format('must be at least 1, got %s', coalesce(enqueue.epoch::text, 'null')));
+            PERFORM fencegate.fencegate_invalid('epoch', format('must be at least 1, got %s', coalesce(enqueue.epoch::text, 'null')));
         ELSIF enqueue.epoch > 9007199254740992 THEN
-            PERFORM fencegate_invalid('epoch', format('must be at most 9007199254740992 (2^53), got %s', enqueue.epoch));
+            PERFORM fencegate.fencegate_invalid('epoch', format('must be at most 9007199254740992 (2^53), got %s', enqueue.epoch));
         END IF;
-        PERFORM fencegate_check_id('operation_id', enqueue.operation_id, 200);
+        PERFORM fencegate.fencegate_check_id('operation_id', enqueue.operation_id, 200);
         IF coalesce(enqueue.kind, '') = '' THEN
-            PERFORM fencegate_invalid('kind', 'must not be empty');
+            PERFORM fencegate.fencegate_invalid('kind', 'must not be empty');
         END IF;
         IF enqueue.kind NOT IN ('email', 'file', 'webhook', 's3') THEN
-            PERFORM fencegate_check_payload(enqueue.kind, '{}'); -- raises: not a kind of the SQL interface
+            PERFORM fencegate.fencegate_check_payload(enqueue.kind, '{}'); -- raises: not a kind of the SQL interface
         END IF;
         IF coalesce(enqueue.fence, '') NOT IN ('', 'commit', 'execute') THEN
-            PERFORM fencegate_invalid('fence', format('must be "commit" or "execute", got %s', to_json(enqueue.fence)));
+            PERFORM fencegate.fencegate_invalid('fence', format('must be "commit" or "execute", got %s', to_json(enqueue.fence)));
         END IF;
         IF coalesce(enqueue.key, '') = '' THEN
             IF octet_length(enqueue.resource || '/' || enqueue.operation_id) > 255 THEN
-                PERFORM fencegate_invalid('idempotency_key', format('the default key "<resource>/<operation_id>" is %s bytes, over the limit of 255; pass a shorter key',
+                PERFORM fencegate.fencegate_invalid('idempotency_key', format('the default key "<resource>/<operation_id>" is %s bytes, over the limit of 255; pass a shorter key',
                     octet_length(enqueue.resource || '/' || enqueue.operation_id)));
             END IF;
         ELSE
-            PERFORM fencegate_check_id('idempotency_key', enqueue.key, 255);
+            PERFORM fencegate.fencegate_check_id('idempotency_key', enqueue.key, 255);
         END IF;
         IF enqueue.payload IS NULL THEN
-            PERFORM fencegate_invalid('payload', 'is required (a JSON object)');
+            PERFORM fencegate.fencegate_invalid('payload', 'is required (a JSON object)');
         ELSIF octet_length(enqueue.payload::text) > 262144 THEN
-            PERFORM fencegate_invalid('payload', format('is %s bytes, over the limit of 262144', octet_length(enqueue.payload::text)));
+            PERFORM fencegate.fencegate_invalid('payload', format('is %s bytes, over the limit of 262144', octet_length(enqueue.payload::text)));
         END IF;
     END IF;
     -- The defaults of outbox.normalize: the kind's fence (email and
@@ -147,22 +147,22 @@ BEGIN
     -- The rule set (policy.sql), before the payload is looked at and the
     -- control row locked: a principal outside its scope learns nothing of
     -- the resource and holds nothing of it.
-    SELECT * INTO a FROM fencegate_authorize(enqueue.resource, enqueue.kind);
+    SELECT * INTO a FROM fencegate.fencegate_authorize(enqueue.resource, enqueue.kind);
     IF a.key_scope = 'resource' THEN
         -- A key scoped for this resource already is kept (outbox.ScopedKey).
         l_key := coalesce(nullif(enqueue.key, ''), enqueue.operation_id);
-        IF NOT starts_with(l_key, fencegate_scoped_key(enqueue.resource, '')) THEN
-            l_key := fencegate_scoped_key(enqueue.resource, l_key);
+        IF NOT starts_with(l_key, fencegate.fencegate_scoped_key(enqueue.resource, '')) THEN
+            l_key := fencegate.fencegate_scoped_key(enqueue.resource, l_key);
         END IF;
         IF octet_length(l_key) > 255 THEN
-            PERFORM fencegate_invalid('idempotency_key', format('the effective key %s (key scope resource) is %s bytes, over the limit of 255; pass a shorter key',
+            PERFORM fencegate.fencegate_invalid('idempotency_key', format('the effective key %s (key scope resource) is %s bytes, over the limit of 255; pass a shorter key',
                 to_json(l_key), octet_length(l_key)));
         END IF;
-    ELSIF fencegate_scoped_shape(enqueue.key) THEN
-        PERFORM fencegate_invalid('idempotency_key', format('%s has the form of a resource-scoped key ("<bytes>:<resource>/<key>"), which only that resource''s scoped enqueues make',
+    ELSIF fencegate.fencegate_scoped_shape(enqueue.key) THEN
+        PERFORM fencegate.fencegate_invalid('idempotency_key', format('%s has the form of a resource-scoped key ("<bytes>:<resource>/<key>"), which only that resource''s scoped enqueues make',
             to_json(enqueue.key)));
     END IF;
-    PERFORM fencegate_check_payload(enqueue.kind, enqueue.payload);
+    PERFORM fencegate.fencegate_check_payload(enqueue.kind, enqueue.payload);
 
     -- Durable when the caller's COMMIT returns, whatever the server's
     -- synchronous_commit (internal/durable): lasts until the caller's
@@ -179,7 +179,7 @@ BEGIN
         l_declared := current_setting('fencegate.principal', true);
         PERFORM set_config('fencegate.principal', a.principal, true);
     END IF;
-    SELECT * INTO r FROM fencegate_enqueue(enqueue.resource, enqueue.epoch, enqueue.operation_id, enqueue.kind,
+    SELECT * INTO r FROM fencegate.fencegate_enqueue(enqueue.resource, enqueue.epoch, enqueue.operation_id, enqueue.kind,
         l_key, l_fence, enqueue.payload, true);
     IF a.principal IS NOT NULL THEN
         PERFORM set_config('fencegate.principal', coalesce(l_declared, ''), true);
@@ -195,13 +195,13 @@ BEGIN
         intent_id := r.intent_id;
         status := r.status;
     WHEN 'stale' THEN
-        PERFORM fencegate_raise('ZF002',
+        PERFORM fencegate.fencegate_raise('ZF002',
             format('stale epoch: resource %s is at epoch %s, not %s: authority moved on; nothing of this transaction may commit',
                 to_json(enqueue.resource), r.current_epoch, enqueue.epoch),
             NULL, jsonb_build_object('code', 'stale_epoch', 'resource', enqueue.resource,
                 'supplied_epoch', enqueue.epoch, 'current_epoch', r.current_epoch));
     ELSE
-        PERFORM fencegate_raise('ZF003',
+        PERFORM fencegate.fencegate_raise('ZF003',
             format('conflict: operation id %s of resource %s was used for intent %s with different content',
                 to_json(enqueue.operation_id), to_json(enqueue.resource), r.intent_id),
             NULL, jsonb_build_object('code', 'conflict', 'resource', enqueue.resource,
@@ -211,48 +211,48 @@ END
 $$;
 
 -- fencegate_check_lease_args: lease's checks of resource, holder and ttl.
-CREATE OR REPLACE FUNCTION fencegate_check_lease_args(p_resource text, p_holder text, p_epoch bigint, p_ttl interval, p_check_epoch boolean, p_check_ttl boolean)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_check_lease_args(p_resource text, p_holder text, p_epoch bigint, p_ttl interval, p_check_epoch boolean, p_check_ttl boolean)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM fencegate_check_id('resource', p_resource, 200);
-    PERFORM fencegate_check_id('holder', p_holder, 200);
+    PERFORM fencegate.fencegate_check_id('resource', p_resource, 200);
+    PERFORM fencegate.fencegate_check_id('holder', p_holder, 200);
     IF p_check_epoch THEN
         IF p_epoch IS NULL OR p_epoch < 1 THEN
-            PERFORM fencegate_invalid('epoch', format('must be at least 1, got %s', coalesce(p_epoch::text, 'null')));
+            PERFORM fencegate.fencegate_invalid('epoch', format('must be at least 1, got %s', coalesce(p_epoch::text, 'null')));
         ELSIF p_epoch > 9007199254740992 THEN
-            PERFORM fencegate_invalid('epoch', format('must be at most 9007199254740992 (2^53), got %s', p_epoch));
+            PERFORM fencegate.fencegate_invalid('epoch', format('must be at most 9007199254740992 (2^53), got %s', p_epoch));
         END IF;
     END IF;
     IF p_check_ttl AND (p_ttl IS NULL OR p_ttl < interval '10 milliseconds' OR p_ttl > interval '24 hours') THEN
-        PERFORM fencegate_invalid('ttl', format('must be between 10ms and 24h, got %s', coalesce(p_ttl::text, 'null')));
+        PERFORM fencegate.fencegate_invalid('ttl', format('must be between 10ms and 24h, got %s', coalesce(p_ttl::text, 'null')));
     END IF;
 END
 $$;
 
 -- fencegate_stale_lease raises ZF002 for a renew or release that matched
 -- nothing, explaining why (lease.Issuer.staleError).
-CREATE OR REPLACE FUNCTION fencegate_stale_lease(p_resource text, p_holder text, p_epoch bigint)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_stale_lease(p_resource text, p_holder text, p_epoch bigint)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c      record;
     reason text;
 BEGIN
-    SELECT r.epoch, r.holder INTO c FROM resources r WHERE r.resource_id = p_resource;
+    SELECT r.epoch, r.holder INTO c FROM fencegate.resources r WHERE r.resource_id = p_resource;
     IF NOT FOUND THEN
         reason := 'no epoch was ever issued for this resource';
-        c := ROW(0::bigint, NULL::text);
+        SELECT 0::bigint AS epoch, NULL::text AS holder INTO c;
     ELSIF c.epoch = p_epoch AND c.holder IS NULL THEN
         reason := 'the lease was released';
     ELSIF c.epoch = p_epoch AND c.holder <> p_holder THEN
         reason := format('the lease is held by %s', to_json(c.holder));
     END IF;
-    PERFORM fencegate_raise('ZF002',
+    PERFORM fencegate.fencegate_raise('ZF002',
         format('stale epoch: resource %s is at epoch %s, not %s%s', to_json(p_resource), coalesce(c.epoch, 0), p_epoch,
             coalesce(': ' || reason, '')),
         NULL, jsonb_build_object('code', 'stale_epoch', 'resource', p_resource, 'supplied_epoch', p_epoch,
@@ -269,12 +269,12 @@ $$;
 -- granted), and checks the epoch authority as every grant does (ZF001
 -- after a failover that cannot be trusted; failover_epoch_jump as
 -- --failover-epoch-jump: use the gateway's).
-CREATE OR REPLACE FUNCTION acquire(
+CREATE OR REPLACE FUNCTION fencegate.acquire(
     resource text, holder text, ttl interval, failover_epoch_jump bigint DEFAULT 1000000,
     OUT epoch bigint, OUT expires_at timestamptz)
 LANGUAGE plpgsql
 SECURITY DEFINER
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '5s'
 AS $$
 #variable_conflict use_variable
@@ -285,36 +285,36 @@ DECLARE
     l_pw   text;
     a      record;
 BEGIN
-    PERFORM fencegate_check_lease_args(acquire.resource, acquire.holder, NULL, acquire.ttl, false, true);
+    PERFORM fencegate.fencegate_check_lease_args(acquire.resource, acquire.holder, NULL, acquire.ttl, false, true);
     -- Before the control row is created or locked (policy.sql).
-    SELECT * INTO a FROM fencegate_authorize(acquire.resource, NULL);
+    SELECT * INTO a FROM fencegate.fencegate_authorize(acquire.resource, NULL);
     IF acquire.failover_epoch_jump IS NULL OR acquire.failover_epoch_jump < 0 OR acquire.failover_epoch_jump > 9007199254740992 THEN
-        PERFORM fencegate_invalid('failover_epoch_jump', format('must be between 0 and 9007199254740992 (2^53), got %s', coalesce(acquire.failover_epoch_jump::text, 'null')));
+        PERFORM fencegate.fencegate_invalid('failover_epoch_jump', format('must be between 0 and 9007199254740992 (2^53), got %s', coalesce(acquire.failover_epoch_jump::text, 'null')));
     END IF;
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
 
     -- The authority check and the control row, then its lock (lease.lockResource).
-    INSERT INTO resources AS r (resource_id, epoch) SELECT acquire.resource, fencegate_epoch_authority(acquire.failover_epoch_jump)
+    INSERT INTO fencegate.resources AS r (resource_id, epoch) SELECT acquire.resource, fencegate.fencegate_epoch_authority(acquire.failover_epoch_jump)
     ON CONFLICT (resource_id) DO NOTHING;
     SELECT r.epoch, r.holder, r.lease_expires_at, coalesce(r.lease_expires_at > now(), false) AS live,
            now() - r.renewed_at AS since
-    INTO c FROM resources r WHERE r.resource_id = acquire.resource FOR UPDATE;
+    INTO c FROM fencegate.resources r WHERE r.resource_id = acquire.resource FOR UPDATE;
 
     IF c.live AND c.holder IS NOT NULL AND c.holder <> acquire.holder THEN
-        PERFORM fencegate_raise('ZF005',
+        PERFORM fencegate.fencegate_raise('ZF005',
             format('lease on %s held by %s (epoch %s) until %s', to_json(acquire.resource), to_json(c.holder), c.epoch, c.lease_expires_at),
             NULL, jsonb_build_object('code', 'lease_held', 'resource', acquire.resource, 'holder', c.holder,
                 'current_epoch', c.epoch, 'expires_at', c.lease_expires_at));
     END IF;
     IF c.epoch >= 9007199254740992 THEN
-        PERFORM fencegate_invalid('epoch', format('the resource''s epochs are exhausted: %s is at epoch %s, the ceiling (2^53); use a new resource id',
+        PERFORM fencegate.fencegate_invalid('epoch', format('the resource''s epochs are exhausted: %s is at epoch %s, the ceiling (2^53); use a new resource id',
             to_json(acquire.resource), c.epoch));
     END IF;
 
     -- Every grant is a new epoch, the same holder's too (see lease.Acquire).
     epoch := c.epoch + 1;
-    UPDATE resources r
+    UPDATE fencegate.resources r
     SET epoch = acquire.epoch, holder = acquire.holder, lease_expires_at = now() + acquire.ttl,
         renewed_at = now(), updated_at = now()
     WHERE r.resource_id = acquire.resource
@@ -328,7 +328,7 @@ BEGIN
     ELSIF c.epoch = 0 THEN
         l_how := 'free'; c.since := NULL;
     ELSE
-        SELECT g.how, g.holder INTO l_pw, l_prev FROM epoch_grants g
+        SELECT g.how, g.holder INTO l_pw, l_prev FROM fencegate.epoch_grants g
         WHERE g.resource_id = acquire.resource AND g.epoch = c.epoch;
         IF NOT FOUND THEN
             l_how := CASE WHEN c.since IS NULL THEN 'free' ELSE 'released' END;
@@ -339,7 +339,7 @@ BEGIN
             l_how := 'released';
         END IF;
     END IF;
-    INSERT INTO epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
+    INSERT INTO fencegate.epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
     VALUES (acquire.resource, acquire.epoch, acquire.holder, l_how, c.epoch, l_prev, c.since,
             coalesce(a.principal, nullif(current_setting('fencegate.principal', true), '')));
 END
@@ -348,26 +348,26 @@ $$;
 -- renew: lease.Issuer.Renew. Extends holder's lease by ttl from now, only
 -- while epoch is the current one and held by holder (also after it
 -- expired, while nobody took over); else ZF002. Keeps the epoch.
-CREATE OR REPLACE FUNCTION renew(resource text, holder text, epoch bigint, ttl interval, OUT expires_at timestamptz)
+CREATE OR REPLACE FUNCTION fencegate.renew(resource text, holder text, epoch bigint, ttl interval, OUT expires_at timestamptz)
 LANGUAGE plpgsql
 SECURITY DEFINER
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '5s'
 AS $$
 #variable_conflict use_variable
 BEGIN
-    PERFORM fencegate_check_lease_args(renew.resource, renew.holder, renew.epoch, renew.ttl, true, true);
+    PERFORM fencegate.fencegate_check_lease_args(renew.resource, renew.holder, renew.epoch, renew.ttl, true, true);
     -- Before the control row is locked (policy.sql).
-    PERFORM fencegate_authorize(renew.resource, NULL);
+    PERFORM fencegate.fencegate_authorize(renew.resource, NULL);
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
     -- One conditional update: the check and the extension are one step.
-    UPDATE resources r
+    UPDATE fencegate.resources r
     SET lease_expires_at = now() + renew.ttl, renewed_at = now(), updated_at = now()
     WHERE r.resource_id = renew.resource AND r.epoch = renew.epoch AND r.holder = renew.holder
     RETURNING r.lease_expires_at INTO expires_at;
     IF NOT FOUND THEN
-        PERFORM fencegate_stale_lease(renew.resource, renew.holder, renew.epoch);
+        PERFORM fencegate.fencegate_stale_lease(renew.resource, renew.holder, renew.epoch);
     END IF;
 END
 $$;
@@ -375,26 +375,26 @@ $$;
 -- release: lease.Issuer.Release. Frees holder's lease; the epoch stays, so
 -- the next acquire gets epoch + 1. Releasing an already released lease of
 -- the current epoch succeeds; else ZF002.
-CREATE OR REPLACE FUNCTION release(resource text, holder text, epoch bigint)
+CREATE OR REPLACE FUNCTION fencegate.release(resource text, holder text, epoch bigint)
 RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '5s'
 AS $$
 #variable_conflict use_variable
 BEGIN
-    PERFORM fencegate_check_lease_args(release.resource, release.holder, release.epoch, NULL, true, false);
+    PERFORM fencegate.fencegate_check_lease_args(release.resource, release.holder, release.epoch, NULL, true, false);
     -- Before the control row is locked (policy.sql).
-    PERFORM fencegate_authorize(release.resource, NULL);
+    PERFORM fencegate.fencegate_authorize(release.resource, NULL);
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
-    UPDATE resources r
+    UPDATE fencegate.resources r
     SET holder = NULL, lease_expires_at = NULL, updated_at = now()
     WHERE r.resource_id = release.resource AND r.epoch = release.epoch
       AND (r.holder = release.holder OR r.holder IS NULL);
     IF NOT FOUND THEN
-        PERFORM fencegate_stale_lease(release.resource, release.holder, release.epoch);
+        PERFORM fencegate.fencegate_stale_lease(release.resource, release.holder, release.epoch);
     END IF;
 END
 $$;
@@ -406,7 +406,7 @@ $$;
 -- (and acquire, renew, release for a worker that takes its leases here).
 -- CREATE OR REPLACE keeps the grants made since; a function created anew
 -- is executable by PUBLIC until these, in the same transaction, revoke it.
-REVOKE EXECUTE ON FUNCTION enqueue(text, bigint, text, text, jsonb, text, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION acquire(text, text, interval, bigint) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION renew(text, text, bigint, interval) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION release(text, text, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate.enqueue(text, bigint, text, text, jsonb, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate.acquire(text, text, interval, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate.renew(text, text, bigint, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate.release(text, text, bigint) FROM PUBLIC;

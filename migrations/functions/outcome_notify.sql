@@ -5,12 +5,12 @@
 -- them. The payload is empty, so PostgreSQL folds the notifications of one
 -- transaction into one; waiters re-read the intents they wait for. The
 -- channel is the schema's: <schema>_outcomes.
-CREATE OR REPLACE FUNCTION fencegate_notify_outcome() RETURNS trigger
+CREATE OR REPLACE FUNCTION fencegate.fencegate_notify_outcome() RETURNS trigger
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM pg_notify(current_schema() || '_outcomes', '');
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_outcomes', '');
     RETURN NULL;
 END
 $$;

@@ -9,10 +9,10 @@
 -- fencegate_payload_string reads the string field p_name of an object:
 -- NULL when absent or JSON null (kindcheck.String), else it must be a
 -- string.
-CREATE OR REPLACE FUNCTION fencegate_payload_string(p_obj jsonb, p_name text, p_field text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_payload_string(p_obj jsonb, p_name text, p_field text)
 RETURNS text
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v jsonb := p_obj -> p_name;
@@ -21,7 +21,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF jsonb_typeof(v) <> 'string' THEN
-        PERFORM fencegate_invalid(p_field, 'must be a string');
+        PERFORM fencegate.fencegate_invalid(p_field, 'must be a string');
     END IF;
     RETURN v #>> '{}';
 END
@@ -29,10 +29,10 @@ $$;
 
 -- fencegate_payload_strings reads a field given as one string or an array
 -- of strings (kindcheck.Strings); NULL when absent.
-CREATE OR REPLACE FUNCTION fencegate_payload_strings(p_obj jsonb, p_name text, p_what text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_payload_strings(p_obj jsonb, p_name text, p_what text)
 RETURNS text[]
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v   jsonb := p_obj -> p_name;
@@ -47,11 +47,11 @@ BEGIN
         RETURN ARRAY[v #>> '{}'];
     END IF;
     IF jsonb_typeof(v) <> 'array' THEN
-        PERFORM fencegate_invalid('payload.' || p_name, format('must be %s or an array of them', p_what));
+        PERFORM fencegate.fencegate_invalid('payload.' || p_name, format('must be %s or an array of them', p_what));
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(v) AS x LOOP
         IF jsonb_typeof(e) <> 'string' THEN
-            PERFORM fencegate_invalid(format('payload.%s[%s]', p_name, i), 'must be a string');
+            PERFORM fencegate.fencegate_invalid(format('payload.%s[%s]', p_name, i), 'must be a string');
         END IF;
         out := out || (e #>> '{}');
         i := i + 1;
@@ -61,10 +61,10 @@ END
 $$;
 
 -- fencegate_blank: strings.TrimSpace(s) == "" (unicode.IsSpace's set).
-CREATE OR REPLACE FUNCTION fencegate_blank(s text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_blank(s text)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN s IS NULL OR s !~ '[^\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]';
@@ -73,17 +73,17 @@ $$;
 
 -- fencegate_payload_only refuses a field of p that is not one of fields
 -- (kindcheck.Only), naming it; what is "an s3" or "a webhook".
-CREATE OR REPLACE FUNCTION fencegate_payload_only(p jsonb, what text, fields text[])
+CREATE OR REPLACE FUNCTION fencegate.fencegate_payload_only(p jsonb, what text, fields text[])
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     k text;
 BEGIN
     FOR k IN SELECT jsonb_object_keys(p) ORDER BY 1 LOOP
         IF k <> ALL (fields) THEN
-            PERFORM fencegate_invalid('payload.' || k, format('is not a field of %s payload (fields: %s)', what, array_to_string(fields, ', ')));
+            PERFORM fencegate.fencegate_invalid('payload.' || k, format('is not a field of %s payload (fields: %s)', what, array_to_string(fields, ', ')));
         END IF;
     END LOOP;
 END
@@ -91,10 +91,10 @@ $$;
 
 -- fencegate_payload_string_map reads the field p_name, an object of string
 -- values (kindcheck.StringMap): NULL when absent or JSON null.
-CREATE OR REPLACE FUNCTION fencegate_payload_string_map(p jsonb, p_name text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_payload_string_map(p jsonb, p_name text)
 RETURNS jsonb
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v jsonb := p -> p_name;
@@ -104,11 +104,11 @@ BEGIN
         RETURN NULL;
     END IF;
     IF jsonb_typeof(v) <> 'object' THEN
-        PERFORM fencegate_invalid('payload.' || p_name, 'must be an object of string values');
+        PERFORM fencegate.fencegate_invalid('payload.' || p_name, 'must be an object of string values');
     END IF;
     FOR k IN SELECT jsonb_object_keys(v) ORDER BY 1 LOOP
         IF jsonb_typeof(v -> k) <> 'string' THEN
-            PERFORM fencegate_invalid('payload.' || p_name || '.' || k, 'must be a string');
+            PERFORM fencegate.fencegate_invalid('payload.' || p_name || '.' || k, 'must be a string');
         END IF;
     END LOOP;
     RETURN v;
@@ -118,10 +118,10 @@ $$;
 -- fencegate_check_payload checks a payload of a built-in kind with its
 -- rules (the Go parsers' order, so the first refusal names the same field),
 -- refusing any other kind.
-CREATE OR REPLACE FUNCTION fencegate_check_payload(p_kind text, p jsonb)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_check_payload(p_kind text, p jsonb)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     lists  text[] := ARRAY['to', 'cc', 'bcc'];
@@ -136,7 +136,7 @@ DECLARE
     canon  text;
 BEGIN
     IF p IS NULL OR jsonb_typeof(p) <> 'object' THEN
-        PERFORM fencegate_invalid('payload', 'must be a JSON object');
+        PERFORM fencegate.fencegate_invalid('payload', 'must be a JSON object');
     END IF;
     -- The common payloads pass in one expression: PL/pgSQL prepares each
     -- expression it evaluates again in every transaction, and the field
@@ -145,10 +145,10 @@ BEGIN
     -- 0.3 ms more than the Go client's without this). Everything accepted
     -- here the checks below accept too; whatever is not, they judge.
     IF p_kind = 'email'
-       AND jsonb_typeof(p -> 'to') = 'string' AND fencegate_email_address_ok(p ->> 'to')
+       AND jsonb_typeof(p -> 'to') = 'string' AND fencegate.fencegate_email_address_ok(p ->> 'to')
        AND p -> 'cc' IS NULL AND p -> 'bcc' IS NULL
-       AND jsonb_typeof(p -> 'from') = 'string' AND fencegate_email_address_ok(p ->> 'from')
-       AND jsonb_typeof(p -> 'subject') = 'string' AND NOT fencegate_blank(p ->> 'subject') AND (p ->> 'subject') !~ '[\r\n]'
+       AND jsonb_typeof(p -> 'from') = 'string' AND fencegate.fencegate_email_address_ok(p ->> 'from')
+       AND jsonb_typeof(p -> 'subject') = 'string' AND NOT fencegate.fencegate_blank(p ->> 'subject') AND (p ->> 'subject') !~ '[\r\n]'
        AND (p -> 'text' IS NULL OR jsonb_typeof(p -> 'text') = 'string')
        AND (p -> 'html' IS NULL OR jsonb_typeof(p -> 'html') = 'string')
        AND (coalesce(p ->> 'text', '') <> '' OR coalesce(p ->> 'html', '') <> '')
@@ -162,7 +162,7 @@ BEGIN
        AND (p ->> 'target') ~ '^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$'
        AND ((jsonb_typeof(p -> 'content') = 'string' AND p -> 'content_base64' IS NULL)
             OR (jsonb_typeof(p -> 'content_base64') = 'string' AND p -> 'content' IS NULL
-                AND fencegate_base64_ok(p ->> 'content_base64')))
+                AND fencegate.fencegate_base64_ok(p ->> 'content_base64')))
     THEN
         RETURN;
     END IF;
@@ -171,142 +171,142 @@ BEGIN
         -- emailkind.Parse: the address lists, then from, subject, text,
         -- html as strings, then Validate.
         FOREACH l IN ARRAY lists LOOP
-            PERFORM fencegate_payload_strings(p, l, 'an address');
+            PERFORM fencegate.fencegate_payload_strings(p, l, 'an address');
         END LOOP;
-        PERFORM fencegate_payload_string(p, 'from', 'payload.from'),
-                fencegate_payload_string(p, 'subject', 'payload.subject'),
-                fencegate_payload_string(p, 'text', 'payload.text'),
-                fencegate_payload_string(p, 'html', 'payload.html');
-        IF coalesce(cardinality(fencegate_payload_strings(p, 'to', 'an address')), 0) = 0 THEN
-            PERFORM fencegate_invalid('payload.to', 'is required (at least one address)');
+        PERFORM fencegate.fencegate_payload_string(p, 'from', 'payload.from'),
+                fencegate.fencegate_payload_string(p, 'subject', 'payload.subject'),
+                fencegate.fencegate_payload_string(p, 'text', 'payload.text'),
+                fencegate.fencegate_payload_string(p, 'html', 'payload.html');
+        IF coalesce(cardinality(fencegate.fencegate_payload_strings(p, 'to', 'an address')), 0) = 0 THEN
+            PERFORM fencegate.fencegate_invalid('payload.to', 'is required (at least one address)');
         END IF;
         FOREACH l IN ARRAY lists LOOP
-            addrs := coalesce(fencegate_payload_strings(p, l, 'an address'), '{}');
+            addrs := coalesce(fencegate.fencegate_payload_strings(p, l, 'an address'), '{}');
             FOR i IN 1 .. coalesce(array_length(addrs, 1), 0) LOOP
-                IF NOT fencegate_email_address_ok(addrs[i]) THEN
-                    PERFORM fencegate_invalid(format('payload.%s[%s]', l, i - 1),
+                IF NOT fencegate.fencegate_email_address_ok(addrs[i]) THEN
+                    PERFORM fencegate.fencegate_invalid(format('payload.%s[%s]', l, i - 1),
                         format('%s is not an email address the SQL interface accepts (local@domain, or Name <local@domain>)', to_json(addrs[i])));
                 END IF;
             END LOOP;
         END LOOP;
-        s := fencegate_payload_string(p, 'from', 'payload.from');
-        IF fencegate_blank(s) THEN
-            PERFORM fencegate_invalid('payload.from', 'is required');
+        s := fencegate.fencegate_payload_string(p, 'from', 'payload.from');
+        IF fencegate.fencegate_blank(s) THEN
+            PERFORM fencegate.fencegate_invalid('payload.from', 'is required');
         END IF;
-        IF NOT fencegate_email_address_ok(s) THEN
-            PERFORM fencegate_invalid('payload.from', format('%s is not an email address the SQL interface accepts (local@domain, or Name <local@domain>)', to_json(s)));
+        IF NOT fencegate.fencegate_email_address_ok(s) THEN
+            PERFORM fencegate.fencegate_invalid('payload.from', format('%s is not an email address the SQL interface accepts (local@domain, or Name <local@domain>)', to_json(s)));
         END IF;
-        s := fencegate_payload_string(p, 'subject', 'payload.subject');
-        IF fencegate_blank(s) THEN
-            PERFORM fencegate_invalid('payload.subject', 'is required');
+        s := fencegate.fencegate_payload_string(p, 'subject', 'payload.subject');
+        IF fencegate.fencegate_blank(s) THEN
+            PERFORM fencegate.fencegate_invalid('payload.subject', 'is required');
         END IF;
         IF s ~ '[\r\n]' THEN
-            PERFORM fencegate_invalid('payload.subject', 'must be one line');
+            PERFORM fencegate.fencegate_invalid('payload.subject', 'must be one line');
         END IF;
-        IF coalesce(fencegate_payload_string(p, 'text', 'payload.text'), '') = ''
-           AND coalesce(fencegate_payload_string(p, 'html', 'payload.html'), '') = '' THEN
-            PERFORM fencegate_invalid('payload.text', 'text or html is required');
+        IF coalesce(fencegate.fencegate_payload_string(p, 'text', 'payload.text'), '') = ''
+           AND coalesce(fencegate.fencegate_payload_string(p, 'html', 'payload.html'), '') = '' THEN
+            PERFORM fencegate.fencegate_invalid('payload.text', 'text or html is required');
         END IF;
     WHEN 'file' THEN
         -- filekind.Parse: target, content, content_base64.
-        s := fencegate_payload_string(p, 'target', 'payload.target');
-        PERFORM fencegate_payload_string(p, 'content', 'payload.content'),
-                fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
-        PERFORM fencegate_check_target('payload.target', s);
-        PERFORM fencegate_check_content(p);
+        s := fencegate.fencegate_payload_string(p, 'target', 'payload.target');
+        PERFORM fencegate.fencegate_payload_string(p, 'content', 'payload.content'),
+                fencegate.fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
+        PERFORM fencegate.fencegate_check_target('payload.target', s);
+        PERFORM fencegate.fencegate_check_content(p);
     WHEN 's3' THEN
         -- s3kind.Parse: only its fields, then bucket, key, content_type,
         -- content, content_base64, metadata, then Validate.
-        PERFORM fencegate_payload_only(p, 'an s3', ARRAY['bucket', 'key', 'content', 'content_base64', 'content_type', 'metadata']);
-        s := fencegate_payload_string(p, 'bucket', 'payload.bucket');
-        s2 := fencegate_payload_string(p, 'key', 'payload.key');
-        PERFORM fencegate_payload_string(p, 'content_type', 'payload.content_type'),
-                fencegate_payload_string(p, 'content', 'payload.content'),
-                fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
-        v := fencegate_payload_string_map(p, 'metadata');
+        PERFORM fencegate.fencegate_payload_only(p, 'an s3', ARRAY['bucket', 'key', 'content', 'content_base64', 'content_type', 'metadata']);
+        s := fencegate.fencegate_payload_string(p, 'bucket', 'payload.bucket');
+        s2 := fencegate.fencegate_payload_string(p, 'key', 'payload.key');
+        PERFORM fencegate.fencegate_payload_string(p, 'content_type', 'payload.content_type'),
+                fencegate.fencegate_payload_string(p, 'content', 'payload.content'),
+                fencegate.fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
+        v := fencegate.fencegate_payload_string_map(p, 'metadata');
         IF coalesce(s, '') <> '' AND (octet_length(s) < 3 OR octet_length(s) > 63 OR s !~ '^[a-z0-9][a-z0-9.-]*[a-z0-9]$') THEN
-            PERFORM fencegate_invalid('payload.bucket', format('%s is not a valid bucket name (3-63 of a-z, 0-9, ''.'', ''-'')', to_json(s)));
+            PERFORM fencegate.fencegate_invalid('payload.bucket', format('%s is not a valid bucket name (3-63 of a-z, 0-9, ''.'', ''-'')', to_json(s)));
         END IF;
-        PERFORM fencegate_check_target('payload.key', s2);
+        PERFORM fencegate.fencegate_check_target('payload.key', s2);
         IF octet_length(s2) > 1024 THEN
-            PERFORM fencegate_invalid('payload.key', format('must be at most 1024 bytes, got %s', octet_length(s2)));
+            PERFORM fencegate.fencegate_invalid('payload.key', format('must be at most 1024 bytes, got %s', octet_length(s2)));
         END IF;
-        PERFORM fencegate_check_content(p);
-        IF coalesce(fencegate_payload_string(p, 'content_type', 'payload.content_type'), '') ~ '[\r\n]' THEN
-            PERFORM fencegate_invalid('payload.content_type', 'must not contain CR, LF or NUL');
+        PERFORM fencegate.fencegate_check_content(p);
+        IF coalesce(fencegate.fencegate_payload_string(p, 'content_type', 'payload.content_type'), '') ~ '[\r\n]' THEN
+            PERFORM fencegate.fencegate_invalid('payload.content_type', 'must not contain CR, LF or NUL');
         END IF;
         size := 0;
         IF v IS NOT NULL AND jsonb_typeof(v) = 'object' THEN
             FOR k IN SELECT jsonb_object_keys(v) ORDER BY 1 LOOP
                 IF k = '' OR k !~ '^[a-z0-9-]+$' THEN
-                    PERFORM fencegate_invalid('payload.metadata.' || k, 'must be a lower-case name of letters, digits and ''-''');
+                    PERFORM fencegate.fencegate_invalid('payload.metadata.' || k, 'must be a lower-case name of letters, digits and ''-''');
                 ELSIF left(k, 10) = 'fencegate-' THEN
-                    PERFORM fencegate_invalid('payload.metadata.' || k, 'is the adapter''s own (fencegate-*) and cannot be set');
+                    PERFORM fencegate.fencegate_invalid('payload.metadata.' || k, 'is the adapter''s own (fencegate-*) and cannot be set');
                 ELSIF (v ->> k) ~ '[\r\n]' THEN
-                    PERFORM fencegate_invalid('payload.metadata.' || k, 'must not contain CR, LF or NUL');
+                    PERFORM fencegate.fencegate_invalid('payload.metadata.' || k, 'must not contain CR, LF or NUL');
                 END IF;
                 size := size + octet_length(k) + octet_length(v ->> k);
             END LOOP;
         END IF;
         IF size > 1024 THEN
-            PERFORM fencegate_invalid('payload.metadata', format('is %s bytes, over the limit of 1024', size));
+            PERFORM fencegate.fencegate_invalid('payload.metadata', format('is %s bytes, over the limit of 1024', size));
         END IF;
     WHEN 'webhook' THEN
         -- webhookkind.Parse: only its fields, then url, method,
         -- content_type, lookup_url, body_base64, headers, then Validate.
-        PERFORM fencegate_payload_only(p, 'a webhook', ARRAY['url', 'method', 'headers', 'body', 'body_base64', 'content_type', 'lookup_url']);
-        PERFORM fencegate_payload_string(p, 'url', 'payload.url'),
-                fencegate_payload_string(p, 'method', 'payload.method'),
-                fencegate_payload_string(p, 'content_type', 'payload.content_type'),
-                fencegate_payload_string(p, 'lookup_url', 'payload.lookup_url'),
-                fencegate_payload_string(p, 'body_base64', 'payload.body_base64');
-        v := fencegate_payload_string_map(p, 'headers');
-        PERFORM fencegate_check_url('payload.url', fencegate_payload_string(p, 'url', 'payload.url'));
-        s := fencegate_payload_string(p, 'method', 'payload.method');
+        PERFORM fencegate.fencegate_payload_only(p, 'a webhook', ARRAY['url', 'method', 'headers', 'body', 'body_base64', 'content_type', 'lookup_url']);
+        PERFORM fencegate.fencegate_payload_string(p, 'url', 'payload.url'),
+                fencegate.fencegate_payload_string(p, 'method', 'payload.method'),
+                fencegate.fencegate_payload_string(p, 'content_type', 'payload.content_type'),
+                fencegate.fencegate_payload_string(p, 'lookup_url', 'payload.lookup_url'),
+                fencegate.fencegate_payload_string(p, 'body_base64', 'payload.body_base64');
+        v := fencegate.fencegate_payload_string_map(p, 'headers');
+        PERFORM fencegate.fencegate_check_url('payload.url', fencegate.fencegate_payload_string(p, 'url', 'payload.url'));
+        s := fencegate.fencegate_payload_string(p, 'method', 'payload.method');
         IF coalesce(s, '') <> '' AND s <> ALL (ARRAY['POST', 'PUT', 'PATCH', 'DELETE']) THEN
-            PERFORM fencegate_invalid('payload.method', format('must be one of POST, PUT, PATCH, DELETE, got %s', to_json(s)));
+            PERFORM fencegate.fencegate_invalid('payload.method', format('must be one of POST, PUT, PATCH, DELETE, got %s', to_json(s)));
         END IF;
         IF v IS NOT NULL AND jsonb_typeof(v) = 'object' THEN
             FOR k IN SELECT jsonb_object_keys(v) ORDER BY 1 LOOP
                 canon := lower(k);
                 IF k !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' THEN
-                    PERFORM fencegate_invalid('payload.headers.' || k, 'is not a valid header name');
+                    PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'is not a valid header name');
                 ELSIF canon = ANY (ARRAY['idempotency-key', 'fencegate-resource', 'fencegate-epoch', 'fencegate-intent-id',
                                          'webhook-id', 'webhook-timestamp', 'webhook-signature']) THEN
-                    PERFORM fencegate_invalid('payload.headers.' || k, 'is set by the gateway and cannot be overridden');
+                    PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'is set by the gateway and cannot be overridden');
                 ELSIF canon = 'content-type' THEN
-                    PERFORM fencegate_invalid('payload.headers.' || k, 'is set from the body; give content_type with body_base64');
+                    PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'is set from the body; give content_type with body_base64');
                 ELSIF canon = ANY (ARRAY['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive',
                                          'proxy-connection', 'te', 'trailer', 'upgrade', 'expect']) THEN
-                    PERFORM fencegate_invalid('payload.headers.' || k, 'is a connection or framing header and cannot be set');
+                    PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'is a connection or framing header and cannot be set');
                 ELSIF (v ->> k) ~ '[\r\n]' THEN
-                    PERFORM fencegate_invalid('payload.headers.' || k, 'must not contain CR, LF or NUL');
+                    PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'must not contain CR, LF or NUL');
                 END IF;
             END LOOP;
         END IF;
-        s := fencegate_payload_string(p, 'body_base64', 'payload.body_base64');
-        s2 := fencegate_payload_string(p, 'content_type', 'payload.content_type');
+        s := fencegate.fencegate_payload_string(p, 'body_base64', 'payload.body_base64');
+        s2 := fencegate.fencegate_payload_string(p, 'content_type', 'payload.content_type');
         IF p ? 'body' AND s IS NOT NULL THEN
-            PERFORM fencegate_invalid('payload.body', 'give at most one of body or body_base64, not both');
+            PERFORM fencegate.fencegate_invalid('payload.body', 'give at most one of body or body_base64, not both');
         ELSIF s IS NOT NULL THEN
-            IF NOT fencegate_base64_ok(s) THEN
-                PERFORM fencegate_invalid('payload.body_base64', 'is not valid base64 (standard alphabet, padded, no whitespace)');
+            IF NOT fencegate.fencegate_base64_ok(s) THEN
+                PERFORM fencegate.fencegate_invalid('payload.body_base64', 'is not valid base64 (standard alphabet, padded, no whitespace)');
             END IF;
             IF coalesce(s2, '') = '' THEN
-                PERFORM fencegate_invalid('payload.content_type', 'is required with body_base64');
+                PERFORM fencegate.fencegate_invalid('payload.content_type', 'is required with body_base64');
             END IF;
             IF s2 ~ '[\r\n]' THEN
-                PERFORM fencegate_invalid('payload.content_type', 'must not contain CR, LF or NUL');
+                PERFORM fencegate.fencegate_invalid('payload.content_type', 'must not contain CR, LF or NUL');
             END IF;
         ELSIF coalesce(s2, '') <> '' THEN
-            PERFORM fencegate_invalid('payload.content_type', 'applies only to body_base64 (a JSON body is sent as application/json)');
+            PERFORM fencegate.fencegate_invalid('payload.content_type', 'applies only to body_base64 (a JSON body is sent as application/json)');
         END IF;
-        s := fencegate_payload_string(p, 'lookup_url', 'payload.lookup_url');
+        s := fencegate.fencegate_payload_string(p, 'lookup_url', 'payload.lookup_url');
         IF coalesce(s, '') <> '' THEN
-            PERFORM fencegate_check_url('payload.lookup_url', s);
+            PERFORM fencegate.fencegate_check_url('payload.lookup_url', s);
         END IF;
     ELSE
-        PERFORM fencegate_invalid('kind', format('kind %s is not accepted by the SQL interface (it accepts email, file, s3, webhook); '
+        PERFORM fencegate.fencegate_invalid('kind', format('kind %s is not accepted by the SQL interface (it accepts email, file, s3, webhook); '
             'enqueue a program''s own kinds with its Go client or the HTTP intake', to_json(p_kind)));
     END CASE;
 END

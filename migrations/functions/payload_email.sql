@@ -6,10 +6,10 @@
 -- ("Ops Team <ops@example.com>"). Every such string is one net/mail parses
 -- (emailkind.Address); quoted local parts, comments and encoded words are
 -- not accepted here: send those through the HTTP intake or the Go client.
-CREATE OR REPLACE FUNCTION fencegate_email_address_ok(s text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_email_address_ok(s text)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     -- an address's words (atext), and a display name's: no '=' nor '?' in

@@ -2,10 +2,10 @@
 
 -- fencegate_base64_ok: canonical standard base64 with padding, no
 -- whitespace: a subset of what Go's base64.StdEncoding decodes.
-CREATE OR REPLACE FUNCTION fencegate_base64_ok(s text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_base64_ok(s text)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN s ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$';
@@ -14,32 +14,32 @@ $$;
 
 -- fencegate_check_target: filekind.ValidateTarget, for the field p_field
 -- (payload.target; payload.key for s3).
-CREATE OR REPLACE FUNCTION fencegate_check_target(p_field text, t text)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_check_target(p_field text, t text)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     seg text;
 BEGIN
     IF t IS NULL OR t = '' THEN
-        PERFORM fencegate_invalid(p_field, 'is required');
+        PERFORM fencegate.fencegate_invalid(p_field, 'is required');
     END IF;
     IF left(t, 1) IN ('/', '\') THEN
-        PERFORM fencegate_invalid(p_field, format('must be relative, got absolute path %s', to_json(t)));
+        PERFORM fencegate.fencegate_invalid(p_field, format('must be relative, got absolute path %s', to_json(t)));
     END IF;
     IF '..' = ANY (string_to_array(t, '/')) THEN
-        PERFORM fencegate_invalid(p_field, format('must not contain a ".." segment: %s', to_json(t)));
+        PERFORM fencegate.fencegate_invalid(p_field, format('must not contain a ".." segment: %s', to_json(t)));
     END IF;
     -- path.Clean(t) = t and t <> '.': no empty or "." segment, no trailing
     -- slash ("a//b", "./a", "a/" and "." are refused).
     IF '' = ANY (string_to_array(t, '/')) OR '.' = ANY (string_to_array(t, '/')) THEN
-        PERFORM fencegate_invalid(p_field, format('must be a clean relative file path (no empty or "." segments, no trailing slash): %s', to_json(t)));
+        PERFORM fencegate.fencegate_invalid(p_field, format('must be a clean relative file path (no empty or "." segments, no trailing slash): %s', to_json(t)));
     END IF;
     FOREACH seg IN ARRAY string_to_array(t, '/') LOOP
         -- filekind.Reserved: the adapter's own files, in any case.
         IF left(seg, 1) = '.' AND position('.fencegate.' IN lower(seg)) > 0 THEN
-            PERFORM fencegate_invalid(p_field, format('segment %s is reserved for the adapter''s own files (.<name>.fencegate.*, in any case)', to_json(seg)));
+            PERFORM fencegate.fencegate_invalid(p_field, format('segment %s is reserved for the adapter''s own files (.<name>.fencegate.*, in any case)', to_json(seg)));
         END IF;
     END LOOP;
 END
@@ -47,21 +47,21 @@ $$;
 
 -- fencegate_check_content: kindcheck.Content (exactly one of content and
 -- content_base64, the latter valid base64).
-CREATE OR REPLACE FUNCTION fencegate_check_content(p jsonb)
+CREATE OR REPLACE FUNCTION fencegate.fencegate_check_content(p jsonb)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    c   text := fencegate_payload_string(p, 'content', 'payload.content');
-    b64 text := fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
+    c   text := fencegate.fencegate_payload_string(p, 'content', 'payload.content');
+    b64 text := fencegate.fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
 BEGIN
     IF c IS NOT NULL AND b64 IS NOT NULL THEN
-        PERFORM fencegate_invalid('payload.content', 'give exactly one of content or content_base64, not both');
+        PERFORM fencegate.fencegate_invalid('payload.content', 'give exactly one of content or content_base64, not both');
     ELSIF c IS NULL AND b64 IS NULL THEN
-        PERFORM fencegate_invalid('payload.content', 'one of content or content_base64 is required');
-    ELSIF b64 IS NOT NULL AND NOT fencegate_base64_ok(b64) THEN
-        PERFORM fencegate_invalid('payload.content_base64', 'is not valid base64 (standard alphabet, padded, no whitespace)');
+        PERFORM fencegate.fencegate_invalid('payload.content', 'one of content or content_base64 is required');
+    ELSIF b64 IS NOT NULL AND NOT fencegate.fencegate_base64_ok(b64) THEN
+        PERFORM fencegate.fencegate_invalid('payload.content_base64', 'is not valid base64 (standard alphabet, padded, no whitespace)');
     END IF;
 END
 $$;
