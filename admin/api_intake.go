@@ -48,7 +48,7 @@ func (s *Server) acquireLease(r *http.Request, p principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	l, err := s.cfg.Issuer.Acquire(lease.WithPrincipal(r.Context(), p.name), req.Resource, req.Holder, d)
+	l, err := s.cfg.Issuer.Acquire(lease.WithPrincipal(r.Context(), p.acting()), req.Resource, req.Holder, d)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -116,7 +116,7 @@ func (s *Server) advanceEpoch(r *http.Request, p principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	res, err := s.cfg.Issuer.Advance(lease.WithPrincipal(r.Context(), p.name), req.Resource, req.Epoch)
+	res, err := s.cfg.Issuer.Advance(lease.WithPrincipal(r.Context(), p.acting()), req.Resource, req.Epoch)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -168,7 +168,7 @@ func (s *Server) enqueue(r *http.Request, p principal) (int, any, error) {
 		return 0, nil, err
 	}
 	// Who asked, recorded on the intent in its enqueue's transaction.
-	res, err := s.cfg.Outbox.Enqueue(outbox.WithPrincipal(r.Context(), p.name), in)
+	res, err := s.cfg.Outbox.Enqueue(outbox.WithPrincipal(r.Context(), p.acting()), in)
 	if err != nil {
 		return 0, nil, err
 	}

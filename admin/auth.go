@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fencegate/fencegate/policy"
 )
 
 // Role is what a token may do.
@@ -48,6 +51,11 @@ type Token struct {
 	// Epochs allows POST /api/v1/epochs (an external lock service's
 	// advance, which clears a live holder's lease). Default: no.
 	Epochs bool `json:"epochs,omitempty"`
+	// Principal is the principal of the rule set (package policy) the
+	// token's leases and enqueues are made as, recorded with them and,
+	// once a rule set is applied, checked against it in the database.
+	// Empty: the token's name.
+	Principal string `json:"principal,omitempty"`
 }
 
 // Scope is what a token may touch (Token.Resources, Kinds, Epochs).
@@ -96,6 +104,8 @@ func (t Token) validate() error {
 		return fmt.Errorf("admin: token %q: an empty resource or kind in its scope", t.Name)
 	case slices.ContainsFunc(t.Resources, func(p string) bool { return strings.Contains(strings.TrimSuffix(p, "*"), "*") }):
 		return fmt.Errorf("admin: token %q: a resource pattern is an exact name or \"prefix*\"", t.Name)
+	case t.Principal != "" && !policy.ValidName(t.Principal):
+		return fmt.Errorf("admin: token %q: principal must be a principal's name (1 to 64 of a-z, 0-9, '.', '_', '-'), got %q", t.Name, t.Principal)
 	}
 	return nil
 }
@@ -145,7 +155,7 @@ func ParseTokens(s string) ([]Token, error) {
 }
 
 // scopeFields moves the optional scope fields of the line format from the
-// end of the secret into t: name:role:token[:resources=a;b*][:kinds=email;file][:epochs=true].
+// end of the secret into t: name:role:token[:resources=a;b*][:kinds=email;file][:epochs=true][:principal=P].
 func (t *Token) scopeFields() error {
 	for {
 		i := strings.LastIndexByte(t.Secret, ':')
@@ -154,7 +164,7 @@ func (t *Token) scopeFields() error {
 		}
 		field := t.Secret[i+1:]
 		key, val, ok := strings.Cut(field, "=")
-		if !ok || (key != "resources" && key != "kinds" && key != "epochs") {
+		if !ok || (key != "resources" && key != "kinds" && key != "epochs" && key != "principal") {
 			return nil // part of the secret
 		}
 		switch key {
@@ -162,6 +172,8 @@ func (t *Token) scopeFields() error {
 			t.Resources = strings.Split(val, ";")
 		case "kinds":
 			t.Kinds = strings.Split(val, ";")
+		case "principal":
+			t.Principal = val
 		case "epochs":
 			b, err := strconv.ParseBool(val)
 			if err != nil {
@@ -197,10 +209,16 @@ func TokensFromEnv(getenv func(string) string) ([]Token, error) {
 
 // principal is who made a request.
 type principal struct {
-	name  string
+	name string
+	// acts is the rule set's principal its grants and enqueues are made
+	// as (Token.Principal, else the name).
+	acts  string
 	role  Role
 	scope Scope
 }
+
+// acting is the principal grants and enqueues are made as.
+func (p principal) acting() string { return cmp.Or(p.acts, p.name) }
 
 // anonymous is the principal of every request to a server without tokens
 // (which only binds loopback). It may do everything.
@@ -215,6 +233,7 @@ type authenticator struct {
 
 type hashedToken struct {
 	name   string
+	acts   string
 	role   Role
 	scope  Scope
 	digest [sha256.Size]byte
@@ -223,7 +242,7 @@ type hashedToken struct {
 func newAuthenticator(tokens []Token) *authenticator {
 	a := &authenticator{compare: subtle.ConstantTimeCompare}
 	for _, t := range tokens {
-		a.tokens = append(a.tokens, hashedToken{name: t.Name, role: t.Role, digest: sha256.Sum256([]byte(t.Secret)),
+		a.tokens = append(a.tokens, hashedToken{name: t.Name, acts: cmp.Or(t.Principal, t.Name), role: t.Role, digest: sha256.Sum256([]byte(t.Secret)),
 			scope: Scope{Resources: t.Resources, Kinds: t.Kinds, Epochs: t.Epochs}})
 	}
 	return a
@@ -246,7 +265,7 @@ func (a *authenticator) lookup(presented string) (principal, bool) {
 	if found < 0 {
 		return principal{}, false
 	}
-	return principal{name: a.tokens[found].name, role: a.tokens[found].role, scope: a.tokens[found].scope}, true
+	return principal{name: a.tokens[found].name, acts: a.tokens[found].acts, role: a.tokens[found].role, scope: a.tokens[found].scope}, true
 }
 
 // bearer returns the token of an "Authorization: Bearer …" header.

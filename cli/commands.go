@@ -19,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/outbox"
+	"github.com/fencegate/fencegate/policy"
 )
 
 func cmdMigrate(ctx context.Context, a *app, args []string) int {
@@ -152,6 +153,21 @@ func checkLockTimeout(d time.Duration) error {
 	return nil
 }
 
+// principalFlag adds --principal: who a grant or an enqueue is made as,
+// under the rule set (docs/policy.md).
+func (a *app) principalFlag(fs *flag.FlagSet) *string {
+	return fs.String("principal", a.getenv("GATEWAY_PRINCIPAL"),
+		"the principal of the rule set this is done as (default $GATEWAY_PRINCIPAL); recorded, and checked once a rule set is applied (gateway policy apply)")
+}
+
+// checkPrincipal checks a --principal value: empty, or a principal's name.
+func checkPrincipal(p string) error {
+	if p != "" && !policy.ValidName(p) {
+		return badInput("principal", fmt.Sprintf("--principal must be a principal's name (1 to 64 of a-z, 0-9, '.', '_', '-'), got %q", p))
+	}
+	return nil
+}
+
 func cmdLease(ctx context.Context, a *app, args []string) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release [flags]"))
@@ -164,6 +180,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	resource := fs.String("resource", "", "resource id")
 	holder := fs.String("holder", "", "lease holder id")
 	lockTimeout := lockTimeoutFlag(fs)
+	principal := a.principalFlag(fs)
 	var ttl time.Duration
 	var epoch int64
 	// Only acquire grants (renew and release keep the epoch): only it has
@@ -192,7 +209,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	// database is down; the first failed check, in this order, is the one
 	// reported.
 	for _, err := range []error{requireFlag("resource", *resource), requireFlag("holder", *holder), epochErr,
-		checkLockTimeout(*lockTimeout), checkFailoverJump(*jump), lease.ValidateResource(*resource)} {
+		checkLockTimeout(*lockTimeout), checkFailoverJump(*jump), lease.ValidateResource(*resource), checkPrincipal(*principal)} {
 		if err != nil {
 			return a.fail(err)
 		}
@@ -205,7 +222,8 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	iss := lease.NewIssuer(pool, lease.WithSchema(a.schema()), lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump))
+	iss := lease.NewIssuer(pool, lease.WithSchema(a.schema()), lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump),
+		lease.AsPrincipal(*principal))
 	switch sub {
 	case "acquire":
 		l, err := iss.Acquire(ctx, *resource, *holder, ttl)
@@ -238,10 +256,11 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	epoch := fs.Int64("epoch", 0, "the externally issued epoch")
 	lockTimeout := lockTimeoutFlag(fs)
 	jump := failoverJumpFlag(fs)
+	principal := a.principalFlag(fs)
 	if code, ok := a.parseOnly(fs, args[1:]); !ok {
 		return code
 	}
-	for _, err := range []error{checkResource(*resource), checkEpoch(*epoch), checkLockTimeout(*lockTimeout), checkFailoverJump(*jump)} {
+	for _, err := range []error{checkResource(*resource), checkEpoch(*epoch), checkLockTimeout(*lockTimeout), checkFailoverJump(*jump), checkPrincipal(*principal)} {
 		if err != nil {
 			return a.fail(err)
 		}
@@ -251,7 +270,8 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	r, err := lease.NewIssuer(pool, lease.WithSchema(a.schema()), lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump)).Advance(ctx, *resource, *epoch)
+	r, err := lease.NewIssuer(pool, lease.WithSchema(a.schema()), lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump),
+		lease.AsPrincipal(*principal)).Advance(ctx, *resource, *epoch)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -270,8 +290,12 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&in.IdempotencyKey, "key", "", "business idempotency key (default <resource>/<op>)")
 	fs.StringVar(&fence, "fence", "", "fence policy: commit or execute (default per kind)")
 	fs.StringVar(&payload, "payload", "", "payload JSON object, or @path to read it from a file")
+	principal := a.principalFlag(fs)
 	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
+	}
+	if err := checkPrincipal(*principal); err != nil {
+		return a.fail(err)
 	}
 	in.Fence = outbox.Fence(fence)
 	if strings.HasPrefix(payload, "@") {
@@ -286,7 +310,9 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	if _, err := outbox.ParseKeyScope(a.getenv("GATEWAY_KEY_SCOPE")); err != nil {
 		return a.fail(badInput("key_scope", "$GATEWAY_KEY_SCOPE "+err.Error()))
 	}
-	client, err := outbox.New(nil, a.outboxConfig())
+	cfg := a.outboxConfig()
+	cfg.Principal = *principal
+	client, err := outbox.New(nil, cfg)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -298,7 +324,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	client, _ = outbox.New(pool, a.outboxConfig())
+	client, _ = outbox.New(pool, cfg)
 	res, err := client.Enqueue(ctx, in)
 	if err != nil {
 		return a.fail(err)

@@ -165,6 +165,9 @@ var (
 	roleRE = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 )
 
+// ValidName reports whether name can be a principal's name.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
 // Validate checks d; its errors name the field.
 func (d Document) Validate() error {
 	names := map[string]bool{}

@@ -25,6 +25,13 @@ AS $$
 DECLARE
     ex record;
 BEGIN
+    -- 0. The rule set (policy.sql), before the control row is locked: the
+    --    principal this transaction names must be allowed the resource and
+    --    the kind, and its key scope decides the effective key.
+    IF fencegate.fencegate_check_principal(p_resource, p_kind, false) = 'resource' THEN
+        p_key := fencegate.fencegate_resource_key(p_resource, p_operation, p_key);
+    END IF;
+
     -- 1. Lock the resource's control row. Every grant and advance updates
     --    this row, so holding the lock until commit means no change of
     --    authority can happen between the check below and our insert: the
@@ -113,9 +120,23 @@ DECLARE
     l_payloads jsonb[];
     l_ids      text[];
     l_epochs   bigint[];
+    l_scope    text;
 BEGIN
-    -- 0. Outside the locks: parse the payloads.
+    -- 0. Outside the locks: parse the payloads; the rule set's check of
+    --    every distinct resource and kind (policy.sql; one principal for
+    --    the whole batch), and its key scope.
     l_payloads := p_payloads::jsonb[];
+    -- Without a rule set the first call answers NULL and nothing more is
+    -- checked.
+    l_scope := fencegate.fencegate_check_principal(p_resources[1], p_kinds[1], false);
+    IF l_scope IS NOT NULL THEN
+        PERFORM fencegate.fencegate_check_principal(u.r, u.k, false)
+        FROM (SELECT DISTINCT u.r, u.k FROM unnest(p_resources, p_kinds) AS u(r, k)) u;
+        IF l_scope = 'resource' THEN
+            p_keys := ARRAY(SELECT fencegate.fencegate_resource_key(u.r, u.o, u.k)
+                            FROM unnest(p_resources, p_operations, p_keys) WITH ORDINALITY AS u(r, o, k, n) ORDER BY u.n);
+        END IF;
+    END IF;
 
     -- 1. Lock every distinct resource's control row, in resource id order
     --    (byte order), and read its epoch from the locked row version. See

@@ -150,14 +150,7 @@ BEGIN
     SELECT * INTO a FROM fencegate.fencegate_authorize(enqueue.resource, enqueue.kind);
     IF a.key_scope = 'resource' THEN
         -- A key scoped for this resource already is kept (outbox.ScopedKey).
-        l_key := coalesce(nullif(enqueue.key, ''), enqueue.operation_id);
-        IF NOT starts_with(l_key, fencegate.fencegate_scoped_key(enqueue.resource, '')) THEN
-            l_key := fencegate.fencegate_scoped_key(enqueue.resource, l_key);
-        END IF;
-        IF octet_length(l_key) > 255 THEN
-            PERFORM fencegate.fencegate_invalid('idempotency_key', format('the effective key %s (key scope resource) is %s bytes, over the limit of 255; pass a shorter key',
-                to_json(l_key), octet_length(l_key)));
-        END IF;
+        l_key := fencegate.fencegate_resource_key(enqueue.resource, enqueue.operation_id, enqueue.key);
     ELSIF fencegate.fencegate_scoped_shape(enqueue.key) THEN
         PERFORM fencegate.fencegate_invalid('idempotency_key', format('%s has the form of a resource-scoped key ("<bytes>:<resource>/<key>"), which only that resource''s scoped enqueues make',
             to_json(enqueue.key)));

@@ -113,6 +113,31 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT octet_length(p_resource)::text || ':' || p_resource || '/' || p_key $$;
 
+-- fencegate_resource_key is the effective key of an intent under the
+-- resource key scope: fencegate_scoped_key of its key, the operation id
+-- standing in for none (or for the default "<resource>/<operation_id>" a
+-- client filled in), kept as it is when already scoped for the resource;
+-- ZF004 naming idempotency_key over 255 bytes.
+CREATE OR REPLACE FUNCTION fencegate.fencegate_resource_key(p_resource text, p_operation text, p_key text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    k text := CASE WHEN coalesce(p_key, '') = '' OR p_key = p_resource || '/' || p_operation THEN p_operation ELSE p_key END;
+BEGIN
+    IF NOT starts_with(k, fencegate.fencegate_scoped_key(p_resource, '')) THEN
+        k := fencegate.fencegate_scoped_key(p_resource, k);
+    END IF;
+    IF octet_length(k) > 255 THEN
+        PERFORM fencegate.fencegate_invalid('idempotency_key', format('the effective key %s (key scope resource) is %s bytes, over the limit of 255; pass a shorter key',
+            to_json(k), octet_length(k)));
+    END IF;
+    RETURN k;
+END
+$$;
+
 -- fencegate_scoped_shape reports whether key has the form of a scoped key
 -- ("<n>:<n bytes>/…"): such a key is made only by the scope of the
 -- resource it names, and refused when given under the global scope, so
@@ -134,3 +159,4 @@ REVOKE EXECUTE ON FUNCTION fencegate.fencegate_check_principal(text, text, boole
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_authorize(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_scoped_key(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_scoped_shape(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate.fencegate_resource_key(text, text, text) FROM PUBLIC;
