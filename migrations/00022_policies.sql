@@ -10,7 +10,7 @@
 CREATE TABLE principals (
     name      text PRIMARY KEY,
     role      text NOT NULL CHECK (role IN ('worker', 'operator')),
-    resources text[] NOT NULL,
+    resource_patterns text[] NOT NULL,
     kinds     text[] NOT NULL,
     epochs    boolean NOT NULL DEFAULT false,
     key_scope text NOT NULL CHECK (key_scope IN ('global', 'resource'))

@@ -137,10 +137,11 @@ func TestConfigRejectsBadKinds(t *testing.T) {
 	}
 }
 
-// KeyScopeResource: the effective key is "<resource>/<key>", normalizing
-// twice changes nothing, the default key is kept, and an effective key over
-// the limit is refused naming idempotency_key. An unknown scope is refused
-// by New.
+// KeyScopeResource: the effective key is "<bytes>:<resource>/<key>"
+// (the operation id standing in for no key), normalizing twice changes
+// nothing, nested names never collide, and an effective key over the limit
+// is refused naming idempotency_key. Under the global scope a key of the
+// scoped form is refused. An unknown scope is refused by New.
 func TestKeyScopeResource(t *testing.T) {
 	t.Parallel()
 	c, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), KeyScope: outbox.KeyScopeResource})
@@ -149,12 +150,13 @@ func TestKeyScopeResource(t *testing.T) {
 	}
 	in := outbox.Intent{Resource: "tenant/a", Epoch: 1, OperationID: "op", Kind: "file", Payload: json.RawMessage(`{"target":"x","content":"y"}`)}
 	for key, want := range map[string]string{
-		"":                       "tenant/a/op",
-		"k":                      "tenant/a/k",
-		"tenant/a/k":             "tenant/a/k",
-		"tenant/b/k":             "tenant/a/tenant/b/k",
-		"tenant/ab":              "tenant/a/tenant/ab",
-		strings.Repeat("x", 240): "tenant/a/" + strings.Repeat("x", 240),
+		"":                       "8:tenant/a/op",
+		"k":                      "8:tenant/a/k",
+		"8:tenant/a/k":           "8:tenant/a/k",
+		"tenant/a/k":             "8:tenant/a/tenant/a/k",
+		"tenant/b/k":             "8:tenant/a/tenant/b/k",
+		"b/k":                    "8:tenant/a/b/k",
+		strings.Repeat("x", 240): "8:tenant/a/" + strings.Repeat("x", 240),
 	} {
 		in.IdempotencyKey = key
 		got, err := c.Validate(in)
@@ -166,6 +168,13 @@ func TestKeyScopeResource(t *testing.T) {
 			t.Errorf("key %q normalized twice: %q, %v", key, again.IdempotencyKey, err)
 		}
 	}
+	// Nested names: tenant/a with key b/k and tenant/a/b with key k are two
+	// keys (with "<resource>/<key>" both were "tenant/a/b/k").
+	nested, err := c.Validate(outbox.Intent{Resource: "tenant/a/b", Epoch: 1, OperationID: "op", Kind: "file", IdempotencyKey: "k",
+		Payload: json.RawMessage(`{"target":"x","content":"y"}`)})
+	if err != nil || nested.IdempotencyKey == "8:tenant/a/b/k" {
+		t.Errorf("tenant/a/b with key k: %q, %v; must differ from tenant/a with key b/k", nested.IdempotencyKey, err)
+	}
 	in.IdempotencyKey = strings.Repeat("x", 250)
 	var ve *outbox.ValidationError
 	if _, err := c.Validate(in); !errors.As(err, &ve) || ve.Field != "idempotency_key" {
@@ -175,8 +184,16 @@ func TestKeyScopeResource(t *testing.T) {
 		t.Error("KeyScope \"tenant\" accepted")
 	}
 	g, _ := outbox.New(nil, outbox.Config{Schema: testdb.Schema()})
-	in.IdempotencyKey = "k"
-	if got, err := g.Validate(in); err != nil || got.IdempotencyKey != "k" {
-		t.Errorf("the global scope: %q, %v; want the key as given", got.IdempotencyKey, err)
+	for _, key := range []string{"k", "2024:invoice/7", "8:tenant/a", "08:tenant/a/k", "+8:tenant/a/k"} {
+		in.IdempotencyKey = key
+		if got, err := g.Validate(in); err != nil || got.IdempotencyKey != key {
+			t.Errorf("the global scope, key %q: %q, %v; want the key as given", key, got.IdempotencyKey, err)
+		}
+	}
+	for _, key := range []string{"8:tenant/a/k", "1:x/", "5:a/b/c/d"} {
+		in.IdempotencyKey = key
+		if _, err := g.Validate(in); !errors.As(err, &ve) || ve.Field != "idempotency_key" {
+			t.Errorf("the global scope, key %q of the scoped form: %v; want it refused naming idempotency_key", key, err)
+		}
 	}
 }

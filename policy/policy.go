@@ -266,7 +266,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (
 			return err
 		}
 		for _, p := range d.Principals {
-			if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.principals (name, role, resources, kinds, epochs, key_scope)
+			if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.principals (name, role, resource_patterns, kinds, epochs, key_scope)
 				VALUES ($1, $2, $3, $4, $5, $6)`), p.Name, p.Role, p.Resources, nonNil(p.Kinds), p.Epochs, p.KeyScope); err != nil {
 				return err
 			}

@@ -35,7 +35,7 @@ BEGIN
             'role', jsonb_build_object('code', 'forbidden', 'field', 'role', 'principal', p_name));
     END IF;
     -- A pattern is exact, "prefix*", or "*" (policy.Allows).
-    IF NOT EXISTS (SELECT 1 FROM unnest(p.resources) AS pat
+    IF NOT EXISTS (SELECT 1 FROM unnest(p.resource_patterns) AS pat
                    WHERE pat = p_resource
                       OR (right(pat, 1) = '*' AND starts_with(p_resource, left(pat, -1)))) THEN
         PERFORM fencegate.fencegate_raise('ZF007', format('forbidden: principal %s may not touch resource %s', to_json(p_name), to_json(p_resource)),
