@@ -128,8 +128,18 @@ func Server(t testing.TB) string {
 // and returns its URL.
 func NewURL(t testing.TB) string {
 	t.Helper()
+	createMu.Lock()
+	defer createMu.Unlock()
+	return create(t, "fencegate_test_", " TEMPLATE "+template)
+}
+
+// create creates a database named prefix and a random suffix, with the
+// CREATE DATABASE options given, dropped at the test's end, and returns
+// its URL.
+func create(t testing.TB, prefix, options string) string {
+	t.Helper()
 	base := Server(t)
-	name := "fencegate_test_" + randHex(8)
+	name := prefix + randHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
@@ -137,10 +147,7 @@ func NewURL(t testing.TB) string {
 		t.Fatalf("testdb: connect: %v", err)
 	}
 	defer conn.Close(ctx)
-	createMu.Lock()
-	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template))
-	createMu.Unlock()
-	if err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+options); err != nil {
 		t.Fatalf("testdb: create database: %v", err)
 	}
 	t.Cleanup(func() { drop(base, name) })
@@ -242,20 +249,7 @@ func SchemaEnv(key string) string {
 // test's end, and returns its URL: for tests of migrating itself.
 func NewEmptyURL(t testing.TB) string {
 	t.Helper()
-	base := Server(t)
-	name := "fencegate_empty_" + randHex(8)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("testdb: connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testdb: create database: %v", err)
-	}
-	t.Cleanup(func() { drop(base, name) })
-	return WithDB(base, name)
+	return create(t, "fencegate_empty_", "")
 }
 
 // drop drops database name of the server at base, connected anew (the
