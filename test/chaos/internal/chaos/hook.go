@@ -64,11 +64,10 @@ type HookReceiver struct {
 	late time.Duration
 	rc   *faultproxy.Receiver
 	done chan struct{}
+	*faults
 
 	mu         sync.Mutex
 	rng        *rand.Rand
-	armed      map[string]int // fault -> requests it still applies to
-	injected   map[string]int
 	deliveries []Delivery
 	requests   int
 	lookups    int
@@ -89,8 +88,8 @@ type hookRetry struct {
 // NewHookReceiver starts a receiver whose late answers come after late;
 // seed drives its choices. Close stops it.
 func NewHookReceiver(seed uint64, late time.Duration) (*HookReceiver, error) {
-	h := &HookReceiver{late: late, done: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(seed, 0x400c)), armed: map[string]int{}, injected: map[string]int{}, notBefore: map[hookRetry]time.Time{}}
+	h := &HookReceiver{late: late, done: make(chan struct{}), faults: newFaults(),
+		rng: rand.New(rand.NewPCG(seed, 0x400c)), notBefore: map[hookRetry]time.Time{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hook", h.hook)
 	mux.HandleFunc("GET /lookup", h.lookup)
@@ -110,27 +109,6 @@ func (h *HookReceiver) Close() {
 		close(h.done)
 	}
 	_ = h.rc.Close()
-}
-
-// Arm makes the next n requests that fault applies to misbehave so.
-func (h *HookReceiver) Arm(fault string, n int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.armed[fault] += n
-}
-
-// Disarm drops the faults not yet applied.
-func (h *HookReceiver) Disarm() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	clear(h.armed)
-}
-
-// Injected returns how often each fault was applied.
-func (h *HookReceiver) Injected() map[string]int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return copyCounts(h.injected)
 }
 
 // Deliveries returns the requests acted on and those refused (Refused).
@@ -177,15 +155,9 @@ func (h *HookReceiver) Wait(timeout time.Duration) bool {
 // pick chooses the fault for a request (reused: on a kept-alive
 // connection) and counts it as injected.
 func (h *HookReceiver) pick(reused bool) string {
-	for _, f := range HookFaults {
-		if h.armed[f] == 0 || (f == HookDropFresh && reused) || (f == HookDropReused && !reused) {
-			continue
-		}
-		h.armed[f]--
-		h.injected[f]++
-		return f
-	}
-	return ""
+	return h.take(HookFaults, func(f string) bool {
+		return (f != HookDropFresh || !reused) && (f != HookDropReused || reused)
+	})
 }
 
 func (h *HookReceiver) hook(w http.ResponseWriter, r *http.Request) {
