@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
 
@@ -87,6 +89,17 @@ func Cleanup() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
+}
+
+// Main is TestMain for a package of fault tests: it runs the tests
+// (testdb.Run: a throwaway PostgreSQL is stopped after them), removes the
+// binaries built for them (nats-server, the failpoints gateway) and exits
+// with the tests' code.
+func Main(m *testing.M) {
+	code := testdb.Run(m)
+	natstest.Cleanup()
+	Cleanup()
+	os.Exit(code)
 }
 
 // Gateway returns the failpoints gateway binary, failing the test when it
