@@ -509,6 +509,28 @@ func (e *benchEnv) listen(ctx context.Context) (func(), error) {
 	return func() { cancel(); <-done; _ = conn.Close(context.Background()) }, nil
 }
 
+// enqueuer opens an outbox client with cfg (in the bench's schema) beside a
+// listening connection (listen); stop closes the listener.
+func (e *benchEnv) enqueuer(ctx context.Context, cfg outbox.Config) (ob *outbox.Client, stop func(), err error) {
+	if stop, err = e.listen(ctx); err != nil {
+		return nil, nil, err
+	}
+	cfg.Schema = e.schema.Name()
+	if ob, err = outbox.New(e.pool, cfg); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ob, stop, nil
+}
+
+// freshEnqueuer is enqueuer on an emptied outbox (reset).
+func (e *benchEnv) freshEnqueuer(ctx context.Context, cfg outbox.Config) (*outbox.Client, func(), error) {
+	if err := e.reset(ctx); err != nil {
+		return nil, nil, err
+	}
+	return e.enqueuer(ctx, cfg)
+}
+
 const rawInsertSQL = `INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
 	VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
@@ -553,21 +575,7 @@ func ratioResult(name, unit string, value, baseline, goal float64, note string) 
 // caseEnqueue: fenced Enqueue, one intent per transaction, 16 workers over
 // 1,000 resources, against BEGIN; INSERT; COMMIT of the same row.
 func (e *benchEnv) caseEnqueue(ctx context.Context) ([]Result, error) {
-	if err := e.reset(ctx); err != nil {
-		return nil, err
-	}
-	stop, err := e.listen(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
-	if err != nil {
-		return nil, err
-	}
-	raw, fenced, err := alternate(e.d,
-		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
-		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+	raw, fenced, err := e.enqueueAgainstRaw(ctx, outbox.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -576,21 +584,27 @@ func (e *benchEnv) caseEnqueue(ctx context.Context) ([]Result, error) {
 		"baseline: BEGIN; INSERT; COMMIT of the same row")}, nil
 }
 
+// enqueueAgainstRaw measures, on an emptied outbox, the raw insert's rate
+// and Enqueue's with cfg, alternated.
+func (e *benchEnv) enqueueAgainstRaw(ctx context.Context, cfg outbox.Config) (raw, enqueue float64, err error) {
+	ob, stop, err := e.freshEnqueuer(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
+	return alternate(e.d,
+		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
+		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+}
+
 // caseBatch: EnqueueBatch of 100 intents against CopyFrom of the same 100
 // rows, 4 workers.
 func (e *benchEnv) caseBatch(ctx context.Context) ([]Result, error) {
-	if err := e.reset(ctx); err != nil {
-		return nil, err
-	}
-	stop, err := e.listen(ctx)
+	ob, stop, err := e.freshEnqueuer(ctx, outbox.Config{})
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
-	if err != nil {
-		return nil, err
-	}
 	cols := []string{"resource_id", "epoch", "operation_id", "kind", "idempotency_key", "fence", "payload"}
 	raw, batch, err := alternate(e.d,
 		func(d time.Duration) (float64, error) {
@@ -634,21 +648,7 @@ func (e *benchEnv) caseBatch(ctx context.Context) ([]Result, error) {
 // caseGroup: Enqueue with group commit, 16 workers, against case enqueue's
 // raw rate (one row per transaction).
 func (e *benchEnv) caseGroup(ctx context.Context) ([]Result, error) {
-	if err := e.reset(ctx); err != nil {
-		return nil, err
-	}
-	stop, err := e.listen(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name(), GroupCommit: true, GroupFlushers: benchGroupFlushers})
-	if err != nil {
-		return nil, err
-	}
-	raw, group, err := alternate(e.d,
-		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
-		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+	raw, group, err := e.enqueueAgainstRaw(ctx, outbox.Config{GroupCommit: true, GroupFlushers: benchGroupFlushers})
 	if err != nil {
 		return nil, err
 	}
@@ -1026,13 +1026,8 @@ func (e *benchEnv) caseGrowth(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	fmt.Fprintf(e.log, "gateway bench: loaded in %s\n", time.Since(lstart).Round(time.Second))
-	stop, err := e.listen(ctx)
+	ob, stop, err := e.enqueuer(ctx, outbox.Config{})
 	if err != nil {
-		return nil, err
-	}
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
-	if err != nil {
-		stop()
 		return nil, err
 	}
 	rate, err := e.enqueueRateFor(ctx, ob, e.d)
