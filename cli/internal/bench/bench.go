@@ -39,6 +39,7 @@ import (
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/migrations"
@@ -282,16 +283,13 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 
 // startBench connects to (or starts) PostgreSQL and NATS, creates and
 // migrates a database of its own, and returns the environment, a
-// description of the machine and a cleanup function.
+// description of the machine and a cleanup function. What it starts is on
+// a startstop.Group, as the gateway's parts: the cleanup (or a failed
+// start) stops it in reverse order.
 func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchEnv, map[string]any, func(), error) {
-	var cleanups []func()
-	cleanup := func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
+	parts := &startstop.Group{}
 	fail := func(err error) (*benchEnv, map[string]any, func(), error) {
-		cleanup()
+		parts.StopAll()
 		return nil, nil, nil, err
 	}
 	machine := map[string]any{
@@ -304,7 +302,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		if err != nil {
 			return fail(errmap.New(errmap.Unavailable, "start PostgreSQL: "+errmap.OneLine(err.Error())))
 		}
-		cleanups = append(cleanups, func() { _ = c.Stop() })
+		parts.Add("PostgreSQL", func() { _ = c.Stop() }, nil)
 		dbURL = c.URL("postgres")
 		machine["postgres"] = "throwaway, fsync on"
 	} else {
@@ -319,12 +317,12 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		admin.Close()
 		return fail(fmt.Errorf("create the benchmark database: %w", err))
 	}
-	cleanups = append(cleanups, func() {
+	parts.Add("benchmark database", func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, _ = admin.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 		admin.Close()
-	})
+	}, nil)
 	var version, fsync string
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync')").Scan(&version, &fsync)
 	machine["postgres_version"], machine["postgres_fsync"] = version, fsync
@@ -338,7 +336,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	if err != nil {
 		return fail(err)
 	}
-	cleanups = append(cleanups, pool.Close)
+	parts.Add("database pool", pool.Close, nil)
 	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: cfg.Schema}); err != nil {
 		return fail(err)
 	}
@@ -351,13 +349,13 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		if err != nil {
 			return fail(err)
 		}
-		cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
+		parts.Add("NATS data directory", func() { _ = os.RemoveAll(dir) }, nil)
 		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
 		if err != nil {
 			return fail(fmt.Errorf("embedded NATS: %w", err))
 		}
 		srv.Start()
-		cleanups = append(cleanups, func() { srv.Shutdown(); srv.WaitForShutdown() })
+		parts.Add("NATS", func() { srv.Shutdown(); srv.WaitForShutdown() }, nil)
 		if !srv.ReadyForConnections(10 * time.Second) {
 			return fail(errors.New("embedded NATS not ready in 10s"))
 		}
@@ -368,7 +366,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	}
 	env := &benchEnv{pool: pool, schema: pgschema.MustParse(cfg.Schema), dbURL: withDB(dbURL, name), natsURL: natsURL, fsyncOff: fsync == "off",
 		log: cfg.Log, payload: benchPayload(), gatewayMain: cfg.RunGateway, stopTimeout: cfg.StopTimeout}
-	return env, machine, cleanup, nil
+	return env, machine, parts.StopAll, nil
 }
 
 // benchPayload is a valid "file" payload of exactly benchPayloadBytes.
