@@ -130,16 +130,20 @@ func NewURL(t testing.TB) string {
 	t.Helper()
 	createMu.Lock()
 	defer createMu.Unlock()
-	return create(t, "fencegate_test_", " TEMPLATE "+template)
+	return create(t, "fencegate_test_", true)
 }
 
-// create creates a database named prefix and a random suffix, with the
-// CREATE DATABASE options given, dropped at the test's end, and returns
+// create creates a database named prefix and a random suffix, a copy of
+// the migrated template or empty, dropped at the test's end, and returns
 // its URL.
-func create(t testing.TB, prefix, options string) string {
+func create(t testing.TB, prefix string, fromTemplate bool) string {
 	t.Helper()
-	base := Server(t)
+	base := Server(t) // sets up the template
 	name := prefix + randHex(8)
+	stmt := "CREATE DATABASE " + name
+	if fromTemplate {
+		stmt += " TEMPLATE " + template
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
@@ -147,7 +151,7 @@ func create(t testing.TB, prefix, options string) string {
 		t.Fatalf("testdb: connect: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+options); err != nil {
+	if _, err := conn.Exec(ctx, stmt); err != nil {
 		t.Fatalf("testdb: create database: %v", err)
 	}
 	t.Cleanup(func() { drop(base, name) })
@@ -249,7 +253,7 @@ func SchemaEnv(key string) string {
 // test's end, and returns its URL: for tests of migrating itself.
 func NewEmptyURL(t testing.TB) string {
 	t.Helper()
-	return create(t, "fencegate_empty_", "")
+	return create(t, "fencegate_empty_", false)
 }
 
 // drop drops database name of the server at base, connected anew (the
