@@ -86,17 +86,7 @@ func startDev(t *testing.T, args ...string) *devProc {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("gateway dev stderr:\n%s", p.stderr.String())
-		}
-	})
+	killAtEnd(t, "gateway dev", cmd, p.done, p.stderr)
 	select {
 	case line, ok := <-first:
 		if !ok {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -31,22 +31,7 @@ import (
 
 // syncBuffer is a bytes.Buffer safe for a process writing while a test
 // reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = toolbin.SyncBuffer
 
 // gatewayProc is a `gateway run` process.
 type gatewayProc struct {
@@ -72,18 +57,25 @@ func startRun(t *testing.T, env []string, dbURL, natsURL string, args ...string)
 		t.Fatal(err)
 	}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
+	killAtEnd(t, "gateway run", cmd, p.done, p.stderr)
+	return p
+}
+
+// killAtEnd kills cmd at the test's end if it is still running (done, closed
+// once it has been waited for, is not) and waits for it; when the test
+// failed it logs what the process wrote to stderr.
+func killAtEnd(t *testing.T, name string, cmd *exec.Cmd, done <-chan struct{}, stderr *syncBuffer) {
 	t.Cleanup(func() {
 		select {
-		case <-p.done:
+		case <-done:
 		default:
 			_ = cmd.Process.Kill()
-			<-p.done
+			<-done
 		}
 		if t.Failed() {
-			t.Logf("gateway run stderr:\n%s", p.stderr.String())
+			t.Logf("%s stderr:\n%s", name, stderr.String())
 		}
 	})
-	return p
 }
 
 // wait waits for the process to exit and returns its exit code.

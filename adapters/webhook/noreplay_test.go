@@ -1,14 +1,11 @@
 package webhook_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -17,110 +14,9 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/internal/testkit/faultproxy"
 	"github.com/fencegate/fencegate/outbox"
 )
-
-// dropReceiver is a raw HTTP/1.1 server at the edge, speaking keep-alive:
-// it answers every request 200 "ok" on the same connection, except the
-// first request for the key it is told to drop: that one it reads in full,
-// records (it acts on it: a crash after commit) and then closes the
-// connection without a word. Later requests for that key are answered as
-// usual (the receiver came back).
-type dropReceiver struct {
-	ln   net.Listener
-	URL  string
-	drop string
-
-	mu       sync.Mutex
-	requests map[string]int // by Idempotency-Key
-	conns    int
-	dropped  bool
-	wg       sync.WaitGroup
-}
-
-func newDropReceiver(t *testing.T, drop string) *dropReceiver {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := &dropReceiver{ln: ln, URL: "http://" + ln.Addr().String(), drop: drop, requests: map[string]int{}}
-	rc.wg.Add(1)
-	go rc.accept()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		rc.wg.Wait()
-	})
-	return rc
-}
-
-func (rc *dropReceiver) accept() {
-	defer rc.wg.Done()
-	var open []net.Conn
-	defer func() {
-		for _, c := range open {
-			_ = c.Close()
-		}
-	}()
-	for {
-		c, err := rc.ln.Accept()
-		if err != nil {
-			return
-		}
-		rc.mu.Lock()
-		rc.conns++
-		rc.mu.Unlock()
-		open = append(open, c)
-		rc.wg.Add(1)
-		go rc.serve(c)
-	}
-}
-
-func (rc *dropReceiver) serve(c net.Conn) {
-	defer rc.wg.Done()
-	defer c.Close()
-	br := bufio.NewReader(c)
-	for {
-		r, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		if _, err := io.Copy(io.Discard, r.Body); err != nil {
-			return
-		}
-		key := r.Header.Get("Idempotency-Key")
-		rc.mu.Lock()
-		rc.requests[key]++
-		drop := key == rc.drop && !rc.dropped
-		if drop {
-			rc.dropped = true
-		}
-		rc.mu.Unlock()
-		if drop {
-			return // acted on it; gone before answering
-		}
-		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-			return
-		}
-		if r.Close {
-			return
-		}
-	}
-}
-
-func (rc *dropReceiver) count(key string) int {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return rc.requests[key]
-}
-
-func (rc *dropReceiver) connections() int {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return rc.conns
-}
-
-func (rc *dropReceiver) hostPort() string { return strings.TrimPrefix(rc.URL, "http://") }
 
 // A receiver that acts on a request and drops its keep-alive connection
 // before answering gets that request once: the client does not send it
@@ -145,8 +41,8 @@ func TestDroppedKeepAliveIsNotReplayed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			key := adaptertest.UniqueKey(t)
-			rc := newDropReceiver(t, key)
-			a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
+			rc := faultproxy.StartDropReceiver(t, key, "text/plain", "ok")
+			a := newAdapter(t, webhook.Config{Allow: []string{rc.Host}})
 			p := noreplayPayload(rc.URL+"/hooks", tc.extra)
 			// Warm a keep-alive connection: the request under test is
 			// then written on a reused connection, the one net/http
@@ -159,13 +55,13 @@ func TestDroppedKeepAliveIsNotReplayed(t *testing.T) {
 			if !adapters.IsUnknown(err) {
 				t.Errorf("Execute: %v (status %q), want an unknown outcome", err, out.Status)
 			}
-			if n := rc.count(key); n != 1 {
+			if n := rc.Requests(key); n != 1 {
 				t.Errorf("the receiver got %d requests for the key, want 1", n)
 			}
-			if n := rc.connections(); n != tc.conns {
+			if n := rc.Conns(); n != tc.conns {
 				t.Errorf("%d connections, want %d", n, tc.conns)
 			}
-			t.Logf("%s: %v; %d request(s) for the key over %d connection(s)", tc.name, err, rc.count(key), rc.connections())
+			t.Logf("%s: %v; %d request(s) for the key over %d connection(s)", tc.name, err, rc.Requests(key), rc.Conns())
 		})
 	}
 }
@@ -205,8 +101,8 @@ func (c failWrites) Write(p []byte) (int, error) {
 func TestStaleConnectionNothingWrittenIsRetryable(t *testing.T) {
 	t.Parallel()
 	key := adaptertest.UniqueKey(t)
-	rc := newDropReceiver(t, "")
-	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
+	rc := faultproxy.StartDropReceiver(t, "", "text/plain", "ok")
+	a := newAdapter(t, webhook.Config{Allow: []string{rc.Host}})
 	var armed atomic.Bool
 	webhook.WrapConns(a, func(c net.Conn) net.Conn { return failWrites{Conn: c, armed: &armed} })
 	p := noreplayPayload(rc.URL+"/hooks", nil)
@@ -218,14 +114,14 @@ func TestStaleConnectionNothingWrittenIsRetryable(t *testing.T) {
 	if !adapters.IsRetryable(err) || !strings.Contains(err.Error(), "not sent") {
 		t.Fatalf("a write that failed before any byte left: %v, want retryable, not sent", err)
 	}
-	if n := rc.count(key); n != 0 {
+	if n := rc.Requests(key); n != 0 {
 		t.Fatalf("the receiver got %d requests for the key, want 0", n)
 	}
 	armed.Store(false)
 	if out, err := execute(t, a, request(key, p)); err != nil || out.Status != outbox.StatusSucceeded {
 		t.Fatalf("the retry: %v %s", err, out.Status)
 	}
-	if n := rc.count(key); n != 1 {
+	if n := rc.Requests(key); n != 1 {
 		t.Errorf("the receiver got %d requests for the key, want 1", n)
 	}
 }
@@ -238,8 +134,8 @@ func TestStaleConnectionNothingWrittenIsRetryable(t *testing.T) {
 func TestReplayIsDetected(t *testing.T) {
 	t.Parallel()
 	key := adaptertest.UniqueKey(t)
-	rc := newDropReceiver(t, key)
-	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
+	rc := faultproxy.StartDropReceiver(t, key, "text/plain", "ok")
+	a := newAdapter(t, webhook.Config{Allow: []string{rc.Host}})
 	send := func(key string) (int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -257,7 +153,7 @@ func TestReplayIsDetected(t *testing.T) {
 	if !adapters.IsUnknown(err) || !strings.Contains(err.Error(), "twice") {
 		t.Errorf("a request replayed by the client: %d %v, want an unknown outcome naming the second copy", status, err)
 	}
-	if n := rc.count(key); n != 2 {
+	if n := rc.Requests(key); n != 2 {
 		t.Errorf("the receiver got %d requests for the key, want 2 (net/http replays such a request)", n)
 	}
 }

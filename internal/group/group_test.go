@@ -46,15 +46,7 @@ func TestBatchesWhileRunning(t *testing.T) {
 		})
 	}
 	// Let the eight queue (Do blocks until its batch ran; poll the queue).
-	for {
-		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == 8 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(b, 8)
 	close(release)
 	wg.Wait()
 	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 8 {
@@ -86,15 +78,7 @@ func TestAbandonedNotSent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { _, err := b.Do(ctx, 2); done <- err }()
-	for {
-		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(b, 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned Do = %v, want context.Canceled", err)
@@ -105,5 +89,18 @@ func TestAbandonedNotSent(t *testing.T) {
 	defer mu.Unlock()
 	if len(sent) != 1 || sent[0] != 1 {
 		t.Fatalf("sent %v, want [1] (the abandoned call never sent)", sent)
+	}
+}
+
+// waitQueued yields until n calls wait in b's queue.
+func waitQueued[Req, Res any](b *Batcher[Req, Res], n int) {
+	for {
+		b.mu.Lock()
+		queued := len(b.queue)
+		b.mu.Unlock()
+		if queued == n {
+			return
+		}
+		runtime.Gosched()
 	}
 }

@@ -334,6 +334,20 @@ func expireAbandoned(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
+// recover runs a gateway again after a crash (its abandoned keys expired
+// at once: expireAbandoned) and waits for intent id to succeed; it returns
+// the intent's status.
+func (e *env) recover(id int64, natsURL string, args ...string) map[string]any {
+	e.t.Helper()
+	expireAbandoned(e.t, e.pool())
+	e.run("", natsURL, args...)
+	st := e.waitTerminal(id, 2*time.Minute)
+	if st["status"] != "succeeded" {
+		e.t.Fatalf("intent ended %v", st)
+	}
+	return st
+}
+
 // 3. Crash the adapter after the external effect and before recording it:
 // the redelivery looks the result up and does not execute again.
 func TestArticle3CrashAfterEffectBeforeRecord(t *testing.T) {
@@ -366,12 +380,7 @@ func TestArticle3CrashAfterEffectBeforeRecord(t *testing.T) {
 		if n := count(); n != 1 {
 			t.Fatalf("after the crash Mailpit holds %d messages %s, want 1 (the effect happened)", n, msgID)
 		}
-		expireAbandoned(t, e.pool())
-		e.run("", ns.URL, args...)
-		st := e.waitTerminal(r.Int("intent_id"), 2*time.Minute)
-		if st["status"] != "succeeded" {
-			t.Fatalf("intent ended %v", st)
-		}
+		st := e.recover(r.Int("intent_id"), ns.URL, args...)
 		if res, _ := st["result"].(map[string]any); res["message_id"] != msgID {
 			t.Fatalf("result %v, want message_id %s", st["result"], msgID)
 		}
@@ -395,12 +404,7 @@ func TestArticle3CrashAfterEffectBeforeRecord(t *testing.T) {
 			if b, err := os.ReadFile(filepath.Join(root, "out/report.txt")); err != nil || string(b) != "v1" {
 				t.Fatalf("after the crash the target holds %q, %v; want the published v1", b, err)
 			}
-			expireAbandoned(t, e.pool())
-			e.run("", ns.URL, args...)
-			st := e.waitTerminal(r.Int("intent_id"), 2*time.Minute)
-			if st["status"] != "succeeded" {
-				t.Fatalf("intent ended %v", st)
-			}
+			e.recover(r.Int("intent_id"), ns.URL, args...)
 			// One publication: the manifest's current entry, no second
 			// history entry for the same key, and the recovery logged no
 			// second publish.

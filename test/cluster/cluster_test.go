@@ -613,15 +613,10 @@ func longestGap(ts []time.Time, from, to time.Time) time.Duration {
 // longestGapWithin returns the longest gap between consecutive timestamps
 // of ts (sorted) that both lie in [from, to].
 func longestGapWithin(ts []time.Time, from, to time.Time) time.Duration {
-	var longest time.Duration
-	for i := 1; i < len(ts); i++ {
-		a, b := ts[i-1], ts[i]
-		if a.Before(from) || b.After(to) {
-			continue
-		}
-		longest = max(longest, b.Sub(a))
-	}
-	return longest
+	// ts is sorted: what lies in [from, to] is one run of it, and every gap
+	// of that run overlaps [from, to].
+	in := slices.DeleteFunc(slices.Clone(ts), func(t time.Time) bool { return t.Before(from) || t.After(to) })
+	return longestGap(in, from, to)
 }
 
 // slowestIntent returns the longest time from enqueue to outcome among the

@@ -10,17 +10,9 @@
 package cluster
 
 import (
-	"os"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testkit/faulttest"
-	"github.com/fencegate/fencegate/internal/testkit/natstest"
-	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
-func TestMain(m *testing.M) {
-	code := testdb.Run(m)
-	natstest.Cleanup()
-	faulttest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { faulttest.Main(m) }

@@ -39,6 +39,7 @@ import (
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/migrations"
@@ -282,16 +283,13 @@ func (b *Bench) Run(ctx context.Context) (*Report, error) {
 
 // startBench connects to (or starts) PostgreSQL and NATS, creates and
 // migrates a database of its own, and returns the environment, a
-// description of the machine and a cleanup function.
+// description of the machine and a cleanup function. What it starts is on
+// a startstop.Group, as the gateway's parts: the cleanup (or a failed
+// start) stops it in reverse order.
 func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchEnv, map[string]any, func(), error) {
-	var cleanups []func()
-	cleanup := func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
+	parts := &startstop.Group{}
 	fail := func(err error) (*benchEnv, map[string]any, func(), error) {
-		cleanup()
+		parts.StopAll()
 		return nil, nil, nil, err
 	}
 	machine := map[string]any{
@@ -304,7 +302,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		if err != nil {
 			return fail(errmap.New(errmap.Unavailable, "start PostgreSQL: "+errmap.OneLine(err.Error())))
 		}
-		cleanups = append(cleanups, func() { _ = c.Stop() })
+		parts.Add("PostgreSQL", func() { _ = c.Stop() }, nil)
 		dbURL = c.URL("postgres")
 		machine["postgres"] = "throwaway, fsync on"
 	} else {
@@ -319,12 +317,12 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		admin.Close()
 		return fail(fmt.Errorf("create the benchmark database: %w", err))
 	}
-	cleanups = append(cleanups, func() {
+	parts.Add("benchmark database", func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, _ = admin.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 		admin.Close()
-	})
+	}, nil)
 	var version, fsync string
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync')").Scan(&version, &fsync)
 	machine["postgres_version"], machine["postgres_fsync"] = version, fsync
@@ -338,7 +336,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	if err != nil {
 		return fail(err)
 	}
-	cleanups = append(cleanups, pool.Close)
+	parts.Add("database pool", pool.Close, nil)
 	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: cfg.Schema}); err != nil {
 		return fail(err)
 	}
@@ -351,13 +349,13 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		if err != nil {
 			return fail(err)
 		}
-		cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
+		parts.Add("NATS data directory", func() { _ = os.RemoveAll(dir) }, nil)
 		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
 		if err != nil {
 			return fail(fmt.Errorf("embedded NATS: %w", err))
 		}
 		srv.Start()
-		cleanups = append(cleanups, func() { srv.Shutdown(); srv.WaitForShutdown() })
+		parts.Add("NATS", func() { srv.Shutdown(); srv.WaitForShutdown() }, nil)
 		if !srv.ReadyForConnections(10 * time.Second) {
 			return fail(errors.New("embedded NATS not ready in 10s"))
 		}
@@ -368,7 +366,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	}
 	env := &benchEnv{pool: pool, schema: pgschema.MustParse(cfg.Schema), dbURL: withDB(dbURL, name), natsURL: natsURL, fsyncOff: fsync == "off",
 		log: cfg.Log, payload: benchPayload(), gatewayMain: cfg.RunGateway, stopTimeout: cfg.StopTimeout}
-	return env, machine, cleanup, nil
+	return env, machine, parts.StopAll, nil
 }
 
 // benchPayload is a valid "file" payload of exactly benchPayloadBytes.
@@ -509,6 +507,28 @@ func (e *benchEnv) listen(ctx context.Context) (func(), error) {
 	return func() { cancel(); <-done; _ = conn.Close(context.Background()) }, nil
 }
 
+// enqueuer opens an outbox client with cfg (in the bench's schema) beside a
+// listening connection (listen); stop closes the listener.
+func (e *benchEnv) enqueuer(ctx context.Context, cfg outbox.Config) (ob *outbox.Client, stop func(), err error) {
+	if stop, err = e.listen(ctx); err != nil {
+		return nil, nil, err
+	}
+	cfg.Schema = e.schema.Name()
+	if ob, err = outbox.New(e.pool, cfg); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ob, stop, nil
+}
+
+// freshEnqueuer is enqueuer on an emptied outbox (reset).
+func (e *benchEnv) freshEnqueuer(ctx context.Context, cfg outbox.Config) (*outbox.Client, func(), error) {
+	if err := e.reset(ctx); err != nil {
+		return nil, nil, err
+	}
+	return e.enqueuer(ctx, cfg)
+}
+
 const rawInsertSQL = `INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
 	VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
@@ -553,21 +573,7 @@ func ratioResult(name, unit string, value, baseline, goal float64, note string) 
 // caseEnqueue: fenced Enqueue, one intent per transaction, 16 workers over
 // 1,000 resources, against BEGIN; INSERT; COMMIT of the same row.
 func (e *benchEnv) caseEnqueue(ctx context.Context) ([]Result, error) {
-	if err := e.reset(ctx); err != nil {
-		return nil, err
-	}
-	stop, err := e.listen(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
-	if err != nil {
-		return nil, err
-	}
-	raw, fenced, err := alternate(e.d,
-		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
-		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+	raw, fenced, err := e.enqueueAgainstRaw(ctx, outbox.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -576,21 +582,27 @@ func (e *benchEnv) caseEnqueue(ctx context.Context) ([]Result, error) {
 		"baseline: BEGIN; INSERT; COMMIT of the same row")}, nil
 }
 
+// enqueueAgainstRaw measures, on an emptied outbox, the raw insert's rate
+// and Enqueue's with cfg, alternated.
+func (e *benchEnv) enqueueAgainstRaw(ctx context.Context, cfg outbox.Config) (raw, enqueue float64, err error) {
+	ob, stop, err := e.freshEnqueuer(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
+	return alternate(e.d,
+		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
+		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+}
+
 // caseBatch: EnqueueBatch of 100 intents against CopyFrom of the same 100
 // rows, 4 workers.
 func (e *benchEnv) caseBatch(ctx context.Context) ([]Result, error) {
-	if err := e.reset(ctx); err != nil {
-		return nil, err
-	}
-	stop, err := e.listen(ctx)
+	ob, stop, err := e.freshEnqueuer(ctx, outbox.Config{})
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
-	if err != nil {
-		return nil, err
-	}
 	cols := []string{"resource_id", "epoch", "operation_id", "kind", "idempotency_key", "fence", "payload"}
 	raw, batch, err := alternate(e.d,
 		func(d time.Duration) (float64, error) {
@@ -634,21 +646,7 @@ func (e *benchEnv) caseBatch(ctx context.Context) ([]Result, error) {
 // caseGroup: Enqueue with group commit, 16 workers, against case enqueue's
 // raw rate (one row per transaction).
 func (e *benchEnv) caseGroup(ctx context.Context) ([]Result, error) {
-	if err := e.reset(ctx); err != nil {
-		return nil, err
-	}
-	stop, err := e.listen(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name(), GroupCommit: true, GroupFlushers: benchGroupFlushers})
-	if err != nil {
-		return nil, err
-	}
-	raw, group, err := alternate(e.d,
-		func(d time.Duration) (float64, error) { return e.rawInsertRateFor(ctx, d) },
-		func(d time.Duration) (float64, error) { return e.enqueueRateFor(ctx, ob, d) })
+	raw, group, err := e.enqueueAgainstRaw(ctx, outbox.Config{GroupCommit: true, GroupFlushers: benchGroupFlushers})
 	if err != nil {
 		return nil, err
 	}
@@ -1026,13 +1024,8 @@ func (e *benchEnv) caseGrowth(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	fmt.Fprintf(e.log, "gateway bench: loaded in %s\n", time.Since(lstart).Round(time.Second))
-	stop, err := e.listen(ctx)
+	ob, stop, err := e.enqueuer(ctx, outbox.Config{})
 	if err != nil {
-		return nil, err
-	}
-	ob, err := outbox.New(e.pool, outbox.Config{Schema: e.schema.Name()})
-	if err != nil {
-		stop()
 		return nil, err
 	}
 	rate, err := e.enqueueRateFor(ctx, ob, e.d)

@@ -37,6 +37,7 @@ import (
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
@@ -121,8 +122,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 	select {
 	case <-ctx.Done():
 		logger.Info("gateway dev: stopping", "component", "dev")
-	case <-d.stack.Stopped():
-		logger.Error("gateway dev: a component stopped unexpectedly; stopping everything", "component", "dev", "part", d.stack.Cause())
+	case <-d.parts.Died():
+		part := d.parts.Cause()
+		if part == partGateway {
+			// The gateway's own part: the dispatcher, the sweeper.
+			part = d.stack.Cause()
+		}
+		logger.Error("gateway dev: a component stopped unexpectedly; stopping everything", "component", "dev", "part", part)
 		code = errmap.ExitInternal
 	}
 	stopDemo()
@@ -209,13 +215,14 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// devEnv is what `gateway dev` started, in start order; stopAll stops it
-// in reverse.
+// devEnv is what `gateway dev` started: its parts, in start order, on a
+// startstop.Group as the gateway's own (stopAll stops them in reverse; a
+// watched part that stops on its own closes Died).
 type devEnv struct {
 	opts Options
 	log  *slog.Logger
 
-	parts []devPart
+	parts startstop.Group
 
 	dataDir  string
 	pg       *pgcluster.Cluster // nil with --database-url
@@ -232,23 +239,21 @@ type devEnv struct {
 	adminURL string
 }
 
-// devPart is one started service.
-type devPart struct {
-	name string
-	stop func()
-}
+// partGateway names the relay and adapters (a gateway.Gateway) among the
+// parts.
+const partGateway = "relay and adapters"
 
-func (d *devEnv) add(name string, stop func()) { d.parts = append(d.parts, devPart{name, stop}) }
+// add records a started part (see startstop.Group.Add: stopped, when not
+// nil, is watched).
+func (d *devEnv) add(name string, stop func(), stopped <-chan struct{}) {
+	d.parts.Add(name, func() {
+		d.log.Debug("gateway dev: stopping "+name, "component", "dev")
+		stop()
+	}, stopped)
+}
 
 // stopAll stops every started part in reverse order. Safe to call twice.
-func (d *devEnv) stopAll() {
-	for i := len(d.parts) - 1; i >= 0; i-- {
-		p := d.parts[i]
-		d.log.Debug("gateway dev: stopping "+p.name, "component", "dev")
-		p.stop()
-	}
-	d.parts = nil
-}
+func (d *devEnv) stopAll() { d.parts.StopAll() }
 
 // start brings every service up in dependency order: data directory,
 // PostgreSQL (and migrations), NATS, the SMTP sink, the file root, the
@@ -261,7 +266,7 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 		return Ready{}, errmap.Invalid("addr", "cannot listen on --addr (is another gateway dev running?): "+errmap.OneLine(err.Error()))
 	}
 	d.adminLn = ln
-	d.add("admin listener", func() { _ = ln.Close() })
+	d.add("admin listener", func() { _ = ln.Close() }, nil)
 	if err := d.startDataDir(); err != nil {
 		return Ready{}, err
 	}
@@ -281,7 +286,7 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 	if d.echo, err = startEcho(hookSecret); err != nil {
 		return Ready{}, errmap.Invalid("webhook", "cannot start the echo receiver: "+errmap.OneLine(err.Error()))
 	}
-	d.add("webhook echo receiver", func() { _ = d.echo.Close() })
+	d.add("webhook echo receiver", func() { _ = d.echo.Close() }, nil)
 	root, err = filepath.Abs(d.opts.FileRoot)
 	if err != nil {
 		return Ready{}, errmap.Invalid("file_root", "--file-root: "+err.Error())
@@ -310,7 +315,7 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 		return Ready{}, err
 	}
 	d.stack = s
-	d.add("relay and adapters", s.Stop)
+	d.add(partGateway, s.Stop, s.Stopped())
 
 	if err := d.startAdmin(); err != nil {
 		return Ready{}, err
@@ -394,7 +399,7 @@ func (d *devEnv) startDataDir() error {
 		if err := os.RemoveAll(dir); err != nil {
 			d.log.Warn("gateway dev: cannot remove the data directory", "component", "dev", "dir", dir, "error", err)
 		}
-	})
+	}, nil)
 	return nil
 }
 
@@ -428,7 +433,7 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 			if err := c.Stop(); err != nil {
 				d.log.Warn("gateway dev: PostgreSQL shutdown", "component", "dev", "error", err)
 			}
-		})
+		}, nil)
 		if err := createDatabase(ctx, c.URL("postgres"), devDatabase); err != nil {
 			return err
 		}
@@ -439,7 +444,7 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 		return err
 	}
 	d.pool = pool
-	d.add("database pool", pool.Close)
+	d.add("database pool", pool.Close, nil)
 	if err := d.opts.RequireFsync(ctx, pool, d.opts.AllowFsyncOff); err != nil {
 		return err
 	}
@@ -497,7 +502,7 @@ func (d *devEnv) startNATS() error {
 	d.add("NATS", func() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-	})
+	}, nil)
 	if !srv.ReadyForConnections(10 * time.Second) {
 		return errmap.New(errmap.Unavailable, fmt.Sprintf("embedded NATS did not start on 127.0.0.1:%d (is the port in use?)", d.opts.NATSPort))
 	}
@@ -524,7 +529,7 @@ func (d *devEnv) startMail() error {
 	}
 	d.sink = sink
 	d.smtpAddr = sink.Addr()
-	d.add("SMTP sink", func() { _ = sink.Close() })
+	d.add("SMTP sink", func() { _ = sink.Close() }, nil)
 	return nil
 }
 
@@ -563,7 +568,7 @@ func (d *devEnv) startAdmin() error {
 		}
 	}()
 	d.adminURL = "http://" + ln.Addr().String()
-	d.add("admin server", srv.Stop)
+	d.add("admin server", srv.Stop, nil)
 	return nil
 }
 

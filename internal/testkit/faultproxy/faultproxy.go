@@ -1,8 +1,9 @@
-// Package faultproxy is a TCP proxy for tests that loses responses on
-// purpose: it forwards bytes both ways and, when armed, lets a request
+// Package faultproxy loses responses on purpose, for tests. Proxy is a TCP
+// proxy that forwards bytes both ways and, when armed, lets a request
 // through to the server but swallows the server's answer and cuts the
 // connection — the "lost response" of the fencing article: the server did
-// the work, the client never heard.
+// the work, the client never heard. Receiver is an HTTP destination that
+// does the same itself: it acts on a request, then vanishes.
 package faultproxy
 
 import (

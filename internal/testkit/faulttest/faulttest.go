@@ -5,7 +5,6 @@
 package faulttest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
 
 var (
@@ -87,6 +89,17 @@ func Cleanup() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
+}
+
+// Main is TestMain for a package of fault tests: it runs the tests
+// (testdb.Run: a throwaway PostgreSQL is stopped after them), removes the
+// binaries built for them (nats-server, the failpoints gateway) and exits
+// with the tests' code.
+func Main(m *testing.M) {
+	code := testdb.Run(m)
+	natstest.Cleanup()
+	Cleanup()
+	os.Exit(code)
 }
 
 // Gateway returns the failpoints gateway binary, failing the test when it
@@ -324,21 +337,4 @@ func tail(s string) string {
 
 // SyncBuffer is a bytes.Buffer safe for a writer and a reader on
 // different goroutines (a process's or a logger's output read by a test).
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String is what was written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type SyncBuffer = toolbin.SyncBuffer

@@ -142,18 +142,27 @@ func (c *Cluster) liveURLs() string {
 // timeout. The answer comes from the stream's leader: an error while there
 // is none.
 func (c *Cluster) StreamInfo(stream string, timeout time.Duration) (*jetstream.StreamInfo, error) {
+	return ask(c, timeout, func(ctx context.Context, js jetstream.JetStream) (*jetstream.StreamInfo, error) {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return nil, err
+		}
+		return s.CachedInfo(), nil
+	})
+}
+
+// ask calls f with JetStream on a new connection to the live nodes and a
+// context bounded by timeout, and closes the connection after it.
+func ask[T any](c *Cluster, timeout time.Duration, f func(context.Context, jetstream.JetStream) (T, error)) (T, error) {
 	nc, js, err := c.dial()
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	return s.CachedInfo(), nil
+	return f(ctx, js)
 }
 
 // WaitStream polls the stream's info until ok accepts it or timeout passes,
@@ -271,18 +280,13 @@ func (c *Cluster) MoveConsumerLeader(stream, consumer string, node *Node, timeou
 // ConsumerInfo asks the cluster (any live node) for a consumer's info,
 // bounded by timeout: an error while the consumer has no leader.
 func (c *Cluster) ConsumerInfo(stream, consumer string, timeout time.Duration) (*jetstream.ConsumerInfo, error) {
-	nc, js, err := c.dial()
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cons, err := js.Consumer(ctx, stream, consumer)
-	if err != nil {
-		return nil, err
-	}
-	return cons.CachedInfo(), nil
+	return ask(c, timeout, func(ctx context.Context, js jetstream.JetStream) (*jetstream.ConsumerInfo, error) {
+		cons, err := js.Consumer(ctx, stream, consumer)
+		if err != nil {
+			return nil, err
+		}
+		return cons.CachedInfo(), nil
+	})
 }
 
 func (c *Cluster) moveLeader(what, subject string, node *Node, timeout time.Duration, leader func() (string, error)) error {

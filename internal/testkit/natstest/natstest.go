@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
 
 // EnvBin names an environment variable with a prebuilt nats-server binary.
@@ -133,12 +134,11 @@ func Cleanup() {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := toolbin.FreePort()
 	if err != nil {
-		t.Fatalf("natstest: free port: %v", err)
+		t.Fatalf("natstest: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // startTimeout bounds a process's start until it serves JetStream: generous,
@@ -165,7 +165,7 @@ type Process struct {
 	// paused: stopped with SIGSTOP and not continued yet.
 	paused bool
 	// exited is closed when the current process has been waited for.
-	exited chan struct{}
+	exited <-chan struct{}
 	// log is the end of the current process's stderr, said when it exits
 	// during start-up.
 	log *tailBuffer
@@ -207,14 +207,12 @@ func (p *Process) start() <-chan struct{} {
 	log := &tailBuffer{max: 4096}
 	cmd.Stdout, cmd.Stderr = log, log
 	// Dies with the test binary, even when the test's cleanup never runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := toolbin.Start(cmd)
+	if err != nil {
 		p.t.Fatalf("natstest: start nats-server: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	p.cmd, p.exited, p.paused, p.log = cmd, exited, false, log
-	return exited
+	p.cmd, p.exited, p.paused, p.log = cmd, proc.Exited(), false, log
+	return p.exited
 }
 
 // Kill stops the process with SIGKILL, by pid, and waits for it to exit.
@@ -279,12 +277,7 @@ func (p *Process) signal(sig syscall.Signal) {
 		// A stopped process handles no other signal before it continues.
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	}
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
+	toolbin.WaitOrKill(p.cmd.Process, p.exited, 20*time.Second)
 	p.cmd, p.paused = nil, false
 }
 

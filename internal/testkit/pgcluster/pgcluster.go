@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -27,6 +26,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
 
 // Options configures a cluster.
@@ -134,14 +135,23 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		// A kept cluster made with PasswordAuth: its password.
 		c.password = strings.TrimSpace(string(b))
 	}
-	c.port = opts.Port
+	return c.serve(ctx, opts.Port)
+}
+
+// serve starts the server of a cluster just set up on port (0: a free
+// one) and returns it; on failure it removes the cluster's own directory.
+func (c *Cluster) serve(ctx context.Context, port int) (*Cluster, error) {
+	c.port = port
+	var err error
 	if c.port == 0 {
-		if c.port, err = freePort(); err != nil {
-			c.cleanup()
-			return nil, err
+		if c.port, err = toolbin.FreePort(); err != nil {
+			err = fmt.Errorf("pgcluster: %w", err)
 		}
 	}
-	if err := c.start(ctx); err != nil {
+	if err == nil {
+		err = c.start(ctx)
+	}
+	if err != nil {
 		c.cleanup()
 		return nil, err
 	}
@@ -338,15 +348,6 @@ func (c *Cluster) cleanup() {
 	if c.ownDir {
 		_ = os.RemoveAll(c.dir)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func lastLines(s string, n int) string {

@@ -49,15 +49,7 @@ func StartStandby(ctx context.Context, primary *Cluster) (*Cluster, error) {
 		c.cleanup()
 		return nil, fmt.Errorf("pgcluster: pg_basebackup: %w: %s", err, lastLines(string(out), 5))
 	}
-	if c.port, err = freePort(); err != nil {
-		c.cleanup()
-		return nil, err
-	}
-	if err := c.start(ctx); err != nil {
-		c.cleanup()
-		return nil, err
-	}
-	return c, nil
+	return c.serve(ctx, 0)
 }
 
 // cmpSettings returns base with every key of defaults it lacks added.

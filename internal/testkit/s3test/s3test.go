@@ -13,7 +13,6 @@ import (
 	"net"
 	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fencegate/fencegate/internal/testkit/faulttest"
 	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
 
@@ -55,9 +53,7 @@ type Server struct {
 	// Dir is the POSIX backend's directory (a bucket is a directory).
 	Dir string
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	logs   *faulttest.SyncBuffer
+	proc *toolbin.Process
 }
 
 // Start starts versitygw on a free 127.0.0.1 port with a backend in a
@@ -101,51 +97,20 @@ func start(bin, dir string) (*Server, error) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	s := &Server{Endpoint: "http://" + addr, Dir: dir, exited: make(chan struct{}), logs: &faulttest.SyncBuffer{}}
-	s.cmd = exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--region", Region, "--port", addr, "posix", dir)
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	toolbin.SetPdeathsig(s.cmd)
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	s := &Server{Endpoint: "http://" + addr, Dir: dir}
+	s.proc, err = toolbin.Start(exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--region", Region, "--port", addr, "posix", dir))
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.exited)
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("versitygw exited before it was ready:\n%s", s.logs.String())
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			_ = c.Close()
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("versitygw not ready after 20s:\n%s", s.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := s.proc.WaitReady("versitygw", 20*time.Second, func() bool { return toolbin.Answers(addr, 200*time.Millisecond) }); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("%w:\n%s", err, s.proc.Output)
 	}
+	return s, nil
 }
 
-// Stop stops the server and waits for it.
-func (s *Server) Stop() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
+// Stop stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it.
+func (s *Server) Stop() { s.proc.Stop() }
 
 // Client returns an S3 client for the server: path-style, the test
 // credentials, one attempt per call.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,9 +53,7 @@ type Mailpit struct {
 	// BaseURL is the HTTP API's base URL, e.g. "http://127.0.0.1:41234".
 	BaseURL string
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	logs   *bytes.Buffer
+	proc *toolbin.Process
 }
 
 // StartMailpit starts Mailpit on free 127.0.0.1 ports with a database in a
@@ -88,62 +84,35 @@ func StartMailpit(t testing.TB, args ...string) *Mailpit {
 }
 
 func startMailpit(bin, db string, extra []string) (*Mailpit, error) {
-	smtpPort, err := freePort()
+	smtpPort, err := toolbin.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := freePort()
+	httpPort, err := toolbin.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	m := &Mailpit{
 		SMTPAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(smtpPort)),
 		BaseURL:  "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
-		exited:   make(chan struct{}),
-		logs:     &bytes.Buffer{},
 	}
-	m.cmd = exec.Command(bin, append([]string{
+	m.proc, err = toolbin.Start(exec.Command(bin, append([]string{
 		"--disable-version-check",
 		"--smtp", m.SMTPAddr,
 		"--listen", strings.TrimPrefix(m.BaseURL, "http://"),
 		"--database", db,
 		"--smtp-disable-rdns",
 		"--quiet",
-	}, extra...)...)
-	m.cmd.Stdout = &syncWriter{w: m.logs}
-	m.cmd.Stderr = m.cmd.Stdout
-	toolbin.SetPdeathsig(m.cmd)
-	if err := m.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}, extra...)...))
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		_ = m.cmd.Wait()
-		close(m.exited)
-	}()
-	if err := m.waitReady(15 * time.Second); err != nil {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if err := m.proc.WaitReady("mailpit", 15*time.Second, func() bool { return m.ready(client) }); err != nil {
 		m.Stop()
-		return nil, fmt.Errorf("%w; mailpit output:\n%s", err, m.output())
+		return nil, fmt.Errorf("%w; mailpit output:\n%s", err, m.proc.Output)
 	}
 	return m, nil
-}
-
-func (m *Mailpit) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	for {
-		select {
-		case <-m.exited:
-			return errors.New("mailpit exited before it was ready")
-		default:
-		}
-		if m.ready(client) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("mailpit not ready after %s", timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func (m *Mailpit) ready(client *http.Client) bool {
@@ -156,37 +125,12 @@ func (m *Mailpit) ready(client *http.Client) bool {
 	if resp.StatusCode != http.StatusOK {
 		return false
 	}
-	c, err := net.DialTimeout("tcp", m.SMTPAddr, time.Second)
-	if err != nil {
-		return false
-	}
-	_ = c.Close()
-	return true
+	return toolbin.Answers(m.SMTPAddr, time.Second)
 }
 
 // Stop terminates the process (SIGTERM, then SIGKILL after 5 s) and waits
 // for it.
-func (m *Mailpit) Stop() {
-	select {
-	case <-m.exited:
-		return
-	default:
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.exited:
-	case <-time.After(5 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.exited
-	}
-}
-
-func (m *Mailpit) output() string {
-	w := m.cmd.Stdout.(*syncWriter)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return m.logs.String()
-}
+func (m *Mailpit) Stop() { m.proc.Stop() }
 
 // CountMessageID counts the messages at this Mailpit whose Message-ID is
 // exactly messageID (angle brackets optional).
@@ -263,29 +207,9 @@ func CountMessageID(ctx context.Context, baseURL, messageID string) (int, error)
 	return n, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // searchClient keeps no idle connections, so that tests checking for
 // leaked goroutines stay clean.
 var searchClient = &http.Client{
 	Timeout:   10 * time.Second,
 	Transport: &http.Transport{DisableKeepAlives: true},
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(p)
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
+	"io"
 	"net/smtp"
 	"net/textproto"
 	"strings"
@@ -134,17 +134,10 @@ func TestServerTLSAndAuth(t *testing.T) {
 	if err := c.Auth(smtp.PlainAuth("", "u", "p", "127.0.0.1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Mail("a@example.com"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Rcpt("b@example.com"); err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.Data()
+	w, err := startData(c, "<tls@test>")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprint(w, rawMessage("<tls@test>"))
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +180,26 @@ func TestMailpitCountMessageID(t *testing.T) {
 
 func tlsSkipVerify() *tls.Config { return &tls.Config{InsecureSkipVerify: true} }
 
+// startData sends MAIL, RCPT and DATA on c and writes the message with
+// Message-ID id; the writer's Close sends the final dot and waits for the
+// reply.
+func startData(c *smtp.Client, id string) (io.WriteCloser, error) {
+	if err := c.Mail("a@example.com"); err != nil {
+		return nil, err
+	}
+	if err := c.Rcpt("b@example.com"); err != nil {
+		return nil, err
+	}
+	w, err := c.Data()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write([]byte(rawMessage(id))); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
 // sendWithin sends one message to addr and gives up on the reply to the
 // end of data after timeout, like the email adapter's execute timeout.
 func sendWithin(addr, id string, timeout time.Duration) error {
@@ -195,17 +208,8 @@ func sendWithin(addr, id string, timeout time.Duration) error {
 		return err
 	}
 	defer c.Close()
-	if err := c.Mail("a@example.com"); err != nil {
-		return err
-	}
-	if err := c.Rcpt("b@example.com"); err != nil {
-		return err
-	}
-	w, err := c.Data()
+	w, err := startData(c, id)
 	if err != nil {
-		return err
-	}
-	if _, err := w.Write([]byte(rawMessage(id))); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
@@ -284,17 +288,8 @@ func TestServerStoresLateAndForwards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Mail("a@example.com"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Rcpt("b@example.com"); err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.Data()
+	w, err := startData(c, "<abandoned@test>")
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write([]byte(rawMessage("<abandoned@test>"))); err != nil {
 		t.Fatal(err)
 	}
 	// Close sends the final dot and waits for the reply; give up at once

@@ -129,8 +129,22 @@ func Server(t testing.TB) string {
 // and returns its URL.
 func NewURL(t testing.TB) string {
 	t.Helper()
-	base := Server(t)
-	name := "fencegate_test_" + randHex(8)
+	createMu.Lock()
+	defer createMu.Unlock()
+	return create(t, "fencegate_test_", true)
+}
+
+// create creates a database named prefix and a random suffix, a copy of
+// the migrated template or empty, dropped at the test's end, and returns
+// its URL.
+func create(t testing.TB, prefix string, fromTemplate bool) string {
+	t.Helper()
+	base := Server(t) // sets up the template
+	name := prefix + randHex(8)
+	stmt := "CREATE DATABASE " + name
+	if fromTemplate {
+		stmt += " TEMPLATE " + template
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
@@ -138,10 +152,7 @@ func NewURL(t testing.TB) string {
 		t.Fatalf("testdb: connect: %v", err)
 	}
 	defer conn.Close(ctx)
-	createMu.Lock()
-	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template))
-	createMu.Unlock()
-	if err != nil {
+	if _, err := conn.Exec(ctx, stmt); err != nil {
 		t.Fatalf("testdb: create database: %v", err)
 	}
 	t.Cleanup(func() { drop(base, name) })
@@ -243,20 +254,7 @@ func SchemaEnv(key string) string {
 // test's end, and returns its URL: for tests of migrating itself.
 func NewEmptyURL(t testing.TB) string {
 	t.Helper()
-	base := Server(t)
-	name := "fencegate_empty_" + randHex(8)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("testdb: connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testdb: create database: %v", err)
-	}
-	t.Cleanup(func() { drop(base, name) })
-	return WithDB(base, name)
+	return create(t, "fencegate_empty_", false)
 }
 
 // drop drops database name of the server at base, connected anew (the

@@ -50,35 +50,40 @@ func world() (*Observed, []Op) {
 	return obs, ops
 }
 
-func TestVerifyCleanRun(t *testing.T) {
+// A run with no broken invariant passes, and its deliveries are tallied
+// by outcome and effects.
+func TestVerifyPasses(t *testing.T) {
 	t.Parallel()
-	obs, ops := world()
-	obs.Min = Minimum{Enqueues: 4, Effects: 1}
-	obs.Faults, obs.Injected = map[string]int{HookLate: 1, "kill9_postgres": 1}, map[string]int{HookLate: 1, "kill9_postgres": 1}
-	r := Verify(obs, ops)
-	if len(r.Violations) != 0 {
-		t.Fatalf("clean run flagged: %v", r.Violations)
-	}
-	if got := r.Deliveries["webhook"]["succeeded: 1 effect"]; got != 1 {
-		t.Fatalf("webhook tally %v, want one succeeded key with 1 effect", r.Deliveries["webhook"])
-	}
-}
-
-// An effect is held against the intent whose attempt caused it: an intent
-// that failed (its attempts refused) beside another intent of its key
-// that succeeded is no contradiction.
-func TestVerifyAttributesEffects(t *testing.T) {
-	t.Parallel()
-	obs, ops := world()
-	obs.Intents = append(obs.Intents, Intent{ID: 5, Resource: "r", Epoch: 2, OpID: "b-3", Kind: "webhook", Key: "r/hook/1", Payload: `{}`,
-		Status: "failed", LastError: "gave up after 5 attempts: 503", Committed: obs.Intents[3].Committed.Add(time.Millisecond)})
-	obs.Hooks = append(obs.Hooks, Delivery{Key: "r/hook/1", IntentID: 5, Epoch: 2, Fault: Hook503, Refused: true})
-	r := Verify(obs, ops)
-	if len(r.Violations) != 0 {
-		t.Fatalf("flagged: %v", r.Violations)
-	}
-	if got := r.Deliveries["webhook"]["failed+succeeded: 1 effect"]; got != 1 {
-		t.Fatalf("webhook tally %v", r.Deliveries["webhook"])
+	for _, tc := range []struct {
+		name  string
+		setup func(*Observed)
+		tally string // the webhook key's tally
+	}{
+		{"clean run", func(obs *Observed) {
+			obs.Min = Minimum{Enqueues: 4, Effects: 1}
+			obs.Faults, obs.Injected = map[string]int{HookLate: 1, "kill9_postgres": 1}, map[string]int{HookLate: 1, "kill9_postgres": 1}
+		}, "succeeded: 1 effect"},
+		// An effect is held against the intent whose attempt caused it: an
+		// intent that failed (its attempts refused) beside another intent
+		// of its key that succeeded is no contradiction.
+		{"effects attributed", func(obs *Observed) {
+			obs.Intents = append(obs.Intents, Intent{ID: 5, Resource: "r", Epoch: 2, OpID: "b-3", Kind: "webhook", Key: "r/hook/1", Payload: `{}`,
+				Status: "failed", LastError: "gave up after 5 attempts: 503", Committed: obs.Intents[3].Committed.Add(time.Millisecond)})
+			obs.Hooks = append(obs.Hooks, Delivery{Key: "r/hook/1", IntentID: 5, Epoch: 2, Fault: Hook503, Refused: true})
+		}, "failed+succeeded: 1 effect"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			obs, ops := world()
+			tc.setup(obs)
+			r := Verify(obs, ops)
+			if len(r.Violations) != 0 {
+				t.Fatalf("flagged: %v", r.Violations)
+			}
+			if got := r.Deliveries["webhook"][tc.tally]; got != 1 {
+				t.Fatalf("webhook tally %v, want one key with %q", r.Deliveries["webhook"], tc.tally)
+			}
+		})
 	}
 }
 

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testkit/faultproxy"
 )
 
 // The webhook receiver's faults, armed by the nemesis (Arm) for a number
@@ -61,13 +62,12 @@ type HookReceiver struct {
 	URL, Host string
 	// late is the sender's execute timeout: a late answer comes after it.
 	late time.Duration
-	srv  *http.Server
+	rc   *faultproxy.Receiver
 	done chan struct{}
+	*faults
 
 	mu         sync.Mutex
 	rng        *rand.Rand
-	armed      map[string]int // fault -> requests it still applies to
-	injected   map[string]int
 	deliveries []Delivery
 	requests   int
 	lookups    int
@@ -85,29 +85,19 @@ type hookRetry struct {
 	intent int64
 }
 
-type connKey struct{}
-
-// connState counts the requests a connection carried.
-type connState struct{ n int }
-
 // NewHookReceiver starts a receiver whose late answers come after late;
 // seed drives its choices. Close stops it.
 func NewHookReceiver(seed uint64, late time.Duration) (*HookReceiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	h := &HookReceiver{Host: ln.Addr().String(), late: late, done: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(seed, 0x400c)), armed: map[string]int{}, injected: map[string]int{}, notBefore: map[hookRetry]time.Time{}}
-	h.URL = "http://" + h.Host
+	h := &HookReceiver{late: late, done: make(chan struct{}), faults: newFaults(),
+		rng: rand.New(rand.NewPCG(seed, 0x400c)), notBefore: map[hookRetry]time.Time{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hook", h.hook)
 	mux.HandleFunc("GET /lookup", h.lookup)
-	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: time.Minute,
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, &connState{})
-		}}
-	go func() { _ = h.srv.Serve(ln) }()
+	rc, err := faultproxy.NewReceiver(mux)
+	if err != nil {
+		return nil, err
+	}
+	h.rc, h.URL, h.Host = rc, rc.URL, rc.Host
 	return h, nil
 }
 
@@ -118,28 +108,7 @@ func (h *HookReceiver) Close() {
 	default:
 		close(h.done)
 	}
-	_ = h.srv.Close()
-}
-
-// Arm makes the next n requests that fault applies to misbehave so.
-func (h *HookReceiver) Arm(fault string, n int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.armed[fault] += n
-}
-
-// Disarm drops the faults not yet applied.
-func (h *HookReceiver) Disarm() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	clear(h.armed)
-}
-
-// Injected returns how often each fault was applied.
-func (h *HookReceiver) Injected() map[string]int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return copyCounts(h.injected)
+	_ = h.rc.Close()
 }
 
 // Deliveries returns the requests acted on and those refused (Refused).
@@ -186,15 +155,9 @@ func (h *HookReceiver) Wait(timeout time.Duration) bool {
 // pick chooses the fault for a request (reused: on a kept-alive
 // connection) and counts it as injected.
 func (h *HookReceiver) pick(reused bool) string {
-	for _, f := range HookFaults {
-		if h.armed[f] == 0 || (f == HookDropFresh && reused) || (f == HookDropReused && !reused) {
-			continue
-		}
-		h.armed[f]--
-		h.injected[f]++
-		return f
-	}
-	return ""
+	return h.take(HookFaults, func(f string) bool {
+		return (f != HookDropFresh || !reused) && (f != HookDropReused || reused)
+	})
 }
 
 func (h *HookReceiver) hook(w http.ResponseWriter, r *http.Request) {
@@ -202,12 +165,7 @@ func (h *HookReceiver) hook(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.Copy(io.Discard, r.Body); err != nil {
 		return
 	}
-	cs, _ := r.Context().Value(connKey{}).(*connState)
-	reused := false
-	if cs != nil {
-		cs.n++
-		reused = cs.n > 1
-	}
+	reused := faultproxy.Reused(r)
 	key := r.Header.Get("Idempotency-Key")
 	id, _ := strconv.ParseInt(r.Header.Get("Fencegate-Intent-Id"), 10, 64)
 	epoch, _ := strconv.ParseInt(r.Header.Get("Fencegate-Epoch"), 10, 64)
@@ -259,9 +217,7 @@ func (h *HookReceiver) hook(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", now.Add(2*time.Second).UTC().Format(http.TimeFormat))
 		http.Error(w, "unavailable", http.StatusServiceUnavailable)
 	case HookDropFresh, HookDropReused:
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			_ = conn.Close()
-		}
+		faultproxy.Vanish(w)
 	case HookReset:
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err != nil {
