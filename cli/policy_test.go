@@ -1,11 +1,22 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // gateway policy apply FILE stores a rule set (exit 0, its version), a bad
@@ -53,4 +64,152 @@ func TestPolicyApplyShow(t *testing.T) {
 	if p := ps[0].(map[string]any); p["name"] != "reports" || p["key_scope"] != "resource" {
 		t.Fatalf("policy show's principal: %v", p)
 	}
+}
+
+// One rule set for every way in: a principal confined to reports/* and
+// email, through Go (outbox, lease), the CLI (--principal), the HTTP intake
+// (a token naming the principal, with no scope of its own) and SQL (a role
+// mapped to it), can lease and enqueue mail under reports/, and nothing
+// else: another resource, another kind, an epoch advance, and naming no
+// principal are each refused as forbidden, naming the field, with nothing
+// stored.
+func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newRunEnv(t)
+	s := testdb.Schema()
+	role := testdb.Role(t, e.pool, "fg_reports_", testdb.WorkerGrants()...)
+	doc := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(doc, []byte(fmt.Sprintf(`{"principals": [
+		{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"], "sql_roles": [%q]}]}`, role)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expectCode(t, gw(t, e.db, "policy", "apply", doc), 0, "")
+
+	checks := 0
+	forbidden := func(way string, err error, field string) {
+		t.Helper()
+		checks++
+		var f *fenceerr.ForbiddenError
+		if !errors.As(err, &f) || f.Field != field {
+			t.Errorf("%s: %v; want forbidden naming %s", way, err, field)
+		}
+	}
+	allowed := func(way string, err error) {
+		t.Helper()
+		checks++
+		if err != nil {
+			t.Errorf("%s: %v; want it allowed", way, err)
+		}
+	}
+
+	// Go.
+	iss := lease.NewIssuer(e.pool, lease.WithSchema(s), lease.AsPrincipal("reports"))
+	ob, err := outbox.New(e.pool, outbox.Config{Schema: s, Principal: "reports"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := iss.Acquire(ctx, "reports/go", "w", time.Minute)
+	allowed("Go: acquire reports/go", err)
+	_, err = ob.Enqueue(ctx, outbox.Intent{Resource: "reports/go", Epoch: l.Epoch, OperationID: "m", Kind: "email", Payload: json.RawMessage(cliEmail)})
+	allowed("Go: enqueue mail on reports/go", err)
+	_, err = iss.Acquire(ctx, "billing/go", "w", time.Minute)
+	forbidden("Go: acquire billing/go", err, "resource")
+	_, err = ob.Enqueue(ctx, outbox.Intent{Resource: "reports/go", Epoch: l.Epoch, OperationID: "f", Kind: "file", Payload: json.RawMessage(`{"target":"a.txt","content":"x"}`)})
+	forbidden("Go: enqueue a file", err, "kind")
+	_, err = iss.Advance(ctx, "reports/go", l.Epoch+10)
+	forbidden("Go: advance reports/go", err, "epochs")
+	_, err = lease.NewIssuer(e.pool, lease.WithSchema(s)).Acquire(ctx, "reports/go", "w", time.Minute)
+	forbidden("Go: acquire naming no principal", err, "principal")
+
+	// The CLI.
+	cliForbidden := func(way string, r cliResult, field string) {
+		t.Helper()
+		checks++
+		eb, _ := r.obj["error"].(map[string]any)
+		if r.code != 2 || eb["code"] != "forbidden" || errorField(r) != field {
+			t.Errorf("CLI: %s: exit %d %s; want exit 2, forbidden naming %s", way, r.code, r.stdout, field)
+		}
+	}
+	r := gw(t, e.db, "lease", "acquire", "--principal", "reports", "--resource", "reports/cli", "--holder", "w", "--ttl", "60s")
+	expectCode(t, r, 0, "")
+	checks++
+	epoch := jsonNum(r.obj["epoch"])
+	expectCode(t, gw(t, e.db, "enqueue", "--principal", "reports", "--resource", "reports/cli", "--epoch", epoch, "--op", "m", "--kind", "email", "--payload", cliEmail), 0, "")
+	checks++
+	cliForbidden("acquire billing/cli", gw(t, e.db, "lease", "acquire", "--principal", "reports", "--resource", "billing/cli", "--holder", "w"), "resource")
+	cliForbidden("enqueue a file", gw(t, e.db, "enqueue", "--principal", "reports", "--resource", "reports/cli", "--epoch", epoch, "--op", "f",
+		"--kind", "file", "--payload", `{"target":"a.txt","content":"x"}`), "kind")
+	cliForbidden("epoch advance", gw(t, e.db, "epoch", "advance", "--principal", "reports", "--resource", "reports/cli", "--epoch", "99"), "epochs")
+	cliForbidden("acquire naming no principal", gw(t, e.db, "lease", "acquire", "--resource", "reports/cli", "--holder", "w"), "principal")
+
+	// HTTP: the token has no scope of its own; its principal's rules hold.
+	addr := freeAddr(t)
+	const secret = "rw-secret-0123456789abcdef"
+	p := e.run(t, []string{"GATEWAY_TOKENS=rw:worker:" + secret + ":principal=reports"}, "--adapters", "", "--admin-addr", addr)
+	defer p.stop(t)
+	waitAdmin(t, addr)
+	api := "http://" + addr + "/api/v1"
+	httpForbidden := func(way string, code int, body map[string]any, field string) {
+		t.Helper()
+		checks++
+		eb, _ := body["error"].(map[string]any)
+		if code != http.StatusForbidden || eb["code"] != "forbidden" || eb["field"] != field {
+			t.Errorf("HTTP: %s: %d %v; want 403 forbidden naming %s", way, code, body, field)
+		}
+	}
+	code, body := postJSON(t, api+"/leases", secret, `{"resource":"reports/http","holder":"w","ttl_ms":60000}`)
+	checks++
+	if code != http.StatusCreated {
+		t.Fatalf("HTTP: lease reports/http: %d %v", code, body)
+	}
+	he := int64(body["epoch"].(float64))
+	code, body = postJSON(t, api+"/intents", secret, fmt.Sprintf(`{"resource":"reports/http","epoch":%d,"operation_id":"m","kind":"email","payload":%s}`, he, cliEmail))
+	checks++
+	if code != http.StatusCreated && code != http.StatusOK {
+		t.Errorf("HTTP: enqueue mail on reports/http: %d %v", code, body)
+	}
+	code, body = postJSON(t, api+"/leases", secret, `{"resource":"billing/http","holder":"w","ttl_ms":60000}`)
+	httpForbidden("lease billing/http", code, body, "resource")
+	code, body = postJSON(t, api+"/intents", secret, fmt.Sprintf(`{"resource":"reports/http","epoch":%d,"operation_id":"f","kind":"file","payload":{"target":"a.txt","content":"x"}}`, he))
+	httpForbidden("enqueue a file", code, body, "kind")
+
+	// SQL: the mapped role.
+	conn := testdb.ConnectAs(t, e.pool, role)
+	var se int64
+	err = conn.QueryRow(ctx, testdb.SQL(`SELECT epoch FROM fencegate.acquire('reports/sql', 'w', interval '1 minute')`)).Scan(&se)
+	allowed("SQL: acquire reports/sql", err)
+	_, err = conn.Exec(ctx, testdb.SQL(`SELECT * FROM fencegate.enqueue('reports/sql', $1, 'm', 'email', $2::jsonb)`), se, cliEmail)
+	allowed("SQL: enqueue mail on reports/sql", err)
+	sqlForbidden := func(way string, err error, field string) {
+		t.Helper()
+		checks++
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "ZF007" || pe.ColumnName != field {
+			t.Errorf("SQL: %s: %v; want ZF007 naming %s", way, err, field)
+		}
+	}
+	_, err = conn.Exec(ctx, testdb.SQL(`SELECT * FROM fencegate.acquire('billing/sql', 'w', interval '1 minute')`))
+	sqlForbidden("acquire billing/sql", err, "resource")
+	_, err = conn.Exec(ctx, testdb.SQL(`SELECT * FROM fencegate.enqueue('reports/sql', $1, 'f', 'file', '{"target":"a.txt","content":"x"}'::jsonb)`), se)
+	sqlForbidden("enqueue a file", err, "kind")
+
+	// Nothing but the four mails, on reports/, by the principal.
+	var n, other int
+	if err := e.pool.QueryRow(ctx, testdb.SQL(`SELECT count(*), count(*) FILTER (WHERE kind <> 'email' OR resource_id NOT LIKE 'reports/%' OR principal IS DISTINCT FROM 'reports')
+		FROM fencegate.intents`)).Scan(&n, &other); err != nil {
+		t.Fatal(err)
+	}
+	checks++
+	if n != 4 || other != 0 {
+		t.Errorf("%d intents stored, %d of them not a mail on reports/ by reports; want 4 and 0", n, other)
+	}
+	var foreign int
+	if err := e.pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.resources WHERE resource_id LIKE 'billing/%'`)).Scan(&foreign); err != nil || foreign != 0 {
+		t.Errorf("%d control rows of billing/ made by refused grants (%v)", foreign, err)
+	}
+	if checks < 20 {
+		t.Fatalf("only %d checks ran", checks)
+	}
+	t.Logf("%d checks over Go, the CLI, HTTP and SQL", checks)
 }

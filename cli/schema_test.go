@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
@@ -78,5 +81,37 @@ func TestMigrateMoveFromPublic(t *testing.T) {
 	r = gw(t, db, "migrate", "--schema", target, "--move-from", target)
 	if r.code != 2 || errorField(r) != "move_from" {
 		t.Fatalf("--move-from the schema itself: exit %d %s; want exit 2 naming move_from", r.code, r.stdout)
+	}
+}
+
+// gateway migrate into a schema another role can create in is exit 2
+// naming schema (the role named, and the way out), and installs nothing;
+// --allow-unsafe-schema installs.
+func TestMigrateRefusesSchemaOthersCanCreateIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewEmptyURL(t)
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	role := testdb.Role(t, nil, "fg_hostile_cli_")
+	if _, err := conn.Exec(ctx, "GRANT CREATE ON SCHEMA public TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP OWNED BY "+role) })
+	r := gw(t, db, "migrate", "--schema", "public")
+	if r.code != 2 || errorField(r) != "schema" || !strings.Contains(r.stdout, role) || !strings.Contains(r.stdout, "--allow-unsafe-schema") {
+		t.Fatalf("migrate --schema public, %s can create there: exit %d %s; want exit 2 naming schema, the role and --allow-unsafe-schema", role, r.code, r.stdout)
+	}
+	var installed bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('public.fencegate_schema_version') IS NOT NULL`).Scan(&installed); err != nil || installed {
+		t.Fatalf("a refused migrate installed: %t, %v", installed, err)
+	}
+	r = gw(t, db, "migrate", "--schema", "public", "--allow-unsafe-schema")
+	expectCode(t, r, 0, "")
+	if r.obj["schema"] != "public" {
+		t.Fatalf("migrate --allow-unsafe-schema: %s", r.stdout)
 	}
 }

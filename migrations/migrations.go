@@ -82,12 +82,13 @@ const versionTable = "fencegate_schema_version"
 //
 // The migrations run on connections whose search_path is the schema
 // alone, so everything they create lands in it, whatever pool's own
-// search_path; every function in the schema has its search_path pinned to
-// the schema (SET search_path FROM CURRENT in its file, and PinFunctions
-// in the same transaction), so that a function called from a session
-// whose search_path leads elsewhere (a worker's transaction in the
-// application's public schema, which may well have a table called
-// intents) still reads fencegate's tables.
+// search_path; every function of fencegate's names its own objects with
+// the schema and has its search_path pinned to the catalog alone (the
+// SET clause in its file, and PinFunctions in the same transaction), so
+// that a function called from a session whose search_path leads elsewhere
+// (a worker's transaction in the application's public schema, which may
+// well have a table called intents) still reads fencegate's tables, and
+// no object of another schema is ever found by name inside it.
 //
 // A database whose fencegate tables are in another schema (an install
 // from before schemas, in public) is refused with an *ElsewhereError
@@ -482,7 +483,8 @@ func Version(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, err
 // sequence and function of fencegate's (pgschema.Objects) found in from.
 // Nothing else in from is touched. It returns the objects moved; none when
 // from holds no install. Run Up afterwards (gateway migrate --move-from
-// does both): it pins the moved functions' search_path to the new schema.
+// does both): the moved functions' bodies still name the old schema, and
+// fail, until Up redefines them from the function files.
 //
 // Stop every gateway process and worker of the database first: a
 // statement already planned against the old schema fails once the tables

@@ -2,8 +2,6 @@ package migrations_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -551,31 +549,9 @@ func TestHostileRoleCannotShadow(t *testing.T) {
 func hostileRoleCannotShadow(t *testing.T, schema string, from int64) {
 	ctx := context.Background()
 	s := pgschema.MustParse(schema)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	role, password := "hostile_"+hex.EncodeToString(b), hex.EncodeToString(b)+"pw"
-
-	// The role is the cluster's, dropped after the database (cleanups run
-	// last registered first).
-	admin, err := pgx.Connect(ctx, testdb.Server(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER PASSWORD '%s'", role, password)); err != nil {
-		t.Fatal(err)
-	}
-	_ = admin.Close(ctx)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), testdb.Server(t))
-		if err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
+	// The role is the cluster's, dropped after the database (made first,
+	// its cleanup runs last).
+	role, password := testdb.Role(t, nil, "hostile_"), testdb.RolePassword
 
 	dbURL := testdb.NewEmptyURL(t)
 	pool, err := pgxpool.New(ctx, dbURL)
@@ -803,4 +779,87 @@ func TestFunctionsKnowTheirSchema(t *testing.T) {
 	if !seen[s.IntentsChannel()] || !seen[s.OutcomesChannel()] {
 		t.Fatalf("notified on %v; want %s and %s", slices.Sorted(maps.Keys(seen)), s.IntentsChannel(), s.OutcomesChannel())
 	}
+}
+
+// The SQL interface's functions run with the rights of the role that ran
+// migrate (SECURITY DEFINER): migrate refuses to install them in a schema
+// where another role could create a function or operator that name
+// resolution inside them might pick, unless told to (AllowUnsafeSchema).
+// Each case is refused naming the roles, and nothing is stored; the
+// override installs; a schema of fencegate's own (created by migrate) and
+// one the migrating role owns with no grant to others are accepted.
+func TestUpRefusesSchemaOthersCanCreateIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hostile, app := testdb.Role(t, nil, "fg_hostile_"), testdb.Role(t, nil, "fg_app_")
+	cases := []struct {
+		name, schema string
+		setup        []string
+		want         []string // the roles named; nil: accepted
+	}{
+		{"a role granted CREATE on public", "public",
+			[]string{"GRANT CREATE ON SCHEMA public TO " + hostile}, []string{hostile}},
+		{"PUBLIC granted CREATE on public", "public",
+			[]string{"GRANT CREATE ON SCHEMA public TO PUBLIC"}, []string{"PUBLIC"}},
+		{"an application's schema, owned by another role", "appdata",
+			[]string{"CREATE SCHEMA appdata AUTHORIZATION " + app}, []string{app}},
+		{"a schema of its own where a role was granted CREATE", "ours",
+			[]string{"CREATE SCHEMA ours", "GRANT CREATE ON SCHEMA ours TO " + hostile}, []string{hostile}},
+		{"a schema of its own, USAGE granted only", "ours",
+			[]string{"CREATE SCHEMA ours", "GRANT USAGE ON SCHEMA ours TO " + hostile}, nil},
+		{"public, CREATE revoked from PUBLIC", "public",
+			[]string{"REVOKE CREATE ON SCHEMA public FROM PUBLIC"}, nil},
+	}
+	checked := 0
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pool := emptyDatabase(t)
+			for _, stmt := range c.setup {
+				if _, err := pool.Exec(ctx, stmt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Roles are the cluster's: each database drops what it granted
+			// before the roles go.
+			t.Cleanup(func() {
+				for _, r := range []string{hostile, app} {
+					_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+r)
+				}
+			})
+			_, err := migrations.Up(ctx, pool, migrations.Config{Schema: c.schema})
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("Up into %s: %v; want it accepted", c.schema, err)
+				}
+				checked++
+				return
+			}
+			var unsafe *migrations.UnsafeSchemaError
+			if !errors.As(err, &unsafe) {
+				t.Fatalf("Up into %s = %v; want an *UnsafeSchemaError", c.schema, err)
+			}
+			if unsafe.Schema != c.schema || !slices.Equal(unsafe.Roles, c.want) {
+				t.Fatalf("refusal = %+v; want schema %s, roles %v", unsafe, c.schema, c.want)
+			}
+			var tables int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace`, c.schema).Scan(&tables); err != nil {
+				t.Fatal(err)
+			}
+			if tables != 0 {
+				t.Fatalf("a refused Up left %d relations in %s", tables, c.schema)
+			}
+			// Told explicitly, it installs.
+			if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: c.schema, AllowUnsafeSchema: true}); err != nil {
+				t.Fatalf("Up into %s with AllowUnsafeSchema: %v", c.schema, err)
+			}
+			if ok, err := migrations.Installed(ctx, pool, c.schema); err != nil || !ok {
+				t.Fatalf("Installed(%s) after the override = %t, %v", c.schema, ok, err)
+			}
+			checked++
+		})
+	}
+	if checked != len(cases) {
+		t.Fatalf("%d of %d schema cases checked", checked, len(cases))
+	}
+	t.Logf("%d of %d schema cases checked", checked, len(cases))
 }

@@ -894,39 +894,13 @@ func TestSQLInterfaceLeastAuthority(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	ctx := context.Background()
-	suffix := fmt.Sprint(time.Now().UnixNano())
-	worker, other := "fg_worker_"+suffix, "fg_other_"+suffix
 	s := testdb.Schema()
-	for _, stmt := range []string{
-		"CREATE ROLE " + worker + " LOGIN PASSWORD 'pw'",
-		"CREATE ROLE " + other + " LOGIN PASSWORD 'pw'",
-		"GRANT USAGE ON SCHEMA " + s + " TO " + worker + ", " + other,
-		"GRANT EXECUTE ON FUNCTION " + s + ".enqueue(text, bigint, text, text, jsonb, text, text), " +
-			s + ".acquire(text, text, interval, bigint), " + s + ".release(text, text, bigint) TO " + worker,
-	} {
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, r := range []string{worker, other} {
-			_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+r)
-			_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+r)
-		}
-	})
-	as := func(role string) *pgx.Conn {
-		cfg, err := pgx.ParseConfig(pool.Config().ConnString())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.User, cfg.Password = role, "pw"
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		return c
-	}
+	// Renew is not granted: the worker may call only what it was given.
+	worker := testdb.Role(t, pool, "fg_worker_", "GRANT USAGE ON SCHEMA "+s+" TO {role}",
+		"GRANT EXECUTE ON FUNCTION "+s+".enqueue(text, bigint, text, text, jsonb, text, text), "+
+			s+".acquire(text, text, interval, bigint), "+s+".release(text, text, bigint) TO {role}")
+	other := testdb.Role(t, pool, "fg_other_", "GRANT USAGE ON SCHEMA "+s+" TO {role}")
+	as := func(role string) *pgx.Conn { return testdb.ConnectAs(t, pool, role) }
 	w := as(worker)
 	var epoch int64
 	if err := w.QueryRow(ctx, testdb.SQL(`SELECT epoch FROM fencegate.acquire('r', 'w', interval '1 minute')`)).Scan(&epoch); err != nil {

@@ -545,7 +545,11 @@ func installFailpointEnqueue(t *testing.T, pool *pgxpool.Pool) {
 		return err
 	})
 	if err == nil {
-		err = migrations.PinFunctions(ctx, pool, testdb.Schema())
+		// Migration 00010's body names the tables unqualified: it reads
+		// them through a search_path of the schema (fencegate's own
+		// functions search the catalog alone and qualify every name).
+		_, err = pool.Exec(ctx, "ALTER FUNCTION "+testdb.Schema()+
+			".fencegate_enqueue(text, bigint, text, text, text, text, jsonb, boolean) SET search_path = "+testdb.Schema()+", pg_temp")
 	}
 	if err != nil {
 		t.Fatalf("install the failpoint version of fencegate_enqueue: %v", err)

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/policy"
 )
@@ -19,45 +18,6 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 const mail = `{"to":"alice@example.com","from":"reports@example.com","subject":"Nightly report","text":"ready"}`
-
-// sqlWorkers makes LOGIN roles granted exactly docs/sql.md's worker grant
-// block, dropped at the end, and returns a connection as each.
-func sqlWorkers(t *testing.T, pool *pgxpool.Pool, names ...string) map[string]*pgx.Conn {
-	t.Helper()
-	ctx := context.Background()
-	s := testdb.Schema()
-	conns := map[string]*pgx.Conn{}
-	for _, name := range names {
-		for _, stmt := range []string{
-			"CREATE ROLE " + name + " LOGIN PASSWORD 'pw'",
-			"GRANT USAGE ON SCHEMA " + s + " TO " + name,
-			"GRANT EXECUTE ON FUNCTION " + s + ".enqueue(text, bigint, text, text, jsonb, text, text), " +
-				s + ".acquire(text, text, interval, bigint), " + s + ".renew(text, text, bigint, interval), " +
-				s + ".release(text, text, bigint) TO " + name,
-		} {
-			if _, err := pool.Exec(ctx, stmt); err != nil {
-				t.Fatal(err)
-			}
-		}
-		t.Cleanup(func() {
-			_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+name)
-			_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+name)
-		})
-		cfg, err := pgx.ParseConfig(pool.Config().ConnString())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.User, cfg.Password = name, "pw"
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Closed before the role is dropped (cleanups run last first).
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		conns[name] = c
-	}
-	return conns
-}
 
 // sqlState returns the SQLSTATE, COLUMN and DETAIL of err ("" if none).
 func sqlState(err error) (code, column, detail string) {
@@ -80,9 +40,12 @@ func TestSQLRolesFollowTheRuleSet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	suffix := fmt.Sprint(time.Now().UnixNano())
-	reportsRole, billingRole, stranger := "fg_reports_"+suffix, "fg_billing_"+suffix, "fg_stranger_"+suffix
-	w := sqlWorkers(t, pool, reportsRole, billingRole, stranger)
+	reportsRole, billingRole, stranger := testdb.Role(t, pool, "fg_reports_", testdb.WorkerGrants()...),
+		testdb.Role(t, pool, "fg_billing_", testdb.WorkerGrants()...), testdb.Role(t, pool, "fg_stranger_", testdb.WorkerGrants()...)
+	w := map[string]*pgx.Conn{}
+	for _, r := range []string{reportsRole, billingRole, stranger} {
+		w[r] = testdb.ConnectAs(t, pool, r)
+	}
 	q := func(sql string) string { return testdb.SQL(sql) }
 	acquire := func(c *pgx.Conn, resource string) (int64, error) {
 		var epoch int64
@@ -226,19 +189,13 @@ func TestIdleWorkerStallsRenewOnlyUntilItsTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	worker := fmt.Sprint("fg_idle_", time.Now().UnixNano())
-	w := sqlWorkers(t, pool, worker)[worker]
+	worker := testdb.Role(t, pool, "fg_idle_", testdb.WorkerGrants()...)
 	q := func(sql string) string { return testdb.SQL(sql) }
 	if _, err := pool.Exec(ctx, "ALTER ROLE "+worker+" SET idle_in_transaction_session_timeout = '1s'"); err != nil {
 		t.Fatal(err)
 	}
 	// The setting applies to sessions that start after it.
-	cfg := w.Config().Copy()
-	w, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	w := testdb.ConnectAs(t, pool, worker)
 
 	var epoch int64
 	if err := pool.QueryRow(ctx, q(`SELECT epoch FROM fencegate.acquire('shared', 'holder', interval '1 minute')`)).Scan(&epoch); err != nil {
@@ -263,4 +220,62 @@ func TestIdleWorkerStallsRenewOnlyUntilItsTimeout(t *testing.T) {
 		t.Fatalf("%d intents stored (%v); want none: the ended transaction's enqueue is gone", n, err)
 	}
 	t.Logf("renew went through; the idle transaction was ended and stored %d intents", n)
+}
+
+// A bad document is refused naming the field; a good one gets its
+// defaults (key scope resource).
+func TestParse(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ doc, field string }{
+		{`{"principals": [{"name": "Reports", "role": "worker", "resources": ["*"], "kinds": ["*"]}]}`, "principals[0].name"},
+		{`{"principals": [{"name": "r", "role": "admin", "resources": ["*"], "kinds": ["*"]}]}`, "principals[0].role"},
+		{`{"principals": [{"name": "r", "role": "worker", "kinds": ["*"]}]}`, "principals[0].resources"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["*"]}]}`, "principals[0].kinds"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["a*b"], "kinds": ["*"]}]}`, "principals[0].resources[0]"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["a\u202eb"], "kinds": ["*"]}]}`, "principals[0].resources[0]"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["*"], "kinds": ["em*"]}]}`, "principals[0].kinds[0]"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["*"], "kinds": ["*"], "key_scope": "tenant"}]}`, "principals[0].key_scope"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["*"], "kinds": ["*"], "sql_roles": ["Bad Role"]}]}`, "principals[0].sql_roles[0]"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["*"], "kinds": ["*"], "sql_roles": ["w"]},
+			{"name": "s", "role": "worker", "resources": ["*"], "kinds": ["*"], "sql_roles": ["w"]}]}`, "principals[1].sql_roles[0]"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["*"], "kinds": ["*"]},
+			{"name": "r", "role": "operator", "resources": ["*"]}]}`, "principals[1].name"},
+		{`{"principals": [{"name": "r", "role": "worker", "resources": ["*"], "kinds": ["*"], "token": "x"}]}`, "principals[0].token"},
+		{`{"principals": [{"name": 7}]}`, "principals[0].name"},
+		{`{"principal": []}`, "principal"},
+		{`{"principals": []} {}`, "document"},
+		{`not json`, "document"},
+	} {
+		_, err := policy.Parse([]byte(c.doc))
+		var ie *fenceerr.InvalidError
+		if !errors.As(err, &ie) || ie.Field != c.field {
+			t.Errorf("Parse(%s) = %v; want an invalid-input error naming %s", c.doc, err, c.field)
+		}
+	}
+	d, err := policy.Parse([]byte(`{"principals": [{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := d.Principals[0]; p.KeyScope != policy.KeyScopeResource {
+		t.Errorf("default key scope = %q; want %q", p.KeyScope, policy.KeyScopeResource)
+	}
+}
+
+func TestAllows(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		pattern, resource string
+		want              bool
+	}{
+		{"*", "anything", true},
+		{"reports/*", "reports/daily", true},
+		{"reports/*", "reports", false},
+		{"reports/*", "reportsX", false},
+		{"billing", "billing", true},
+		{"billing", "billing/eu", false},
+	} {
+		if got := policy.Allows(c.pattern, c.resource); got != c.want {
+			t.Errorf("Allows(%q, %q) = %t; want %t", c.pattern, c.resource, got, c.want)
+		}
+	}
 }
