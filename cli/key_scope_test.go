@@ -50,12 +50,16 @@ func TestRunKeyScope(t *testing.T) {
 		return postJSON(t, "http://"+addr+path, token, body)
 	}
 	for _, c := range []struct{ token, resource, key, target, wantKey string }{
-		{secretA, "a/1", "invoice-7", "a.txt", "a/1/invoice-7"},
-		{secretB, "b/1", "invoice-7", "b.txt", "b/1/invoice-7"},
+		{secretA, "a/1", "invoice-7", "a.txt", "3:a/1/invoice-7"},
+		{secretB, "b/1", "invoice-7", "b.txt", "3:b/1/invoice-7"},
 		// Naming another resource's key does not reach it.
-		{secretB, "b/2", "a/1/invoice-7", "b2.txt", "b/2/a/1/invoice-7"},
-		// A key that names its own resource already is kept.
-		{secretA, "a/2", "a/2/invoice-8", "a2.txt", "a/2/invoice-8"},
+		{secretB, "b/2", "3:a/1/invoice-7", "b2.txt", "3:b/2/3:a/1/invoice-7"},
+		// A key scoped for its own resource already is kept.
+		{secretA, "a/2", "3:a/2/invoice-8", "a2.txt", "3:a/2/invoice-8"},
+		// Nested names do not collide: a/4 with key 1/invoice-7 is not
+		// a/4/1 with key invoice-7.
+		{secretA, "a/4", "1/invoice-7", "a4.txt", "3:a/4/1/invoice-7"},
+		{secretA, "a/4/1", "invoice-7", "a41.txt", "5:a/4/1/invoice-7"},
 	} {
 		code, m := post(c.token, "/api/v1/leases", `{"resource":"`+c.resource+`","holder":"job","ttl_ms":60000}`)
 		if code != http.StatusCreated {
