@@ -24,6 +24,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/testkit/s3test"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -200,6 +201,146 @@ func TestRuntimeForgedReceiptHeld(t *testing.T) {
 	}
 }
 
+// newAdapterWith is an adapter on endpoint with cfg (its Client made
+// here).
+func newAdapterWith(t *testing.T, endpoint string, cfg s3.Config) *s3.Adapter {
+	t.Helper()
+	cfg.Client = clientFor(endpoint)
+	a, err := s3.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// newAdapterNoSecret is an adapter without a receipt secret.
 func newAdapterNoSecret(t *testing.T, endpoint, bucket string) *s3.Adapter {
-	return newAdapter(t, endpoint, bucket)
+	t.Helper()
+	return newAdapterWith(t, endpoint, s3.Config{Bucket: bucket})
+}
+
+// getRaw reads an object straight from the server.
+func getRaw(t *testing.T, srv *s3test.Server, bucket, key string) []byte {
+	t.Helper()
+	b, _, ok := srv.Get(t, bucket, key)
+	if !ok {
+		t.Fatalf("s3://%s/%s: not found", bucket, key)
+	}
+	return b
+}
+
+func lookup(t *testing.T, a *s3.Adapter, req adapters.Request) (adapters.Outcome, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, found, err := a.Lookup(ctx, req)
+	if err != nil {
+		t.Fatalf("Lookup: %v", err)
+	}
+	return out, found
+}
+
+// Receipts are signed: a publication's receipt is found (after a newer
+// publication replaced the object) with the secret that signed it, also
+// after a rotation (the new secret first, the old one still listed); a
+// tampered one, one copied to another publication's place, or one checked
+// with another secret only is held, never succeeded; without a secret no
+// receipt is written.
+func TestReceiptsAreSigned(t *testing.T) {
+	t.Parallel()
+	srv, bucket := newBucket(t)
+	const key = "reports/signed.txt"
+	const other = "test-receipt-secret-other-0123456789ab"
+	a := newAdapter(t, srv.Endpoint, bucket)
+	req := request("report/signed", 5, payload(key, "signed"))
+	execute(t, a, req)
+	execute(t, a, request("report/signed-newer", 6, payload(key, "newer")))
+	rk := receiptKeyOf(bucket, key, req.IdempotencyKey)
+	signed := getRaw(t, srv, bucket, rk)
+	var r struct {
+		V      int             `json:"v"`
+		Result json.RawMessage `json:"result"`
+		MAC    string          `json:"mac"`
+	}
+	if err := json.Unmarshal(signed, &r); err != nil || r.V != 2 || len(r.MAC) != 64 {
+		t.Fatalf("receipt %s, want a signed one", signed)
+	}
+	if strings.Contains(string(signed), testSecret) {
+		t.Fatal("the secret is in the receipt")
+	}
+	rotated := newAdapterWith(t, srv.Endpoint, s3.Config{Bucket: bucket, ReceiptSecrets: []string{other, testSecret}})
+	for name, ad := range map[string]*s3.Adapter{"signer": a, "rotated": rotated} {
+		if out, found := lookup(t, ad, req); !found || out.Status != outbox.StatusSucceeded || !strings.Contains(string(out.Result), `"found_by":"receipt"`) {
+			t.Errorf("%s: Lookup %v %s %s, want found by the receipt", name, found, out.Status, out.Result)
+		}
+	}
+	held := func(name string, ad *s3.Adapter, req adapters.Request) {
+		t.Helper()
+		if out, found := lookup(t, ad, req); !found || out.Status != outbox.StatusUnknown {
+			t.Errorf("%s: Lookup %v %s %s, want held (unknown)", name, found, out.Status, out.Result)
+		}
+	}
+	held("another secret only", newAdapterWith(t, srv.Endpoint, s3.Config{Bucket: bucket, ReceiptSecrets: []string{other}}), req)
+	held("no secret", newAdapterNoSecret(t, srv.Endpoint, bucket), req)
+
+	// Tampered: the result's epoch changed, the MAC kept.
+	tampered := []byte(strings.Replace(string(signed), `"epoch":5`, `"epoch":7`, 1))
+	if string(tampered) == string(signed) {
+		t.Fatalf("receipt %s has no epoch 5", signed)
+	}
+	putRaw(t, srv.Endpoint, bucket, rk, tampered)
+	held("tampered", a, req)
+	// Copied to another publication's place (same content, another key).
+	copied := request("report/copied", 5, payload(key, "signed"))
+	putRaw(t, srv.Endpoint, bucket, receiptKeyOf(bucket, key, copied.IdempotencyKey), signed)
+	held("copied", a, copied)
+
+	// Without a secret, no receipt is written.
+	n := newAdapterNoSecret(t, srv.Endpoint, bucket)
+	unsigned := request("report/unsigned", 8, payload("reports/unsigned.txt", "x"))
+	execute(t, n, unsigned)
+	if _, _, ok := srv.Get(t, bucket, receiptKeyOf(bucket, "reports/unsigned.txt", unsigned.IdempotencyKey)); ok {
+		t.Error("a receipt was written without a secret")
+	}
+}
+
+// The upgrade path: a receipt from before receipts were signed stands
+// where this publication's goes. While the object still names the
+// publication, the lookup finds it by the object and replaces the old
+// receipt with a signed one; after a newer publication replaced the
+// object, that signed receipt answers. (Where the object no longer names
+// it, TestUnauthenticatedReceiptIsNotProof: held.)
+func TestUnsignedReceiptReplacedWhenTheObjectProvesIt(t *testing.T) {
+	t.Parallel()
+	srv, bucket := newBucket(t)
+	const key = "reports/upgrade.txt"
+	a := newAdapter(t, srv.Endpoint, bucket)
+	req := request("report/upgrade", 3, payload(key, "published before the upgrade"))
+	rk := receiptKeyOf(bucket, key, req.IdempotencyKey)
+	// The publication, by an adapter without a secret (no receipt), then
+	// the receipt an older version wrote.
+	execute(t, newAdapterNoSecret(t, srv.Endpoint, bucket), req)
+	putRaw(t, srv.Endpoint, bucket, rk, forgedReceipt(bucket, key, "published before the upgrade"))
+	if out, found := lookup(t, a, req); !found || !strings.Contains(string(out.Result), `"found_by":"object"`) {
+		t.Fatalf("Lookup: %v %s, want found by the object", found, out.Result)
+	}
+	if b := getRaw(t, srv, bucket, rk); !strings.Contains(string(b), `"mac"`) {
+		t.Fatalf("receipt %s, want the signed one in its place", b)
+	}
+	execute(t, a, request("report/upgrade-newer", 4, payload(key, "newer")))
+	if out, found := lookup(t, a, req); !found || out.Status != outbox.StatusSucceeded || !strings.Contains(string(out.Result), `"found_by":"receipt"`) {
+		t.Fatalf("Lookup after a newer publication: %v %s %s, want found by the receipt", found, out.Status, out.Result)
+	}
+}
+
+// A receipt secret shorter than MinReceiptSecret is refused, naming the
+// field and not the secret.
+func TestShortReceiptSecretRefused(t *testing.T) {
+	t.Parallel()
+	const short = "short-s3cret"
+	_, err := s3.New(context.Background(), s3.Config{Bucket: "reports", ReceiptSecrets: []string{short}})
+	var inv *fenceerr.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "s3_receipt_secret" || strings.Contains(err.Error(), short) {
+		t.Fatalf("a short secret: %v, want an InvalidError naming s3_receipt_secret without the secret", err)
+	}
 }
