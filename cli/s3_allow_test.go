@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +85,7 @@ func TestRunS3AllowList(t *testing.T) {
 	defID := enqueue(t, e.db, "--resource", "report", "--epoch", "1", "--op", "default", "--kind", "s3", "--payload", `{"key":"reports/default.txt","content":"report"}`)
 
 	st := waitStatus(t, e.db, outsideID, "failed")
-	if msg, _ := st["error"].(string); !strings.Contains(msg, outside) || !strings.Contains(msg, "s3-allow") {
+	if msg, _ := st["last_error"].(string); !strings.Contains(msg, outside) || !strings.Contains(msg, "s3-allow") {
 		t.Errorf("failed intent's error %q, want one naming the bucket and --s3-allow", msg)
 	}
 	if _, _, ok := srv.Get(t, outside, "reports/x.txt"); ok {
@@ -124,7 +126,20 @@ func TestRunS3ProbesEveryAllowedBucket(t *testing.T) {
 func TestRunS3BadFlags(t *testing.T) {
 	t.Parallel()
 	const short = "too-short-s3cret"
+	dir := t.TempDir()
+	shortFile, empty := filepath.Join(dir, "short"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(shortFile, []byte(short+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--adapters", "s3", "--s3-bucket", "reports"}
 	runBadFlagCases(t, short, []badFlagCase{
+		{"secret file and secret", []string{"GATEWAY_S3_RECEIPT_SECRET=" + testReceiptSecret}, append(base, "--s3-receipt-secret-file", shortFile), "s3_receipt_secret_file"},
+		{"secret file missing", nil, append(base, "--s3-receipt-secret-file", filepath.Join(dir, "missing")), "s3_receipt_secret_file"},
+		{"secret file empty", nil, append(base, "--s3-receipt-secret-file", empty), "s3_receipt_secret_file"},
+		{"secret file holds a short secret", nil, append(base, "--s3-receipt-secret-file", shortFile), "s3_receipt_secret"},
 		{"allow entry not a bucket name", nil, []string{"--adapters", "s3", "--s3-bucket", "reports", "--s3-allow", "Bad_Bucket"}, "s3_allow"},
 		{"allow from the environment", []string{"GATEWAY_S3_ALLOW=reports,-x"}, []string{"--adapters", "s3", "--s3-bucket", "reports"}, "s3_allow"},
 		{"receipt secret too short", []string{"GATEWAY_S3_RECEIPT_SECRET=" + short}, []string{"--adapters", "s3", "--s3-bucket", "reports"}, "s3_receipt_secret"},
