@@ -30,4 +30,21 @@
 // replaced by a newer epoch before any lookup, in an unversioned bucket,
 // leaves no trace; it is then recorded superseded (the newer epoch is in
 // place, as the fence wants), though it may have been visible in between.
+//
+// # What a payload cannot do
+//
+// It names only an allowed bucket (Config.Bucket, Config.Allow): another
+// is refused at the intake (KindSpec, IntakeSpec) and fails at execute
+// before any request. Its key is never under .fencegate/, where the
+// adapter keeps its receipts and probes (s3kind.ReservedKey).
+//
+// # Receipts are signed
+//
+// A receipt carries an HMAC-SHA256 under Config.ReceiptSecrets over the
+// result, bucket, key and idempotency key, so that a bucket writer cannot
+// forge the proof of a publication. Without a secret none is written. A
+// receipt that does not verify (forged, or unsigned from before) is no
+// proof either way: unless the object or a version proves the
+// publication, Lookup answers the unknown outcome, which the runtime
+// records as held for an operator — never succeeded, never executed again.
 package s3

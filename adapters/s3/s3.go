@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,7 +16,9 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -43,7 +47,10 @@ const (
 )
 
 // DefaultReceiptPrefix is Config.ReceiptPrefix's default.
-const DefaultReceiptPrefix = ".fencegate/receipts/"
+const DefaultReceiptPrefix = s3kind.ReservedDir + "/receipts/"
+
+// MinReceiptSecret is the shortest receipt secret accepted, in bytes.
+const MinReceiptSecret = 32
 
 // maxCAS bounds the read-compare-write rounds of one publication: each
 // lost round means another publisher wrote in between.
@@ -56,13 +63,27 @@ var (
 	ErrConditionsIgnored = errors.New("s3: the server ignores conditional writes (If-Match / If-None-Match)")
 	// ErrBadPayload: the payload is not a valid s3 payload.
 	ErrBadPayload = errors.New("s3: invalid payload")
+	// ErrBucketNotAllowed: the payload names a bucket outside the
+	// allow-list (Config.Bucket and Config.Allow).
+	ErrBucketNotAllowed = errors.New("s3: bucket not allowed")
 )
 
 // Config configures the adapter.
 type Config struct {
-	// Bucket is the default bucket (a payload without "bucket"), and the
-	// one Probe checks. Required by gateway run (--s3-bucket).
+	// Bucket is the default bucket (a payload without "bucket"); it is
+	// always allowed. Required by gateway run (--s3-bucket).
 	Bucket string
+	// Allow lists the other buckets a payload may name (--s3-allow);
+	// empty: Bucket only. A payload naming any other is refused at the
+	// intake (KindSpec) and fails at execute, with nothing sent. Probe
+	// checks every allowed bucket.
+	Allow []string
+	// ReceiptSecrets are the keys of the receipts' HMAC-SHA256
+	// (--s3-receipt-secret), each at least MinReceiptSecret bytes: the
+	// first signs, any verifies (rotation: put the new one first, drop
+	// the old one once no receipt it signed can still be needed). Empty:
+	// no receipt is written, and none found is proof.
+	ReceiptSecrets []string
 	// Endpoint is an S3-compatible server's URL (--s3-endpoint). Empty:
 	// AWS.
 	Endpoint string
@@ -78,7 +99,8 @@ type Config struct {
 	Client *s3.Client
 	// ReceiptPrefix is where a receipt of every publication is kept, so
 	// that a lookup finds an effect after a newer publication replaced
-	// the object. Default DefaultReceiptPrefix.
+	// the object. Default DefaultReceiptPrefix; it must be under
+	// .fencegate/, the keys no payload can name.
 	ReceiptPrefix string
 	// LookupSettle: how long after a publication's last request a lookup
 	// that finds nothing is proof. Zero: the runtime's.
@@ -91,9 +113,11 @@ type Config struct {
 
 // Adapter publishes objects. It is safe for concurrent use.
 type Adapter struct {
-	cfg    Config
-	client *s3.Client
-	log    *slog.Logger
+	cfg     Config
+	client  *s3.Client
+	log     *slog.Logger
+	allowed map[string]bool
+	secrets [][]byte
 }
 
 var (
@@ -111,6 +135,17 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 		if err := s3kind.CheckBucket("s3_bucket", cfg.Bucket); err != nil {
 			return nil, err
 		}
+	}
+	allowed, err := allowSet(cfg.Bucket, cfg.Allow)
+	if err != nil {
+		return nil, err
+	}
+	secrets, err := receiptSecrets(cfg.ReceiptSecrets)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(cfg.ReceiptPrefix, "/") || !s3kind.ReservedKey(cfg.ReceiptPrefix+"x") {
+		return nil, fenceerr.Invalid("s3", "ReceiptPrefix %q must end in '/' and be under %s/, where no payload can write", cfg.ReceiptPrefix, s3kind.ReservedDir)
 	}
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
@@ -149,7 +184,84 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 			o.RetryMaxAttempts = 1
 		})
 	}
-	return &Adapter{cfg: cfg, client: client, log: cfg.Logger.With("component", "s3")}, nil
+	return &Adapter{cfg: cfg, client: client, log: cfg.Logger.With("component", "s3"), allowed: allowed, secrets: secrets}, nil
+}
+
+// allowSet is the allow-list: the default bucket and allow, each a valid
+// bucket name.
+func allowSet(bucket string, allow []string) (map[string]bool, error) {
+	set := map[string]bool{}
+	if bucket != "" {
+		set[bucket] = true
+	}
+	for _, b := range allow {
+		if err := s3kind.CheckBucket("s3_allow", b); err != nil {
+			return nil, err
+		}
+		set[b] = true
+	}
+	return set, nil
+}
+
+func receiptSecrets(list []string) ([][]byte, error) {
+	var out [][]byte
+	for i, s := range list {
+		if len(s) < MinReceiptSecret {
+			// The secret itself is never in the message.
+			return nil, fenceerr.Invalid("s3_receipt_secret", "receipt secret %d of %d is %d bytes, under %d: use e.g. 32 random bytes in base64 (openssl rand -base64 32)", i+1, len(list), len(s), MinReceiptSecret)
+		}
+		out = append(out, []byte(s))
+	}
+	return out, nil
+}
+
+// Allowed returns the buckets a payload may name, sorted: the default
+// bucket and Config.Allow.
+func (a *Adapter) Allowed() []string {
+	return slices.Sorted(func(yield func(string) bool) {
+		for b := range a.allowed {
+			if !yield(b) {
+				return
+			}
+		}
+	})
+}
+
+// SignsReceipts reports whether the adapter has a receipt secret: its
+// receipts are written, signed, and found ones verified.
+func (a *Adapter) SignsReceipts() bool { return len(a.secrets) > 0 }
+
+// KindSpec is the s3 kind's intake rules with the adapter's allow-list:
+// the payload's rules (s3kind.Parse) and, when it names a bucket, one
+// that is allowed (an error naming payload.bucket otherwise).
+func (a *Adapter) KindSpec() outbox.KindSpec { return kindSpec(a.allowed) }
+
+// IntakeSpec is KindSpec for an intake that has the gateway's settings but
+// not its adapter (gateway enqueue with the gateway's environment): the
+// default bucket and the allow-list. An empty bucket and allow-list: the
+// payload's rules only.
+func IntakeSpec(bucket string, allow []string) (outbox.KindSpec, error) {
+	set, err := allowSet(bucket, allow)
+	if err != nil {
+		return outbox.KindSpec{}, err
+	}
+	if len(set) == 0 {
+		return outbox.DefaultKinds()[Kind], nil
+	}
+	return kindSpec(set), nil
+}
+
+func kindSpec(allowed map[string]bool) outbox.KindSpec {
+	return outbox.KindSpec{DefaultFence: outbox.FenceExecute, Check: func(raw json.RawMessage) error {
+		p, err := s3kind.Parse(raw)
+		if err != nil {
+			return err
+		}
+		if p.Bucket != "" && !allowed[p.Bucket] {
+			return fenceerr.Invalid("payload.bucket", "bucket %q is not allowed: the gateway publishes only to its default bucket (--s3-bucket) and those of --s3-allow", p.Bucket)
+		}
+		return nil
+	}}
 }
 
 // writeOnce is the option of every call that writes: the SDK's retryer
@@ -173,7 +285,7 @@ func (a *Adapter) Kind() string { return Kind }
 // conditional writes would turn the destination's fence off without a
 // sound.
 func (a *Adapter) Registration() adapters.Registration {
-	return adapters.Registration{Kind: Kind, Spec: outbox.DefaultKinds()[Kind], Executor: a, Probe: a.Probe}
+	return adapters.Registration{Kind: Kind, Spec: a.KindSpec(), Executor: a, Probe: a.Probe}
 }
 
 // Capabilities: the object's metadata (and the receipts) answer lookups.
@@ -181,21 +293,31 @@ func (a *Adapter) Capabilities() adapters.Capabilities {
 	return adapters.Capabilities{Lookup: true, LookupSettle: a.cfg.LookupSettle, Concurrency: a.cfg.Concurrency}
 }
 
-// Probe checks that the server enforces conditional writes on the default
-// bucket: a write with a wrong If-Match, and one with If-None-Match: * on
-// an existing object, must both be refused (412). It writes and deletes
-// one small object under ReceiptPrefix's parent (.fencegate/probe/…). A
-// server that accepts them would silently turn the fence off: the error
-// then matches ErrConditionsIgnored, and the adapter must not run.
+// Probe checks that the server enforces conditional writes on every
+// allowed bucket (Allowed): in each, a write with a wrong If-Match, and
+// one with If-None-Match: * on an existing object, must both be refused
+// (412). It writes and deletes one small object under .fencegate/probe/ in
+// each. A bucket whose server accepts them would silently turn the fence
+// off: the error then matches ErrConditionsIgnored, and the adapter must
+// not run. Every error names the bucket.
 func (a *Adapter) Probe(ctx context.Context) error {
 	if a.cfg.Bucket == "" {
 		return fenceerr.Invalid("s3_bucket", "the s3 adapter needs --s3-bucket: the default bucket, where it checks that conditional writes are enforced")
 	}
+	for _, bucket := range a.Allowed() {
+		if err := a.probe(ctx, bucket); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Adapter) probe(ctx context.Context, bucket string) error {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	key := ".fencegate/probe/" + hex.EncodeToString(b)
+	key := s3kind.ReservedDir + "/probe/" + hex.EncodeToString(b)
 	put := func(cond func(*s3.PutObjectInput)) error {
-		in := &s3.PutObjectInput{Bucket: aws.String(a.cfg.Bucket), Key: aws.String(key), Body: bytes.NewReader([]byte("probe"))}
+		in := &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader([]byte("probe"))}
 		if cond != nil {
 			cond(in)
 		}
@@ -203,10 +325,10 @@ func (a *Adapter) Probe(ctx context.Context) error {
 		return err
 	}
 	if err := put(nil); err != nil {
-		return fmt.Errorf("s3: probe bucket %q: %w", a.cfg.Bucket, err)
+		return fmt.Errorf("s3: probe bucket %q: %w", bucket, err)
 	}
 	defer func() {
-		_, _ = a.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(a.cfg.Bucket), Key: aws.String(key)}, writeOnce)
+		_, _ = a.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}, writeOnce)
 	}()
 	for name, cond := range map[string]func(*s3.PutObjectInput){
 		`If-Match: <a wrong ETag>`: func(in *s3.PutObjectInput) { in.IfMatch = aws.String(`"00000000000000000000000000000000"`) },
@@ -214,10 +336,10 @@ func (a *Adapter) Probe(ctx context.Context) error {
 	} {
 		err := put(cond)
 		if err == nil {
-			return fmt.Errorf("%w: a write to bucket %q with %s on an existing object succeeded; refusing to run the s3 adapter against it", ErrConditionsIgnored, a.cfg.Bucket, name)
+			return fmt.Errorf("%w: a write to bucket %q with %s on an existing object succeeded; refusing to run the s3 adapter against it", ErrConditionsIgnored, bucket, name)
 		}
 		if !preconditionFailed(err) {
-			return fmt.Errorf("s3: probe bucket %q with %s: %w", a.cfg.Bucket, name, err)
+			return fmt.Errorf("s3: probe bucket %q with %s: %w", bucket, name, err)
 		}
 	}
 	return nil
@@ -307,13 +429,25 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 }
 
 // Lookup finds whether req's publication happened: the object's metadata
-// names req's key; or its receipt exists (the object was replaced by a
-// newer publication since); or, in a versioned bucket, an older version
-// names it.
+// names req's key; or its receipt, authenticated, exists (the object was
+// replaced by a newer publication since); or, in a versioned bucket, an
+// older version names it.
+//
+// A receipt that is there but not authenticated by a receipt secret
+// (written before receipts were signed, or forged by anyone able to write
+// the bucket) is no proof that the publication happened — and no proof
+// that it did not: the object may have been written. When nothing else
+// settles it, the answer is the unknown outcome (Status unknown, found),
+// which the runtime records as it is: held for an operator, neither
+// succeeded nor executed again. So is a request the configuration no
+// longer allows (its bucket left the allow-list since the attempt).
 func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
 	p, bucket, err := a.parse(req)
 	if err != nil {
-		return adapters.Outcome{}, false, err
+		// The attempt looked up got past these checks: the configuration
+		// changed since. The effect may have happened; the destination
+		// is no longer one to read.
+		return a.held(cmp.Or(p.Bucket, a.cfg.Bucket), p.Key, err.Error()), true, nil
 	}
 	data := p.Data()
 	sum := sha256.Sum256(data)
@@ -332,16 +466,23 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 		}
 		return out, err == nil, err
 	}
+	unproven := false
 	got, err := a.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(a.receiptKey(bucket, p.Key, req.IdempotencyKey))})
 	switch {
 	case err == nil:
-		defer got.Body.Close()
 		b, rerr := io.ReadAll(io.LimitReader(got.Body, 64<<10))
-		var res Result
-		if rerr == nil && json.Unmarshal(b, &res) == nil && res.SHA256 == shaHex {
+		_ = got.Body.Close()
+		if rerr != nil {
+			return adapters.Outcome{}, false, fmt.Errorf("s3: read the receipt: %w", rerr)
+		}
+		res, ok := a.verifyReceipt(b, bucket, p.Key, req.IdempotencyKey)
+		switch {
+		case ok && res.SHA256 == shaHex:
 			res.FoundBy = "receipt"
 			rb, _ := json.Marshal(res)
 			return adapters.Outcome{Status: outbox.StatusSucceeded, Result: rb}, true, nil
+		case !ok:
+			unproven = true
 		}
 	case !notFound(err):
 		return adapters.Outcome{}, false, fmt.Errorf("s3: look up the receipt: %w", err)
@@ -363,7 +504,21 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 			}
 		}
 	}
+	if unproven {
+		why := "a receipt of this publication exists without a valid MAC (written before receipts were signed, or forged by a bucket writer): it proves nothing, but the object may have been written"
+		if len(a.secrets) == 0 {
+			why = "a receipt of this publication exists, and receipts cannot be verified without --s3-receipt-secret: it proves nothing, but the object may have been written"
+		}
+		return a.held(bucket, p.Key, why), true, nil
+	}
 	return adapters.Outcome{}, false, nil
+}
+
+// held is the unknown outcome of a lookup that cannot settle whether the
+// publication happened: recorded as it is, held for an operator.
+func (a *Adapter) held(bucket, key, why string) adapters.Outcome {
+	b, _ := json.Marshal(map[string]string{"bucket": bucket, "key": key, "held": why})
+	return adapters.Outcome{Status: outbox.StatusUnknown, Result: b}
 }
 
 func (a *Adapter) parse(req adapters.Request) (s3kind.Payload, string, error) {
@@ -377,6 +532,9 @@ func (a *Adapter) parse(req adapters.Request) (s3kind.Payload, string, error) {
 	bucket := cmp.Or(p.Bucket, a.cfg.Bucket)
 	if bucket == "" {
 		return p, "", adapters.PermanentError(fmt.Errorf("%w: payload.bucket: no bucket, and the adapter has no default (--s3-bucket)", ErrBadPayload))
+	}
+	if !a.allowed[bucket] {
+		return p, "", adapters.PermanentError(fmt.Errorf("%w: payload.bucket: %q is neither the default bucket (--s3-bucket) nor in --s3-allow; nothing was sent", ErrBucketNotAllowed, bucket))
 	}
 	return p, bucket, nil
 }
@@ -433,16 +591,107 @@ func (a *Adapter) receiptKey(bucket, key, idemKey string) string {
 	return a.cfg.ReceiptPrefix + hex.EncodeToString(o[:]) + "/" + hex.EncodeToString(k[:])
 }
 
+// receiptVersion is the format of the receipts written: signedReceipt.
+const receiptVersion = 2
+
+// signedReceipt is a receipt's content: the publication's result and an
+// HMAC-SHA256 over it, its bucket, key and idempotency key (receiptMAC),
+// so that a receipt copied to another publication's place proves nothing
+// either.
+type signedReceipt struct {
+	V      int             `json:"v"`
+	Result json.RawMessage `json:"result"`
+	MAC    string          `json:"mac"`
+}
+
+// receiptMAC is the MAC of a receipt under secret: every field
+// length-prefixed, so that no two field lists share an input.
+func receiptMAC(secret []byte, bucket, key, idemKey string, result []byte) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte("fencegate s3 receipt v2"))
+	for _, f := range [][]byte{[]byte(bucket), []byte(key), []byte(idemKey), result} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(f))))
+		h.Write(f)
+	}
+	return h.Sum(nil)
+}
+
+// verifyReceipt returns the result a receipt holds when one of the
+// secrets authenticates it for this bucket, key and idempotency key.
+func (a *Adapter) verifyReceipt(b []byte, bucket, key, idemKey string) (Result, bool) {
+	var r signedReceipt
+	var res Result
+	if json.Unmarshal(b, &r) != nil || r.V != receiptVersion || len(r.Result) == 0 {
+		return res, false
+	}
+	mac, err := hex.DecodeString(r.MAC)
+	if err != nil {
+		return res, false
+	}
+	for _, secret := range a.secrets {
+		if hmac.Equal(mac, receiptMAC(secret, bucket, key, idemKey, r.Result)) {
+			return res, json.Unmarshal(r.Result, &res) == nil
+		}
+	}
+	return res, false
+}
+
 // writeReceipt records, after the object was published, that it was: a
 // lookup after a newer publication replaced the object finds it here.
 // Best effort (the object's own metadata answers until it is replaced); a
 // crash between the publication and the receipt leaves that window.
+// Without a receipt secret none is written: an unsigned one would prove
+// nothing.
 func (a *Adapter) writeReceipt(ctx context.Context, bucket, key, idemKey string, result json.RawMessage) {
-	_, err := a.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: aws.String(bucket), Key: aws.String(a.receiptKey(bucket, key, idemKey)),
-		Body: bytes.NewReader(result), ContentType: aws.String("application/json"),
-		IfNoneMatch: aws.String("*"), // a receipt is written once
-	}, writeOnce)
+	if len(a.secrets) == 0 {
+		return
+	}
+	// The MAC covers the result as the receipt will hold it (encoding
+	// may compact or escape what it was given): encoded once, read back,
+	// signed.
+	var r signedReceipt
+	b, err := json.Marshal(signedReceipt{V: receiptVersion, Result: result})
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	var body []byte
+	if err == nil {
+		r.MAC = hex.EncodeToString(receiptMAC(a.secrets[0], bucket, key, idemKey, r.Result))
+		body, err = json.Marshal(r)
+	}
+	if err != nil {
+		a.log.Warn("s3: could not encode the publication's receipt", "bucket", bucket, "key", key, "error", err)
+		return
+	}
+	rk := a.receiptKey(bucket, key, idemKey)
+	put := func(cond func(*s3.PutObjectInput)) error {
+		in := &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(rk), Body: bytes.NewReader(body), ContentType: aws.String("application/json")}
+		cond(in)
+		_, err := a.client.PutObject(ctx, in, writeOnce)
+		return err
+	}
+	// A receipt is written once.
+	err = put(func(in *s3.PutObjectInput) { in.IfNoneMatch = aws.String("*") })
+	if preconditionFailed(err) {
+		// One is there: this publication's, or one that proves nothing
+		// (unsigned, from before receipts were signed, or forged) and
+		// would stand in the way of the proof. Replace the latter only,
+		// and only if it is still the one read.
+		got, gerr := a.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(rk)})
+		if gerr != nil {
+			err = gerr
+		} else {
+			b, rerr := io.ReadAll(io.LimitReader(got.Body, 64<<10))
+			_ = got.Body.Close()
+			err = rerr
+			if _, ok := a.verifyReceipt(b, bucket, key, idemKey); rerr == nil && !ok {
+				err = put(func(in *s3.PutObjectInput) { in.IfMatch = got.ETag })
+				if err == nil {
+					a.log.Info("s3: replaced an unauthenticated receipt with this publication's", "bucket", bucket, "key", key)
+				}
+			}
+		}
+	}
 	if err != nil && !preconditionFailed(err) {
 		a.log.Warn("s3: could not write the publication's receipt; a lookup after a newer publication replaced the object will not find it",
 			"bucket", bucket, "key", key, "error", err)

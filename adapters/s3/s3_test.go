@@ -63,9 +63,12 @@ func clientFor(endpoint string, optFns ...func(*awss3.Options)) *awss3.Client {
 	}, optFns...)
 }
 
+// testSecret is the receipt secret of the tests' adapters.
+const testSecret = "test-receipt-secret-0123456789abcdef"
+
 func newAdapter(t *testing.T, endpoint, bucket string, optFns ...func(*awss3.Options)) *s3.Adapter {
 	t.Helper()
-	a, err := s3.New(context.Background(), s3.Config{Bucket: bucket, Client: clientFor(endpoint, optFns...)})
+	a, err := s3.New(context.Background(), s3.Config{Bucket: bucket, Client: clientFor(endpoint, optFns...), ReceiptSecrets: []string{testSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ package s3kind
 import (
 	"encoding/json"
 	"errors"
+	"path"
 	"strings"
 
 	"github.com/fencegate/fencegate/fenceerr"
@@ -23,12 +24,18 @@ const Name = "s3"
 // (S3 allows 2 KiB of user metadata; the adapter adds its own fields).
 const MaxMetadataBytes = 1024
 
+// ReservedDir is the first segment of every key the adapter keeps for
+// itself in a bucket (its receipts and probes, ReservedDir + "/…"): no
+// payload may name a key under it (ReservedKey).
+const ReservedDir = ".fencegate"
+
 // Payload is an s3 intent's payload: an object to publish.
 type Payload struct {
 	// Bucket is the bucket; empty: the adapter's default (--s3-bucket).
 	Bucket string `json:"bucket,omitempty"`
 	// Key is the object key: a clean relative path, as the file kind's
-	// target (no leading "/", no "..", "." or empty segments).
+	// target (no leading "/", no "..", "." or empty segments), not under
+	// .fencegate/ (ReservedKey).
 	Key string `json:"key"`
 	// Content (text) or ContentBase64 (bytes): exactly one.
 	Content       *string `json:"content,omitempty"`
@@ -84,6 +91,9 @@ func (p Payload) Validate() error {
 		}
 		return err
 	}
+	if ReservedKey(p.Key) {
+		return fenceerr.Invalid("payload.key", "%q is under %s/, reserved for the adapter's receipts and probes (compared after percent-decoding, without case)", p.Key, ReservedDir)
+	}
 	if len(p.Key) > 1024 {
 		return fenceerr.Invalid("payload.key", "must be at most 1024 bytes, got %d", len(p.Key))
 	}
@@ -110,6 +120,62 @@ func (p Payload) Validate() error {
 		return fenceerr.Invalid("payload.metadata", "is %d bytes, over the limit of %d", size, MaxMetadataBytes)
 	}
 	return nil
+}
+
+// ReservedKey reports whether key names an object under ReservedDir/ (or
+// ReservedDir itself, which would stand where the directory is on a
+// file-backed server) once every trick that a server, a proxy or a
+// file-backed store might undo is undone: percent-escapes (decoded
+// leniently, an invalid one left as is, up to four levels deep), '\' as
+// '/', ".", ".." and empty segments, trailing dots and spaces of the
+// segment (dropped by some file systems), and case (a case-insensitive
+// backend). S3 itself treats a key as opaque bytes; refusing more than it
+// would is the safe side.
+func ReservedKey(key string) bool {
+	k := key
+	for range 4 {
+		d := unescapeLenient(k)
+		if d == k {
+			break
+		}
+		k = d
+	}
+	k = path.Clean("/" + strings.ReplaceAll(k, `\`, "/"))
+	first, _, _ := strings.Cut(strings.TrimPrefix(k, "/"), "/")
+	return strings.EqualFold(strings.TrimRight(first, ". "), ReservedDir)
+}
+
+// unescapeLenient decodes every valid %XX escape of s and leaves anything
+// else as it is (url.PathUnescape refuses the whole string on one bad
+// escape, which would hide the others).
+func unescapeLenient(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // CheckBucket checks an S3 bucket name (3-63 characters: lower-case
