@@ -149,13 +149,27 @@ func Sensitive(name, value string) bool {
 			return true
 		}
 	}
-	v := strings.ToLower(strings.TrimLeft(value, " \t"))
+	// The scheme is matched in ASCII only (bytes, case folded): a
+	// non-ASCII letter that lower-cases to an ASCII one in Go (İ, K) may
+	// not in PostgreSQL, whose SQL interface applies this rule too.
+	v := strings.TrimLeft(value, " \t")
 	for _, scheme := range credentialSchemes {
-		if rest, ok := strings.CutPrefix(v, scheme); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "\t")) {
+		if len(v) > len(scheme) && asciiLower(v[:len(scheme)]) == scheme && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
 			return true
 		}
 	}
 	return false
+}
+
+// asciiLower lower-cases the ASCII letters of s, byte by byte.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 var fields = []string{"url", "method", "headers", "body", "body_base64", "content_type", "lookup_url"}
