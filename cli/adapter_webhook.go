@@ -3,6 +3,11 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/webhook"
@@ -16,16 +21,22 @@ var webhookAdapter = builtinAdapter{kind: webhook.Kind, flags: newWebhookFlags, 
 
 type webhookFlags struct {
 	allow, secret, dedups *string
+	headerSecrets         *headerSecretsFlag
 	perHost               *int
+	// headerValues are the header secrets' values, read by check.
+	headerValues map[string]string
 }
 
 func newWebhookFlags(fs *flag.FlagSet) adapterFlags {
-	return &webhookFlags{
-		allow:   fs.String("webhook-allow", "", "destinations the webhook adapter may call, host or host:port, comma-separated (required to run it); a listed name resolving to a loopback/private/link-local address is refused unless that address is listed too"),
-		secret:  fs.String("webhook-secret", "", "Standard Webhooks signing secrets, whsec_<base64>, comma-separated for rotation (every request signed by each); default $GATEWAY_WEBHOOK_SECRET, none: unsigned"),
-		dedups:  fs.String("webhook-dedups-on-key", "", "webhook destinations (host or host:port, comma-separated) that drop a second request with the same Idempotency-Key: a lost answer from them is resent with the same key"),
-		perHost: fs.Int("webhook-max-concurrency-per-host", webhook.DefaultMaxConcurrencyPerHost, "webhook requests in flight to one host:port at most"),
+	f := &webhookFlags{
+		allow:         fs.String("webhook-allow", "", "destinations the webhook adapter may call, host or host:port, comma-separated (required to run it); a listed name resolving to a loopback/private/link-local address is refused unless that address is listed too"),
+		secret:        fs.String("webhook-secret", "", "Standard Webhooks signing secrets, whsec_<base64>, comma-separated for rotation (every request signed by each); default $GATEWAY_WEBHOOK_SECRET, none: unsigned"),
+		dedups:        fs.String("webhook-dedups-on-key", "", "webhook destinations (host or host:port, comma-separated) that drop a second request with the same Idempotency-Key: a lost answer from them is resent with the same key"),
+		headerSecrets: &headerSecretsFlag{},
+		perHost:       fs.Int("webhook-max-concurrency-per-host", webhook.DefaultMaxConcurrencyPerHost, "webhook requests in flight to one host:port at most"),
 	}
+	fs.Var(f.headerSecrets, "webhook-header-secret", `header secrets, NAME=FILE, comma-separated or the flag repeated: a payload header {"secret": "NAME"} is sent with FILE's content (read at start, a final newline trimmed; never printed)`)
+	return f
 }
 
 // optedIn: the allow-list is the opt-in, when --adapters is not given.
@@ -36,6 +47,7 @@ func (f *webhookFlags) config(env adapterEnv) webhook.Config {
 		Allow:                 webhook.SplitList(*f.allow),
 		Secrets:               webhook.SplitList(*f.secret),
 		DedupsOnKey:           webhook.SplitList(*f.dedups),
+		HeaderSecrets:         f.headerValues,
 		MaxConcurrencyPerHost: *f.perHost,
 		LookupSettle:          0, // the runtime's --lookup-settle
 		Logger:                env.log,
@@ -46,7 +58,15 @@ func (f *webhookFlags) check(env adapterEnv, runs bool) error {
 	if *f.perHost < 1 {
 		return badInput("webhook_max_concurrency_per_host", "--webhook-max-concurrency-per-host must be at least 1")
 	}
+	if err := f.headerSecrets.check(); err != nil {
+		return err
+	}
 	if runs {
+		values, err := f.headerSecrets.read()
+		if err != nil {
+			return err
+		}
+		f.headerValues = values
 		// New connects to nothing: it checks the allow-lists and secrets.
 		if _, err := webhook.New(f.config(env)); err != nil {
 			return errmap.Map(err)
@@ -63,17 +83,139 @@ func (f *webhookFlags) registration(_ context.Context, env adapterEnv) (adapters
 	return w.Registration(), nil
 }
 
-// webhookEnqueueSpec: where the allow-list is known to gateway enqueue too
-// ($GATEWAY_WEBHOOK_ALLOW, as the gateway's), enqueue refuses a URL to a
-// host not on it.
+// webhookEnqueueSpec: where the allow-list or the header secrets are
+// known to gateway enqueue too ($GATEWAY_WEBHOOK_ALLOW,
+// $GATEWAY_WEBHOOK_HEADER_SECRET, as the gateway's), enqueue refuses a URL
+// to a host not on the list, and a header naming a secret not given. Only
+// the secrets' names are used: their files are not read.
 func webhookEnqueueSpec(getenv func(string) string) (outbox.KindSpec, bool) {
-	allow := getenv("GATEWAY_WEBHOOK_ALLOW")
-	if allow == "" {
+	allow, secrets := getenv("GATEWAY_WEBHOOK_ALLOW"), getenv("GATEWAY_WEBHOOK_HEADER_SECRET")
+	if allow == "" && secrets == "" {
 		return outbox.KindSpec{}, false
 	}
-	w, err := webhook.New(webhook.Config{Allow: webhook.SplitList(allow)})
+	var names []string // nil: not known, not checked
+	if secrets != "" {
+		var f headerSecretsFlag
+		_ = f.Set(secrets) // takes any text; check judges it
+		if f.check() != nil {
+			return outbox.KindSpec{}, false
+		}
+		names = f.names()
+	}
+	in, err := webhook.NewIntake(webhook.SplitList(allow), names)
 	if err != nil {
 		return outbox.KindSpec{}, false
 	}
-	return w.KindSpec(), true
+	return in.KindSpec(), true
+}
+
+// maxHeaderSecret is the largest header secret file read, in bytes.
+const maxHeaderSecret = 16 << 10
+
+// headerSecretsFlag is --webhook-header-secret: NAME=FILE entries, given
+// comma-separated or by repeating the flag. It prints as the names only
+// (--print-config, --help): never a value, nor where it is kept. Set takes
+// any text; check says what is wrong with it, naming
+// webhook_header_secret, whether it came from the command line or the
+// environment.
+type headerSecretsFlag struct {
+	items []string
+}
+
+type headerSecretEntry struct{ name, file string }
+
+// Set adds the comma-separated items of v.
+func (f *headerSecretsFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			f.items = append(f.items, item)
+		}
+	}
+	return nil
+}
+
+// String is the secrets' names, comma-separated.
+func (f *headerSecretsFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return strings.Join(f.names(), ",")
+}
+
+// names are the entries' names; an entry that is not NAME=FILE is
+// "(invalid)" (it may be a value given by mistake).
+func (f *headerSecretsFlag) names() []string {
+	names := make([]string, len(f.items))
+	for i, item := range f.items {
+		name, _, ok := strings.Cut(item, "=")
+		if !ok {
+			name = "(invalid)"
+		}
+		names[i] = name
+	}
+	return names
+}
+
+// entries parses the items: each NAME=FILE, the name valid and given once.
+func (f *headerSecretsFlag) entries() ([]headerSecretEntry, error) {
+	var out []headerSecretEntry
+	for _, item := range f.items {
+		name, file, ok := strings.Cut(item, "=")
+		if !ok || name == "" || file == "" {
+			// Not echoed: a value given by mistake in place of a file
+			// must not be printed.
+			return nil, badInput("webhook_header_secret", fmt.Sprintf("--webhook-header-secret entries are NAME=FILE: entry %d is not", len(out)+1))
+		}
+		if _, err := webhook.NewIntake(nil, []string{name}); err != nil {
+			return nil, errmap.Map(err)
+		}
+		if slices.ContainsFunc(out, func(o headerSecretEntry) bool { return o.name == name }) {
+			return nil, badInput("webhook_header_secret", fmt.Sprintf("--webhook-header-secret names secret %q twice", name))
+		}
+		out = append(out, headerSecretEntry{name: name, file: file})
+	}
+	return out, nil
+}
+
+// check checks the entries without reading the files.
+func (f *headerSecretsFlag) check() error {
+	_, err := f.entries()
+	return err
+}
+
+// read reads each secret's file: its content, without one final newline
+// (CRLF or LF), is the value. Errors name the secret and the file, never
+// what the file holds.
+func (f *headerSecretsFlag) read() (map[string]string, error) {
+	entries, err := f.entries()
+	if err != nil {
+		return nil, err
+	}
+	values := make(map[string]string, len(entries))
+	for _, e := range entries {
+		b, err := readSmall(e.file, maxHeaderSecret)
+		if err != nil {
+			return nil, badInput("webhook_header_secret", fmt.Sprintf("--webhook-header-secret %s: %v", e.name, err))
+		}
+		v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		values[e.name] = v
+	}
+	return values, nil
+}
+
+// readSmall reads the file at path, refusing one over limit bytes.
+func readSmall(path string, limit int64) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is over %d bytes: a header value is not that large", path, limit)
+	}
+	return b, nil
 }

@@ -28,6 +28,11 @@
 //     intent's locks are never held while another is changed; an intent
 //     that moved on meanwhile is skipped and counted by reason, never
 //     forced.
+//   - A payload is returned without the credentials an intent stored
+//     before they were refused at enqueue may carry inline (a webhook's
+//     Authorization, Cookie, X-Api-Key, … header values: see
+//     webhookkind.Sensitive): Get replaces them by "(redacted)", for the
+//     API, the pages and the CLI alike. The stored intent is unchanged.
 //   - Lists page by keyset on intent_id, newest first: intents committed
 //     while a client pages through neither shift pages nor hide older ones.
 //

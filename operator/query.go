@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/kinds/webhookkind"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -206,7 +208,7 @@ func (o *Operator) Get(ctx context.Context, id int64) (*IntentDetail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator: get intent %d: %w", id, err)
 	}
-	r.Fence, r.Status, r.Payload, r.Effect = outbox.Fence(fence), outbox.Status(status), payload, outbox.Effect(effect)
+	r.Fence, r.Status, r.Payload, r.Effect = outbox.Fence(fence), outbox.Status(status), shownPayload(r.Kind, payload), outbox.Effect(effect)
 	if result != nil {
 		r.Result = result
 	}
@@ -215,6 +217,18 @@ func (o *Operator) Get(ctx context.Context, id int64) (*IntentDetail, error) {
 	}
 	d.Timeline = timeline(r, d.History)
 	return &d, nil
+}
+
+// shownPayload is a payload as the reads return it, to the API, the pages
+// and the CLI alike: a credential that an intent stored before such values
+// were refused carries inline (a webhook's Authorization header) is
+// replaced by "(redacted)". Redacting here, where every reader gets the
+// payload, keeps one place that can leak it.
+func shownPayload(kind string, payload []byte) json.RawMessage {
+	if kind == webhookkind.Name {
+		return webhookkind.Redact(payload)
+	}
+	return payload
 }
 
 // History returns the intent's events in the order they happened.

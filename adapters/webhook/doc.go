@@ -10,6 +10,18 @@
 // webhook-timestamp, webhook-signature "v1,<base64 HMAC-SHA256>" by every
 // secret (rotation).
 //
+// # Credentials
+//
+// A header that carries a credential (webhookkind.Sensitive: Authorization,
+// Cookie, X-Api-Key, …) is given in the payload as {"secret": "NAME"}, a
+// secret of Config.HeaderSecrets, and the adapter sends that secret's
+// value: credentials are not stored in intents. An inline value for such a
+// header is refused at enqueue (webhookkind.Parse), and a name the adapter
+// does not hold at enqueue through KindSpec, and at execute (failed,
+// nothing sent). A secret's value never appears in a log, an error or a
+// result. An intent stored before inline credentials were refused is
+// still sent as stored, with a warning naming the header.
+//
 // # Outcomes
 //
 //   - 2xx: succeeded; the result holds the status, a safe subset of the

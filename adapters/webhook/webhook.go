@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -70,6 +73,14 @@ type Config struct {
 	// "whsec_<base64>"; several are for rotation: each request carries a
 	// signature by every one. None: requests are not signed.
 	Secrets []string
+	// HeaderSecrets are the values of headers that carry credentials, by
+	// name: a payload's header {"secret": "NAME"} is sent with
+	// HeaderSecrets[NAME]. Names are webhookkind.CheckSecretName's; a
+	// value is not empty and has no CR, LF or NUL. A value never appears
+	// in a log, an error or a result. A payload naming a secret not here
+	// is refused at enqueue through KindSpec, and failed at execute
+	// without sending.
+	HeaderSecrets map[string]string
 	// MaxConcurrencyPerHost is the most requests in flight to one
 	// host:port. Default DefaultMaxConcurrencyPerHost.
 	MaxConcurrencyPerHost int
@@ -141,6 +152,10 @@ func New(cfg Config) (*Adapter, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkHeaderSecrets(cfg.HeaderSecrets); err != nil {
+		return nil, err
+	}
+	cfg.HeaderSecrets = maps.Clone(cfg.HeaderSecrets)
 	a := &Adapter{cfg: cfg, allow: allow, dedups: dedups, secrets: secrets,
 		log: cfg.Logger.With("component", "webhook"), slots: map[string]chan struct{}{}}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: a.checkAddress}
@@ -203,7 +218,7 @@ func (a *Adapter) Capabilities() adapters.Capabilities {
 // the key (an operator listed it), else a lookup when the payload names an
 // allowed lookup_url, else nothing (an unknown outcome is held).
 func (a *Adapter) forRequest(req adapters.Request) adapters.RequestCapabilities {
-	p, err := webhookkind.Parse(req.Payload)
+	p, err := webhookkind.ParseStored(req.Payload)
 	if err != nil {
 		return adapters.RequestCapabilities{}
 	}
@@ -233,19 +248,89 @@ func (a *Adapter) allowed(u *url.URL) bool {
 }
 
 // KindSpec is the webhook kind as the gateway's own intake registers it:
-// the payload rules (webhookkind) and this adapter's allow-list, so that a
-// URL whose host is not allowed is refused at enqueue, naming the field.
+// the payload rules (webhookkind) with this adapter's allow-list and
+// header secrets, so that a URL whose host is not allowed, or a header
+// naming a secret the adapter does not hold, is refused at enqueue,
+// naming the field.
 func (a *Adapter) KindSpec() outbox.KindSpec {
+	return Intake{allow: a.allow, secrets: slices.Collect(maps.Keys(a.cfg.HeaderSecrets)), checkSecrets: true}.KindSpec()
+}
+
+// Intake is the webhook kind's intake rules with what an intake knows of
+// the adapter's configuration, for an intake that does not run the
+// adapter (gateway enqueue, from the environment gateway run reads).
+type Intake struct {
+	allow        *Hosts
+	secrets      []string
+	checkSecrets bool
+}
+
+// NewIntake returns the rules with the allow-list allow (each "host" or
+// "host:port"; none: any host) and, when secretNames is not nil, the names
+// of the header secrets the adapter holds (nil: names are not checked).
+func NewIntake(allow []string, secretNames []string) (Intake, error) {
+	hosts, err := ParseHosts("webhook_allow", allow)
+	if err != nil {
+		return Intake{}, err
+	}
+	for _, name := range secretNames {
+		if err := webhookkind.CheckSecretName("webhook_header_secret", name); err != nil {
+			return Intake{}, err
+		}
+	}
+	return Intake{allow: hosts, secrets: secretNames, checkSecrets: secretNames != nil}, nil
+}
+
+// KindSpec is the webhook kind with these rules (fence commit).
+func (in Intake) KindSpec() outbox.KindSpec {
 	return outbox.KindSpec{DefaultFence: outbox.FenceCommit, Check: func(raw json.RawMessage) error {
 		p, err := webhookkind.Parse(raw)
 		if err != nil {
 			return err
 		}
-		return a.checkAllowed(p)
+		if in.allow.Len() > 0 {
+			if err := checkAllowed(in.allow, p); err != nil {
+				return err
+			}
+		}
+		if in.checkSecrets {
+			return checkSecretsHeld(p, func(name string) bool { return slices.Contains(in.secrets, name) })
+		}
+		return nil
 	}}
 }
 
-func (a *Adapter) checkAllowed(p webhookkind.Payload) error {
+// checkSecretsHeld refuses a header naming a secret that held says is
+// not held, naming the header's field (the first, by name).
+func checkSecretsHeld(p webhookkind.Payload, held func(string) bool) error {
+	for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
+		if s := p.Headers[name].Secret; s != "" && !held(s) {
+			return fenceerr.Invalid("payload.headers."+name, "names secret %q, which the gateway does not hold (--webhook-header-secret %s=FILE)", s, s)
+		}
+	}
+	return nil
+}
+
+// checkHeaderSecrets checks Config.HeaderSecrets, naming a bad secret
+// but never echoing its value.
+func checkHeaderSecrets(secrets map[string]string) error {
+	for _, name := range slices.Sorted(maps.Keys(secrets)) {
+		if err := webhookkind.CheckSecretName("webhook_header_secret", name); err != nil {
+			return err
+		}
+		switch v := secrets[name]; {
+		case v == "":
+			return fenceerr.Invalid("webhook_header_secret", "secret %q is empty", name)
+		case strings.ContainsAny(v, "\r\n\x00"):
+			return fenceerr.Invalid("webhook_header_secret", "secret %q contains CR, LF or NUL (a header value cannot)", name)
+		}
+	}
+	return nil
+}
+
+func (a *Adapter) checkAllowed(p webhookkind.Payload) error { return checkAllowed(a.allow, p) }
+
+func checkAllowed(allow *Hosts, p webhookkind.Payload) error {
 	for _, f := range []struct{ field, raw string }{{"payload.url", p.URL}, {"payload.lookup_url", p.LookupURL}} {
 		if f.raw == "" {
 			continue
@@ -254,9 +339,8 @@ func (a *Adapter) checkAllowed(p webhookkind.Payload) error {
 		if err != nil {
 			return fenceerr.Invalid(f.field, "is not a valid URL")
 		}
-		if !a.allowed(u) {
-			host, port := hostPort(u)
-			return fenceerr.Invalid(f.field, "host %s is not an allowed destination (--webhook-allow: %s)", net.JoinHostPort(host, strconv.Itoa(port)), a.allow)
+		if host, port := hostPort(u); !allow.Match(host, port) {
+			return fenceerr.Invalid(f.field, "host %s is not an allowed destination (--webhook-allow: %s)", net.JoinHostPort(host, strconv.Itoa(port)), allow)
 		}
 	}
 	return nil
@@ -301,9 +385,18 @@ var resultHeaders = []string{"Content-Type", "Content-Length", "Date", "Etag", "
 // Execute sends req's request once. See the package documentation for how
 // its outcomes are classified.
 func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
-	p, u, err := a.parse(req)
+	p, u, headers, err := a.parse(req)
 	if err != nil {
 		return adapters.Outcome{}, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
+		if h := p.Headers[name]; h.Secret == "" && webhookkind.Sensitive(name, h.Value) {
+			// Stored before such values were refused at enqueue: sent as
+			// accepted, and said (never the value) so that it is moved
+			// to a secret.
+			a.log.Warn("webhook: the intent's payload carries a credential inline; give it as {\"secret\": NAME} (--webhook-header-secret)",
+				"intent_id", req.IntentID, "header", name)
+		}
 	}
 	body, ctype := p.Content()
 	release, err := a.slot(ctx, u)
@@ -311,7 +404,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("webhook: waiting for a free connection to %s: %w", u.Host, err))
 	}
 	defer release()
-	hr, err := a.request(ctx, req, p.MethodOr(), u, p.Headers, body, ctype)
+	hr, err := a.request(ctx, req, p.MethodOr(), u, headers, body, ctype)
 	if err != nil {
 		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))
 	}
@@ -352,7 +445,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 // is found (the result is the lookup's answer, found_by "lookup"), 404 is
 // not found; anything else, or no answer, is an error (looked up again).
 func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
-	p, _, err := a.parse(req)
+	p, _, headers, err := a.parse(req)
 	if err != nil {
 		return adapters.Outcome{}, false, err
 	}
@@ -363,7 +456,7 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	if err != nil || !a.allowed(u) {
 		return adapters.Outcome{}, false, fmt.Errorf("%w: lookup_url", ErrNotAllowed)
 	}
-	hr, err := a.request(ctx, req, http.MethodGet, u, p.Headers, nil, "")
+	hr, err := a.request(ctx, req, http.MethodGet, u, headers, nil, "")
 	if err != nil {
 		return adapters.Outcome{}, false, err
 	}
@@ -381,21 +474,33 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	return adapters.Outcome{}, false, fmt.Errorf("webhook: look up %s: %d %s%s", redact(u), status, http.StatusText(status), excerpt(res))
 }
 
-// parse checks req: a valid payload to an allowed host. Errors are
-// permanent: nothing was sent.
-func (a *Adapter) parse(req adapters.Request) (webhookkind.Payload, *url.URL, error) {
-	p, err := webhookkind.Parse(req.Payload)
+// parse checks req: a valid payload (as stored: webhookkind.ParseStored)
+// to an allowed host, naming only secrets the adapter holds. It returns
+// the headers to send, each secret's value in place of its name. Errors
+// are permanent: nothing was sent.
+func (a *Adapter) parse(req adapters.Request) (webhookkind.Payload, *url.URL, map[string]string, error) {
+	p, err := webhookkind.ParseStored(req.Payload)
 	if err != nil {
-		return p, nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))
+		return p, nil, nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))
 	}
 	if req.IdempotencyKey == "" {
-		return p, nil, adapters.PermanentError(fmt.Errorf("%w: the intent has no idempotency key", ErrBadPayload))
+		return p, nil, nil, adapters.PermanentError(fmt.Errorf("%w: the intent has no idempotency key", ErrBadPayload))
 	}
 	if err := a.checkAllowed(p); err != nil {
-		return p, nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrNotAllowed, err))
+		return p, nil, nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrNotAllowed, err))
+	}
+	if err := checkSecretsHeld(p, func(name string) bool { _, ok := a.cfg.HeaderSecrets[name]; return ok }); err != nil {
+		return p, nil, nil, adapters.PermanentError(fmt.Errorf("%w: %v", ErrBadPayload, err))
+	}
+	headers := make(map[string]string, len(p.Headers))
+	for name, h := range p.Headers {
+		headers[name] = h.Value
+		if h.Secret != "" {
+			headers[name] = a.cfg.HeaderSecrets[h.Secret]
+		}
 	}
 	u, _ := url.Parse(p.URL) // checked by Parse
-	return p, u, nil
+	return p, u, headers, nil
 }
 
 // request builds the HTTP request: the payload's headers, then the

@@ -62,7 +62,7 @@ func TestSuccess(t *testing.T) {
 	})
 	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
 	key := adaptertest.UniqueKey(t)
-	out, err := execute(t, a, request(key, payload(rc.URL+"/hooks/report", map[string]any{"headers": map[string]string{"X-Api-Key": "k1"}})))
+	out, err := execute(t, a, request(key, payload(rc.URL+"/hooks/report", map[string]any{"headers": map[string]string{"X-Tenant": "k1"}})))
 	if err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
@@ -91,7 +91,7 @@ func TestSuccess(t *testing.T) {
 	h := got[0].Header
 	for name, want := range map[string]string{
 		"Idempotency-Key": key, "Fencegate-Resource": "report:nightly", "Fencegate-Epoch": "3", "Fencegate-Intent-Id": "7",
-		"Content-Type": "application/json", "X-Api-Key": "k1",
+		"Content-Type": "application/json", "X-Tenant": "k1",
 	} {
 		if h.Get(name) != want {
 			t.Errorf("header %s = %q, want %q", name, h.Get(name), want)
@@ -444,7 +444,7 @@ func TestPayloadRules(t *testing.T) {
 			t.Errorf("%s: %v, want an InvalidError naming %s", tc.payload, err, tc.field)
 		}
 	}
-	for _, ok := range []string{`{"url":"https://h/x"}`, `{"url":"http://h:8080/x?a=1","method":"PATCH","body":[1,2],"headers":{"Authorization":"Bearer t"}}`} {
+	for _, ok := range []string{`{"url":"https://h/x"}`, `{"url":"http://h:8080/x?a=1","method":"PATCH","body":[1,2],"headers":{"X-Tenant":"t","Authorization":{"secret":"billing"}}}`} {
 		if err := check(json.RawMessage(ok)); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
