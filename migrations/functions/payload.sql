@@ -228,6 +228,9 @@ BEGIN
             PERFORM fencegate.fencegate_invalid('payload.bucket', format('%s is not a valid bucket name (3-63 of a-z, 0-9, ''.'', ''-'')', to_json(s)));
         END IF;
         PERFORM fencegate.fencegate_check_target('payload.key', s2);
+        IF fencegate.fencegate_s3_reserved_key(s2) THEN
+            PERFORM fencegate.fencegate_invalid('payload.key', format('%s is under .fencegate/, reserved for the adapter''s receipts and probes (compared after percent-decoding, without case)', to_json(s2)));
+        END IF;
         IF octet_length(s2) > 1024 THEN
             PERFORM fencegate.fencegate_invalid('payload.key', format('must be at most 1024 bytes, got %s', octet_length(s2)));
         END IF;
@@ -260,14 +263,31 @@ BEGIN
                 fencegate.fencegate_payload_string(p, 'content_type', 'payload.content_type'),
                 fencegate.fencegate_payload_string(p, 'lookup_url', 'payload.lookup_url'),
                 fencegate.fencegate_payload_string(p, 'body_base64', 'payload.body_base64');
-        v := fencegate.fencegate_payload_string_map(p, 'headers');
+        -- headers: an object whose values are strings or {"secret": NAME}
+        -- (webhookkind.parseHeaders), read in byte order of the names.
+        v := p -> 'headers';
+        IF v IS NOT NULL AND jsonb_typeof(v) = 'null' THEN
+            v := NULL;
+        ELSIF v IS NOT NULL AND jsonb_typeof(v) <> 'object' THEN
+            PERFORM fencegate.fencegate_invalid('payload.headers', 'must be an object whose values are strings or {"secret": "NAME"}');
+        ELSIF v IS NOT NULL THEN
+            FOR k IN SELECT h FROM jsonb_object_keys(v) AS h ORDER BY h COLLATE "C" LOOP
+                IF NOT (jsonb_typeof(v -> k) = 'string'
+                        OR (jsonb_typeof(v -> k) = 'object'
+                            AND (SELECT count(*) FROM jsonb_object_keys(v -> k)) = 1
+                            AND jsonb_typeof(v -> k -> 'secret') = 'string'
+                            AND (v -> k ->> 'secret') <> '')) THEN
+                    PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'must be a string or {"secret": "NAME"}');
+                END IF;
+            END LOOP;
+        END IF;
         PERFORM fencegate.fencegate_check_url('payload.url', fencegate.fencegate_payload_string(p, 'url', 'payload.url'));
         s := fencegate.fencegate_payload_string(p, 'method', 'payload.method');
         IF coalesce(s, '') <> '' AND s <> ALL (ARRAY['POST', 'PUT', 'PATCH', 'DELETE']) THEN
             PERFORM fencegate.fencegate_invalid('payload.method', format('must be one of POST, PUT, PATCH, DELETE, got %s', to_json(s)));
         END IF;
         IF v IS NOT NULL AND jsonb_typeof(v) = 'object' THEN
-            FOR k IN SELECT jsonb_object_keys(v) ORDER BY 1 LOOP
+            FOR k IN SELECT h FROM jsonb_object_keys(v) AS h ORDER BY h COLLATE "C" LOOP
                 canon := lower(k);
                 IF k !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' THEN
                     PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'is not a valid header name');
@@ -279,8 +299,16 @@ BEGIN
                 ELSIF canon = ANY (ARRAY['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive',
                                          'proxy-connection', 'te', 'trailer', 'upgrade', 'expect']) THEN
                     PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'is a connection or framing header and cannot be set');
+                ELSIF jsonb_typeof(v -> k) = 'object' THEN
+                    IF (v -> k ->> 'secret') !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
+                        PERFORM fencegate.fencegate_invalid('payload.headers.' || k, format('secret name %s must be 1 to 64 letters, digits, ''_'', ''-'' or ''.''', to_json(v -> k ->> 'secret')));
+                    END IF;
                 ELSIF (v ->> k) ~ '[\r\n]' THEN
                     PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'must not contain CR, LF or NUL');
+                ELSIF lower(k) ~ '(auth|token|secret|key|passw|passphrase|cookie|session|credential|jwt)'
+                      OR lower(v ->> k) ~ '^[ \t]*(bearer|basic|digest|negotiate)[ \t]' THEN
+                    -- webhookkind.Sensitive: a credential given inline.
+                    PERFORM fencegate.fencegate_invalid('payload.headers.' || k, 'carries a credential, which must not be stored in an intent: give {"secret": "NAME"}, a secret the gateway holds (--webhook-header-secret NAME=FILE)');
                 END IF;
             END LOOP;
         END IF;
@@ -309,5 +337,55 @@ BEGIN
         PERFORM fencegate.fencegate_invalid('kind', format('kind %s is not accepted by the SQL interface (it accepts email, file, s3, webhook); '
             'enqueue a program''s own kinds with its Go client or the HTTP intake', to_json(p_kind)));
     END CASE;
+END
+$$;
+
+-- fencegate_s3_reserved_key: s3kind.ReservedKey. The key's first segment
+-- is .fencegate once percent-escapes are decoded (leniently: an invalid
+-- one is left as is; up to four levels), '\' is read as '/', '.', '..'
+-- and empty segments are resolved, and the segment's trailing dots and
+-- spaces dropped; compared without case. Only escapes of printable ASCII
+-- (%20-%7F) are decoded: no other byte can spell '.fencegate', '/', '\',
+-- '.' or an escape, so the answer is Go's.
+CREATE OR REPLACE FUNCTION fencegate.fencegate_s3_reserved_key(k text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d text := k;
+    prev text;
+    c text;
+    pos int;
+    seg text;
+    parts text[] := '{}';
+BEGIN
+    FOR i IN 1..4 LOOP
+        prev := d;
+        d := '';
+        pos := 1;
+        WHILE pos <= length(prev) LOOP
+            c := substr(prev, pos, 1);
+            IF c = '%' AND substr(prev, pos + 1, 2) ~ '^[2-7][0-9A-Fa-f]$' THEN
+                d := d || chr(('x' || substr(prev, pos + 1, 2))::bit(8)::int);
+                pos := pos + 3;
+            ELSE
+                d := d || c;
+                pos := pos + 1;
+            END IF;
+        END LOOP;
+        EXIT WHEN d = prev;
+    END LOOP;
+    FOREACH seg IN ARRAY string_to_array(replace(d, '\', '/'), '/') LOOP
+        IF seg = '' OR seg = '.' THEN
+            CONTINUE;
+        ELSIF seg = '..' THEN
+            parts := parts[1:cardinality(parts) - 1];
+        ELSE
+            parts := parts || seg;
+        END IF;
+    END LOOP;
+    RETURN lower(rtrim(coalesce(parts[1], ''), '. ')) = '.fencegate';
 END
 $$;
