@@ -66,13 +66,16 @@ func TestPolicyApplyShow(t *testing.T) {
 	}
 }
 
+// ceoMail is a mail from a sender the test's rule set does not allow.
+const ceoMail = `{"to":"alice@example.com","from":"ceo@example.com","subject":"s","text":"t"}`
+
 // One rule set for every way in: a principal confined to reports/* and
-// email, through Go (outbox, lease), the CLI (--principal), the HTTP intake
+// email, and mail senders confined to reports@example.com, through Go (outbox, lease), the CLI (--principal), the HTTP intake
 // (a token naming the principal, with no scope of its own) and SQL (a role
 // mapped to it), can lease and enqueue mail under reports/, and nothing
 // else: another resource, another kind, an epoch advance, and naming no
-// principal are each refused as forbidden, naming the field, with nothing
-// stored.
+// principal are each refused as forbidden, a mail from another sender as
+// invalid input, each naming the field, with nothing stored.
 func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -81,7 +84,8 @@ func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 	role := testdb.Role(t, e.pool, "fg_reports_", testdb.WorkerGrants()...)
 	doc := filepath.Join(t.TempDir(), "policy.json")
 	if err := os.WriteFile(doc, []byte(fmt.Sprintf(`{"principals": [
-		{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"], "sql_roles": [%q]}]}`, role)), 0o600); err != nil {
+		{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"], "sql_roles": [%q]}],
+		"destinations": {"email": {"senders": ["reports@example.com"]}}}`, role)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	expectCode(t, gw(t, e.db, "policy", "apply", doc), 0, "")
@@ -93,6 +97,14 @@ func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 		var f *fenceerr.ForbiddenError
 		if !errors.As(err, &f) || f.Field != field {
 			t.Errorf("%s: %v; want forbidden naming %s", way, err, field)
+		}
+	}
+	invalid := func(way string, err error, field string) {
+		t.Helper()
+		checks++
+		var ie *fenceerr.InvalidError
+		if !errors.As(err, &ie) || ie.Field != field {
+			t.Errorf("%s: %v; want invalid input naming %s", way, err, field)
 		}
 	}
 	allowed := func(way string, err error) {
@@ -119,6 +131,8 @@ func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 	forbidden("Go: enqueue a file", err, "kind")
 	_, err = iss.Advance(ctx, "reports/go", l.Epoch+10)
 	forbidden("Go: advance reports/go", err, "epochs")
+	_, err = ob.Enqueue(ctx, outbox.Intent{Resource: "reports/go", Epoch: l.Epoch, OperationID: "ceo", Kind: "email", Payload: json.RawMessage(ceoMail)})
+	invalid("Go: a mail from a sender outside the destinations", err, "payload.from")
 	_, err = lease.NewIssuer(e.pool, lease.WithSchema(s)).Acquire(ctx, "reports/go", "w", time.Minute)
 	forbidden("Go: acquire naming no principal", err, "principal")
 
@@ -142,6 +156,11 @@ func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 		"--kind", "file", "--payload", `{"target":"a.txt","content":"x"}`), "kind")
 	cliForbidden("epoch advance", gw(t, e.db, "epoch", "advance", "--principal", "reports", "--resource", "reports/cli", "--epoch", "99"), "epochs")
 	cliForbidden("acquire naming no principal", gw(t, e.db, "lease", "acquire", "--resource", "reports/cli", "--holder", "w"), "principal")
+	r = gw(t, e.db, "enqueue", "--principal", "reports", "--resource", "reports/cli", "--epoch", epoch, "--op", "ceo", "--kind", "email", "--payload", ceoMail)
+	checks++
+	if r.code != 2 || errorField(r) != "payload.from" {
+		t.Errorf("CLI: a mail from a sender outside the destinations: exit %d %s; want exit 2 naming payload.from", r.code, r.stdout)
+	}
 
 	// HTTP: the token has no scope of its own; its principal's rules hold.
 	addr := freeAddr(t)
@@ -173,6 +192,11 @@ func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 	httpForbidden("lease billing/http", code, body, "resource")
 	code, body = postJSON(t, api+"/intents", secret, fmt.Sprintf(`{"resource":"reports/http","epoch":%d,"operation_id":"f","kind":"file","payload":{"target":"a.txt","content":"x"}}`, he))
 	httpForbidden("enqueue a file", code, body, "kind")
+	code, body = postJSON(t, api+"/intents", secret, fmt.Sprintf(`{"resource":"reports/http","epoch":%d,"operation_id":"ceo","kind":"email","payload":%s}`, he, ceoMail))
+	checks++
+	if eb, _ := body["error"].(map[string]any); code != http.StatusBadRequest || eb["field"] != "payload.from" {
+		t.Errorf("HTTP: a mail from a sender outside the destinations: %d %v; want 400 naming payload.from", code, body)
+	}
 
 	// SQL: the mapped role.
 	conn := testdb.ConnectAs(t, e.pool, role)
@@ -193,6 +217,11 @@ func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 	sqlForbidden("acquire billing/sql", err, "resource")
 	_, err = conn.Exec(ctx, testdb.SQL(`SELECT * FROM fencegate.enqueue('reports/sql', $1, 'f', 'file', '{"target":"a.txt","content":"x"}'::jsonb)`), se)
 	sqlForbidden("enqueue a file", err, "kind")
+	_, err = conn.Exec(ctx, testdb.SQL(`SELECT * FROM fencegate.enqueue('reports/sql', $1, 'ceo', 'email', $2::jsonb)`), se, ceoMail)
+	checks++
+	if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "ZF004" || pe.ColumnName != "payload.from" {
+		t.Errorf("SQL: a mail from a sender outside the destinations: %v; want ZF004 naming payload.from", err)
+	}
 
 	// Nothing but the four mails, on reports/, by the principal.
 	var n, other int

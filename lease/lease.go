@@ -294,7 +294,7 @@ func (i *Issuer) grantTx(ctx context.Context, resource string, epochs bool, fn f
 	check := fmt.Sprintf(i.schema.SQL("; SELECT set_config('fencegate.principal', %s, true), fencegate.fencegate_check_principal(%s, NULL, %t)"),
 		literal(principal), literal(resource), epochs)
 	err := inTx(ctx, i.pool, pgx.TxOptions{BeginQuery: begin + check}, fn)
-	return policy.AsForbidden(err)
+	return policy.Refusal(err)
 }
 
 // literal quotes s as a PostgreSQL escape string literal.

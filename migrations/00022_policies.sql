@@ -1,19 +1,20 @@
 -- +goose Up
 
--- The rule set (docs/policy.md): who may do what, kept in the database so
--- that every way in reads the same rules. Written only by `gateway policy apply` (package policy), in one transaction that
+-- The rule set (docs/policy.md): who may do what, and where effects may go,
+-- kept in the database so that every way in reads the same rules. Written
+-- only by `gateway policy apply` (package policy), in one transaction that
 -- replaces every row and records the document in policy_history.
 
 -- principals: a name, what it may touch (resources exact or "prefix*",
 -- "*" for all; kinds, "*" for all; epochs: may advance epochs) and the
 -- scope of its idempotency keys.
 CREATE TABLE principals (
-    name      text PRIMARY KEY,
-    role      text NOT NULL CHECK (role IN ('worker', 'operator')),
+    name              text PRIMARY KEY,
+    role              text NOT NULL CHECK (role IN ('worker', 'operator')),
     resource_patterns text[] NOT NULL,
-    kinds     text[] NOT NULL,
-    epochs    boolean NOT NULL DEFAULT false,
-    key_scope text NOT NULL CHECK (key_scope IN ('global', 'resource'))
+    kinds             text[] NOT NULL,
+    epochs            boolean NOT NULL DEFAULT false,
+    key_scope         text NOT NULL CHECK (key_scope IN ('global', 'resource'))
 );
 
 -- principal_roles maps a PostgreSQL role (session_user of a worker calling
@@ -21,6 +22,14 @@ CREATE TABLE principals (
 CREATE TABLE principal_roles (
     role_name text PRIMARY KEY,
     principal text NOT NULL REFERENCES principals (name) ON DELETE CASCADE
+);
+
+-- destination_policies: where each kind's effects may go (mail senders and
+-- recipient domains, webhook hosts, file targets, S3 buckets), as the
+-- document gives them: checked at every enqueue, in the database.
+CREATE TABLE destination_policies (
+    kind  text PRIMARY KEY,
+    rules jsonb NOT NULL
 );
 
 -- policy_history: every document applied, whole, with who applied it.
@@ -33,5 +42,6 @@ CREATE TABLE policy_history (
 
 -- +goose Down
 DROP TABLE policy_history;
+DROP TABLE destination_policies;
 DROP TABLE principal_roles;
 DROP TABLE principals;

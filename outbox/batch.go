@@ -177,7 +177,7 @@ func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, princi
 }
 
 func batchError(err error) error {
-	if f := policy.AsForbidden(err); f != err {
+	if f := policy.Refusal(err); f != err {
 		// The whole batch is refused (nothing committed); the PostgreSQL
 		// error stays in the chain, so isServerError still says so.
 		return f

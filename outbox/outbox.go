@@ -300,7 +300,7 @@ func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args
 	)
 	err := q.QueryRow(ctx, c.schema.SQL(sql), args...).Scan(&outcome, &id, &status, &current, &existingEpoch)
 	if err != nil {
-		if f := policy.AsForbidden(err); f != err {
+		if f := policy.Refusal(err); f != err {
 			return Result{}, f
 		}
 		var pgErr *pgconn.PgError

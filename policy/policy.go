@@ -62,6 +62,51 @@ const All = "*"
 // Document is a rule set as a team keeps it in git.
 type Document struct {
 	Principals []Principal `json:"principals"`
+	// Destinations are where each built-in kind's effects may go, checked
+	// at every enqueue (Go, CLI, HTTP, SQL) in the database; a kind left
+	// out is not confined here (the adapter's own flags still are, at
+	// execute).
+	Destinations Destinations `json:"destinations,omitzero"`
+}
+
+// Destinations are the destination policies of the built-in kinds.
+type Destinations struct {
+	Email   *EmailRules   `json:"email,omitempty"`
+	Webhook *WebhookRules `json:"webhook,omitempty"`
+	File    *FileRules    `json:"file,omitempty"`
+	S3      *S3Rules      `json:"s3,omitempty"`
+}
+
+// EmailRules confine mail: Senders are the allowed From addresses
+// ("reports@example.com", exact, case-insensitive) or domains
+// ("example.com": an address at exactly that domain); RecipientDomains the
+// domains To, Cc and Bcc may be at (exact). An empty list does not
+// confine.
+type EmailRules struct {
+	Senders          []string `json:"senders,omitempty"`
+	RecipientDomains []string `json:"recipient_domains,omitempty"`
+}
+
+// WebhookRules confine webhooks: Hosts are "host" (any port) or
+// "host:port" (the URL's port, or 80/443 by its scheme), for url and
+// lookup_url; names match case-insensitively, exactly; IP addresses by
+// value. Required when the kind is listed.
+type WebhookRules struct {
+	Hosts []string `json:"hosts"`
+}
+
+// FileRules confine file targets: Targets are patterns of the whole
+// target, with "*" (any run of characters but "/") and "?" (one of them),
+// or "dir/**" for anything under dir. Required when the kind is listed.
+type FileRules struct {
+	Targets []string `json:"targets"`
+}
+
+// S3Rules confine s3 buckets: a payload naming a bucket must name one of
+// Buckets (a payload naming none goes to the gateway's --s3-bucket).
+// Required when the kind is listed.
+type S3Rules struct {
+	Buckets []string `json:"buckets"`
 }
 
 // Principal is who a token or a PostgreSQL role acts as.
@@ -111,6 +156,14 @@ func Parse(b []byte) (Document, error) {
 // principalFields are the fields of a principal, as JSON names them.
 var principalFields = []string{"name", "role", "resources", "kinds", "epochs", "key_scope", "sql_roles"}
 
+// destinationFields are the fields of each kind's destination rules.
+var destinationFields = map[string][]string{
+	"email":   {"senders", "recipient_domains"},
+	"webhook": {"hosts"},
+	"file":    {"targets"},
+	"s3":      {"buckets"},
+}
+
 // unknownFields refuses a field the document format does not have, named
 // by its path ("principals[0].token"): a misspelt field must not leave a
 // rule out silently.
@@ -120,8 +173,22 @@ func unknownFields(b []byte) error {
 		return nil // not an object: Decode says so
 	}
 	for k := range top {
-		if k != "principals" {
-			return fenceerr.Invalid(k, "is not a field of a policy document (principals)")
+		if k != "principals" && k != "destinations" {
+			return fenceerr.Invalid(k, "is not a field of a policy document (principals, destinations)")
+		}
+	}
+	var dests map[string]map[string]json.RawMessage
+	if json.Unmarshal(top["destinations"], &dests) == nil {
+		for kind, rules := range dests {
+			fields, ok := destinationFields[kind]
+			if !ok {
+				return fenceerr.Invalid("destinations."+kind, "is not a kind with destination rules (email, webhook, file, s3)")
+			}
+			for k := range rules {
+				if !slices.Contains(fields, k) {
+					return fenceerr.Invalid("destinations."+kind+"."+k, "is not a field of %s's rules (%s)", kind, strings.Join(fields, ", "))
+				}
+			}
 		}
 	}
 	var ps []map[string]json.RawMessage
@@ -170,6 +237,9 @@ func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // Validate checks d; its errors name the field.
 func (d Document) Validate() error {
+	if err := d.Destinations.validate(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	roles := map[string]string{}
 	for i, p := range d.Principals {
@@ -211,6 +281,81 @@ func (d Document) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validate checks the destination rules; errors name the field.
+func (d Destinations) validate() error {
+	if e := d.Email; e != nil {
+		for i, v := range e.Senders {
+			if !emailRE.MatchString(v) && !domainRE.MatchString(v) {
+				return fenceerr.Invalid(fmt.Sprintf("destinations.email.senders[%d]", i), "must be an address (local@domain) or a domain, got %q", v)
+			}
+		}
+		for i, v := range e.RecipientDomains {
+			if !domainRE.MatchString(v) {
+				return fenceerr.Invalid(fmt.Sprintf("destinations.email.recipient_domains[%d]", i), "must be a domain, got %q", v)
+			}
+		}
+	}
+	if w := d.Webhook; w != nil {
+		if len(w.Hosts) == 0 {
+			return fenceerr.Invalid("destinations.webhook.hosts", "must list the hosts webhooks may go to")
+		}
+		for i, v := range w.Hosts {
+			if !hostRE.MatchString(v) {
+				return fenceerr.Invalid(fmt.Sprintf("destinations.webhook.hosts[%d]", i), `must be "host" or "host:port" (an IPv6 address in brackets), got %q`, v)
+			}
+		}
+	}
+	if f := d.File; f != nil {
+		if len(f.Targets) == 0 {
+			return fenceerr.Invalid("destinations.file.targets", "must list the target patterns files may be published to")
+		}
+		for i, v := range f.Targets {
+			if !targetRE.MatchString(strings.TrimSuffix(v, "/**")) {
+				return fenceerr.Invalid(fmt.Sprintf("destinations.file.targets[%d]", i), `must be a pattern of letters, digits, "._-/" with "*" and "?", or "dir/**", got %q`, v)
+			}
+		}
+	}
+	if b := d.S3; b != nil {
+		if len(b.Buckets) == 0 {
+			return fenceerr.Invalid("destinations.s3.buckets", "must list the buckets objects may be written to")
+		}
+		for i, v := range b.Buckets {
+			if !bucketRE.MatchString(v) {
+				return fenceerr.Invalid(fmt.Sprintf("destinations.s3.buckets[%d]", i), "must be a bucket name (3-63 of a-z, 0-9, '.', '-'), got %q", v)
+			}
+		}
+	}
+	return nil
+}
+
+var (
+	domainRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$`)
+	emailRE  = regexp.MustCompile(`^[A-Za-z0-9.!#$%&'*+/=?^_{|}~-]+@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$`)
+	// hostRE: a DNS name or IPv4 address, or a bracketed IPv6 address,
+	// with an optional port.
+	hostRE   = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
+	targetRE = regexp.MustCompile(`^[A-Za-z0-9._*?/-]+$`)
+	bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+)
+
+// rows returns the destination rules as destination_policies' rows.
+func (d Destinations) rows() map[string]any {
+	m := map[string]any{}
+	if d.Email != nil {
+		m["email"] = d.Email
+	}
+	if d.Webhook != nil {
+		m["webhook"] = d.Webhook
+	}
+	if d.File != nil {
+		m["file"] = d.File
+	}
+	if d.S3 != nil {
+		m["s3"] = d.S3
+	}
+	return m
 }
 
 // checkPattern checks a resource name or pattern: 1 to 200 bytes, no
@@ -264,6 +409,18 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (
 		}
 		if _, err := tx.Exec(ctx, s.SQL(`DELETE FROM fencegate.principals`)); err != nil {
 			return err
+		}
+		if _, err := tx.Exec(ctx, s.SQL(`DELETE FROM fencegate.destination_policies`)); err != nil {
+			return err
+		}
+		for kind, rules := range d.Destinations.rows() {
+			b, err := json.Marshal(rules)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.destination_policies (kind, rules) VALUES ($1, $2)`), kind, b); err != nil {
+				return err
+			}
 		}
 		for _, p := range d.Principals {
 			if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.principals (name, role, resource_patterns, kinds, epochs, key_scope)

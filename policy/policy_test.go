@@ -2,16 +2,20 @@ package policy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
 	"github.com/fencegate/fencegate/policy"
 )
 
@@ -278,4 +282,88 @@ func TestAllows(t *testing.T) {
 			t.Errorf("Allows(%q, %q) = %t; want %t", c.pattern, c.resource, got, c.want)
 		}
 	}
+}
+
+// The rule set's destinations hold on the SQL interface and on the Go
+// client alike, whoever enqueues (no principals here): each kind's payload
+// outside its rules is refused as invalid input naming the field, one
+// inside is accepted; a kind without rules is not confined.
+func TestDestinations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	var me string
+	if err := pool.QueryRow(ctx, `SELECT session_user`).Scan(&me); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := policy.Parse([]byte(`{"principals": [{"name": "any", "role": "worker", "resources": ["*"], "kinds": ["*"], "key_scope": "global", "sql_roles": ["` + me + `"]}],
+		"destinations": {
+			"email": {"senders": ["reports@example.com", "billing.example.com"], "recipient_domains": ["example.com"]},
+			"webhook": {"hosts": ["hooks.example.com", "billing.internal:8443", "10.1.2.3:9000"]},
+			"file": {"targets": ["reports/*.txt", "archive/**"]},
+			"s3": {"buckets": ["reports"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Apply(ctx, pool, testdb.Schema(), doc); err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), Principal: "any"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.AsPrincipal("any"))
+	l, err := iss.Acquire(ctx, "d", "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ kind, payload, field string }{
+		{"email", `{"to":["a@example.com"],"from":"reports@example.com","subject":"s","text":"t"}`, ""},
+		{"email", `{"to":["a@example.com"],"from":"Billing <x@billing.example.com>","subject":"s","text":"t"}`, ""},
+		{"email", `{"to":["a@example.com"],"from":"ceo@example.com","subject":"s","text":"t"}`, "payload.from"},
+		{"email", `{"to":["a@example.com"],"from":"x@sub.billing.example.com","subject":"s","text":"t"}`, "payload.from"},
+		{"email", `{"to":["a@example.com"],"cc":["b@example.com","c@evil.example"],"from":"reports@example.com","subject":"s","text":"t"}`, "payload.cc[1]"},
+		{"webhook", `{"url":"https://hooks.example.com/x"}`, ""},
+		{"webhook", `{"url":"https://HOOKS.example.com.:8443/x"}`, ""},
+		{"webhook", `{"url":"https://billing.internal:8443/x"}`, ""},
+		{"webhook", `{"url":"https://billing.internal/x"}`, "payload.url"},
+		{"webhook", `{"url":"http://10.1.2.3:9000/x"}`, ""},
+		{"webhook", `{"url":"http://10.1.2.3:9001/x"}`, "payload.url"},
+		{"webhook", `{"url":"https://evil.example/x"}`, "payload.url"},
+		{"webhook", `{"url":"https://hooks.example.com/x","lookup_url":"https://evil.example/l"}`, "payload.lookup_url"},
+		{"file", `{"target":"reports/a.txt","content":"x"}`, ""},
+		{"file", `{"target":"archive/2026/12/a.bin","content":"x"}`, ""},
+		{"file", `{"target":"reports/sub/a.txt","content":"x"}`, "payload.target"},
+		{"file", `{"target":"reports/a.csv","content":"x"}`, "payload.target"},
+		{"file", `{"target":"reportsXa.txt","content":"x"}`, "payload.target"},
+		{"s3", `{"key":"a","content":"x"}`, ""},
+		{"s3", `{"bucket":"reports","key":"a","content":"x"}`, ""},
+		{"s3", `{"bucket":"other","key":"a","content":"x"}`, "payload.bucket"},
+	}
+	checked := 0
+	for i, c := range cases {
+		_, goErr := ob.Enqueue(ctx, outbox.Intent{Resource: "d", Epoch: l.Epoch, OperationID: fmt.Sprintf("go-%d", i), Kind: c.kind, Payload: json.RawMessage(c.payload)})
+		_, sqlErr := pool.Exec(ctx, testdb.SQL(`SELECT * FROM fencegate.enqueue('d', $1, $2, $3, $4::jsonb)`), l.Epoch, fmt.Sprintf("sql-%d", i), c.kind, c.payload)
+		for way, err := range map[string]error{"Go": goErr, "SQL": sqlErr} {
+			checked++
+			got := ""
+			var ie *fenceerr.InvalidError
+			var pe *pgconn.PgError
+			switch {
+			case errors.As(err, &ie):
+				got = ie.Field
+			case errors.As(err, &pe) && pe.Code == "ZF004":
+				got = pe.ColumnName
+			case err != nil:
+				got = "error: " + err.Error()
+			}
+			if got != c.field {
+				t.Errorf("%s: %s %s: %q; want %q", way, c.kind, c.payload, got, c.field)
+			}
+		}
+	}
+	if checked != 2*len(cases) {
+		t.Fatalf("%d of %d enqueues checked", checked, 2*len(cases))
+	}
+	t.Logf("%d enqueues checked against the destinations (Go and SQL)", checked)
 }

@@ -45,7 +45,7 @@ var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 var Objects = []string{
 	// tables
 	"deployment", "epoch_authority", "epoch_grants", "fencegate_schema_version",
-	"idempotency_keys", "intent_events", "intents", "policy_history",
+	"destination_policies", "idempotency_keys", "intent_events", "intents", "policy_history",
 	"principal_roles", "principals", "resources",
 	// sequences
 	"fencegate_schema_version_id_seq", "idempotency_token_seq",
@@ -53,7 +53,7 @@ var Objects = []string{
 	// functions: the stable SQL interface (migrations/functions/interface_v1.sql, docs/sql.md)
 	"acquire", "enqueue", "interface_version", "release", "renew",
 	// functions: internal
-	"fencegate_authorize", "fencegate_base64_ok", "fencegate_blank", "fencegate_check_content",
+	"fencegate_authorize", "fencegate_base64_ok", "fencegate_blank", "fencegate_check_content", "fencegate_check_destination",
 	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_check_principal", "fencegate_check_payload",
 	"fencegate_check_target", "fencegate_check_url", "fencegate_deployment_sysid", "fencegate_derived_namespace",
 	"fencegate_email_address_ok", "fencegate_enqueue", "fencegate_enqueue_batch",

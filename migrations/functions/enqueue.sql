@@ -31,6 +31,8 @@ BEGIN
     IF fencegate.fencegate_check_principal(p_resource, p_kind, false) = 'resource' THEN
         p_key := fencegate.fencegate_resource_key(p_resource, p_operation, p_key);
     END IF;
+    --    The rule set's destinations of the kind, if any.
+    PERFORM fencegate.fencegate_check_destination(p_kind, p_payload);
 
     -- 1. Lock the resource's control row. Every grant and advance updates
     --    this row, so holding the lock until commit means no change of
@@ -136,6 +138,9 @@ BEGIN
             p_keys := ARRAY(SELECT fencegate.fencegate_resource_key(u.r, u.o, u.k)
                             FROM unnest(p_resources, p_operations, p_keys) WITH ORDINALITY AS u(r, o, k, n) ORDER BY u.n);
         END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM fencegate.destination_policies) THEN
+        PERFORM fencegate.fencegate_check_destination(u.k, u.p) FROM unnest(p_kinds, l_payloads) AS u(k, p);
     END IF;
 
     -- 1. Lock every distinct resource's control row, in resource id order

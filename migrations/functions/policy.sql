@@ -154,9 +154,128 @@ AS $$
         WHERE x.m IS NOT NULL AND length(x.b) > octet_length(x.m[1]) + 1 + x.m[1]::int), false)
 $$;
 
+-- fencegate_check_destination checks an intent's payload against the rule
+-- set's destination rules of its kind (destination_policies; none: not
+-- confined here), raising ZF004 naming the payload's field, as the intake
+-- refuses a destination outside the adapter's flags. Called by
+-- fencegate_enqueue and the batch, so every way in (Go, the CLI, the HTTP
+-- intake, the SQL interface) is held to the same rules. It is never looser
+-- than the rules say: what it cannot read (an address or a URL of an
+-- unusual form) it refuses.
+CREATE OR REPLACE FUNCTION fencegate.fencegate_check_destination(p_kind text, p_payload jsonb)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r     jsonb;
+    a     text;
+    l     text;
+    i     int;
+    addrs text[];
+    f     text;
+    u     text;
+    m     text[];
+    auth  text;
+    h     text;
+    p     int;
+    t     text;
+    ok    boolean;
+BEGIN
+    SELECT d.rules INTO r FROM fencegate.destination_policies d WHERE d.kind = p_kind;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    CASE p_kind
+    WHEN 'email' THEN
+        -- An address is local@domain or Name <local@domain>
+        -- (emailkind.Address); the domain is after its last '@'.
+        IF jsonb_array_length(coalesce(r -> 'senders', '[]')) > 0 THEN
+            a := btrim(coalesce(substring(p_payload ->> 'from' from '<([^<>]*)>\s*$'), p_payload ->> 'from'));
+            IF a IS NULL OR NOT EXISTS (
+                SELECT 1 FROM jsonb_array_elements_text(r -> 'senders') AS e(v)
+                WHERE CASE WHEN strpos(e.v, '@') > 0 THEN lower(e.v) = lower(a)
+                           ELSE lower(e.v) = lower(split_part(a, '@', -1)) END) THEN
+                PERFORM fencegate.fencegate_invalid('payload.from', format('%s is not an allowed sender (the rule set''s destinations.email.senders)', to_json(a)));
+            END IF;
+        END IF;
+        IF jsonb_array_length(coalesce(r -> 'recipient_domains', '[]')) > 0 THEN
+            FOREACH l IN ARRAY ARRAY['to', 'cc', 'bcc'] LOOP
+                IF jsonb_typeof(p_payload -> l) = 'array' THEN
+                    addrs := ARRAY(SELECT jsonb_array_elements_text(p_payload -> l));
+                ELSIF jsonb_typeof(p_payload -> l) = 'string' THEN
+                    addrs := ARRAY[p_payload ->> l];
+                ELSE
+                    addrs := '{}';
+                END IF;
+                FOR i IN 1 .. coalesce(array_length(addrs, 1), 0) LOOP
+                    a := btrim(coalesce(substring(addrs[i] from '<([^<>]*)>\s*$'), addrs[i]));
+                    IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(r -> 'recipient_domains') AS e(v)
+                                   WHERE lower(e.v) = lower(split_part(a, '@', -1))) THEN
+                        PERFORM fencegate.fencegate_invalid(format('payload.%s[%s]', l, i - 1),
+                            format('%s is not at an allowed domain (the rule set''s destinations.email.recipient_domains)', to_json(a)));
+                    END IF;
+                END LOOP;
+            END LOOP;
+        END IF;
+    WHEN 'webhook' THEN
+        FOREACH f IN ARRAY ARRAY['url', 'lookup_url'] LOOP
+            u := p_payload ->> f;
+            CONTINUE WHEN coalesce(u, '') = '' AND f = 'lookup_url';
+            -- The authority of scheme://authority/…; the port, or the
+            -- scheme's (webhook's hostPort).
+            m := regexp_match(coalesce(u, ''), '^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)');
+            auth := m[2];
+            IF auth ~ '^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$' THEN
+                h := substring(auth from '^\[([^\]]*)\]');
+                p := substring(auth from '\]:([0-9]+)$')::int;
+            ELSIF auth ~ '^[A-Za-z0-9._-]+(:[0-9]{1,5})?$' THEN
+                h := split_part(auth, ':', 1);
+                p := nullif(split_part(auth, ':', 2), '')::int;
+            ELSE
+                h := NULL;
+            END IF;
+            p := coalesce(p, CASE WHEN lower(m[1]) = 'https' THEN 443 ELSE 80 END);
+            h := lower(rtrim(h, '.'));
+            ok := h IS NOT NULL AND EXISTS (
+                SELECT 1 FROM jsonb_array_elements_text(r -> 'hosts') AS e(v),
+                     LATERAL (SELECT CASE WHEN e.v ~ '^\[' THEN substring(e.v from '^\[([^\]]*)\]')
+                                          ELSE split_part(e.v, ':', 1) END AS host,
+                                     CASE WHEN e.v ~ '^\[' THEN substring(e.v from '\]:([0-9]+)$')::int
+                                          ELSE nullif(split_part(e.v, ':', 2), '')::int END AS port) x
+                WHERE lower(rtrim(x.host, '.')) = h AND (x.port IS NULL OR x.port = p));
+            IF NOT ok THEN
+                PERFORM fencegate.fencegate_invalid('payload.' || f, format('host %s (port %s) is not an allowed destination (the rule set''s destinations.webhook.hosts)', to_json(coalesce(h, auth, u)), p));
+            END IF;
+        END LOOP;
+    WHEN 'file' THEN
+        -- "dir/**": anything under dir; else the whole target, "*" and
+        -- "?" not crossing "/" (path.Match over the characters the rule
+        -- set allows in a pattern).
+        t := p_payload ->> 'target';
+        IF t IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements_text(r -> 'targets') AS e(v)
+            WHERE CASE WHEN right(e.v, 3) = '/**' THEN starts_with(t, left(e.v, -2))
+                       ELSE t ~ ('^' || replace(replace(replace(e.v, '.', '\.'), '*', '[^/]*'), '?', '[^/]') || '$') END) THEN
+            PERFORM fencegate.fencegate_invalid('payload.target', format('%s matches none of the allowed targets (the rule set''s destinations.file.targets)', to_json(t)));
+        END IF;
+    WHEN 's3' THEN
+        -- No bucket: the gateway's --s3-bucket.
+        IF coalesce(p_payload ->> 'bucket', '') <> '' AND NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements_text(r -> 'buckets') AS e(v) WHERE e.v = p_payload ->> 'bucket') THEN
+            PERFORM fencegate.fencegate_invalid('payload.bucket', format('%s is not an allowed bucket (the rule set''s destinations.s3.buckets)', to_json(p_payload ->> 'bucket')));
+        END IF;
+    ELSE
+        NULL;
+    END CASE;
+END
+$$;
+
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_principal_allows(text, text, text, boolean) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_check_principal(text, text, boolean) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_authorize(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_scoped_key(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_scoped_shape(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_resource_key(text, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION fencegate.fencegate_check_destination(text, jsonb) FROM PUBLIC;
