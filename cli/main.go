@@ -51,6 +51,8 @@ Usage:
   gateway lease history --resource R [--limit N]
   gateway policy apply FILE    the rule set (principals), from a JSON file (- : stdin)
   gateway policy show          the rule set in force, with its version
+  gateway policy init --from-flags
+                               a rule set saying what today's flags and tokens say
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
   gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
+	"github.com/fencegate/fencegate/policy"
 )
 
 // gateway policy apply FILE stores a rule set (exit 0, its version), a bad
@@ -241,4 +243,47 @@ func TestPrincipalConfinedOnEveryWayIn(t *testing.T) {
 		t.Fatalf("only %d checks ran", checks)
 	}
 	t.Logf("%d checks over Go, the CLI, HTTP and SQL", checks)
+}
+
+// gateway policy init --from-flags prints the rule set of today's flags and
+// tokens (no secret), which gateway policy apply takes as it is.
+func TestPolicyInitFromFlags(t *testing.T) {
+	t.Parallel()
+	const secret = "wk-secret-0123456789abcdef"
+	env := []string{
+		"GATEWAY_TOKENS=reports:worker:" + secret + ":resources=reports/*:kinds=email,ops:operator:op-secret-0123456789abcdef",
+		"GATEWAY_KEY_SCOPE=resource",
+		"GATEWAY_MAIL_FROM_ALLOW=reports@example.com,example.org",
+		"GATEWAY_WEBHOOK_ALLOW=hooks.example.com,billing.internal:8443",
+		"GATEWAY_FILE_ALLOW=reports/*.txt,archive/**",
+		"GATEWAY_S3_BUCKET=reports",
+	}
+	r := gwEnv(t, env, "", "policy", "init", "--from-flags")
+	expectCode(t, r, 0, "")
+	if strings.Contains(r.stdout, secret) {
+		t.Fatalf("policy init printed a token's secret: %s", r.stdout)
+	}
+	var d policy.Document
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Principals) != 2 || d.Principals[0].Name != "reports" || d.Principals[0].KeyScope != "resource" ||
+		strings.Join(d.Principals[0].Resources, ",") != "reports/*" || strings.Join(d.Principals[1].Resources, ",") != "*" {
+		t.Fatalf("principals: %+v", d.Principals)
+	}
+	dst := d.Destinations
+	if dst.Email == nil || len(dst.Email.Senders) != 2 || dst.Webhook == nil || len(dst.Webhook.Hosts) != 2 ||
+		dst.File == nil || len(dst.File.Targets) != 2 || dst.S3 == nil || dst.S3.Buckets[0] != "reports" {
+		t.Fatalf("destinations: %s", r.stdout)
+	}
+	path := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(path, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, _ := migratedDB(t)
+	expectCode(t, gw(t, db, "policy", "apply", path), 0, "")
+	r = gwEnv(t, nil, "", "policy", "init")
+	if r.code != 2 || errorField(r) != "from_flags" {
+		t.Fatalf("policy init without --from-flags: exit %d %s", r.code, r.stdout)
+	}
 }
