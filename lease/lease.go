@@ -41,6 +41,7 @@ import (
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
+	"github.com/fencegate/fencegate/internal/kindcheck"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/policy"
 )
@@ -190,7 +191,9 @@ func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
 	return i
 }
 
-// ValidateResource checks a resource id.
+// ValidateResource checks a resource id: not empty, at most
+// MaxResourceLen bytes, no NUL, invalid UTF-8, control or format character
+// (kindcheck.Invisible: an id that reads as another on a page or in a log).
 func ValidateResource(resource string) error {
 	return validateID("resource", resource, MaxResourceLen)
 }
@@ -220,6 +223,9 @@ func validateID(field, v string, max int) error {
 		if r == 0 || r == '\uFFFD' {
 			return &InvalidError{Field: field, Message: "must be valid UTF-8 without NUL characters"}
 		}
+	}
+	if r, ok := kindcheck.Invisible(v); ok {
+		return &InvalidError{Field: field, Message: fmt.Sprintf("must not contain control or format characters, got %U", r)}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fencegate/fencegate/internal/kindcheck"
 	"github.com/fencegate/fencegate/kinds/emailkind"
 	"github.com/fencegate/fencegate/kinds/filekind"
 	"github.com/fencegate/fencegate/kinds/s3kind"
@@ -211,6 +212,9 @@ func checkID(field, v string, max int) error {
 		return invalid(field, "must be at most %d bytes, got %d", max, len(v))
 	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
 		return invalid(field, "must be valid UTF-8 without NUL characters")
+	}
+	if r, ok := kindcheck.Invisible(v); ok {
+		return invalid(field, "must not contain control or format characters, got %U", r)
 	}
 	return nil
 }

@@ -33,7 +33,10 @@
 // are permanent errors. Symbolic links to directories inside Root are
 // followed, and fencing is keyed by the real directory, so two spellings of
 // one file share one fence. A target that is itself a symbolic link is
-// refused, wherever it points.
+// refused, wherever it points. The target policy (Config.Allow, dotfiles)
+// is matched on the logical target and, at execute, on the path it
+// resolves to, and the directory written in is opened one component at a
+// time so that it is the one that path names.
 //
 // # Files at the destination
 //

@@ -129,10 +129,12 @@ type Adapter struct {
 	// Test hooks at the edge of the world (a disk that fails); nil in
 	// production. writeHook replaces the write of staged content,
 	// syncHook every file fsync, beforeRename runs just before the content
-	// rename.
+	// rename, afterResolve between the checks of a target's path and the
+	// opening of its directory (a link swapped in there).
 	writeHook    func(f *os.File, p []byte) error
 	syncHook     func(f *os.File) error
 	beforeRename func()
+	afterResolve func()
 }
 
 var (
@@ -278,7 +280,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	if err := ctx.Err(); err != nil {
 		return adapters.Outcome{}, adapters.RetryableError(err)
 	}
-	loc, err := a.open(target, true)
+	loc, err := a.open(target, true, true)
 	if err != nil {
 		return adapters.Outcome{}, err
 	}
@@ -490,7 +492,7 @@ func (a *Adapter) Published(target string) (Manifest, bool, error) {
 // published reads target's manifest under its lock, resolving a pending
 // current publication against the file's content.
 func (a *Adapter) published(ctx context.Context, target string) (Manifest, bool, error) {
-	loc, err := a.open(target, false)
+	loc, err := a.open(target, false, false)
 	if errors.Is(err, errNoTrace) {
 		return Manifest{}, false, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -60,9 +61,10 @@ func (l *location) close() {
 	l.dir.Close()
 }
 
-// outside wraps a reason as a permanent ErrOutsideRoot.
+// outside wraps a reason as a permanent ErrOutsideRoot naming the
+// payload's field.
 func outside(target, format string, args ...any) error {
-	return adapters.PermanentError(fmt.Errorf("%w: target %q: %s", ErrOutsideRoot, target, fmt.Sprintf(format, args...)))
+	return adapters.PermanentError(fmt.Errorf("%w: payload.target: %q: %s", ErrOutsideRoot, target, fmt.Sprintf(format, args...)))
 }
 
 // within reports whether the absolute, resolved path p is a.root or below.
@@ -73,15 +75,22 @@ func (a *Adapter) within(p string) bool {
 
 // open checks target and opens its directory, creating missing directories
 // when create is set; without create a missing directory is errNoTrace.
+// With policy set, the path the target resolves to must pass the target
+// policy (Config.Allow, dotfiles) as the logical target did: a directory
+// of an allowed tree that is a symbolic link into another tree lets
+// nothing through.
 //
 // Containment is checked twice. First by hand, component by component:
 // each existing directory component that is a symbolic link is resolved
 // and must land inside the root (else a permanent ErrOutsideRoot naming
-// it); the result is a relative path free of symbolic links. Then every
-// operation goes through os.Root, which refuses any path that leaves the
-// root even if a link is swapped in between the check and the use (such an
-// error is classified permanent).
-func (a *Adapter) open(target string, create bool) (*location, error) {
+// it); the result is a relative path free of symbolic links, which the
+// policy judges. Then the directory is opened from the root one component
+// of that path at a time (openDir), each checked to be the real directory
+// it was, so that the directory written in is the one judged even if a
+// link is swapped in after the checks; and every operation goes through
+// os.Root, which refuses any path that leaves the root (such an error is
+// classified permanent).
+func (a *Adapter) open(target string, create, policy bool) (*location, error) {
 	if err := checkTarget(target); err != nil {
 		return nil, err
 	}
@@ -96,43 +105,28 @@ func (a *Adapter) open(target string, create bool) (*location, error) {
 	if err != nil {
 		return nil, err
 	}
+	if policy {
+		resolved := path.Join(filepath.ToSlash(rel), path.Join(missing...), name)
+		if err := a.cfg.allowedTarget(resolved); err != nil {
+			return nil, adapters.PermanentError(fmt.Errorf("%w: %q resolves to %q (symbolic links followed): %v", ErrNotAllowed, target, resolved, err))
+		}
+	}
 	if len(missing) > 0 && !create {
 		return nil, errNoTrace
 	}
-	root, err := os.OpenRoot(a.root)
-	if err != nil {
-		return nil, classify("open root", err)
+	if a.afterResolve != nil {
+		a.afterResolve()
 	}
-	defer root.Close()
-	cur := rel
-	for _, s := range missing {
-		parent := cur
-		cur = filepath.Join(cur, s)
-		err := root.Mkdir(cur, a.cfg.DirMode)
-		if errors.Is(err, fs.ErrExist) {
-			continue // made concurrently; its maker syncs the parent
-		}
-		if err != nil {
-			return nil, classify("create directory "+cur, err)
-		}
-		// The new entry must survive a crash before the file in it is
-		// published: fsync the parent that holds it.
-		pf, err := root.Open(parent)
-		if err != nil {
-			return nil, classify("open directory "+parent, err)
-		}
-		err = a.sync(pf)
-		pf.Close()
-		if err != nil {
-			return nil, classify("fsync directory "+parent, err)
-		}
+	var comps []string
+	if rel != "." {
+		comps = strings.Split(rel, string(filepath.Separator))
 	}
-	dir, err := root.OpenRoot(cur)
+	dir, err := a.openDir(target, comps, missing)
 	if err != nil {
 		if !create && errors.Is(err, fs.ErrNotExist) {
 			return nil, errNoTrace
 		}
-		return nil, classify("open directory of "+target, err)
+		return nil, err
 	}
 	dirf, err := dir.Open(".")
 	if err != nil {
@@ -164,7 +158,7 @@ func (a *Adapter) open(target string, create bool) (*location, error) {
 		return nil, classify("stat "+target, err)
 	case fi.Mode()&os.ModeSymlink != 0:
 		l.close()
-		if real, err := filepath.EvalSymlinks(filepath.Join(a.root, cur, name)); err != nil || !a.within(real) {
+		if real, err := filepath.EvalSymlinks(filepath.Join(a.root, rel, path.Join(missing...), name)); err != nil || !a.within(real) {
 			return nil, outside(target, "it is a symbolic link leading out of the root")
 		}
 		return nil, outside(target, "it is a symbolic link; only regular files are published")
@@ -173,6 +167,79 @@ func (a *Adapter) open(target string, create bool) (*location, error) {
 		return nil, adapters.PermanentError(fmt.Errorf("%w: target %q exists and is not a regular file (%v)", ErrBadPayload, target, fi.Mode().Type()))
 	}
 	return l, nil
+}
+
+// openDir opens, from the root, the directory whose existing components
+// resolveDir found free of symbolic links (existing) followed by the ones
+// it found missing, creating those. Each component is opened from the one
+// before by file descriptor and must be the real directory that a
+// look-up of its name (not following links) saw just before: had a
+// symbolic link been swapped in since the checks, the open fails
+// (retryable: the next attempt resolves the link and judges where it
+// leads) instead of following it. So the directory returned was, when
+// opened, at the very path the checks judged.
+func (a *Adapter) openDir(target string, existing, missing []string) (*os.Root, error) {
+	cur, err := os.OpenRoot(a.root)
+	if err != nil {
+		return nil, classify("open root", err)
+	}
+	step := func(s string) error {
+		fi, err := cur.Lstat(s)
+		if err != nil {
+			return classify("stat directory "+s+" of "+target, err)
+		}
+		if !fi.IsDir() {
+			return adapters.RetryableError(fmt.Errorf("directory %q of %q changed while being opened (now %v)", s, target, fi.Mode().Type()))
+		}
+		next, err := cur.OpenRoot(s)
+		if err != nil {
+			return classify("open directory "+s+" of "+target, err)
+		}
+		nfi, err := next.Stat(".")
+		if err != nil {
+			next.Close()
+			return classify("stat directory "+s+" of "+target, err)
+		}
+		if !os.SameFile(fi, nfi) {
+			next.Close()
+			return adapters.RetryableError(fmt.Errorf("directory %q of %q changed while being opened", s, target))
+		}
+		cur.Close()
+		cur = next
+		return nil
+	}
+	for _, s := range existing {
+		if err := step(s); err != nil {
+			cur.Close()
+			return nil, err
+		}
+	}
+	for _, s := range missing {
+		err := cur.Mkdir(s, a.cfg.DirMode)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			cur.Close()
+			return nil, classify("create directory "+s+" of "+target, err)
+		}
+		if err == nil {
+			// The new entry must survive a crash before the file in it is
+			// published: fsync the parent that holds it. (One made
+			// concurrently is synced by its maker.)
+			pf, err := cur.Open(".")
+			if err == nil {
+				err = a.sync(pf)
+				pf.Close()
+			}
+			if err != nil {
+				cur.Close()
+				return nil, classify("fsync the parent of directory "+s+" of "+target, err)
+			}
+		}
+		if err := step(s); err != nil {
+			cur.Close()
+			return nil, err
+		}
+	}
+	return cur, nil
 }
 
 // resolveDir walks the directory components dirSegs of target from the

@@ -21,6 +21,18 @@ var ErrNotAllowed = fmt.Errorf("file adapter: target not allowed")
 // MaxBytes (zero: no limit of its own). The error is a
 // *fenceerr.InvalidError naming the payload's field.
 func (c Config) allowed(target string, size int) error {
+	if err := c.allowedTarget(target); err != nil {
+		return err
+	}
+	if c.MaxBytes > 0 && int64(size) > c.MaxBytes {
+		return fenceerr.Invalid("payload.content", "is %d bytes, over the per-target limit of %d (--file-max-bytes)", size, c.MaxBytes)
+	}
+	return nil
+}
+
+// allowedTarget checks a path, the logical target or the path it
+// resolves to, against Allow and the dotfile rule.
+func (c Config) allowedTarget(target string) error {
 	if !c.AllowDotfiles {
 		for _, seg := range strings.Split(target, "/") {
 			if strings.HasPrefix(seg, ".") {
@@ -30,9 +42,6 @@ func (c Config) allowed(target string, size int) error {
 	}
 	if len(c.Allow) > 0 && !matchAny(c.Allow, target) {
 		return fenceerr.Invalid("payload.target", "%q matches none of the allowed targets (--file-allow: %s)", target, strings.Join(c.Allow, ", "))
-	}
-	if c.MaxBytes > 0 && int64(size) > c.MaxBytes {
-		return fenceerr.Invalid("payload.content", "is %d bytes, over the per-target limit of %d (--file-max-bytes)", size, c.MaxBytes)
 	}
 	return nil
 }

@@ -35,6 +35,19 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 		// system this is another target's manifest.
 		{`{"target":"reports/.nightly.txt.fencegate.json","content":"x"}`, "payload.target", false},
 		{`{"target":"reports/.Nightly.txt.FENCEGATE.json","content":"x"}`, "payload.target", false},
+		// Characters that display as nothing, or reorder what is around
+		// them (U+202E shows "txt.exe" as "exe.txt"), so that a target
+		// reads as another: control (Cc) and format (Cf) characters.
+		{`{"target":"reports/\u202etxt.exe","content":"x"}`, "payload.target", false},
+		{`{"target":"reports/a\u200bb.txt","content":"x"}`, "payload.target", false},
+		{`{"target":"\ufeffx","content":"x"}`, "payload.target", false},
+		{`{"target":"a\tb","content":"x"}`, "payload.target", false},
+		{`{"target":"a\u0085b","content":"x"}`, "payload.target", false},
+		{`{"target":"a\u007fb","content":"x"}`, "payload.target", false},
+		{`{"target":"tag\udb40\udc01x","content":"x"}`, "payload.target", false},
+		// A segment a command line would take for an option.
+		{`{"target":"-rf","content":"x"}`, "payload.target", false},
+		{`{"target":"reports/-n.txt","content":"x"}`, "payload.target", false},
 		{`{"target":"x"}`, "payload.content", false},
 		{`{"target":"x","content":null}`, "payload.content", false},
 		{`{"target":"x","content":"a","content_base64":"YQ=="}`, "payload.content", false},

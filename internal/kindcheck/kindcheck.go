@@ -3,7 +3,9 @@
 // payload is one JSON object whose fields are read one by one, so that a
 // field of the wrong type is refused with an error naming it
 // ("payload.subject: must be a string") rather than encoding/json's
-// message. A JSON null is the same as an absent field.
+// message. A JSON null is the same as an absent field. It also holds the
+// characters no identifier or path may contain (Invisible), which the
+// outbox and the lease issuer check too.
 package kindcheck
 
 import (
@@ -13,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/fencegate/fencegate/fenceerr"
 )
@@ -170,4 +173,21 @@ func StringMap(obj map[string]json.RawMessage, name string) (map[string]string, 
 		out[k] = s
 	}
 	return out, nil
+}
+
+// Invisible returns the first control character (Unicode category Cc:
+// C0, DEL, C1) or format character (Cf: bidi controls such as U+202E,
+// zero-width characters, U+FEFF, tags) in s, and whether there is one.
+// They display as nothing, or reorder what is displayed around them
+// (U+202E shows "txt.exe" as "exe.txt"), so that an id or a path reads as
+// another on a page, in a log or in a terminal. The SQL interface refuses
+// the same characters (fencegate_check_id, fencegate_check_target); its
+// list is compared with this one character by character in a test.
+func Invisible(s string) (rune, bool) {
+	for _, r := range s {
+		if unicode.In(r, unicode.Cc, unicode.Cf) {
+			return r, true
+		}
+	}
+	return 0, false
 }

@@ -64,8 +64,11 @@ func (p Payload) Validate() error {
 func (p Payload) Data() []byte { return kindcheck.Bytes(p.Content, p.ContentBase64) }
 
 // ValidateTarget checks a file target: a clean relative path, with no ".."
-// segment, so that it stays inside the adapter's root. The error is a
-// *fenceerr.InvalidError naming "payload.target".
+// segment, so that it stays inside the adapter's root; no control or
+// format character (kindcheck.Invisible), so that it reads as what it is;
+// and no segment starting with "-", which a command line handed the path
+// (a cleanup script's "rm $f", say) would take for an option. The error
+// is a *fenceerr.InvalidError naming "payload.target".
 func ValidateTarget(target string) error {
 	bad := func(format string, args ...any) error {
 		return fenceerr.Invalid("payload.target", format, args...)
@@ -79,12 +82,20 @@ func ValidateTarget(target string) error {
 		return bad("must be relative, got absolute path %q", target)
 	case !utf8.ValidString(target):
 		return bad("must be valid UTF-8")
+	}
+	if r, ok := kindcheck.Invisible(target); ok {
+		return bad("must not contain control or format characters, got %U", r)
+	}
+	switch {
 	case slices.Contains(strings.Split(target, "/"), ".."):
 		return bad("must not contain a \"..\" segment: %q", target)
 	case path.Clean(target) != target || target == ".":
 		return bad("must be a clean relative file path (no empty or \".\" segments, no trailing slash): %q", target)
 	}
 	for _, seg := range strings.Split(target, "/") {
+		if strings.HasPrefix(seg, "-") {
+			return bad("segment %q starts with \"-\", which a command line would take for an option", seg)
+		}
 		if Reserved(seg) {
 			return bad("segment %q is reserved for the adapter's own files (.<name>.fencegate.*, in any case)", seg)
 		}

@@ -53,17 +53,26 @@ END
 $$;
 
 -- fencegate_check_id checks an identifier as outbox and lease do (not
--- empty, at most p_max bytes; text can hold neither NUL nor invalid UTF-8).
+-- empty, at most p_max bytes, no control or format character; text can
+-- hold neither NUL nor invalid UTF-8). The characters are
+-- kindcheck.Invisible's, Unicode's categories Cc and Cf (as of Unicode 17,
+-- Go's tables): fencegate_check_target lists them too, and a test compares
+-- both lists with Go's character by character.
 CREATE OR REPLACE FUNCTION fencegate.fencegate_check_id(p_field text, p_value text, p_max int)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    bad text := substring(p_value FROM '[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]');
 BEGIN
     IF p_value IS NULL OR p_value = '' THEN
         PERFORM fencegate.fencegate_invalid(p_field, 'must not be empty');
     ELSIF octet_length(p_value) > p_max THEN
         PERFORM fencegate.fencegate_invalid(p_field, format('must be at most %s bytes, got %s', p_max, octet_length(p_value)));
+    ELSIF bad IS NOT NULL THEN
+        PERFORM fencegate.fencegate_invalid(p_field, format('must not contain control or format characters, got U+%s',
+            upper(lpad(to_hex(ascii(bad)), 4, '0'))));
     END IF;
 END
 $$;
@@ -101,6 +110,9 @@ BEGIN
     IF NOT coalesce(octet_length(enqueue.resource) BETWEEN 1 AND 200
             AND enqueue.epoch BETWEEN 1 AND 9007199254740992
             AND octet_length(enqueue.operation_id) BETWEEN 1 AND 200
+            -- ids of printable ASCII have no control or format character;
+            -- others go to fencegate_check_id below, which looks.
+            AND (enqueue.resource || enqueue.operation_id || coalesce(enqueue.key, '')) !~ '[^ -~]'
             AND enqueue.kind IN ('email', 'file', 'webhook', 's3')
             AND coalesce(enqueue.fence, '') IN ('', 'commit', 'execute')
             AND CASE WHEN coalesce(enqueue.key, '') = ''

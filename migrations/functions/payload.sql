@@ -157,9 +157,10 @@ BEGIN
     END IF;
     IF p_kind = 'file'
        AND jsonb_typeof(p -> 'target') = 'string'
-       -- segments that start with a letter, a digit, '_' or '-': none
-       -- empty, '.', '..' or a dotfile (so none reserved), not absolute
-       AND (p ->> 'target') ~ '^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$'
+       -- segments that start with a letter, a digit or '_': none empty,
+       -- '.', '..', a dotfile (so none reserved) or an option ('-'), not
+       -- absolute, no control or format character
+       AND (p ->> 'target') ~ '^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$'
        AND ((jsonb_typeof(p -> 'content') = 'string' AND p -> 'content_base64' IS NULL)
             OR (jsonb_typeof(p -> 'content_base64') = 'string' AND p -> 'content' IS NULL
                 AND fencegate.fencegate_base64_ok(p ->> 'content_base64')))

@@ -21,12 +21,20 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     seg text;
+    bad text;
 BEGIN
     IF t IS NULL OR t = '' THEN
         PERFORM fencegate.fencegate_invalid(p_field, 'is required');
     END IF;
     IF left(t, 1) IN ('/', '\') THEN
         PERFORM fencegate.fencegate_invalid(p_field, format('must be relative, got absolute path %s', to_json(t)));
+    END IF;
+    -- kindcheck.Invisible: control (Cc) and format (Cf) characters, the
+    -- list fencegate_check_id has.
+    bad := substring(t FROM '[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]');
+    IF bad IS NOT NULL THEN
+        PERFORM fencegate.fencegate_invalid(p_field, format('must not contain control or format characters, got U+%s',
+            upper(lpad(to_hex(ascii(bad)), 4, '0'))));
     END IF;
     IF '..' = ANY (string_to_array(t, '/')) THEN
         PERFORM fencegate.fencegate_invalid(p_field, format('must not contain a ".." segment: %s', to_json(t)));
@@ -37,6 +45,9 @@ BEGIN
         PERFORM fencegate.fencegate_invalid(p_field, format('must be a clean relative file path (no empty or "." segments, no trailing slash): %s', to_json(t)));
     END IF;
     FOREACH seg IN ARRAY string_to_array(t, '/') LOOP
+        IF left(seg, 1) = '-' THEN
+            PERFORM fencegate.fencegate_invalid(p_field, format('segment %s starts with "-", which a command line would take for an option', to_json(seg)));
+        END IF;
         -- filekind.Reserved: the adapter's own files, in any case.
         IF left(seg, 1) = '.' AND position('.fencegate.' IN lower(seg)) > 0 THEN
             PERFORM fencegate.fencegate_invalid(p_field, format('segment %s is reserved for the adapter''s own files (.<name>.fencegate.*, in any case)', to_json(seg)));
