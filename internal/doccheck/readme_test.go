@@ -86,7 +86,7 @@ func TestLinkCheckerFindsBrokenLinks(t *testing.T) {
 }
 
 // TestReadmeWorkerIsTheExample checks that the README's Go worker is the
-// code that outbox's Example_worker compiles and TestExampleWorker runs.
+// code that outbox's Example_worker runs and checks (// Output:).
 func TestReadmeWorkerIsTheExample(t *testing.T) {
 	const file, fn = "../../outbox/example_worker_test.go", "sendNightlyReport"
 	src, err := os.ReadFile(file)
