@@ -190,6 +190,9 @@ type Executor interface {
 type Looker interface {
 	// Lookup returns the outcome of req's idempotency key at the
 	// destination, and found=false when the destination has no trace of it.
+	// An outcome with Status unknown (found) says the destination has a
+	// trace that settles nothing: the runtime holds the intent unknown for
+	// an operator (counted as held_by_lookup), never executes it again.
 	Lookup(ctx context.Context, req Request) (out Outcome, found bool, err error)
 }
 

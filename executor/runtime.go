@@ -811,6 +811,14 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 		log.Warn("adapters: lookup failed; will look up again", "error", err)
 		return wait, 0, nil
 	}
+	if found && out.Status == outbox.StatusUnknown {
+		// The destination has a trace that proves neither way (the s3
+		// adapter's unsigned receipt): held for an operator, recorded as
+		// it is — never succeeded, never executed again.
+		log.Warn("adapters: the lookup cannot settle whether the effect happened; holding the intent unknown", "result", string(out.Result))
+		r.m.outcomes.WithLabelValues(ex.Kind(), "held_by_lookup").Inc()
+		return r.complete(ctx, req, d, out, "the lookup cannot settle whether the effect happened: held for an operator")
+	}
 	if found {
 		log.Info("adapters: recovered: the effect had happened; recording it")
 		r.m.outcomes.WithLabelValues(ex.Kind(), "recovered_by_lookup").Inc()

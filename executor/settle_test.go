@@ -37,6 +37,9 @@ type slowDest struct {
 	// nothing.
 	unknownTimes    int
 	effectOnUnknown bool
+	// heldByLookup: Lookup answers that it cannot settle the key (found,
+	// Status unknown), as the s3 adapter does for an unsigned receipt.
+	heldByLookup bool
 	// gate, when set, holds every Execute at its entry until closed;
 	// entered gets a value when an Execute arrives there.
 	gate    chan struct{}
@@ -81,6 +84,9 @@ func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	e.d.mu.Lock()
 	defer e.d.mu.Unlock()
 	e.d.lookups++
+	if e.d.heldByLookup {
+		return adapters.Outcome{Status: outbox.StatusUnknown, Result: json.RawMessage(`{"held":"a receipt that proves nothing"}`)}, true, nil
+	}
 	at, ok := e.d.visibleAt[req.IdempotencyKey]
 	if !ok || time.Now().Before(at) {
 		return adapters.Outcome{}, false, nil
@@ -505,6 +511,26 @@ func TestWaitForProofSurvivesCrash(t *testing.T) {
 	}
 	if gap := calls[1].start.Sub(calls[0].end); gap < settle {
 		t.Fatalf("the second runtime executed %s after the first attempt's I/O; want no sooner than %s", gap, settle)
+	}
+}
+
+// A lookup that cannot settle the key (found, Status unknown) holds the
+// intent unknown, its effect possible, executed once: counted as held, not
+// as recovered.
+func TestLookupThatCannotSettleHolds(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes, d.effectOnUnknown, d.heldByLookup = 1, true, true
+	e := setupSlow(t, d, executor.Config{MaxAttempts: 5}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitStatus(t, id, outbox.StatusUnknown)
+	if rec.Effect != outbox.EffectPossible || len(d.calls()) != 1 {
+		t.Fatalf("%s, effect %s, after %d executions; want unknown, effect possible, after 1", adaptertest.Describe(rec), rec.Effect, len(d.calls()))
+	}
+	held := counter(t, e.reg, "fencegate_adapter_outcomes_total", map[string]string{"kind": "test", "outcome": "held_by_lookup"})
+	recovered := counter(t, e.reg, "fencegate_adapter_outcomes_total", map[string]string{"kind": "test", "outcome": "recovered_by_lookup"})
+	if held != 1 || recovered != 0 {
+		t.Errorf("outcomes counted: held_by_lookup %v, recovered_by_lookup %v; want 1 and 0", held, recovered)
 	}
 }
 
