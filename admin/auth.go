@@ -62,7 +62,7 @@ func weakSecret(secret string) string {
 		}
 	}
 	if distinct < MinTokenDistinct {
-		return fmt.Sprintf("has %d different bytes, fewer than %d", distinct, MinTokenDistinct)
+		return fmt.Sprintf("has only %d different byte values; at least %d are needed", distinct, MinTokenDistinct)
 	}
 	for unit := 1; unit <= len(b)/2; unit++ {
 		if bytes.Equal(b[unit:], b[:len(b)-unit]) {
