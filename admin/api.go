@@ -109,6 +109,7 @@ func (s *Server) authorize(r *http.Request, role Role) (principal, *apiError) {
 	}
 	p, ok := s.auth.lookup(tok)
 	if !ok {
+		s.authFailed(r, "unknown token")
 		return principal{}, errmap.New(errmap.Unauthorized, "unknown token")
 	}
 	if p.role != role {
@@ -145,6 +146,9 @@ func (p principal) kind(kind string) error {
 // require wraps a plain handler with the role check.
 func (s *Server) require(role Role, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.limited(w, r) {
+			return
+		}
 		if _, e := s.authorize(r, role); e != nil {
 			writeError(w, e)
 			return
@@ -157,6 +161,9 @@ func (s *Server) require(role Role, h http.Handler) http.Handler {
 // mapping.
 func (s *Server) api(role Role, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.limited(w, r) {
+			return
+		}
 		p, e := s.authorize(r, role)
 		if e != nil {
 			writeError(w, e)

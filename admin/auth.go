@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -35,6 +36,49 @@ const EnvTokens = "GATEWAY_TOKENS"
 
 // MinTokenLen is the shortest secret accepted, in bytes.
 const MinTokenLen = 16
+
+// MinTokenDistinct is the fewest different bytes a secret may have.
+const MinTokenDistinct = 8
+
+// weakSecret says why a secret is too easy to guess, or "" when it is not
+// refused. The rule is deliberately simple and predictable: at least
+// MinTokenLen bytes, at least MinTokenDistinct different bytes, not one
+// shorter unit repeated ("abcabc…", "password1password1"), and not a run
+// of bytes with one step ("abcdef…", "0123…", "zyxw…"). It catches the
+// secrets people type, not every weak one: make secrets with `gateway
+// token new` (256 random bits). A random secret of 128 bits or more in hex
+// or base64 passes it (in hex, 8 distinct of 16 digits in 32).
+func weakSecret(secret string) string {
+	b := []byte(secret)
+	if len(b) < MinTokenLen {
+		return fmt.Sprintf("must be at least %d bytes", MinTokenLen)
+	}
+	var seen [256]bool
+	distinct := 0
+	for _, c := range b {
+		if !seen[c] {
+			seen[c] = true
+			distinct++
+		}
+	}
+	if distinct < MinTokenDistinct {
+		return fmt.Sprintf("has only %d different byte values; at least %d are needed", distinct, MinTokenDistinct)
+	}
+	for unit := 1; unit <= len(b)/2; unit++ {
+		if bytes.Equal(b[unit:], b[:len(b)-unit]) {
+			return "repeats one shorter unit"
+		}
+	}
+	step := int(b[1]) - int(b[0])
+	run := true
+	for i := 2; i < len(b) && run; i++ {
+		run = int(b[i])-int(b[i-1]) == step
+	}
+	if run {
+		return "is a run of bytes with one step"
+	}
+	return ""
+}
 
 // Token is one bearer token. Name identifies it in logs and in intents'
 // history (the actor); Secret is what clients send.
@@ -96,8 +140,9 @@ func (t Token) validate() error {
 		return fmt.Errorf("admin: token name %q must be 1 to 200 bytes without ':', ',' or newlines", t.Name)
 	case t.Role != RoleWorker && t.Role != RoleOperator:
 		return fmt.Errorf("admin: token %q: role must be %q or %q, got %q", t.Name, RoleWorker, RoleOperator, t.Role)
-	case len(t.Secret) < MinTokenLen:
-		return fmt.Errorf("admin: token %q: secret must be at least %d bytes", t.Name, MinTokenLen)
+	case weakSecret(t.Secret) != "":
+		// Names the token and the rule, never the secret.
+		return fmt.Errorf("admin: token %q: secret is too easy to guess: it %s (make one with `gateway token new`)", t.Name, weakSecret(t.Secret))
 	case strings.ContainsAny(t.Secret, " \t\r\n,"):
 		return fmt.Errorf("admin: token %q: secret must not contain whitespace or ','", t.Name)
 	case slices.Contains(t.Resources, "") || slices.Contains(t.Kinds, ""):

@@ -207,6 +207,12 @@ func (s *Server) page(h func(w http.ResponseWriter, r *http.Request, v *viewer))
 			}
 			s.renderError(w, r, nil, http.StatusUnauthorized, "Not signed in, or the session ended: sign in and try again.")
 			return
+		case authLimited:
+			ra := retryAfter(s.limitWait(r))
+			w.Header().Set("Retry-After", ra)
+			s.renderError(w, r, nil, http.StatusTooManyRequests,
+				"Too many failed authentications from this address: try again in "+ra+" seconds.")
+			return
 		case authForbidden:
 			s.renderError(w, r, v, http.StatusForbidden,
 				fmt.Sprintf("Token %q has role %s; the pages need an operator token.", v.name, v.role))
@@ -227,6 +233,12 @@ func (s *Server) pageRoutes() error {
 		s.renderError(w, r, nil, http.StatusForbidden, "Cross-site request refused.")
 	}))
 
+	// Pages answer a foreign Host themselves (pageViewer), as a page.
+	s.pagePatterns = map[string]bool{}
+	for _, pattern := range []string{"GET /{$}", "GET /intents", "GET /intents/{id}", "POST /intents/bulk",
+		"POST /intents/{id}/{action}", "GET /resources", "GET /resources/{id}"} {
+		s.pagePatterns[pattern] = true
+	}
 	s.mux.Handle("GET /{$}", s.page(s.intentsPage))
 	s.mux.Handle("GET /intents", s.page(s.intentsPage))
 	s.mux.Handle("GET /intents/{id}", s.page(s.intentPage))

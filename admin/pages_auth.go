@@ -20,11 +20,18 @@ import (
 //
 //   - With tokens configured, POST /login takes an operator token and
 //     starts a server-side session: the cookie holds only the session's
-//     random id (never the token), HttpOnly, SameSite=Strict, Secure over
-//     TLS; the session expires after sessionMaxAge, and logout deletes it,
-//     so a copied cookie stops working. Sessions live in this process
-//     (behind several replicas, use sticky sessions or bearer headers). An
-//     Authorization: Bearer header works too, for scripts.
+//     random id (never the token), HttpOnly, SameSite=Strict, and always
+//     Secure with the __Host- prefix (Path=/, no Domain), so that a
+//     browser never sends it over a clear connection nor lets a sibling
+//     domain set it. Plain HTTP is served only on loopback, which
+//     Chromium and Firefox treat as secure for cookies, or behind a
+//     TLS-terminating proxy (InsecureHTTP), where the browser sees https.
+//     The session expires after sessionMaxAge, and logout deletes it, so
+//     a copied cookie stops working; a token holds at most
+//     MaxSessionsPerToken sessions (one more ends its oldest). Sessions
+//     live in this process (behind several replicas, use sticky sessions
+//     or bearer headers). An Authorization: Bearer header works too, for
+//     scripts.
 //   - With no tokens (the server binds loopback only) every viewer is
 //     anonymous and no login exists; pages then answer only requests whose
 //     Host is a loopback name, so a DNS-rebinding page cannot read them.
@@ -37,10 +44,14 @@ import (
 // a random SameSite=Strict cookie (double submit). Bearer requests need no
 // CSRF token: a browser never adds that header on its own.
 const (
-	sessionCookie = "fencegate_session"
+	sessionCookie = "__Host-fencegate_session"
 	csrfCookie    = "fencegate_csrf"
 	csrfField     = "csrf"
 	sessionMaxAge = 8 * time.Hour
+	// MaxSessionsPerToken is how many sessions one token holds at most:
+	// a sign-in past it ends the token's oldest session, so sign-ins in a
+	// loop cannot fill the server's memory.
+	MaxSessionsPerToken = 16
 )
 
 // viewer is who looks at the pages.
@@ -63,6 +74,9 @@ const (
 	authLogin
 	authForbidden
 	authBadHost
+	// authLimited: the address made too many failed authentications
+	// (limit.go).
+	authLimited
 )
 
 // sessionCSRF derives the CSRF token of a session from its secret.
@@ -92,8 +106,12 @@ func (s *Server) pageViewer(w http.ResponseWriter, r *http.Request) (*viewer, pa
 		return v, authOK
 	}
 	if tok, ok := bearer(r); ok {
+		if s.limitWait(r) > 0 {
+			return nil, authLimited
+		}
 		p, ok := s.auth.lookup(tok)
 		if !ok {
+			s.authFailed(r, "unknown token")
 			return nil, authLogin
 		}
 		if p.role != RoleOperator {
@@ -108,7 +126,7 @@ func (s *Server) pageViewer(w http.ResponseWriter, r *http.Request) (*viewer, pa
 	p, ok := s.sessions.get(c.Value)
 	if !ok {
 		// Expired, logged out, or never ours: the session ends.
-		clearCookie(w, r, sessionCookie)
+		clearSession(w)
 		return nil, authLogin
 	}
 	if p.role != RoleOperator {
@@ -143,6 +161,23 @@ func (st *sessionStore) start(p principal) string {
 		if now.After(v.expires) {
 			delete(st.byID, k)
 		}
+	}
+	// The token's oldest sessions end while it holds the most it may.
+	for {
+		oldest, n := "", 0
+		for k, v := range st.byID {
+			if v.p.name != p.name {
+				continue
+			}
+			n++
+			if oldest == "" || v.expires.Before(st.byID[oldest].expires) {
+				oldest = k
+			}
+		}
+		if n < MaxSessionsPerToken {
+			break
+		}
+		delete(st.byID, oldest)
 	}
 	st.byID[id] = session{p: p, expires: now.Add(sessionMaxAge)}
 	return id
@@ -181,17 +216,20 @@ func (s *Server) checkForm(r *http.Request, v *viewer) bool {
 	return v != nil && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(v.csrf)) == 1
 }
 
-func setSession(w http.ResponseWriter, r *http.Request, id string) {
+// setSession sets the session cookie. A __Host- cookie must be Secure,
+// with Path=/ and no Domain, or the browser drops it; clearing it needs
+// the same attributes.
+func setSession(w http.ResponseWriter, id string) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: id, Path: "/",
 		MaxAge: int(sessionMaxAge / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil,
+		Secure: true,
 	})
 }
 
-func clearCookie(w http.ResponseWriter, r *http.Request, name string) {
-	http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+func clearSession(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: true})
 }
 
 func randomToken() string {
@@ -268,19 +306,28 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusForbidden, "login", &pageData{Title: "Sign in", Error: "Cross-site request refused.", Body: loginBody{Next: next}})
 		return
 	}
-	tok := strings.TrimSpace(r.PostFormValue("token"))
-	p, ok := s.auth.lookup(tok)
-	switch {
-	case tok == "" || !ok:
-		s.cfg.Logger.Warn("admin: page login refused: unknown token", "remote", r.RemoteAddr)
-		s.render(w, r, http.StatusUnauthorized, "login", &pageData{Title: "Sign in", Error: "Unknown token.", Body: loginBody{Next: next}})
-		return
-	case p.role != RoleOperator:
-		s.render(w, r, http.StatusForbidden, "login", &pageData{Title: "Sign in",
-			Error: "Token " + p.name + " has role " + string(p.role) + "; the pages need an operator token.", Body: loginBody{Next: next}})
+	if d := s.limitWait(r); d > 0 {
+		w.Header().Set("Retry-After", retryAfter(d))
+		s.render(w, r, http.StatusTooManyRequests, "login", &pageData{Title: "Sign in",
+			Error: "Too many failed sign-ins from this address: try again in " + retryAfter(d) + " seconds.", Body: loginBody{Next: next}})
 		return
 	}
-	setSession(w, r, s.sessions.start(p))
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	p, ok := s.auth.lookup(tok)
+	if !ok || p.role != RoleOperator {
+		// One answer whether the token is unknown or a valid token of
+		// another role, so the form cannot tell a guesser that a token
+		// is valid; both count as failures alike. The log says which.
+		why := "unknown token"
+		if ok {
+			why = "not an operator token: " + p.name
+		}
+		s.authFailed(r, why)
+		s.render(w, r, http.StatusUnauthorized, "login", &pageData{Title: "Sign in",
+			Error: "Not signed in: the pages need a valid operator token.", Body: loginBody{Next: next}})
+		return
+	}
+	setSession(w, s.sessions.start(p))
 	s.cfg.Logger.Info("admin: page login", "actor", p.name, "remote", r.RemoteAddr)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -295,7 +342,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		s.sessions.end(c.Value) // a copy of the cookie stops working too
 	}
-	clearCookie(w, r, sessionCookie)
+	clearSession(w)
 	target := "/login"
 	if len(s.cfg.Tokens) == 0 {
 		target = "/intents"

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -67,6 +66,14 @@ type Config struct {
 	// (behind a TLS-terminating proxy). Without it, such an address needs
 	// TLS.
 	InsecureHTTP bool
+	// AuthFailureLimit is how many failed authentications one client
+	// address may make within AuthFailureWindow before every request of
+	// it that needs a token is answered 429 until the window ends
+	// (limit.go). Default: DefaultAuthFailureLimit (10).
+	AuthFailureLimit int
+	// AuthFailureWindow is the window of AuthFailureLimit, from an
+	// address's first failure. Default: DefaultAuthFailureWindow (1 minute).
+	AuthFailureWindow time.Duration
 	// Ready, when set, answers /readyz instead of the server's own check
 	// (PostgreSQL and NATSReady): the gateway hands it its readiness of
 	// every part it runs, so that the admin address and the metrics
@@ -80,6 +87,8 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, 2*time.Second)
+	c.AuthFailureLimit = cmp.Or(c.AuthFailureLimit, DefaultAuthFailureLimit)
+	c.AuthFailureWindow = cmp.Or(c.AuthFailureWindow, DefaultAuthFailureWindow)
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
@@ -99,6 +108,10 @@ func (c Config) validate() error {
 		return errors.New("admin: Config.Issuer is required")
 	case c.MaxBodyBytes < 64:
 		return fmt.Errorf("admin: MaxBodyBytes must be at least 64, got %d", c.MaxBodyBytes)
+	case c.AuthFailureLimit < 1:
+		return fmt.Errorf("admin: AuthFailureLimit must be positive, got %d", c.AuthFailureLimit)
+	case c.AuthFailureWindow <= 0:
+		return fmt.Errorf("admin: AuthFailureWindow must be positive, got %s", c.AuthFailureWindow)
 	}
 	for _, t := range c.Tokens {
 		if err := t.validate(); err != nil {
@@ -127,6 +140,11 @@ type Server struct {
 	cop       *http.CrossOriginProtection
 	// sessions are the pages' signed-in browsers (pages_auth.go).
 	sessions *sessionStore
+	// limiter counts failed authentications per client address (limit.go).
+	limiter *failureLimiter
+	// pagePatterns are the routes of the pages, which answer a foreign
+	// Host with an HTML page of their own.
+	pagePatterns map[string]bool
 	// tls is nil for plain HTTP.
 	tls *tls.Config
 
@@ -151,7 +169,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, op: op, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m, sessions: newSessionStore()}
+	s := &Server{cfg: cfg, op: op, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m, sessions: newSessionStore(),
+		limiter: newFailureLimiter(cfg.AuthFailureLimit, cfg.AuthFailureWindow)}
 	if cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
 		if err != nil {
@@ -383,13 +402,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	_, pattern := s.mux.Handler(r)
 	route := pattern
-	if len(s.cfg.Tokens) == 0 && !loopbackHost(r.Host) && strings.HasPrefix(r.URL.Path, "/api/") {
+	if len(s.cfg.Tokens) == 0 && !loopbackHost(r.Host) && !openPath(r) && !s.pagePatterns[pattern] {
 		// Without tokens the server is reachable only on loopback, but a
 		// browser page elsewhere could still reach it through DNS
 		// rebinding (a name that resolves to 127.0.0.1): such requests
-		// carry that name in Host. Refuse every non-loopback Host.
-		writeError(sw, &apiError{Code: errmap.Misdirected,
-			Message: "without API tokens this server answers only to a loopback Host (localhost, 127.0.0.1, [::1])"})
+		// carry that name in Host. Refuse every non-loopback Host, on
+		// every path but /healthz (the pages answer with a page of their
+		// own).
+		writeMisdirected(sw, "without API tokens this server")
 		s.metrics.requests.WithLabelValues("misdirected", strconv.Itoa(sw.code)).Inc()
 		return
 	}
@@ -402,6 +422,36 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
 	s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 }
+
+// openPath reports whether r asks for /healthz, which answers any Host:
+// it says only "ok", and a probe may reach the process by any name.
+func openPath(r *http.Request) bool { return r.URL.Path == "/healthz" }
+
+// writeMisdirected answers 421 to a request whose Host is not a loopback
+// name; who names the server that refuses it.
+func writeMisdirected(w http.ResponseWriter, who string) {
+	writeError(w, &apiError{Code: errmap.Misdirected,
+		Message: who + " answers only to a loopback Host (localhost, 127.0.0.1, [::1])"})
+}
+
+// LoopbackHostOnly wraps h, a handler served on a loopback address without
+// authentication (the gateway's metrics server), so that it answers only
+// requests whose Host is a loopback name: a web page elsewhere cannot read
+// it through DNS rebinding (a name of its own resolving to 127.0.0.1).
+// Other Hosts get 421 misdirected, except on /healthz.
+func LoopbackHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) && !openPath(r) {
+			writeMisdirected(w, "this unauthenticated server")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopbackAddr reports whether addr (host:port) is a loopback address:
+// "localhost" or a loopback IP. An empty host (every interface) is not.
+func IsLoopbackAddr(addr string) bool { return checkLoopback(addr) == nil }
 
 // serveUnmatched answers a request no route matched: 405 (with Allow) when
 // the path exists for other methods, 404 otherwise.

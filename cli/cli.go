@@ -99,8 +99,8 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 				case f.DefValue == "":
 				case secretFlags[f.Name]:
 					f.DefValue = "(set)"
-				case strings.HasSuffix(f.Name, "-url"):
-					f.DefValue = redactNATS(f.DefValue)
+				default:
+					f.DefValue = redactFlagURL(f.Name, f.DefValue)
 				}
 			})
 			fs.SetOutput(a.stderr)
@@ -170,6 +170,24 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 // secretFlags are printed by --print-config only as whether they are set.
 var secretFlags = map[string]bool{"smtp-password": true, "webhook-secret": true}
 
+// redactFlagURL hides the credentials in a URL-valued flag's value: every
+// flag whose name says it holds URLs (-url, -endpoint) and any value that
+// looks like one (scheme://), so that a new URL flag is covered without
+// being listed. --database-url is one URL (libpq's multi-host form has
+// commas); the others may be comma-separated lists (--nats-url's seeds).
+// Other values pass as they are.
+func redactFlagURL(name, v string) string {
+	switch {
+	case v == "":
+		return v
+	case name == "database-url":
+		return redactURL(v)
+	case strings.HasSuffix(name, "-url") || strings.HasSuffix(name, "-endpoint") || strings.Contains(v, "://"):
+		return redactNATS(v)
+	}
+	return v
+}
+
 // printConfig prints every flag's effective value — from the command line,
 // the environment (GATEWAY_<FLAG>) or its default — as one JSON object
 // {"config": {flag: value}}, without connecting to anything. Secrets are
@@ -185,10 +203,8 @@ func (a *app) printConfig(fs *flag.FlagSet) int {
 			if v != "" {
 				v = "(set)"
 			}
-		case f.Name == "database-url" && v != "":
-			v = redactURL(v)
-		case f.Name == "nats-url" && v != "":
-			v = redactNATS(v)
+		default:
+			v = redactFlagURL(f.Name, v)
 		}
 		cfg[f.Name] = v
 	})

@@ -53,6 +53,9 @@ Usage:
   gateway policy show          the rule set in force, with its version
   gateway policy init --from-flags
                                a rule set saying what today's flags and tokens say
+  gateway token new [--name N --role R]
+                               a new random admin token (256 bits), as JSON;
+                               with --name and --role, its tokens-file line
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
   gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
@@ -110,6 +113,7 @@ func commands() map[string]command {
 		"bench":   cmdBench,
 		"ls":      cmdLs,
 		"policy":  cmdPolicy,
+		"token":   cmdToken,
 		"retry":   bulkCommand(operator.ActionRetry),
 		"cancel":  bulkCommand(operator.ActionCancel),
 		"resolve": bulkCommand(operator.ActionResolve),

@@ -56,8 +56,10 @@ const defaultAdapters = "email,file"
 // process runs, see gateway.Config.PoolSize); a pool_max_conns in the URL
 // wins. The "gateway: running" line reports the size as db_max_conns.
 //
-// --metrics-addr serves Prometheus /metrics there (default empty: no
-// metrics server; e.g. 127.0.0.1:9090); --log-level debug|info|warn|error.
+// --metrics-addr serves Prometheus /metrics and the probes there, without
+// a token (default empty: no metrics server; e.g. 127.0.0.1:9090): a
+// loopback address unless --metrics-allow-remote, else exit 2 naming
+// metrics_addr; --log-level debug|info|warn|error.
 // Logs go to stderr as slog text.
 //
 // --admin-addr serves the admin API and pages there (default empty: off;
@@ -106,7 +108,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		execTimeout = fs.Duration("execute-timeout", executor.DefaultExecuteTimeout, "bound on one effect's execution (an SMTP send, a file publication)")
 		settle      = fs.Duration("lookup-settle", executor.DefaultLookupSettle, "a result lookup that finds nothing is trusted as proof the effect did not happen only this long after the attempt's last I/O with the destination (until then the intent waits, its key held); size it above the longest delay with which the destination shows an effect")
 
-		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090 (default: off)")
+		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics and the probes, without a token, on this loopback address, e.g. 127.0.0.1:9090 (default: off); another address needs --metrics-allow-remote")
+		metricsRem  = fs.Bool("metrics-allow-remote", false, "let --metrics-addr be an address that is not loopback (and answer any Host): whoever reaches it reads the metrics and the readiness checks")
 		adminAddr   = fs.String("admin-addr", "", "serve the admin API and pages on this address, e.g. 127.0.0.1:8080 (default: off)")
 		tlsCert     = fs.String("tls-cert", "", "serve the admin API and pages over HTTPS with this certificate (PEM), with --tls-key")
 		tlsKey      = fs.String("tls-key", "", "the --tls-cert certificate's key (PEM)")
@@ -175,9 +178,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			Unknown:        executor.UnknownPolicy(*unknown),
 			LookupSettle:   given(*settle),
 		},
-		Idempotency:  idempotency.Config{LockTimeout: given(*lockTimeout), Retention: *keyRet, GroupCommit: *groupCommit},
-		Retention:    outbox.SweeperConfig{MaxAge: *intentRet},
-		MetricsAddr:  *metricsAddr,
+		Idempotency: idempotency.Config{LockTimeout: given(*lockTimeout), Retention: *keyRet, GroupCommit: *groupCommit},
+		Retention:   outbox.SweeperConfig{MaxAge: *intentRet},
+		MetricsAddr: *metricsAddr, MetricsAllowRemote: *metricsRem,
 		AdminAddr:    *adminAddr,
 		AdminTLSCert: *tlsCert, AdminTLSKey: *tlsKey, AdminInsecureHTTP: *insecHTTP,
 		Tokens:    tokens,
@@ -478,6 +481,7 @@ var flagFields = []flagField{
 	{path: "Idempotency.GroupCommit", flag: "idempotency-group-commit"},
 	{path: "Retention.MaxAge", flag: "intent-retention"},
 	{path: "MetricsAddr", flag: "metrics-addr"},
+	{path: "MetricsAllowRemote", flag: "metrics-allow-remote"},
 	{path: "AdminAddr", flag: "admin-addr"},
 	{path: "AdminTLSCert", flag: "tls-cert"},
 	{path: "AdminTLSKey", flag: "tls-key"},

@@ -99,7 +99,7 @@ func TestRunAdminBadFlags(t *testing.T) {
 		{"all interfaces without tokens", nil, []string{"--admin-addr", "0.0.0.0:8080"}, "admin_addr"},
 		{"no host without tokens", nil, []string{"--admin-addr", ":8080"}, "admin_addr"},
 		{"host name without tokens", nil, []string{"--admin-addr", "example.com:8080"}, "admin_addr"},
-		{"not host:port", []string{"GATEWAY_TOKENS=ops:operator:secret-secret-secret-1"}, []string{"--admin-addr", "8080"}, "admin_addr"},
+		{"not host:port", []string{"GATEWAY_TOKENS=ops:operator:secret-secret-0123456789"}, []string{"--admin-addr", "8080"}, "admin_addr"},
 		{"bad env tokens", []string{"GATEWAY_TOKENS=ops:operator:short"}, []string{"--admin-addr", "127.0.0.1:0"}, "tokens"},
 		{"bad tokens file", nil, []string{"--admin-addr", "127.0.0.1:0", "--tokens-file", badFile}, "tokens_file"},
 		{"missing tokens file", nil, []string{"--admin-addr", "127.0.0.1:0", "--tokens-file", badFile + ".missing"}, "tokens_file"},
@@ -137,7 +137,7 @@ func TestRunAdminTLS(t *testing.T) {
 	res.Body.Close()
 	var secure bool
 	for _, c := range res.Cookies() {
-		if c.Name == "fencegate_session" {
+		if c.Name == "__Host-fencegate_session" {
 			secure = c.Secure && c.HttpOnly && c.SameSite == http.SameSiteStrictMode
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -88,8 +89,15 @@ type Config struct {
 	// KeyRetention is Idempotency's Retention.
 	Retention outbox.SweeperConfig
 
-	// MetricsAddr serves Prometheus /metrics there. Empty: no server.
+	// MetricsAddr serves Prometheus /metrics and the probes there, without
+	// a token. Empty: no server. It must be a loopback address unless
+	// MetricsAllowRemote, and there it answers only a loopback Host (but
+	// on /healthz), against DNS rebinding.
 	MetricsAddr string
+	// MetricsAllowRemote lets MetricsAddr be any address, answering any
+	// Host: the metrics (queue depths, kinds, build) and the readiness
+	// checks' errors are then readable by whoever reaches it.
+	MetricsAllowRemote bool
 	// AdminAddr serves the admin API and pages there. Empty: no admin
 	// server. Without Tokens it must be a loopback address.
 	AdminAddr string
@@ -225,6 +233,9 @@ func (c *Config) Validate() error {
 			return invalid("Namespace", "%s", err)
 		}
 	}
+	if err := c.checkMetrics(); err != nil {
+		return err
+	}
 	if err := c.checkAdmin(); err != nil {
 		return err
 	}
@@ -261,6 +272,22 @@ func (c *Config) Validate() error {
 		if err := within("Retention", c.sweeperConfig().Validate()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkMetrics checks MetricsAddr: unauthenticated, so loopback unless
+// MetricsAllowRemote.
+func (c *Config) checkMetrics() error {
+	if c.MetricsAddr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+		return invalid("MetricsAddr", "must be host:port, e.g. 127.0.0.1:9090: %s", errmap.OneLine(err.Error()))
+	}
+	if !c.MetricsAllowRemote && !admin.IsLoopbackAddr(c.MetricsAddr) {
+		return invalid("MetricsAddr", "%q is not a loopback address: /metrics and the probes need no token; "+
+			"bind 127.0.0.1 or, to let other hosts scrape it, give MetricsAllowRemote", c.MetricsAddr)
 	}
 	return nil
 }

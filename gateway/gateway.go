@@ -173,7 +173,7 @@ func (s *Gateway) start(ctx context.Context) (err error) {
 	// The metrics server before the components that may wait (the adapter
 	// runtime waits for the stream): it answers meanwhile.
 	if cfg.MetricsAddr != "" {
-		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
+		if err := s.serveMetrics(cfg.MetricsAddr, cfg.MetricsAllowRemote); err != nil {
 			return err
 		}
 	}

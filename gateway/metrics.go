@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/internal/buildinfo"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/httpserver"
@@ -52,11 +53,18 @@ func registerMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, schema string
 	return nil
 }
 
-// serveMetrics starts the Prometheus /metrics server.
-func (s *Gateway) serveMetrics(addr string) error {
+// serveMetrics starts the Prometheus /metrics server. It needs no token:
+// unless allowRemote it listens on loopback only (checked again on the
+// address bound, which a name like "localhost" decides) and answers only
+// a loopback Host.
+func (s *Gateway) serveMetrics(addr string, allowRemote bool) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return invalid("MetricsAddr", "cannot be listened on: %s", errmap.OneLine(err.Error()))
+	}
+	if !allowRemote && !admin.IsLoopbackAddr(ln.Addr().String()) {
+		_ = ln.Close()
+		return invalid("MetricsAddr", "%q is bound to %s, not a loopback address: give MetricsAllowRemote to serve it there", addr, ln.Addr())
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
@@ -65,7 +73,13 @@ func (s *Gateway) serveMetrics(addr string) error {
 	// each component's own state (probe.go).
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
-	srv := httpserver.New(mux, s.log)
+	var h http.Handler = mux
+	if !allowRemote {
+		// A web page's DNS-rebinding name for 127.0.0.1 must not read the
+		// metrics or the readiness checks' errors.
+		h = admin.LoopbackHostOnly(mux)
+	}
+	srv := httpserver.New(h, s.log)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
