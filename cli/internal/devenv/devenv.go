@@ -578,12 +578,12 @@ func (d *devEnv) printReady(r Ready, took time.Duration) {
 	w := d.opts.Stderr
 	fmt.Fprintf(w, "\nfencegate dev is ready (%s)\n\n", took.Round(10*time.Millisecond))
 	fmt.Fprintf(w, "  admin       %s\n", r.AdminURL)
-	fmt.Fprintf(w, "  NATS        %s%s\n", r.NATSURL, devNote(d.natsSrv == nil, "existing server", "embedded, JetStream"))
+	fmt.Fprintf(w, "  NATS        %s%s\n", d.opts.RedactURL(r.NATSURL), devNote(d.natsSrv == nil, "existing server", "embedded, JetStream"))
 	fmt.Fprintf(w, "  PostgreSQL  %s%s\n", d.opts.RedactURL(r.DatabaseURL), devNote(d.pg == nil, "existing server", "throwaway, pid "+strconv.Itoa(r.PostgresPID)))
 	if d.sink != nil {
 		fmt.Fprintf(w, "  SMTP        %s (in-memory sink with result lookup)\n", r.SMTPAddr)
 	} else {
-		fmt.Fprintf(w, "  SMTP        %s (Mailpit, lookup via %s)\n", r.SMTPAddr, r.MailpitURL)
+		fmt.Fprintf(w, "  SMTP        %s (Mailpit, lookup via %s)\n", r.SMTPAddr, d.opts.RedactURL(r.MailpitURL))
 	}
 	fmt.Fprintf(w, "  file root   %s\n", r.FileRoot)
 	fmt.Fprintf(w, "  webhook     %s (echo receiver, the one allowed destination; %s/requests lists what it got)\n", r.WebhookURL, r.WebhookURL)
