@@ -48,7 +48,8 @@ type Budget struct {
 	RowVersions float64 `json:"row_versions_per_intent_total"`
 	// Tables: row versions written per table that changed.
 	Tables map[string]TableWrites `json:"row_versions_per_intent"`
-	// TopStatements are the statements executed most often in the window.
+	// TopStatements are the statements that took the server longest in
+	// the window (total execution time), at most 12.
 	TopStatements []StatementCost `json:"top_statements,omitempty"`
 	// RoundTripConns is how many connections the round trips were counted
 	// on.
@@ -76,7 +77,6 @@ type StatementCost struct {
 	Rows       float64 `json:"rows_per_intent"`
 	WALBytes   float64 `json:"wal_bytes_per_intent"`
 	ExecTimeMs float64 `json:"exec_ms_total"`
-	callsAbs   int64
 }
 
 // benchTag marks the bench's own statements (its probes and these
@@ -211,9 +211,9 @@ func budgetOf(unit string, units int, before, after *pgSnapshot, dbOID int64) *B
 			}
 			total += calls
 			costs = append(costs, StatementCost{Query: truncate(oneLine(a.query), 160), Calls: float64(calls) / n,
-				Rows: float64(a.rows-p.rows) / n, WALBytes: (a.wal - p.wal) / n, ExecTimeMs: a.execMs - p.execMs, callsAbs: calls})
+				Rows: float64(a.rows-p.rows) / n, WALBytes: (a.wal - p.wal) / n, ExecTimeMs: a.execMs - p.execMs})
 		}
-		sort.Slice(costs, func(i, j int) bool { return costs[i].callsAbs > costs[j].callsAbs })
+		sort.Slice(costs, func(i, j int) bool { return costs[i].ExecTimeMs > costs[j].ExecTimeMs })
 		b.TopStatements = costs[:min(len(costs), 12)]
 		b.Statements = ptr(float64(total) / n)
 	}
