@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +24,9 @@ import (
 // throwaway ones it starts (a durable PostgreSQL cluster, fsync on, and an
 // embedded JetStream server). On a given server it works in a database of
 // its own, created and dropped by it. --cpuprofile FILE writes a Go CPU
-// profile of the cases. Progress goes to stderr.
+// profile of the cases. --river-peer BIN runs River's side of e2e-drain's
+// budget with that riverwork binary (cli/internal/bench/riverwork). Progress
+// goes to stderr.
 //
 // The cases themselves are cli/internal/bench's; this parses the flags into a
 // bench.Config and prints the report.
@@ -37,6 +40,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		asJSON   = fs.Bool("json", false, "print one JSON object instead of a table")
 		natsURL  = fs.String("nats-url", "", "NATS URL (default: an embedded JetStream server)")
 		cpuProf  = fs.String("cpuprofile", "", "write a Go CPU profile of the cases to this file")
+		riverBin = fs.String("river-peer", "", "River's peer for e2e-drain's budget: a riverwork binary (built from cli/internal/bench/riverwork), run on the same server after the drain")
 	)
 	// Unlike other commands, the database is never taken from the
 	// environment: a benchmark writes a million rows, so it runs on a
@@ -54,7 +58,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	// Start checks the other flags before it starts anything.
 	b, err := bench.Start(ctx, bench.Config{
 		Cases: cases, Duration: *duration, DrainIntents: *drainN, FileDir: *fileDir,
-		DatabaseURL: dbFlag.Value.String(), NATSURL: *natsURL, CPUProfile: *cpuProf, Schema: a.schema(),
+		DatabaseURL: dbFlag.Value.String(), NATSURL: *natsURL, CPUProfile: *cpuProf, Schema: a.schema(), RiverPeer: *riverBin,
 		Log: a.stderr, Connect: a.connect, RunGateway: a.benchRun, StopTimeout: stopTimeout,
 	})
 	if err != nil {
@@ -78,6 +82,11 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%s\t%v\t\n", r.Name, r.Unit, fmtNum(r.Value), fmtNum(r.Baseline), r.Ratio, r.Goal, r.Met)
 	}
 	_ = tw.Flush()
+	for _, r := range rep.Cases {
+		if r.Budget != nil {
+			printBudget(a.stdout, r)
+		}
+	}
 	keys := make([]string, 0, len(rep.Machine))
 	for k := range rep.Machine {
 		keys = append(keys, k)
@@ -96,6 +105,69 @@ func (a *app) benchRun(ctx context.Context, args []string, out io.Writer, hooks 
 	// must not reach it; everything it uses is in args.
 	inner := &app{stdout: out, stderr: out, getenv: func(string) string { return "" }, runHooks: &hooks}
 	return cmdRun(ctx, inner, args)
+}
+
+// printBudget prints a case's budget per unit, River's beside it when it
+// ran.
+func printBudget(w io.Writer, r bench.Result) {
+	var river *bench.Budget
+	head := fmt.Sprintf("\n%s budget per settled intent (%d intents, %.1fs)", r.Name, r.Budget.Units, r.Budget.Seconds)
+	if r.River != nil {
+		river = r.River.Budget
+		head += fmt.Sprintf(" vs River per worked job (%d jobs, %.1fs, %.0f jobs/s)", river.Units, river.Seconds, r.River.Rate)
+	}
+	fmt.Fprintln(w, head+":")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "\tfencegate\t")
+	if river != nil {
+		fmt.Fprint(tw, "River\t")
+	}
+	fmt.Fprintln(tw)
+	row := func(name string, get func(*bench.Budget) string) {
+		fmt.Fprintf(tw, "%s\t%s\t", name, get(r.Budget))
+		if river != nil {
+			fmt.Fprintf(tw, "%s\t", get(river))
+		}
+		fmt.Fprintln(tw)
+	}
+	opt := func(v *float64) string {
+		if v == nil {
+			return "absent"
+		}
+		return strconv.FormatFloat(*v, 'f', 2, 64)
+	}
+	row("PostgreSQL CPU µs", func(b *bench.Budget) string { return opt(b.PGCPUUs) })
+	row("client CPU µs", func(b *bench.Budget) string { return opt(b.GatewayCPUUs) })
+	row("statements", func(b *bench.Budget) string { return opt(b.Statements) })
+	row("round trips", func(b *bench.Budget) string { return opt(b.RoundTrips) })
+	row("WAL bytes", func(b *bench.Budget) string { return strconv.FormatFloat(b.WALBytes, 'f', 0, 64) })
+	row("row versions", func(b *bench.Budget) string { return strconv.FormatFloat(b.RowVersions, 'f', 2, 64) })
+	tables := map[string]bool{}
+	for _, b := range []*bench.Budget{r.Budget, river} {
+		if b != nil {
+			for t := range b.Tables {
+				tables[t] = true
+			}
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(tables)) {
+		row("  "+t+" ins/upd (HOT)", func(b *bench.Budget) string {
+			tw, ok := b.Tables[t]
+			if !ok {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f/%.2f (%.0f%%)", tw.Inserted, tw.Updated, 100*tw.HOTShare)
+		})
+	}
+	_ = tw.Flush()
+	for _, b := range []*bench.Budget{r.Budget, river} {
+		if b == nil {
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(b.Absent)) {
+			fmt.Fprintf(w, "absent (%s): %s: %s\n", b.Unit, k, b.Absent[k])
+		}
+	}
 }
 
 func fmtNum(v float64) string {

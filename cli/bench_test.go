@@ -84,5 +84,35 @@ func TestBenchDrainCasesJSON(t *testing.T) {
 			t.Errorf("row %s note = %q; want gateway run's pool of 24", name, note)
 		}
 	}
+	// e2e-drain's budget per settled intent: the columns measured on any
+	// server, and the others either measured or named absent with the
+	// reason (the test server was not started by the bench, and may lack
+	// pg_stat_statements).
+	budget, _ := rows["e2e-drain"]["budget"].(map[string]any)
+	if budget == nil || budget["units"] != 500.0 || budget["unit"] != "intent" {
+		t.Fatalf("e2e-drain budget = %v; want one per intent over the 500 (%s)", budget, r.stdout)
+	}
+	for _, k := range []string{"gateway_cpu_us_per_intent", "wal_bytes_per_intent", "round_trips_per_intent", "row_versions_per_intent_total"} {
+		if v, ok := budget[k].(float64); !ok || v <= 0 {
+			t.Errorf("budget %s = %v; want a positive number (%s)", k, budget[k], r.stdout)
+		}
+	}
+	absent, _ := budget["absent"].(map[string]any)
+	if absent["pg_cpu_us_per_intent"] == nil {
+		t.Errorf("budget absent = %v; want pg_cpu_us_per_intent named (the server is the test's)", absent)
+	}
+	if _, ok := budget["statements_per_intent"].(float64); ok == (absent["statements_per_intent"] != nil) {
+		t.Errorf("budget statements_per_intent = %v, absent = %v; want one of them", budget["statements_per_intent"], absent)
+	}
+	tables, _ := budget["row_versions_per_intent"].(map[string]any)
+	intents, _ := tables["intents"].(map[string]any)
+	// Every settled intent is updated at least once (its outcome), and its
+	// row was inserted before the drain, outside the budget.
+	if upd, _ := intents["updated"].(float64); upd < 1 || intents["inserted"] != 0.0 || intents["hot_share"] == nil {
+		t.Errorf("row versions of intents = %v; want >= 1 update, no insert, a HOT share (%s)", intents, r.stdout)
+	}
+	t.Logf("budget per intent: %d tables, %.1f row versions, %.0f WAL bytes, %.2f round trips; absent: %v",
+		len(tables), budget["row_versions_per_intent_total"], budget["wal_bytes_per_intent"], budget["round_trips_per_intent"], absent)
 	expectCode(t, gw(t, "", "bench", "--drain-intents", "5"), 2, "invalid_input")
+	expectCode(t, gw(t, "", "bench", "--river-peer", t.TempDir()), 2, "invalid_input")
 }

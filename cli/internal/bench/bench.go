@@ -115,6 +115,11 @@ type Result struct {
 	Goal string `json:"goal"`
 	Met  bool   `json:"met"`
 	Note string `json:"note,omitempty"`
+	// Budget is what PostgreSQL and the gateway spent per unit (e2e-drain
+	// only: per settled intent).
+	Budget *Budget `json:"budget,omitempty"`
+	// River is River's run beside it (e2e-drain with --river-peer).
+	River *RiverRun `json:"river,omitempty"`
 }
 
 // benchEnv is what the cases share: the servers and the values one case
@@ -137,6 +142,24 @@ type benchEnv struct {
 	// process, and how long it takes at most to stop.
 	gatewayMain func(ctx context.Context, args []string, out io.Writer, hooks RunHooks) int
 	stopTimeout time.Duration
+
+	// The budget's handles (budget.go): the benchmark database's name and
+	// oid, the server's postmaster when the bench started it (0: unknown),
+	// its TCP port (0: not TCP), and why pg_stat_statements cannot be read
+	// ("" when it can, in the benchmark's database).
+	dbName   string
+	dbOID    int64
+	pgPID    int
+	pgPort   int
+	stmtsOff string
+	// River's side of the budget (--river-peer): the peer's binary and the
+	// database it works in, on the same server, with a pool on it.
+	riverPeer string
+	riverDB   string
+	riverURL  string
+	riverPool *pgxpool.Pool
+	// natsEmbedded: the JetStream server runs in this process.
+	natsEmbedded bool
 
 	rawInsertRate float64 // case enqueue's baseline
 	enqueueRate   float64 // case enqueue's value
@@ -170,6 +193,10 @@ type Config struct {
 	// Schema is the PostgreSQL schema the benchmark's database is migrated
 	// into, and every part of it works in. Default: "fencegate".
 	Schema string
+	// RiverPeer, when set, is the riverwork binary (cli/internal/bench/
+	// riverwork) that e2e-drain runs after fencegate's drain, on the same
+	// server, to measure River's budget per worked job.
+	RiverPeer string
 	// CPUProfile, when set, is the file a Go CPU profile of the cases is
 	// written to.
 	CPUProfile string
@@ -196,6 +223,11 @@ func (c Config) validate() error {
 	}
 	if c.DrainIntents < 100 || c.DrainIntents > 10_000_000 {
 		return errmap.Invalid("drain_intents", "--drain-intents must be between 100 and 10,000,000")
+	}
+	if c.RiverPeer != "" {
+		if fi, err := os.Stat(c.RiverPeer); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return errmap.Invalid("river_peer", fmt.Sprintf("--river-peer %q is not an executable file", c.RiverPeer))
+		}
 	}
 	if c.FileDir != "" {
 		if fi, err := os.Stat(c.FileDir); err != nil || !fi.IsDir() {
@@ -296,14 +328,19 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		"cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH,
 		"cpu_model": cpuModel(), "memory_mb": memTotalMB(),
 	}
+	pgPID := 0
 	if dbURL == "" {
 		fmt.Fprintln(cfg.Log, "gateway bench: starting a throwaway PostgreSQL cluster (fsync on)…")
-		c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
+		// pg_stat_statements counts the statements of e2e-drain's budget;
+		// loaded, it costs each statement a hash-table update, the same
+		// for fencegate and River.
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{"shared_preload_libraries": "pg_stat_statements"}})
 		if err != nil {
 			return fail(errmap.New(errmap.Unavailable, "start PostgreSQL: "+errmap.OneLine(err.Error())))
 		}
 		parts.Add("PostgreSQL", func() { _ = c.Stop() }, nil)
 		dbURL = c.URL("postgres")
+		pgPID = c.PID()
 		machine["postgres"] = "throwaway, fsync on"
 	} else {
 		machine["postgres"] = "given by --database-url"
@@ -332,6 +369,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		return fail(err)
 	}
 	pcfg.MaxConns = 64
+	pcfg.ConnConfig.RuntimeParams["application_name"] = benchAppName
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fail(err)
@@ -342,6 +380,46 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	}
 	if _, err := pool.Exec(ctx, pgschema.MustParse(cfg.Schema).SQL(`INSERT INTO fencegate.resources (resource_id, epoch) SELECT 'bench-' || g, 1 FROM generate_series(0, $1 - 1) g`), benchResources); err != nil {
 		return fail(fmt.Errorf("create resources: %w", err))
+	}
+
+	var dbOID int64
+	if err := pool.QueryRow(ctx, benchTag+`SELECT oid::int8 FROM pg_database WHERE datname = current_database()`).Scan(&dbOID); err != nil {
+		return fail(err)
+	}
+	// The extension's view is created in the benchmark's database, which
+	// is dropped afterwards; on a given server without the library loaded
+	// it stays unreadable and the budget leaves its column out.
+	stmtsOff := ""
+	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		stmtsOff = "pg_stat_statements is not available: " + errmap.OneLine(err.Error())
+	} else if _, err := pool.Exec(ctx, benchTag+`SELECT 1 FROM pg_stat_statements LIMIT 1`); err != nil {
+		stmtsOff = "pg_stat_statements is not loaded (shared_preload_libraries): " + errmap.OneLine(err.Error())
+	}
+	machine["pg_stat_statements"] = stmtsOff == ""
+
+	var riverDB, riverURL string
+	var riverPool *pgxpool.Pool
+	if cfg.RiverPeer != "" {
+		riverDB = name + "_river"
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+riverDB); err != nil {
+			return fail(fmt.Errorf("create River's database: %w", err))
+		}
+		parts.Add("River's database", func() {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, _ = admin.Exec(dctx, "DROP DATABASE IF EXISTS "+riverDB+" WITH (FORCE)")
+		}, nil)
+		riverURL = withDB(dbURL, riverDB)
+		rcfg, err := pgxpool.ParseConfig(riverURL)
+		if err != nil {
+			return fail(err)
+		}
+		rcfg.MaxConns = 2
+		rcfg.ConnConfig.RuntimeParams["application_name"] = benchAppName
+		if riverPool, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
+			return fail(err)
+		}
+		parts.Add("River's pool", riverPool.Close, nil)
 	}
 
 	if natsURL == "" {
@@ -365,7 +443,9 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		machine["nats"] = "given by --nats-url"
 	}
 	env := &benchEnv{pool: pool, schema: pgschema.MustParse(cfg.Schema), dbURL: withDB(dbURL, name), natsURL: natsURL, fsyncOff: fsync == "off",
-		log: cfg.Log, payload: benchPayload(), gatewayMain: cfg.RunGateway, stopTimeout: cfg.StopTimeout}
+		log: cfg.Log, payload: benchPayload(), gatewayMain: cfg.RunGateway, stopTimeout: cfg.StopTimeout,
+		dbName: name, dbOID: dbOID, pgPID: pgPID, pgPort: pgTCPPort(dbURL), stmtsOff: stmtsOff,
+		riverPeer: cfg.RiverPeer, riverDB: riverDB, riverURL: riverURL, riverPool: riverPool, natsEmbedded: cfg.NATSURL == ""}
 	return env, machine, parts.StopAll, nil
 }
 
@@ -958,7 +1038,7 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error)
 	maxRate := math.Min(in, out)
 	// Let the backlog drain before the next case, bounded.
 	if _, hi, err := e.backlogRange(ctx); err == nil {
-		_ = e.waitDone(ctx, "e2e backlog", `completed_at IS NULL`, floor+1, hi, time.Now().Add(time.Minute))
+		_ = e.waitDone(ctx, e.pool, "e2e backlog", `completed_at IS NULL`, floor+1, hi, time.Now().Add(time.Minute))
 	}
 
 	stopped = true

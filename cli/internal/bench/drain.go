@@ -128,13 +128,17 @@ func (w *tailWriter) String() string {
 // ('pending','relayed')", cost 4-36 ms a call in pg_stat_statements, up to
 // half a core of PostgreSQL's during e2e-drain: the benchmark measuring
 // itself.)
-func (e *benchEnv) waitDone(ctx context.Context, what, left string, lo, hi int64, deadline time.Time) error {
-	probe := `SELECT coalesce(min(intent_id), 0) FROM (
+//
+// It asks through q: the bench's pool, or during a budget the one
+// connection the bench measures through. Its probe carries benchTag, so
+// the budget's statement count leaves it out.
+func (e *benchEnv) waitDone(ctx context.Context, q querier, what, left string, lo, hi int64, deadline time.Time) error {
+	probe := benchTag + `SELECT coalesce(min(intent_id), 0) FROM (
 		SELECT intent_id FROM fencegate.intents WHERE intent_id >= $1 AND intent_id <= $2 AND (` + left + `)
 		ORDER BY intent_id LIMIT 1) first`
 	for {
 		var next int64
-		if err := e.pool.QueryRow(ctx, e.schema.SQL(probe), lo, hi).Scan(&next); err != nil {
+		if err := q.QueryRow(ctx, e.schema.SQL(probe), lo, hi).Scan(&next); err != nil {
 			return err
 		}
 		if next == 0 {
@@ -183,9 +187,12 @@ func (e *benchEnv) purgeNoop(ctx context.Context) error {
 // run` as shipped (relay and adapter runtime, no-op adapter) until every
 // outcome is recorded, against the relay alone (`gateway run --adapters
 // ""`, every intent relayed) on the same backlog in the same run. Both are
-// timed from starting the process.
+// timed from starting the process. The drain's budget per settled intent
+// is measured around it (budget.go); with --river-peer, River's per worked
+// job on the same server after it.
 func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]Result, error) {
 	n := e.drainN
+	var budget *Budget
 	drainOnce := func(noop bool) (float64, int32, error) {
 		if err := e.reset(ctx); err != nil {
 			return 0, 0, err
@@ -197,6 +204,15 @@ func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]Result, error) {
 		if err != nil {
 			return 0, 0, err
 		}
+		var m *budgetMeter
+		var q querier = e.pool
+		if noop {
+			if m, err = e.startMeter(ctx); err != nil {
+				return 0, 0, err
+			}
+			defer m.close()
+			q = m.conn
+		}
 		start := time.Now()
 		g, err := e.runGateway(ctx, noop)
 		if err != nil {
@@ -206,12 +222,20 @@ func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]Result, error) {
 		if noop {
 			what, left = "drain", `completed_at IS NULL`
 		}
-		werr := e.waitDone(ctx, what, left, lo, hi, start.Add(10*time.Minute))
+		werr := e.waitDone(ctx, q, what, left, lo, hi, start.Add(10*time.Minute))
 		rate := float64(n) / time.Since(start).Seconds()
+		if m != nil && werr == nil {
+			// The gateway's connections are read before it stops: they
+			// close with it.
+			m.readRequests()
+		}
 		if err := errors.Join(werr, g.stop()); err != nil {
 			return 0, 0, err
 		}
 		if noop {
+			if budget, err = m.finish(ctx, n); err != nil {
+				return 0, 0, err
+			}
 			var ok int
 			if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT count(*) FROM fencegate.intents WHERE status = 'succeeded'`)).Scan(&ok); err != nil {
 				return 0, 0, err
@@ -233,12 +257,26 @@ func (e *benchEnv) caseE2EDrain(ctx context.Context) ([]Result, error) {
 	// The goal: at least River's worked rate on this machine (7,700-10,600
 	// jobs/s with a 5 ms fetch cooldown; docs/performance.md).
 	const riverRate = 7700
-	return []Result{{
+	out := []Result{{
 		Name: "e2e-drain", Unit: "intents/s", Value: drain, Baseline: relay, Ratio: ratioOf(drain, relay),
 		Goal: ">= 7700/s (River's worked rate here)", Met: drain >= riverRate,
 		Note: fmt.Sprintf("backlog of %d committed intents drained to recorded outcomes by gateway run as shipped with the no-op adapter (db_max_conns=%d); baseline: the relay alone on the same backlog (db_max_conns=%d)",
 			n, conns, relayConns),
-	}}, nil
+		Budget: budget,
+	}}
+	if e.riverPeer != "" {
+		river, err := e.runRiver(ctx, n)
+		if err != nil {
+			return nil, fmt.Errorf("River's peer: %w", err)
+		}
+		out[0].River = river
+		out = append(out, Result{
+			Name: "e2e-drain-vs-river", Unit: "intents/s", Value: drain, Baseline: river.Rate, Ratio: ratioOf(drain, river.Rate),
+			Goal: "ratio >= 1.5", Met: ratioOf(drain, river.Rate) >= 1.5,
+			Note: fmt.Sprintf("baseline: River v0.51.2 working %d no-op jobs (100 workers, 5 ms fetch cooldown) on the same server right after the drain", n),
+		})
+	}
+	return out, nil
 }
 
 // caseFileDrain: 8 concurrent publications (gateway run's adapter
