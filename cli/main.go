@@ -49,7 +49,7 @@ Usage:
                                retry --force also retries intents whose effect
                                may have happened (a second effect accepted)
   gateway lease history --resource R [--limit N]
-  gateway policy apply FILE    the rule set (principals), from a JSON file (- : stdin)
+  gateway policy apply FILE    the rule set (principals, destinations), from a JSON or YAML file (- : stdin)
   gateway policy show          the rule set in force, with its version
   gateway policy init --from-flags
                                a rule set saying what today's flags and tokens say

@@ -30,7 +30,7 @@ func cmdPolicy(ctx context.Context, a *app, args []string) int {
 	var doc policy.Document
 	if sub == "apply" {
 		if fs.NArg() != 1 {
-			return a.fail(badInput("file", "usage: gateway policy apply FILE (a JSON policy document; - reads standard input)"))
+			return a.fail(badInput("file", "usage: gateway policy apply FILE (a JSON or YAML policy document; - reads standard input)"))
 		}
 		b, err := readPolicyFile(fs.Arg(0))
 		if err != nil {

@@ -6,7 +6,7 @@
 // interface's functions, so that a worker's role can do nothing its
 // principal may not.
 //
-// A document is JSON:
+// A document is JSON (or the same in YAML):
 //
 //	{"principals": [
 //	  {"name": "reports", "role": "worker",
@@ -33,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/pgschema"
@@ -131,9 +132,17 @@ type Principal struct {
 	SQLRoles []string `json:"sql_roles,omitempty"`
 }
 
-// Parse reads a document: JSON, unknown fields refused. An error is a
-// *fenceerr.InvalidError naming the field ("principals[1].resources[0]").
+// Parse reads a document: JSON, or YAML (read as the JSON it spells),
+// unknown fields refused. An error is a *fenceerr.InvalidError naming the
+// field ("principals[1].resources[0]").
 func Parse(b []byte) (Document, error) {
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] != '{' {
+		j, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return Document{}, fenceerr.Invalid("document", "is neither JSON nor YAML: %v", err)
+		}
+		b = j
+	}
 	if err := unknownFields(b); err != nil {
 		return Document{}, err
 	}

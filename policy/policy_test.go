@@ -256,6 +256,19 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%s) = %v; want an invalid-input error naming %s", c.doc, err, c.field)
 		}
 	}
+	// YAML reads as the JSON it spells, with the same errors.
+	y, err := policy.Parse([]byte("principals:\n  - name: reports\n    role: worker\n    resources: [\"reports/*\"]\n    kinds: [email]\n" +
+		"destinations:\n  webhook:\n    hosts: [hooks.example.com]\n"))
+	if err != nil || len(y.Principals) != 1 || y.Principals[0].Resources[0] != "reports/*" || y.Destinations.Webhook == nil {
+		t.Fatalf("a YAML document: %+v, %v", y, err)
+	}
+	var ie *fenceerr.InvalidError
+	if _, err := policy.Parse([]byte("principals:\n  - name: r\n    role: worker\n    resources: [\"*\"]\n    kinds: [\"*\"]\n    sql_role: [w]\n")); !errors.As(err, &ie) || ie.Field != "principals[0].sql_role" {
+		t.Errorf("a YAML document with a misspelt field: %v; want it refused naming principals[0].sql_role", err)
+	}
+	if _, err := policy.Parse([]byte("principals: [\n")); !errors.As(err, &ie) || ie.Field != "document" {
+		t.Errorf("neither JSON nor YAML: %v; want it refused naming document", err)
+	}
 	d, err := policy.Parse([]byte(`{"principals": [{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"]}]}`))
 	if err != nil {
 		t.Fatal(err)
