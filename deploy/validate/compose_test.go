@@ -172,3 +172,31 @@ func TestDockerfileEnv(t *testing.T) {
 		t.Fatal("no ENV GATEWAY_* in the Dockerfile")
 	}
 }
+
+// .dockerignore keeps what is not the module's source out of the build
+// context: the tests' tools and data (bin/, var/, gigabytes), .git, test
+// binaries and profiles.
+func TestDockerignore(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	for _, want := range []string{".git", "bin/", "var/", "**/node_modules/", "*.test", "*.prof"} {
+		if !slices.Contains(patterns, want) {
+			t.Errorf(".dockerignore lacks %q", want)
+		}
+	}
+	for _, p := range patterns {
+		if p == "*.go" || p == "go.mod" || p == "go.sum" || p == "cmd/" || strings.HasPrefix(p, "!") {
+			t.Errorf(".dockerignore pattern %q would leave the build without the module's source", p)
+		}
+	}
+	t.Logf("%d patterns in .dockerignore", len(patterns))
+}
