@@ -59,6 +59,9 @@ Usage:
   gateway run [flags]          relay and adapters until SIGTERM/SIGINT
   gateway dev [--demo]         the whole system in one process, for a laptop
   gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
+  gateway probe URL [--timeout 5s] [--tls-ca FILE]
+                               GET URL: exit 0 on 2xx, else 1 (healthchecks
+                               in an image without curl)
   gateway --version            {"version","commit","go"}
 
 Every command takes --database-url (default $GATEWAY_DATABASE_URL).
@@ -111,6 +114,7 @@ func commands() map[string]command {
 		"run":     cmdRun,
 		"dev":     cmdDev,
 		"bench":   cmdBench,
+		"probe":   cmdProbe,
 		"ls":      cmdLs,
 		"policy":  cmdPolicy,
 		"token":   cmdToken,

@@ -40,6 +40,18 @@ setup_node_pg
 echo "== vulnerabilities"
 vulncheck
 
+# The deploy files (compose, the Kubernetes base, the Dockerfile's
+# environment), in a module of their own so that fencegate's requires no
+# Kubernetes libraries: the kustomize library renders the base, every
+# object is decoded strictly into its client-go or Prometheus Operator
+# type, and each command line and GATEWAY_* variable is run past the
+# gateway built from this tree (deploy/validate; a few seconds once built).
+# Not in a run restricted to some packages.
+if [ $# -eq 0 ]; then
+	echo "== deploy files (deploy/validate)"
+	(cd deploy/validate && go vet ./... && go test -count=1 ./...)
+fi
+
 go build -o bin/testenv ./internal/testkit/cmd/testenv
 pkgs=("./...")
 if [ $# -gt 0 ]; then pkgs=(); fi
