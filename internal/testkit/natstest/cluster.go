@@ -2,12 +2,15 @@ package natstest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,7 +71,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 }
 
 func startCluster(t testing.TB, bin string, n int) (*Cluster, error) {
-	c := &Cluster{Name: "fencegate-test"}
+	c := &Cluster{Name: clusterName()}
 	routes := make([]string, n)
 	for i := range n {
 		node := &Node{
@@ -99,12 +102,36 @@ func startCluster(t testing.TB, bin string, n int) (*Cluster, error) {
 	for i, node := range c.Nodes {
 		exited[i] = node.start()
 	}
-	for i, node := range c.Nodes {
-		if err := node.waitJetStream(exited[i], startTimeout); err != nil {
+	// Any node exiting during start-up (a port taken since FreePort chose
+	// it) restarts the cluster, whichever node is being waited for: its
+	// peers would otherwise wait the whole timeout for a quorum.
+	anyExited := make(chan struct{})
+	var once sync.Once
+	for _, ch := range exited {
+		go func() {
+			<-ch
+			once.Do(func() { close(anyExited) })
+		}()
+	}
+	for _, node := range c.Nodes {
+		if err := node.waitJetStream(anyExited, startTimeout); err != nil {
 			return c, fmt.Errorf("cluster node %s on port %d: %w", node.Name, node.Port, err)
 		}
 	}
 	return c, nil
+}
+
+// clusterName is a cluster's own name. Every cluster a test starts has its
+// own: nodes of two clusters started at once by tests in parallel (the
+// packages' test binaries run side by side) refuse each other's routes
+// when their names differ, and with one shared name they merged whenever
+// one cluster's route reached the other's port (a port FreePort chose,
+// then taken by the other cluster before this one bound it), and the
+// merged meta group then served no JetStream for the whole start timeout.
+func clusterName() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "fencegate-test-" + hex.EncodeToString(b)
 }
 
 // URLs returns the client URLs of all nodes, comma-separated: the seed list
