@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -379,4 +380,54 @@ func TestDestinations(t *testing.T) {
 		t.Fatalf("%d of %d enqueues checked", checked, 2*len(cases))
 	}
 	t.Logf("%d enqueues checked against the destinations (Go and SQL)", checked)
+}
+
+// A Go worker whose role was granted fencegate's tables before the rule
+// set's tables existed (GRANT … ON ALL TABLES covers only the tables there
+// at the time) still enqueues and grants after the upgrade: the rule set is
+// read with the owner's rights, never the caller's.
+func TestWorkerGrantedTheOlderTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	s := testdb.Schema()
+	var grants []string
+	for _, tbl := range []string{"intents", "resources", "idempotency_keys", "intent_events", "epoch_grants", "epoch_authority", "deployment"} {
+		grants = append(grants, "GRANT ALL ON TABLE "+s+"."+tbl+" TO {role}")
+	}
+	grants = append(grants, "GRANT USAGE ON SCHEMA "+s+" TO {role}", "GRANT USAGE ON ALL SEQUENCES IN SCHEMA "+s+" TO {role}")
+	role := testdb.Role(t, pool, "fg_gowork_", grants...)
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, testdb.RolePassword
+	wpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wpool.Close)
+	for _, applied := range []bool{false, true} {
+		if applied {
+			doc, err := policy.Parse([]byte(`{"principals": [{"name": "w", "role": "worker", "resources": ["*"], "kinds": ["*"], "key_scope": "global"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := policy.Apply(ctx, pool, s, doc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		iss := lease.NewIssuer(wpool, lease.WithSchema(s), lease.AsPrincipal("w"))
+		l, err := iss.Acquire(ctx, fmt.Sprintf("r-%t", applied), "h", time.Minute)
+		if err != nil {
+			t.Fatalf("rule set applied %t: acquire as a role granted the older tables: %v", applied, err)
+		}
+		ob, err := outbox.New(wpool, outbox.Config{Schema: s, Principal: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ob.Enqueue(ctx, outbox.Intent{Resource: l.Resource, Epoch: l.Epoch, OperationID: "op", Kind: "email", Payload: json.RawMessage(mail)}); err != nil {
+			t.Fatalf("rule set applied %t: enqueue as a role granted the older tables: %v", applied, err)
+		}
+		if _, err := ob.EnqueueBatch(ctx, []outbox.Intent{{Resource: l.Resource, Epoch: l.Epoch, OperationID: "op2", Kind: "email", Payload: json.RawMessage(mail)}}); err != nil {
+			t.Fatalf("rule set applied %t: batch enqueue as a role granted the older tables: %v", applied, err)
+		}
+	}
 }

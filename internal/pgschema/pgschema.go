@@ -60,7 +60,7 @@ var Objects = []string{
 	"fencegate_epoch_authority", "fencegate_epoch_never_decreases", "fencegate_invalid",
 	"fencegate_notify_outcome", "fencegate_payload_only", "fencegate_payload_string",
 	"fencegate_payload_string_map", "fencegate_payload_strings", "fencegate_principal_allows",
-	"fencegate_raise", "fencegate_resource_key", "fencegate_s3_reserved_key", "fencegate_scoped_key", "fencegate_scoped_shape", "fencegate_stale_lease", "fencegate_system_identifier",
+	"fencegate_raise", "fencegate_resource_key", "fencegate_rule_set_applied", "fencegate_rules", "fencegate_s3_reserved_key", "fencegate_scoped_key", "fencegate_scoped_shape", "fencegate_stale_lease", "fencegate_system_identifier",
 	"fencegate_timeline_id", "fencegate_url_ok",
 }
 

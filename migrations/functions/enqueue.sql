@@ -29,14 +29,8 @@ BEGIN
     --    principal this transaction names must be allowed the resource and
     --    the kind, and its key scope decides the effective key.
     --    Without a rule set (never applied) one probe of policy_history
-    --    is all this costs; destination rules exist only with one.
-    IF EXISTS (SELECT 1 FROM fencegate.policy_history) THEN
-        IF fencegate.fencegate_check_principal(p_resource, p_kind, false) = 'resource' THEN
-            p_key := fencegate.fencegate_resource_key(p_resource, p_operation, p_key);
-        END IF;
-        --    The rule set's destinations of the kind, if any.
-        PERFORM fencegate.fencegate_check_destination(p_kind, p_payload);
-    END IF;
+    --    is all this costs (fencegate_rules, policy.sql).
+    p_key := fencegate.fencegate_rules(p_resource, p_kind, p_operation, p_key, p_payload);
 
     -- 1. Lock the resource's control row. Every grant and advance updates
     --    this row, so holding the lock until commit means no change of
@@ -126,25 +120,18 @@ DECLARE
     l_payloads jsonb[];
     l_ids      text[];
     l_epochs   bigint[];
-    l_scope    text;
 BEGIN
     -- 0. Outside the locks: parse the payloads; the rule set's check of
     --    every distinct resource and kind (policy.sql; one principal for
     --    the whole batch), and its key scope.
     l_payloads := p_payloads::jsonb[];
     -- Without a rule set (never applied) one probe of policy_history is
-    -- all this costs.
-    IF EXISTS (SELECT 1 FROM fencegate.policy_history) THEN
-        l_scope := fencegate.fencegate_check_principal(p_resources[1], p_kinds[1], false);
-        PERFORM fencegate.fencegate_check_principal(u.r, u.k, false)
-        FROM (SELECT DISTINCT u.r, u.k FROM unnest(p_resources, p_kinds) AS u(r, k)) u;
-        IF l_scope = 'resource' THEN
-            p_keys := ARRAY(SELECT fencegate.fencegate_resource_key(u.r, u.o, u.k)
-                            FROM unnest(p_resources, p_operations, p_keys) WITH ORDINALITY AS u(r, o, k, n) ORDER BY u.n);
-        END IF;
-        IF EXISTS (SELECT 1 FROM fencegate.destination_policies) THEN
-            PERFORM fencegate.fencegate_check_destination(u.k, u.p) FROM unnest(p_kinds, l_payloads) AS u(k, p);
-        END IF;
+    -- all this costs; with one, each intent as fencegate_enqueue checks
+    -- it (the principal, its key scope, the destinations).
+    IF fencegate.fencegate_rule_set_applied() THEN
+        p_keys := ARRAY(SELECT fencegate.fencegate_rules(u.r, u.k, u.o, u.key, u.p)
+                        FROM unnest(p_resources, p_kinds, p_operations, p_keys, l_payloads) WITH ORDINALITY AS u(r, k, o, key, p, n)
+                        ORDER BY u.n);
     END IF;
 
     -- 1. Lock every distinct resource's control row, in resource id order

@@ -56,21 +56,30 @@ $$;
 -- fencegate_check_principal is the check of the Go client's and the
 -- issuer's paths (outbox, lease: the HTTP intake, gateway enqueue, a Go
 -- worker), which name their principal in the transaction's
--- fencegate.principal setting: NULL when no rule set was ever applied;
--- ZF006 naming principal when none is named; else
--- fencegate_principal_allows.
+-- fencegate.principal setting — unless the login role is mapped to a
+-- principal (sql_roles), which is then the principal whatever the setting
+-- says: NULL when no rule set was ever applied; ZF006 naming principal
+-- when none is named; else fencegate_principal_allows.
+--
+-- SECURITY DEFINER: it reads the rule set with its owner's rights, so a
+-- worker's role needs no grant on the rule set's tables (a role granted
+-- fencegate's tables before they existed keeps working); it may be called
+-- by anyone and tells only what the caller's principal may do.
 CREATE OR REPLACE FUNCTION fencegate.fencegate_check_principal(p_resource text, p_kind text, p_epochs boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    l_name text := nullif(current_setting('fencegate.principal', true), '');
+    l_name text;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM fencegate.policy_history) THEN
         RETURN NULL;
     END IF;
+    SELECT r.principal INTO l_name FROM fencegate.principal_roles r WHERE r.role_name = session_user;
+    l_name := coalesce(l_name, nullif(current_setting('fencegate.principal', true), ''));
     IF l_name IS NULL THEN
         PERFORM fencegate.fencegate_raise('ZF006',
             'no principal: a rule set is in force (gateway policy show) and this caller names no principal (outbox.Config.Principal, --principal, a token''s principal)',
@@ -79,6 +88,41 @@ BEGIN
     RETURN fencegate.fencegate_principal_allows(l_name, p_resource, p_kind, p_epochs);
 END
 $$;
+
+-- fencegate_rules is the rule set's whole check of one intent on the Go
+-- client's path (fencegate_enqueue, the batch): the principal
+-- (fencegate_check_principal), its key scope (the effective key, returned)
+-- and the destinations. Without a rule set it returns p_key at the cost of
+-- one probe. SECURITY DEFINER for the reason above.
+CREATE OR REPLACE FUNCTION fencegate.fencegate_rules(p_resource text, p_kind text, p_operation text, p_key text, p_payload jsonb)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM fencegate.policy_history) THEN
+        RETURN p_key;
+    END IF;
+    IF fencegate.fencegate_check_principal(p_resource, p_kind, false) = 'resource' THEN
+        p_key := fencegate.fencegate_resource_key(p_resource, p_operation, p_key);
+    END IF;
+    PERFORM fencegate.fencegate_check_destination(p_kind, p_payload);
+    RETURN p_key;
+END
+$$;
+
+-- fencegate_rule_set_applied reports whether a rule set was ever applied
+-- (the batch asks once, not per intent). SECURITY DEFINER for the reason
+-- above.
+CREATE OR REPLACE FUNCTION fencegate.fencegate_rule_set_applied()
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT EXISTS (SELECT 1 FROM fencegate.policy_history) $$;
 
 -- fencegate_authorize is the SQL interface's check: the principal the
 -- calling role acts as (NULL, with key scope NULL, when no rule set was
@@ -273,7 +317,10 @@ END
 $$;
 
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_principal_allows(text, text, text, boolean) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION fencegate.fencegate_check_principal(text, text, boolean) FROM PUBLIC;
+-- Called on every way in, by whatever role enqueues or grants.
+GRANT EXECUTE ON FUNCTION fencegate.fencegate_check_principal(text, text, boolean) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION fencegate.fencegate_rules(text, text, text, text, jsonb) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION fencegate.fencegate_rule_set_applied() TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_authorize(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_scoped_key(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION fencegate.fencegate_scoped_shape(text) FROM PUBLIC;
