@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/otelsetup"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/operator"
@@ -229,7 +230,9 @@ func (a *app) logFlags(fs *flag.FlagSet) func() (*slog.Logger, error) {
 		case "text", "":
 			return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
 		case "json":
-			return slog.New(slog.NewJSONHandler(a.stderr, opts)), nil
+			// A record logged with a context inside a span carries its
+			// trace_id and span_id, to join the line to its trace.
+			return slog.New(otelsetup.NewLogHandler(slog.NewJSONHandler(a.stderr, opts))), nil
 		}
 		return nil, badInput("log_format", "--log-format must be text or json")
 	}

@@ -1,0 +1,254 @@
+package otelsetup
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// receiver collects what an OTLP exporter sends it, over gRPC or HTTP.
+type receiver struct {
+	collectortrace.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []*tracepb.ResourceSpans
+}
+
+func (r *receiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	r.spans = append(r.spans, req.GetResourceSpans()...)
+	r.mu.Unlock()
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// spanResources returns the resource attributes of every span received, keyed
+// by the span's name.
+func (r *receiver) spanResources() map[string]map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]map[string]string{}
+	for _, rs := range r.spans {
+		attrs := map[string]string{}
+		for _, kv := range rs.GetResource().GetAttributes() {
+			attrs[kv.GetKey()] = anyString(kv.GetValue())
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				out[s.GetName()] = attrs
+			}
+		}
+	}
+	return out
+}
+
+func anyString(v *commonpb.AnyValue) string {
+	if s, ok := v.GetValue().(*commonpb.AnyValue_StringValue); ok {
+		return s.StringValue
+	}
+	return v.String()
+}
+
+// startGRPCReceiver serves the OTLP trace service on a free loopback port
+// and returns its endpoint URL.
+func startGRPCReceiver(t *testing.T) (*receiver, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rcv := &receiver{}
+	collectortrace.RegisterTraceServiceServer(srv, rcv)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return rcv, "http://" + ln.Addr().String()
+}
+
+// startHTTPReceiver serves OTLP/HTTP protobuf at /v1/traces.
+func startHTTPReceiver(t *testing.T) (*receiver, string) {
+	t.Helper()
+	rcv := &receiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/traces" {
+			http.NotFound(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req collectortrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		_, _ = rcv.Export(r.Context(), &req)
+		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return rcv, srv.URL
+}
+
+// otelEnv clears every OTEL_* variable of the test's environment, so a
+// developer's own settings cannot change what a test sees, then sets vars.
+func otelEnv(t *testing.T, vars map[string]string) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "OTEL_") {
+			t.Setenv(k, "") // restores the value when the test ends
+			os.Unsetenv(k)
+		}
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+}
+
+// exportOneSpan runs Setup from the environment, ends one span named name
+// and shuts the provider down, which flushes the span to the exporter before
+// it returns.
+func exportOneSpan(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	shutdown, err := Setup(ctx, os.Getenv, "fencegate-gateway")
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	_, span := otel.Tracer("otelsetup-test").Start(ctx, name)
+	span.End()
+	if err := shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+func mustReceive(t *testing.T, rcv *receiver, name string) map[string]string {
+	t.Helper()
+	got := rcv.spanResources()
+	t.Logf("receiver got %d span(s)", len(got))
+	res, ok := got[name]
+	if !ok {
+		t.Fatalf("span %q not received; got %v", name, got)
+	}
+	return res
+}
+
+func TestServiceNameReachesAnOTLPGRPCCollector(t *testing.T) {
+	rcv, endpoint := startGRPCReceiver(t)
+	otelEnv(t, map[string]string{
+		"OTEL_SERVICE_NAME":           "x",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+	})
+	exportOneSpan(t, "grpc-span")
+	res := mustReceive(t, rcv, "grpc-span")
+	if res["service.name"] != "x" {
+		t.Fatalf("service.name = %q, want x (resource %v)", res["service.name"], res)
+	}
+	if res["telemetry.sdk.language"] != "go" {
+		t.Fatalf("telemetry.sdk.language = %q, want go (resource %v)", res["telemetry.sdk.language"], res)
+	}
+}
+
+func TestResourceAttributesReachTheCollector(t *testing.T) {
+	rcv, endpoint := startGRPCReceiver(t)
+	otelEnv(t, map[string]string{
+		"OTEL_RESOURCE_ATTRIBUTES":    "deployment.environment=test",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+	})
+	exportOneSpan(t, "attrs-span")
+	res := mustReceive(t, rcv, "attrs-span")
+	if res["deployment.environment"] != "test" {
+		t.Fatalf("deployment.environment = %q, want test (resource %v)", res["deployment.environment"], res)
+	}
+	// Neither OTEL_SERVICE_NAME nor a service.name resource attribute: the
+	// gateway's default name stands.
+	if res["service.name"] != "fencegate-gateway" {
+		t.Fatalf("service.name = %q, want fencegate-gateway (resource %v)", res["service.name"], res)
+	}
+}
+
+func TestServiceNameFromResourceAttributes(t *testing.T) {
+	rcv, endpoint := startGRPCReceiver(t)
+	otelEnv(t, map[string]string{
+		"OTEL_RESOURCE_ATTRIBUTES":           "service.name=from-attrs",
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+	})
+	exportOneSpan(t, "attrs-name-span")
+	res := mustReceive(t, rcv, "attrs-name-span")
+	if res["service.name"] != "from-attrs" {
+		t.Fatalf("service.name = %q, want from-attrs (resource %v)", res["service.name"], res)
+	}
+}
+
+func TestOTLPOverHTTP(t *testing.T) {
+	rcv, endpoint := startHTTPReceiver(t)
+	otelEnv(t, map[string]string{
+		"OTEL_SERVICE_NAME":           "y",
+		"OTEL_TRACES_EXPORTER":        "otlp",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+	})
+	exportOneSpan(t, "http-span")
+	res := mustReceive(t, rcv, "http-span")
+	if res["service.name"] != "y" {
+		t.Fatalf("service.name = %q, want y (resource %v)", res["service.name"], res)
+	}
+}
+
+func TestEnabled(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want bool
+	}{
+		{nil, false},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "console"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "none"}, false},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, true},
+		{map[string]string{"OTEL_SERVICE_NAME": "x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, false},
+		{map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, false},
+		{map[string]string{"OTEL_SDK_DISABLED": "TRUE", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, false},
+		{map[string]string{"OTEL_SDK_DISABLED": "false", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, true},
+	}
+	for _, c := range cases {
+		if got := Enabled(func(k string) string { return c.env[k] }); got != c.want {
+			t.Errorf("Enabled(%v) = %v, want %v", c.env, got, c.want)
+		}
+	}
+	t.Logf("%d cases", len(cases))
+}
+
+func TestSetupRefusesAnUnknownExporterOrProtocol(t *testing.T) {
+	cases := []map[string]string{
+		{"OTEL_TRACES_EXPORTER": "zipkin"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+	}
+	for _, env := range cases {
+		otelEnv(t, env)
+		if _, err := Setup(context.Background(), os.Getenv, "fencegate-gateway"); err == nil {
+			t.Errorf("Setup with %v: no error", env)
+		} else {
+			t.Logf("%v: %v", env, err)
+		}
+	}
+	t.Logf("%d cases", len(cases))
+}
