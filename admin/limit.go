@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/errmap"
 )
 
 // Failed authentications are limited per client address: after
@@ -147,11 +149,9 @@ func (s *Server) limited(w http.ResponseWriter, r *http.Request) bool {
 	if d <= 0 {
 		return false
 	}
-	w.Header().Set("Retry-After", retryAfter(d))
-	writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": map[string]any{
-		"code":    "too_many_failures",
-		"message": "too many failed authentications from this address: retry after " + retryAfter(d) + " s",
-	}})
+	e := errmap.New(errmap.TooManyFailures, "too many failed authentications from this address: retry after "+retryAfter(d)+" s")
+	e.RetryAfter = max(1, int((d+time.Second-1)/time.Second))
+	writeError(w, e)
 	return true
 }
 

@@ -20,9 +20,6 @@ import (
 // allow-list the intake enforces too.
 var s3Adapter = builtinAdapter{kind: s3.Kind, flags: newS3Flags, enqueueSpec: s3EnqueueSpec}
 
-// The receipt secret is printed by --help and --print-config only as set.
-func init() { secretFlags["s3-receipt-secret"] = true }
-
 type s3Flags struct {
 	fs                                       *flag.FlagSet
 	endpoint, bucket, allow, secret, secFile *string

@@ -169,7 +169,7 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 }
 
 // secretFlags are printed by --print-config only as whether they are set.
-var secretFlags = map[string]bool{"smtp-password": true, "webhook-secret": true}
+var secretFlags = map[string]bool{"smtp-password": true, "webhook-secret": true, "s3-receipt-secret": true}
 
 // redactFlagURL hides the credentials in a URL-valued flag's value: every
 // flag whose name says it holds URLs (-url, -endpoint) and any value that

@@ -79,6 +79,9 @@ const (
 	// Misdirected: a non-loopback Host without API tokens (admin API
 	// only).
 	Misdirected Code = "misdirected"
+	// TooManyFailures: too many failed authentications from one address
+	// within the window (admin API only; with Retry-After).
+	TooManyFailures Code = "too_many_failures"
 )
 
 // The CLI's exit codes, part of the public contract.
@@ -115,6 +118,7 @@ var answers = map[Code]answer{
 	Forbidden:        {ExitBadInput, http.StatusForbidden},
 	MethodNotAllowed: {ExitInternal, http.StatusMethodNotAllowed},
 	Misdirected:      {ExitInternal, http.StatusMisdirectedRequest},
+	TooManyFailures:  {ExitInternal, http.StatusTooManyRequests},
 }
 
 // Exit returns the CLI's exit code for c (ExitInternal for a code not in

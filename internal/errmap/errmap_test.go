@@ -52,6 +52,7 @@ func TestCodeTable(t *testing.T) {
 		{errmap.Forbidden, 2, 403},
 		{errmap.MethodNotAllowed, 1, 405},
 		{errmap.Misdirected, 1, 421},
+		{errmap.TooManyFailures, 1, 429},
 		{errmap.Code("no_such_code"), 1, 500},
 	} {
 		if got := c.code.Exit(); got != c.exit {

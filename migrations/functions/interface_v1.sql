@@ -160,10 +160,10 @@ BEGIN
     -- control row locked: a principal outside its scope learns nothing of
     -- the resource and holds nothing of it.
     SELECT * INTO a FROM fencegate.fencegate_authorize(enqueue.resource, enqueue.kind);
-    IF a.key_scope = 'resource' THEN
-        -- A key scoped for this resource already is kept (outbox.ScopedKey).
-        l_key := fencegate.fencegate_resource_key(enqueue.resource, enqueue.operation_id, enqueue.key);
-    ELSIF fencegate.fencegate_scoped_shape(enqueue.key) THEN
+    -- The principal's key scope is applied by fencegate_enqueue
+    -- (fencegate_rules), as for every way in; under the global scope a key
+    -- of the scoped form is refused here, as outbox.normalize does.
+    IF a.key_scope IS DISTINCT FROM 'resource' AND fencegate.fencegate_scoped_shape(enqueue.key) THEN
         PERFORM fencegate.fencegate_invalid('idempotency_key', format('%s has the form of a resource-scoped key ("<bytes>:<resource>/<key>"), which only that resource''s scoped enqueues make',
             to_json(enqueue.key)));
     END IF;

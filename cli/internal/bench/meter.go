@@ -78,6 +78,10 @@ func (m *budgetMeter) readRequests() {
 // (their counters flushed), and returns the budget per settled intent.
 func (m *budgetMeter) finish(ctx context.Context, n int) (*Budget, error) {
 	e := m.e
+	if n <= 0 {
+		// A budget of nothing would print numbers of nothing.
+		return nil, fmt.Errorf("budget: %d intents settled: nothing to measure", n)
+	}
 	cpu := selfCPU() - m.cpu0
 	if err := pgStatsSettled(ctx, m.conn, e.dbName); err != nil {
 		return nil, err
@@ -214,6 +218,9 @@ func (e *benchEnv) runRiver(ctx context.Context, n int) (*RiverRun, error) {
 	after, err := snapshotPG(ctx, e.riverPool, e.pool, e.stmtsOff, "public", e.pgPID)
 	if err != nil {
 		return nil, err
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("budget: River worked %d jobs: nothing to measure", n)
 	}
 	b := budgetOf("job", n, before, after, riverOID)
 	b.GatewayCPUUs = ptr(float64(res.CPUUs) / float64(n))
