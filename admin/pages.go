@@ -85,6 +85,20 @@ var pageFuncs = template.FuncMap{
 		return d.Round(time.Millisecond).String()
 	},
 	"effectNote": effectNote,
+	// after: t relative to from ("+1.204s"), for a timeline read from
+	// the intent's commit; empty when t is nil.
+	"after": func(from time.Time, t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return "+" + t.Sub(from).Round(time.Millisecond).String()
+	},
+	"ms": func(f *float64) string {
+		if f == nil {
+			return ""
+		}
+		return time.Duration(*f * float64(time.Millisecond)).Round(time.Millisecond).String()
+	},
 	"short": func(s string, n int) string {
 		if len(s) <= n {
 			return s

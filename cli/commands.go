@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 	"github.com/fencegate/fencegate/policy"
 )
@@ -403,8 +404,23 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 		}
 	}
 	// gateway status shows an intent's progress, not its content: the
-	// stored record without its payload.
+	// stored record without its payload, and its attempts.
 	rec.Payload = nil
-	a.writeJSON(rec)
+	opr, err := operator.New(pool, a.schema())
+	if err != nil {
+		return a.fail(err)
+	}
+	attempts, err := opr.Attempts(ctx, rec.IntentID)
+	if err != nil {
+		return a.fail(err)
+	}
+	a.writeJSON(statusView{Record: rec, AttemptHistory: attempts})
 	return exitOK
+}
+
+// statusView is what gateway status prints: the intent without its
+// payload, and one entry per attempt (as GET /api/v1/intents/{id}).
+type statusView struct {
+	*outbox.Record
+	AttemptHistory []operator.Attempt `json:"attempt_history"`
 }

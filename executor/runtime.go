@@ -150,6 +150,9 @@ type Config struct {
 	// (fencegate_adapter_foreign_messages_total), never executed. Empty: the
 	// names from before namespaces, and no header check.
 	Namespace string
+	// Process names this process in the intents' attempt history
+	// (intent_attempts.process). Default: host name and process id.
+	Process string
 	// Registerer receives the runtime's metrics. Nil: none registered.
 	Registerer prometheus.Registerer
 	// Logger. Nil: discard.
@@ -170,6 +173,7 @@ func (c Config) WithDefaults() Config {
 	c.Unknown = cmp.Or(c.Unknown, UnknownHold)
 	c.LookupSettle = cmp.Or(c.LookupSettle, DefaultLookupSettle)
 	c.DurablePrefix = cmp.Or(c.DurablePrefix, DefaultDurablePrefix)
+	c.Process = cmp.Or(c.Process, defaultProcess())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -601,6 +605,7 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 		}
 		span.End()
 	}()
+	ctx = withAttemptNote(ctx)
 	req := adapters.Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
 	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
@@ -795,6 +800,7 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 	if errors.Is(err, idempotency.ErrLostOwnership) {
 		// Another attempt owns the key now (a redelivery of this intent
 		// resumed it, or our lock expired): it looks up and decides.
+		r.recordAttempt(ctx, req, d, idempotency.AttemptLostKey, "")
 		return retry, 0, nil
 	}
 	if err != nil {
@@ -804,11 +810,13 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 	out, found, err := l.Lookup(lctx, req)
 	cancel()
 	r.m.lookups.WithLabelValues(ex.Kind(), lookupResult(found, err)).Inc()
+	noteLookup(ctx, found, err)
 	if err != nil {
 		// Can't tell yet. Keep the key owned (never Release: that would
 		// say the effect did not happen); the redelivery resumes the key
 		// and looks up again.
 		log.Warn("adapters: lookup failed; will look up again", "error", err)
+		r.recordAttempt(ctx, req, d, idempotency.AttemptLookupFailed, err.Error())
 		return wait, 0, nil
 	}
 	if found && out.Status == outbox.StatusUnknown {
@@ -832,6 +840,7 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 	if _, err := r.store.NoteWaiting(ctx, req.IntentID, msg); err != nil {
 		log.Warn("adapters: record the wait on the intent", "error", err)
 	}
+	r.recordAttempt(ctx, req, d, idempotency.AttemptWaitingForProof, msg)
 	r.m.outcomes.WithLabelValues(ex.Kind(), "waiting_for_proof").Inc()
 	log.Info("adapters: lookup found nothing; not proof yet, waiting", "trusted_after", p.TrustedAfter, "remaining", p.Remaining)
 	return wait, waitDelay(p, settle, r.cfg.RetryBase), nil
@@ -876,6 +885,7 @@ func (r *Runtime) executeRecovered(ctx context.Context, ex adapters.Executor, re
 		return err
 	})
 	if errors.Is(err, idempotency.ErrLostOwnership) {
+		r.recordAttempt(ctx, req, d, idempotency.AttemptLostKey, "")
 		return retry, 0, nil // the new owner decides
 	}
 	if errors.Is(err, idempotency.ErrIntentTerminal) {
@@ -891,7 +901,8 @@ func (r *Runtime) executeRecovered(ctx context.Context, ex adapters.Executor, re
 		return 0, 0, fmt.Errorf("begin I/O: %w", err)
 	}
 	if d.Resumed {
-		req.Attempt = n
+		// BeginIO counted this execution: the attempt starts now.
+		req.Attempt, d.Attempts, d.CountedAt = n, n, time.Now()
 	}
 	if proven && d.Effect == outbox.EffectPossible {
 		d.Effect = outbox.EffectNone
@@ -915,6 +926,7 @@ func (r *Runtime) execute(ctx context.Context, ex adapters.Executor, req adapter
 	start := time.Now()
 	out, err := ex.Execute(ectx, req)
 	cancel()
+	noteCause(ctx, err)
 	r.m.duration.WithLabelValues(ex.Kind()).Observe(time.Since(start).Seconds())
 	if h := r.hooks.AfterEffect; h != nil {
 		h(req.IntentID)
@@ -949,6 +961,7 @@ func (r *Runtime) execute(ctx context.Context, ex adapters.Executor, req adapter
 				return err
 			})
 			if errors.Is(ierr, idempotency.ErrLostOwnership) {
+				r.recordAttempt(ctx, req, d, idempotency.AttemptLostKey, err.Error())
 				return retry, 0, nil // taken over: the new owner looks up
 			}
 			if ierr != nil {
@@ -997,12 +1010,21 @@ func (r *Runtime) retryable(ctx context.Context, ex adapters.Executor, req adapt
 		return r.keepForRetry(ctx, ex, req, d, cause, false, log)
 	}
 	delay := r.retryDelay(req.Attempt, cause)
-	retry1 := idempotency.Retry{Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID, Error: cause.Error(), Delay: delay}
+	att := r.attempt(ctx, req, d, idempotency.AttemptRetry, cause.Error())
+	if att != nil {
+		att.Delay = delay
+		if req.Attempt >= r.cfg.MaxAttempts {
+			// The last attempt: CompleteIntent below ends the intent failed.
+			att.Outcome, att.Delay = string(outbox.StatusFailed), 0
+		}
+	}
+	retry1 := idempotency.Retry{Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID, Error: cause.Error(), Delay: delay, Attempt: att}
 	err := r.persist(ctx, func() error { return r.store.ReleaseForRetry(ctx, retry1, proven) })
 	if errors.Is(err, idempotency.ErrLostOwnership) {
 		// Another attempt owns the key (ours was taken over, e.g. while
 		// an executor stopped at StillOwner): it decides.
 		log.Info("adapters: retryable error after the key was taken over; leaving it to the owner", "error", cause)
+		r.recordAttempt(ctx, req, d, idempotency.AttemptLostKey, cause.Error())
 		return retry, 0, nil
 	}
 	if err != nil {
@@ -1046,10 +1068,15 @@ func (r *Runtime) resendLater(ctx context.Context, ex adapters.Executor, req ada
 // unknown).
 func (r *Runtime) keepForRetry(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, cause error, possible bool, log *slog.Logger) (verdict, time.Duration, error) {
 	delay := r.retryDelay(req.Attempt, cause)
-	k := idempotency.Retry{Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID, Error: cause.Error(), Delay: delay}
+	att := r.attempt(ctx, req, d, idempotency.AttemptRetryKeyKept, cause.Error())
+	if att != nil {
+		att.Delay = delay
+	}
+	k := idempotency.Retry{Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID, Error: cause.Error(), Delay: delay, Attempt: att}
 	err := r.persist(ctx, func() error { return r.store.KeepForRetry(ctx, k, possible) })
 	if errors.Is(err, idempotency.ErrLostOwnership) {
 		log.Info("adapters: the key was taken over before the retry was deferred; leaving it to the owner", "error", cause)
+		r.recordAttempt(ctx, req, d, idempotency.AttemptLostKey, cause.Error())
 		return retry, 0, nil
 	}
 	if err != nil {
@@ -1104,6 +1131,7 @@ func (r *Runtime) recordCompletion(ctx context.Context, req adapters.Request, d 
 		res, err = r.store.CompleteOutcome(ctx, idempotency.Completion{
 			Kind: req.Kind, Key: req.IdempotencyKey, Token: d.Token, IntentID: req.IntentID,
 			Status: out.Status, Result: out.Result, Error: errMsg, Proven: proven,
+			Attempt: r.attempt(ctx, req, d, string(out.Status), errMsg),
 		})
 		return err
 	})
@@ -1117,6 +1145,7 @@ func (r *Runtime) recordCompletion(ctx context.Context, req adapters.Request, d 
 			// may perform it again. Never let that pass silently.
 			r.effectAfterLostOwnership(ctx, req, d, out, err)
 		}
+		r.recordAttempt(ctx, req, d, idempotency.AttemptLostKey, errMsg)
 		return retry, 0, nil
 	}
 	if err != nil {

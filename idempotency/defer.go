@@ -21,6 +21,9 @@ type Retry struct {
 	IntentID int64
 	Error    string
 	Delay    time.Duration
+	// Attempt, when set, is recorded in the intent's attempt history in the
+	// same transaction.
+	Attempt *Attempt
 }
 
 // ReleaseForRetry is Release and the deferral of the intent's retry in one
@@ -48,8 +51,10 @@ func (s *Store) ReleaseForRetry(ctx context.Context, r Retry, proven bool) error
 			lost = true
 			return nil
 		}
-		_, err = s.intents.Defer(ctx, tx, r.IntentID, r.Error, r.Delay, false, proven, terminalStatuses)
-		return err
+		if _, err = s.intents.Defer(ctx, tx, r.IntentID, r.Error, r.Delay, false, proven, terminalStatuses); err != nil {
+			return err
+		}
+		return s.insertAttempt(ctx, tx, r.IntentID, r.Attempt)
 	})
 	if err != nil {
 		return fmt.Errorf("idempotency: release %s/%q for a retry: %w", r.Kind, r.Key, err)
@@ -94,7 +99,10 @@ func (s *Store) KeepForRetry(ctx context.Context, r Retry, possible bool) error 
 		// !ok: the intent has a final status meanwhile (an operator
 		// resolved it): nothing to defer. The key stays owned until its
 		// lock expires, and the next Begin decides.
-		return err
+		if err != nil {
+			return err
+		}
+		return s.insertAttempt(ctx, tx, r.IntentID, r.Attempt)
 	})
 	if err != nil {
 		var ie *IntentTerminalError

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -197,7 +198,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 			decided[i] = true
 			d := inserted[id]
 			if n, ok := counted[id]; ok {
-				d.Attempts = n
+				d.Attempts, d.CountedAt = n, time.Now()
 				out[i] = group.Result[Decision]{Value: d}
 				continue
 			}
@@ -362,6 +363,16 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		}
 		if len(iIDs) > 0 {
 			s.intents.QueueComplete(&b, iIDs, iStatus, iResult, iErr)
+		}
+		// The attempts' history rows, one statement for the batch.
+		var att attemptRows
+		for _, i := range cand {
+			if _, ok := decided[i]; ok {
+				att.add(calls[i].IntentID, calls[i].Attempt)
+			}
+		}
+		if len(att.ids) > 0 {
+			b.Queue(s.schema.SQL(attemptsSQL), att.args()...)
 		}
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return fmt.Errorf("record outcomes: %w", err)

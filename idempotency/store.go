@@ -252,6 +252,10 @@ type Decision struct {
 	// Recover; from 1); zero for the other outcomes, which count no
 	// attempt.
 	Attempts int
+	// CountedAt is when Begin counted this attempt, on the caller's clock:
+	// the attempt's start for its history (Attempt.Elapsed). Zero when
+	// Begin counted none (Done, Conflict, Busy, a resumed Recover).
+	CountedAt time.Time
 	// LastIOAt (Recover) bounds the I/O of every earlier attempt under the
 	// key with the destination, by PostgreSQL's clock: a lookup that finds
 	// nothing is proof only once the destination's settle window has
@@ -440,6 +444,7 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			// Counted in the same transaction as the key: if the intent
 			// cannot take an attempt, the key is not created either.
 			d.Attempts, d.Effect, err = s.countAttempt(ctx, tx, intentID, false)
+			d.CountedAt = time.Now()
 			return d, err
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -546,6 +551,11 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			// than the lock's expiry, never earlier. When set, the
 			// previous owner had declared its I/O over: keep it.
 			d = Decision{Outcome: OutcomeRecover, OwnerIntentID: intentID}
+			// The abandoned attempt's row first: it is its intent's latest
+			// attempt only until countAttempt below counts this one.
+			if err := s.recordAbandoned(ctx, tx, owner, token, intentID); err != nil {
+				return Decision{}, err
+			}
 			err = tx.QueryRow(ctx, s.schema.SQL(`
 				UPDATE fencegate.idempotency_keys
 				SET token = nextval('fencegate.idempotency_token_seq'), owner_intent_id = $3,
@@ -562,6 +572,7 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			// intent's effect is possible from now on, marked in the
 			// takeover's own transaction.
 			d.Attempts, d.Effect, err = s.countAttempt(ctx, tx, intentID, true)
+			d.CountedAt = time.Now()
 			return d, err
 		}
 		return Decision{}, fmt.Errorf("key in unexpected state %q", state)
@@ -691,6 +702,9 @@ type Completion struct {
 	// under the key performed the effect; the intent's effect, if marked
 	// possible, becomes none.
 	Proven bool
+	// Attempt, when set, is recorded in the intent's attempt history in the
+	// same transaction.
+	Attempt *Attempt
 }
 
 // Complete records an attempt's outcome under its key and on its intent, in
@@ -832,7 +846,10 @@ func (s *Store) CompleteOutcome(ctx context.Context, c Completion) (CompleteResu
 		}
 		intentUpdated, err = s.completeIntent(ctx, tx, c.IntentID, c.Status, c.Result, c.Error, c.Proven)
 		notRecorded = err == nil && !intentUpdated
-		return err
+		if err != nil {
+			return err
+		}
+		return s.insertAttempt(ctx, tx, c.IntentID, c.Attempt)
 	})
 	if err != nil {
 		var oe *OwnershipError

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -185,11 +186,49 @@ type TimelineEntry struct {
 	Note   *string       `json:"note,omitempty"`
 }
 
-// IntentDetail is an intent with its payload, history and timeline.
+// IntentDetail is an intent with its payload, history, attempts and
+// timeline.
 type IntentDetail struct {
 	outbox.Record
-	History  []Event         `json:"history"`
-	Timeline []TimelineEntry `json:"timeline"`
+	History []Event `json:"history"`
+	// AttemptHistory is one entry per attempt, in order (Attempts counts
+	// them).
+	AttemptHistory []Attempt       `json:"attempt_history"`
+	Timeline       []TimelineEntry `json:"timeline"`
+}
+
+// Attempt is one attempt of an intent (an execution, or the takeover of
+// an abandoned one): when it ran, in which process, how it ended. Every
+// time is PostgreSQL's clock.
+type Attempt struct {
+	// Attempt is its number, from 1.
+	Attempt int `json:"attempt"`
+	// StartedAt is nil for an attempt that never recorded its end
+	// (abandoned: written by the attempt that took its key over).
+	StartedAt *time.Time `json:"started_at"`
+	EndedAt   time.Time  `json:"ended_at"`
+	// DurationMS is EndedAt - StartedAt in milliseconds, nil with
+	// StartedAt.
+	DurationMS *float64 `json:"duration_ms"`
+	Process    *string  `json:"process"`
+	// Outcome: the intent status it recorded (succeeded, failed, unknown,
+	// superseded), or retry, retry_key_kept, waiting_for_proof,
+	// lookup_failed, lost_key, abandoned (docs/http-api.md).
+	Outcome string `json:"outcome"`
+	// ErrorClass: retryable, permanent, unknown or unclassified.
+	ErrorClass *string `json:"error_class"`
+	Error      *string `json:"error"`
+	// Lookup: what a lookup at the destination found (found, not_found,
+	// error); nil when the attempt looked nothing up.
+	Lookup *string `json:"lookup"`
+	// RetryAfterMS is the destination's Retry-After, in milliseconds.
+	RetryAfterMS *int64 `json:"retry_after_ms"`
+	// NotBefore: the next attempt was not due before then.
+	NotBefore *time.Time `json:"not_before"`
+	// KeyToken is the idempotency key's token the attempt held: attempts
+	// under one token share a key; a retry that gave the key back starts
+	// the next attempt under a new key (whose own attempts count restarts).
+	KeyToken *int64 `json:"key_token"`
 }
 
 // Get returns the intent with its history, or outbox.ErrNotFound.
@@ -215,7 +254,10 @@ func (o *Operator) Get(ctx context.Context, id int64) (*IntentDetail, error) {
 	if d.History, err = o.History(ctx, id); err != nil {
 		return nil, err
 	}
-	d.Timeline = timeline(r, d.History)
+	if d.AttemptHistory, err = o.Attempts(ctx, id); err != nil {
+		return nil, err
+	}
+	d.Timeline = timeline(r, d.History, d.AttemptHistory)
 	return &d, nil
 }
 
@@ -254,10 +296,34 @@ func (o *Operator) History(ctx context.Context, id int64) ([]Event, error) {
 	return events, nil
 }
 
+// Attempts returns the intent's attempts in order.
+func (o *Operator) Attempts(ctx context.Context, id int64) ([]Attempt, error) {
+	rows, err := o.q.Query(ctx, o.sch.SQL(`SELECT attempt, started_at, ended_at,
+			extract(epoch FROM ended_at - started_at) * 1000, process, outcome, error_class, error, lookup,
+			(extract(epoch FROM retry_after) * 1000)::bigint, not_before, key_token
+		FROM fencegate.intent_attempts WHERE intent_id = $1 ORDER BY attempt`), id)
+	if err != nil {
+		return nil, fmt.Errorf("operator: attempts of intent %d: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := row.Scan(&a.Attempt, &a.StartedAt, &a.EndedAt, &a.DurationMS, &a.Process, &a.Outcome, &a.ErrorClass,
+			&a.Error, &a.Lookup, &a.RetryAfterMS, &a.NotBefore, &a.KeyToken)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("operator: attempts of intent %d: %w", id, err)
+	}
+	if out == nil {
+		out = []Attempt{}
+	}
+	return out, nil
+}
+
 // timeline merges the timestamps of r with its events. relayed_at and
 // completed_at hold only the latest relay and completion (a retry clears
 // them), so earlier ones show through the events alone.
-func timeline(r *outbox.Record, events []Event) []TimelineEntry {
+func timeline(r *outbox.Record, events []Event, attempts []Attempt) []TimelineEntry {
 	t := []TimelineEntry{{At: r.CreatedAt, What: "created", Status: outbox.StatusPending}}
 	if r.RelayedAt != nil {
 		t = append(t, TimelineEntry{At: *r.RelayedAt, What: "relayed", Status: outbox.StatusRelayed})
@@ -267,6 +333,13 @@ func timeline(r *outbox.Record, events []Event) []TimelineEntry {
 	}
 	for _, e := range events {
 		t = append(t, TimelineEntry{At: e.At, What: e.Action, Actor: e.Actor, Status: e.ToStatus, Note: e.Note})
+	}
+	for _, a := range attempts {
+		if a.StartedAt != nil {
+			t = append(t, TimelineEntry{At: *a.StartedAt, What: fmt.Sprintf("attempt %d started", a.Attempt), Actor: deref(a.Process)})
+		}
+		note := attemptNote(a)
+		t = append(t, TimelineEntry{At: a.EndedAt, What: fmt.Sprintf("attempt %d: %s", a.Attempt, a.Outcome), Actor: deref(a.Process), Note: &note})
 	}
 	slices.SortStableFunc(t, func(a, b TimelineEntry) int { return a.At.Compare(b.At) })
 	return t
@@ -341,4 +414,35 @@ func (o *Operator) Resource(ctx context.Context, resource string) (*ResourceView
 // all granted before the history existed (Resource tells them apart).
 func (o *Operator) Epochs(ctx context.Context, resource string, limit int) ([]lease.Grant, error) {
 	return o.issuer.History(ctx, resource, limit)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// attemptNote says in one line how long an attempt took and what it found.
+func attemptNote(a Attempt) string {
+	var parts []string
+	if a.DurationMS != nil {
+		parts = append(parts, fmt.Sprintf("took %s", time.Duration(*a.DurationMS*float64(time.Millisecond)).Round(time.Millisecond)))
+	}
+	if a.Lookup != nil {
+		parts = append(parts, "lookup: "+*a.Lookup)
+	}
+	if a.ErrorClass != nil {
+		parts = append(parts, *a.ErrorClass+" error")
+	}
+	if a.Error != nil {
+		parts = append(parts, *a.Error)
+	}
+	if a.RetryAfterMS != nil {
+		parts = append(parts, fmt.Sprintf("Retry-After %s", time.Duration(*a.RetryAfterMS)*time.Millisecond))
+	}
+	if a.NotBefore != nil {
+		parts = append(parts, "next attempt not before "+a.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -45,7 +45,7 @@ var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 var Objects = []string{
 	// tables
 	"deployment", "epoch_authority", "epoch_grants", "fencegate_schema_version",
-	"destination_policies", "idempotency_keys", "intent_events", "intents", "policy_history",
+	"destination_policies", "idempotency_keys", "intent_attempts", "intent_events", "intents", "policy_history",
 	"principal_roles", "principals", "resources",
 	// sequences
 	"fencegate_schema_version_id_seq", "idempotency_token_seq",
