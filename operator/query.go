@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/kinds/webhookkind"
@@ -191,6 +192,10 @@ type TimelineEntry struct {
 type IntentDetail struct {
 	outbox.Record
 	History []Event `json:"history"`
+	// TraceID is the OpenTelemetry trace the intent's enqueue belonged to
+	// (its stored W3C trace context); the relay and the attempts continue
+	// it. Empty when the enqueue was not traced.
+	TraceID string `json:"trace_id,omitempty"`
 	// AttemptHistory is one entry per attempt, in order (Attempts counts
 	// them).
 	AttemptHistory []Attempt       `json:"attempt_history"`
@@ -236,11 +241,11 @@ func (o *Operator) Get(ctx context.Context, id int64) (*IntentDetail, error) {
 	var d IntentDetail
 	r := &d.Record
 	var fence, status, effect string
-	var payload, result []byte
-	err := o.q.QueryRow(ctx, o.sch.SQL(`SELECT `+listColumns+`, payload FROM fencegate.intents WHERE intent_id = $1`), id).Scan(
+	var payload, result, traceCtx []byte
+	err := o.q.QueryRow(ctx, o.sch.SQL(`SELECT `+listColumns+`, payload, trace_context FROM fencegate.intents WHERE intent_id = $1`), id).Scan(
 		&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
 		&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal,
-		&effect, &r.NotBefore, &payload)
+		&effect, &r.NotBefore, &payload, &traceCtx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, outbox.ErrNotFound
 	}
@@ -250,6 +255,9 @@ func (o *Operator) Get(ctx context.Context, id int64) (*IntentDetail, error) {
 	r.Fence, r.Status, r.Payload, r.Effect = outbox.Fence(fence), outbox.Status(status), shownPayload(r.Kind, payload), outbox.Effect(effect)
 	if result != nil {
 		r.Result = result
+	}
+	if sc := trace.SpanContextFromContext(outbox.ContextFromTrace(ctx, traceCtx)); sc.IsValid() {
+		d.TraceID = sc.TraceID().String()
 	}
 	if d.History, err = o.History(ctx, id); err != nil {
 		return nil, err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -69,5 +71,28 @@ func TestReadingFromTransaction(t *testing.T) {
 	}
 	if d, err := e.op.Get(ctx, id); err != nil || d.Status != outbox.StatusFailed {
 		t.Fatalf("Get on the pool = %+v, %v; want failed (uncommitted change unseen)", d, err)
+	}
+}
+
+// Get names the trace an intent's enqueue belonged to (trace_id, shown on
+// the intent's page), and none for an untraced enqueue.
+func TestGetTraceID(t *testing.T) {
+	e := setup(t)
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	res, err := e.ob.Enqueue(ctx, outbox.Intent{Resource: "r", Epoch: 1, OperationID: "traced", Kind: "email",
+		Payload: []byte(`{"to":"alice@example.com","from":"reports@example.com","subject":"hi","text":"body"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.op.Get(context.Background(), res.IntentID)
+	if err != nil || d.TraceID != tid.String() {
+		t.Fatalf("Get = trace_id %q, %v; want %s", d.TraceID, err, tid)
+	}
+	untraced := e.seed("untraced", outbox.StatusPending, "")
+	if d, err := e.op.Get(context.Background(), untraced); err != nil || d.TraceID != "" {
+		t.Fatalf("untraced intent: trace_id %q, %v; want none", d.TraceID, err)
 	}
 }
