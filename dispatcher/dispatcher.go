@@ -67,6 +67,10 @@ type Dispatcher struct {
 	// dispatcher's configuration (replicas, duplicate window).
 	configured atomic.Bool
 
+	// held: the kinds whose re-relays wait for their consumers' backlog
+	// (held.go).
+	held heldKinds
+
 	// hooks are the tests' hooks (internal/testhook), read from Start's
 	// context before the loops start; zero in production.
 	hooks testhook.Dispatcher
@@ -386,7 +390,7 @@ func (d *Dispatcher) claim(ctx context.Context, after int64) ([]intent, error) {
 	dctx, cancel := d.dbCtx(ctx)
 	defer cancel()
 	// The statement, and why it is written as it is: internal/intents.
-	rows, err := d.claimer.Claim(dctx, d.pool, d.cfg.ID, d.cfg.RelayTimeout, d.cfg.ClaimTTL, after)
+	rows, err := d.claimer.Claim(dctx, d.pool, d.cfg.ID, d.cfg.RelayTimeout, d.cfg.ClaimTTL, after, d.heldKinds(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}

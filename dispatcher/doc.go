@@ -21,7 +21,10 @@
 //     (no outcome recorded by an adapter) after Config.RelayTimeout is
 //     claimed and published again with a new message id (relay_count+1), so a
 //     message lost inside NATS never loses an intent. Adapters guarantee a
-//     single execution of an intent relayed more than once.
+//     single execution of an intent relayed more than once. While the
+//     intent's kind has consumers on the stream holding messages not yet
+//     delivered or acked, its re-relay waits (held.go): its message may be
+//     one of them, behind a backlog slower than the timeout.
 //   - Publish errors and database errors back off exponentially with jitter;
 //     claims that could not be published are cleared at once so another
 //     dispatcher can take them.

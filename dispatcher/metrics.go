@@ -11,6 +11,7 @@ type metrics struct {
 	claimsLost    prometheus.Counter
 	latency       prometheus.Histogram
 	backlog       prometheus.Gauge
+	held          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,9 +33,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "pending_intents", Help: "Intents waiting to be relayed (status pending), sampled."}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "rerelay_held_kinds", Help: "Kinds whose re-relays wait because their consumers still hold undelivered or unacknowledged messages (-1: every kind), sampled at most once a second."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.claimed, m.published, m.rerelayed, m.publishErrors, m.claimsLost, m.latency, m.backlog} {
+		for _, c := range []prometheus.Collector{m.claimed, m.published, m.rerelayed, m.publishErrors, m.claimsLost, m.latency, m.backlog, m.held} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -43,6 +43,12 @@ func (t Table) NewClaimer(batchSize int) Claimer {
 // because publishing outlives this statement's transaction; the expiry is
 // what hands a crashed dispatcher's claims back to the pool.
 //
+// Re-relays leave out the kinds in $5 ($6 true: every kind): kinds whose
+// consumers still hold messages not yet delivered or not yet acked (the
+// dispatcher's stream check). A relayed intent of such a kind may be one
+// of those messages, waiting its turn behind a backlog; relaying it again
+// would only queue a second message for the same consumer.
+//
 // There is no high-water mark: a pending intent is found by its status, so a
 // transaction that commits a lower id after a higher one was relayed is
 // still picked up by a claim that starts from 0.
@@ -64,6 +70,7 @@ WITH stale AS (
 	  AND relayed_at < now() - $2 * interval '1 microsecond'
 	  AND (not_before IS NULL OR not_before < now() - $2 * interval '1 microsecond')
 	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
+	  AND NOT $6::bool AND kind <> ALL($5::text[])
 	ORDER BY relayed_at
 	LIMIT %[1]d
 	FOR UPDATE SKIP LOCKED
@@ -89,9 +96,20 @@ RETURNING i.intent_id, i.resource_id, i.epoch, i.kind, i.idempotency_key, i.fenc
 // idempotency_key, fence, payload (text), relay_count, whether it is a
 // re-relay (bool), created_at and trace_context (text, NULL when absent),
 // in no particular order. The claim commits with the statement (unless q is
-// a transaction).
-func (c Claimer) Claim(ctx context.Context, q Querier, by string, relayTimeout, claimTTL time.Duration, after int64) (pgx.Rows, error) {
-	return q.Query(ctx, c.sql, by, relayTimeout.Microseconds(), claimTTL.Microseconds(), after)
+// a transaction). held says which kinds' relayed intents are not re-relayed
+// now (their messages may still wait in the stream); held.All: none is.
+func (c Claimer) Claim(ctx context.Context, q Querier, by string, relayTimeout, claimTTL time.Duration, after int64, held HeldKinds) (pgx.Rows, error) {
+	kinds := held.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	return q.Query(ctx, c.sql, by, relayTimeout.Microseconds(), claimTTL.Microseconds(), after, kinds, held.All)
+}
+
+// HeldKinds are the kinds whose re-relays wait (Claim).
+type HeldKinds struct {
+	Kinds []string
+	All   bool
 }
 
 // markRelayedSQL marks acknowledged intents relayed and clears the claim.
