@@ -92,6 +92,8 @@ func cmpOr(a, b string) string {
 	return b
 }
 
+var readmeJavaRE = regexp.MustCompile("(?s)```java\n(.*?)```")
+
 // compile builds the library and its tests in one javac run (a JVM start
 // is seconds on a small machine) and returns the classes' directory.
 func compile(t *testing.T, tl tools) string {
@@ -111,13 +113,27 @@ func compile(t *testing.T, tl tools) string {
 	if len(sources) < 10 {
 		t.Fatalf("only %d Java sources found under src/: %v", len(sources), sources)
 	}
+	// The README's worker compiles against the library as it is.
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := readmeJavaRE.FindSubmatch(readme)
+	if block == nil || !bytes.Contains(block[1], []byte("class InvoiceWorker")) {
+		t.Fatal("README.md has no ```java block with class InvoiceWorker")
+	}
+	worker := filepath.Join(t.TempDir(), "InvoiceWorker.java")
+	if err := os.WriteFile(worker, block[1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sources = append(sources, worker)
 	out := t.TempDir()
 	args := append([]string{"--release", "17", "-Xlint:all", "-Werror", "-encoding", "UTF-8",
 		"-d", out, "-cp", tl.jdbc + ":" + tl.junit}, sources...)
 	if b, err := exec.Command(tl.javac, args...).CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, b)
 	}
-	t.Logf("javac: %d sources compiled", len(sources))
+	t.Logf("javac: %d sources compiled (the README's worker among them)", len(sources))
 	return out
 }
 
