@@ -175,3 +175,29 @@ vulncheck() {
 	echo "govulncheck ($(go env GOVERSION), database golang.org/x/vulndb@$VULNDB_VERSION; self-test reported GO-2021-0113)"
 	"$gv" -db "file://$db" ./...
 }
+
+# setup_java_client: what clients/java's test (clients/java/java_test.go)
+# needs from Debian's packages, installed with apt-get as root when
+# missing (Maven Central is not needed): javac (openjdk-17-jdk-headless),
+# the PostgreSQL JDBC driver (libpostgresql-jdbc-java:
+# /usr/share/java/postgresql.jar), JUnit 4 (junit4, with hamcrest) and
+# libfaketime (the paused worker's wall clock is stepped back with it).
+setup_java_client() {
+	local pkgs=() lib
+	command -v javac >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || pkgs+=(openjdk-17-jdk-headless)
+	[ -f /usr/share/java/postgresql.jar ] || [ -n "${FENCEGATE_JDBC_JAR:-}" ] || pkgs+=(libpostgresql-jdbc-java)
+	[ -f /usr/share/java/junit4.jar ] || [ -n "${FENCEGATE_JUNIT_CLASSPATH:-}" ] || pkgs+=(junit4)
+	lib="$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -n 1)"
+	[ -n "$lib" ] || [ -n "${FENCEGATE_FAKETIME_LIB:-}" ] || pkgs+=(libfaketime)
+	if [ ${#pkgs[@]} -gt 0 ]; then
+		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+			echo "installing ${pkgs[*]} (once): apt-get install -y ${pkgs[*]}"
+			{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null 2>&1 ||
+				{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null; }; } ||
+				echo "installing ${pkgs[*]} failed"
+		else
+			echo "${pkgs[*]} missing and this is not root: apt-get install -y ${pkgs[*]} (the Java client's test will fail)"
+		fi
+	fi
+	echo "java client: $(command -v javac || echo "${JAVA_HOME:-no javac}"), $(ls /usr/share/java/postgresql.jar 2>/dev/null || echo "${FENCEGATE_JDBC_JAR:-no JDBC driver}")"
+}

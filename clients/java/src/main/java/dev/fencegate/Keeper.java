@@ -1,0 +1,460 @@
+package dev.fencegate;
+
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.Set;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.function.LongSupplier;
+
+/**
+ * Keeps a lease renewed in the background, every TTL/3, and says as soon
+ * as it can no longer be trusted: Go's {@code lease.Keeper}.
+ *
+ * <p>Trust is measured on a monotonic clock, {@link System#nanoTime()}:
+ * the lease is trusted until TTL − margin has passed since the
+ * <em>start</em> of the last successful renewal (or of the acquire that
+ * granted it). The start, not the end, because the database set the expiry
+ * at some moment after the request left. The wall clock is never read, so
+ * a step of it (NTP, a restored VM) cannot extend a lease; a process paused
+ * past its TTL (a GC pause, SIGSTOP, a frozen VM) finds, when it resumes,
+ * that {@link #stillValid()} is false and {@link #done()} completed.
+ *
+ * <p>A keeper narrows the window in which a paused worker acts on a lost
+ * lease; it cannot close it: a process paused right after checking and
+ * before writing still writes late. Only the epoch check of the write
+ * ({@link Fencegate#enqueue}'s {@link StaleEpochException}) refuses that
+ * write: always pass {@link #epoch()} with every side effect.
+ *
+ * <p>Renewals run on the keeper's own threads, each on a connection of its
+ * own: a dedicated {@link Connection} (used by nothing else while the
+ * keeper runs) or one from a {@link ConnectionSource} per renewal (a
+ * pool's). {@link #close()} stops renewing and waits for the renewal in
+ * flight; it does not release the lease ({@link #release()} does).
+ *
+ * <pre>{@code
+ * try (Keeper keeper = Keeper.hold(fg, dataSource::getConnection, "invoices", "worker-1",
+ *         KeeperConfig.of(Duration.ofSeconds(30)))) {
+ *     while (keeper.stillValid()) { ... write with keeper.epoch() ... }
+ * }
+ * }</pre>
+ */
+public final class Keeper implements AutoCloseable {
+    private static final System.Logger LOG = System.getLogger(Keeper.class.getName());
+
+    /** How soon a failed renewal is retried, at most. */
+    private static final long RETRY_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
+
+    private final Fencegate fg;
+    private final ConnectionSource source;
+    private final boolean closeConnections;
+    private final LongSupplier clock;
+    private final long renewEvery;
+    /** TTL − margin, in nanoseconds: how long a renewal's start is trusted. */
+    private final long window;
+    private final Duration windowDuration;
+    private final ScheduledThreadPoolExecutor executor;
+    private final CompletableFuture<Exception> done = new CompletableFuture<>();
+    /** The executor's threads: close, called on one of them, cannot wait for them. */
+    private final Set<Thread> threads = ConcurrentHashMap.newKeySet();
+
+    private final Object mu = new Object();
+    // Guarded by mu.
+    private Lease lease;
+    /** The clock's reading at the start of the last successful grant or renewal. */
+    private long lastOK;
+    /** Why the keeper stopped trusting the lease; null while it does. */
+    private Exception reason;
+    private ScheduledFuture<?> renewTask;
+    private ScheduledFuture<?> deadlineTask;
+    private Statement inFlight;
+
+    private Keeper(Fencegate fg, ConnectionSource source, boolean closeConnections, Lease lease, long grantedAt,
+            KeeperConfig cfg) {
+        this.fg = fg;
+        this.source = source;
+        this.closeConnections = closeConnections;
+        this.clock = cfg.clock();
+        this.renewEvery = cfg.renewEvery().toNanos();
+        this.windowDuration = cfg.ttl().minus(cfg.margin());
+        this.window = windowDuration.toNanos();
+        this.lease = lease;
+        this.lastOK = grantedAt;
+        // Two threads: a renewal blocked on a slow database must not hold up
+        // the deadline, which ends the trust on time.
+        this.executor = new ScheduledThreadPoolExecutor(2, r -> {
+            Thread t = new Thread(r, "fencegate-keeper " + lease.resource());
+            t.setDaemon(true);
+            threads.add(t);
+            return t;
+        });
+        executor.setRemoveOnCancelPolicy(true);
+        synchronized (mu) {
+            renewTask = executor.schedule(this::renewOnce, renewEvery, TimeUnit.NANOSECONDS);
+            scheduleDeadlineLocked();
+        }
+    }
+
+    /**
+     * Acquires a lease on resource for holder (a new epoch, committed) and
+     * keeps it, renewing on conn, which the keeper uses alone until closed
+     * and does not close.
+     *
+     * @throws IllegalArgumentException for a bad configuration, before anything is granted
+     * @throws LeaseHeldException another holder's lease is live
+     */
+    public static Keeper hold(Fencegate fg, Connection conn, String resource, String holder, KeeperConfig cfg)
+            throws SQLException {
+        return hold(fg, () -> conn, false, resource, holder, cfg);
+    }
+
+    /**
+     * Acquires a lease on resource for holder (a new epoch, committed) and
+     * keeps it, each renewal on a connection from source, closed after.
+     *
+     * @throws IllegalArgumentException for a bad configuration, before anything is granted
+     * @throws LeaseHeldException another holder's lease is live
+     */
+    public static Keeper hold(Fencegate fg, ConnectionSource source, String resource, String holder, KeeperConfig cfg)
+            throws SQLException {
+        return hold(fg, source, true, resource, holder, cfg);
+    }
+
+    private static Keeper hold(Fencegate fg, ConnectionSource source, boolean close, String resource, String holder,
+            KeeperConfig cfg) throws SQLException {
+        KeeperConfig c = cfg.withDefaults();
+        c.validate();
+        // Read before the request leaves: the lease's expiry is set later.
+        long start = c.clock().getAsLong();
+        Lease l = call(source, close, conn -> fg.acquire(conn, resource, holder, c.ttl()));
+        return new Keeper(fg, source, close, l, start, c);
+    }
+
+    /**
+     * Keeps lease, acquired (and committed) by the caller; grantedAt is the
+     * keeper's clock ({@link System#nanoTime()} unless configured) read
+     * just before the acquire was sent. Renews on conn, used by the keeper
+     * alone until closed.
+     */
+    public static Keeper keep(Fencegate fg, Connection conn, Lease lease, long grantedAt, KeeperConfig cfg) {
+        return keep(fg, () -> conn, false, lease, grantedAt, cfg);
+    }
+
+    /** {@link #keep(Fencegate, Connection, Lease, long, KeeperConfig)}, renewing on connections from source. */
+    public static Keeper keep(Fencegate fg, ConnectionSource source, Lease lease, long grantedAt, KeeperConfig cfg) {
+        return keep(fg, source, true, lease, grantedAt, cfg);
+    }
+
+    private static Keeper keep(Fencegate fg, ConnectionSource source, boolean close, Lease lease, long grantedAt,
+            KeeperConfig cfg) {
+        KeeperConfig c = cfg.withDefaults();
+        c.validate();
+        return new Keeper(fg, source, close, lease, grantedAt, c);
+    }
+
+    /** The lease as last renewed. */
+    public Lease lease() {
+        synchronized (mu) {
+            return lease;
+        }
+    }
+
+    /** The lease's epoch: pass it with every side effect. */
+    public long epoch() {
+        return lease().epoch();
+    }
+
+    /**
+     * Whether the lease can still be trusted: the keeper runs and TTL −
+     * margin has not passed, on its clock, since the last successful
+     * renewal began. Once false, false for good; {@link #done()} has then
+     * completed.
+     */
+    public boolean stillValid() {
+        LeaseLostException lost;
+        synchronized (mu) {
+            if (reason != null) {
+                return false;
+            }
+            if (clock.getAsLong() - (lastOK + window) < 0) {
+                return true;
+            }
+            lost = expired();
+            reason = lost;
+        }
+        stopped(lost);
+        return false;
+    }
+
+    /**
+     * Throws unless {@link #stillValid()}: a {@link LeaseLostException},
+     * whose cause is why the lease was lost.
+     */
+    public void checkValid() throws LeaseLostException {
+        if (stillValid()) {
+            return;
+        }
+        Exception why = err();
+        throw new LeaseLostException(why instanceof CancellationException
+                ? "keeper closed: lease on " + lease().resource() + " no longer kept"
+                : why.getMessage(), why);
+    }
+
+    /**
+     * Completes, with the reason, when the keeper stops trusting the lease:
+     * a {@link LeaseLostException} when the lease was lost, a
+     * {@link CancellationException} when the keeper was closed first.
+     * Dependent actions given without an executor may run on the keeper's
+     * thread: keep them short (the async variants for the rest).
+     */
+    public CompletableFuture<Exception> done() {
+        return done;
+    }
+
+    /** Why the keeper stopped trusting the lease ({@link #done()}'s value), or null while it does. */
+    public Exception err() {
+        synchronized (mu) {
+            return reason;
+        }
+    }
+
+    /**
+     * Stops renewing and waits (at most 30 s) for the renewal in flight,
+     * which is cancelled. Does not release the lease. Idempotent.
+     */
+    @Override
+    public void close() {
+        Exception why = new CancellationException("keeper closed");
+        boolean first;
+        synchronized (mu) {
+            first = reason == null;
+            if (first) {
+                reason = why;
+            }
+        }
+        if (first) {
+            stopped(why);
+        }
+        cancelInFlight();
+        if (threads.contains(Thread.currentThread())) {
+            return; // a done() action: the threads end once it returns
+        }
+        try {
+            if (!executor.awaitTermination(30, TimeUnit.SECONDS)) {
+                LOG.log(System.Logger.Level.WARNING, "fencegate keeper: a renewal of {0} still runs 30 s after close",
+                        lease().resource());
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /**
+     * Closes the keeper and releases the lease (committed), on a connection
+     * of its own.
+     *
+     * @throws StaleEpochException the lease was taken over meanwhile
+     */
+    public void release() throws SQLException {
+        close();
+        Lease l = lease();
+        call(source, closeConnections, conn -> {
+            fg.release(conn, l);
+            return null;
+        });
+    }
+
+    /** The loss by the clock, for a lease whose window has passed. */
+    private LeaseLostException expired() {
+        Lease l = lease;
+        return new LeaseLostException("lease on " + l.resource() + " (epoch " + l.epoch()
+                + ") lost: no successful renewal within " + windowDuration, null);
+    }
+
+    /** Ends the trust with why, unless it ended already. */
+    private void lose(Exception why) {
+        synchronized (mu) {
+            if (reason != null) {
+                return;
+            }
+            reason = why;
+        }
+        stopped(why);
+    }
+
+    /**
+     * After reason was set (once): completes done, cancels what is
+     * scheduled, cancels the renewal in flight on the keeper's thread (the
+     * caller may be the worker, in stillValid), and lets the threads end.
+     */
+    private void stopped(Exception why) {
+        if (why instanceof LeaseLostException) {
+            LOG.log(System.Logger.Level.WARNING, "fencegate keeper: {0}", why.getMessage());
+        }
+        ScheduledFuture<?> r;
+        ScheduledFuture<?> d;
+        synchronized (mu) {
+            r = renewTask;
+            d = deadlineTask;
+        }
+        if (r != null) {
+            r.cancel(false);
+        }
+        if (d != null) {
+            d.cancel(false);
+        }
+        try {
+            executor.execute(this::cancelInFlight);
+        } catch (java.util.concurrent.RejectedExecutionException alreadyShutDown) {
+            // close() cancels it itself.
+        }
+        // Tasks taken before it still run; nothing is scheduled after
+        // reason was set (renewOnce and checkDeadline look under mu).
+        executor.shutdown();
+        done.complete(why);
+    }
+
+    private void cancelInFlight() {
+        Statement s;
+        synchronized (mu) {
+            s = inFlight;
+        }
+        if (s != null) {
+            try {
+                s.cancel();
+            } catch (SQLException e) {
+                // Closed meanwhile: nothing to cancel.
+            }
+        }
+    }
+
+    private void scheduleDeadlineLocked() {
+        long left = lastOK + window - clock.getAsLong();
+        deadlineTask = executor.schedule(this::checkDeadline, Math.max(0, left), TimeUnit.NANOSECONDS);
+    }
+
+    /** The deadline's own task, so that trust ends on time even while a renewal hangs. */
+    private void checkDeadline() {
+        LeaseLostException lost;
+        synchronized (mu) {
+            if (reason != null) {
+                return;
+            }
+            if (clock.getAsLong() - (lastOK + window) < 0) { // renewed meanwhile
+                scheduleDeadlineLocked();
+                return;
+            }
+            lost = expired();
+            reason = lost;
+        }
+        stopped(lost);
+    }
+
+    /** One renewal; schedules the next. Package-private: tests call it to renew now. */
+    void renewOnce() {
+        Lease l;
+        synchronized (mu) {
+            if (reason != null) {
+                return;
+            }
+            l = lease;
+        }
+        long started = clock.getAsLong();
+        try {
+            Instant exp = call(source, closeConnections,
+                    conn -> fg.renew(conn, l.resource(), l.holder(), l.epoch(), l.ttl(), this::track));
+            synchronized (mu) {
+                inFlight = null;
+                if (reason != null) {
+                    return;
+                }
+                lease = new Lease(l.resource(), l.holder(), l.epoch(), exp, l.ttl());
+                lastOK = started;
+                cancel(deadlineTask);
+                scheduleDeadlineLocked();
+                cancel(renewTask);
+                renewTask = executor.schedule(this::renewOnce, renewEvery, TimeUnit.NANOSECONDS);
+            }
+        } catch (StaleEpochException e) {
+            synchronized (mu) {
+                inFlight = null;
+            }
+            lose(new LeaseLostException("lease on " + l.resource() + " (epoch " + l.epoch() + ") lost: " + e.getMessage(), e));
+        } catch (SQLException | RuntimeException e) {
+            synchronized (mu) {
+                inFlight = null;
+                if (reason != null) {
+                    return;
+                }
+                LOG.log(System.Logger.Level.WARNING, "fencegate keeper: renew of {0} failed, retrying: {1}",
+                        l.resource(), e.toString());
+                cancel(renewTask);
+                renewTask = executor.schedule(this::renewOnce, Math.min(renewEvery, RETRY_NANOS), TimeUnit.NANOSECONDS);
+            }
+        }
+    }
+
+    private static void cancel(ScheduledFuture<?> f) {
+        if (f != null) {
+            f.cancel(false);
+        }
+    }
+
+    /**
+     * Before a renewal runs: bound it by the time the lease is still
+     * trusted (it is worthless after), and note it, for close and a loss
+     * to cancel.
+     */
+    private void track(PreparedStatement st) throws SQLException {
+        long left;
+        synchronized (mu) {
+            if (reason != null) {
+                throw new SQLException("keeper stopped");
+            }
+            inFlight = st;
+            left = lastOK + window - clock.getAsLong();
+        }
+        long secs = Math.max(1, Math.min(Integer.MAX_VALUE, (left + 999_999_999L) / 1_000_000_000L));
+        st.setQueryTimeout((int) secs);
+    }
+
+    /** A call on a connection from source, committed, rolled back on error, the connection closed when close. */
+    private interface Call<T> {
+        T run(Connection conn) throws SQLException;
+    }
+
+    private static <T> T call(ConnectionSource source, boolean close, Call<T> f) throws SQLException {
+        Connection conn = source.get();
+        try {
+            T v;
+            try {
+                v = f.run(conn);
+                if (!conn.getAutoCommit()) {
+                    conn.commit();
+                }
+            } catch (SQLException | RuntimeException e) {
+                try {
+                    if (!conn.getAutoCommit()) {
+                        conn.rollback();
+                    }
+                } catch (SQLException r) {
+                    e.addSuppressed(r);
+                }
+                throw e;
+            }
+            return v;
+        } finally {
+            if (close) {
+                conn.close();
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+package dev.fencegate;
+
+import java.time.Duration;
+import java.util.function.LongSupplier;
+
+/**
+ * How a {@link Keeper} keeps its lease: Go's {@code lease.KeeperConfig}.
+ * Start from {@link #of(Duration)}; a null field takes its default.
+ *
+ * @param ttl the lease's time to live, as granted: 10ms to 24h. Required.
+ * @param renewEvery how often to renew; default ttl/3. Positive and below ttl − margin.
+ * @param margin how long before the lease's expiry the keeper stops
+ *     trusting it, to absorb clock rate differences and scheduling delay;
+ *     default ttl/10. At least 0 and below ttl.
+ * @param clock the clock the keeper measures its trust on, in nanoseconds;
+ *     default {@link System#nanoTime()}, which is monotonic: a step of the
+ *     wall clock (NTP, an operator, a VM restored) changes nothing. Give
+ *     another only to test.
+ */
+public record KeeperConfig(Duration ttl, Duration renewEvery, Duration margin, LongSupplier clock) {
+
+    private static final Duration MIN_TTL = Duration.ofMillis(10);
+    private static final Duration MAX_TTL = Duration.ofHours(24);
+
+    /** A configuration for ttl with the defaults. */
+    public static KeeperConfig of(Duration ttl) {
+        return new KeeperConfig(ttl, null, null, null);
+    }
+
+    /** This configuration renewing every d. */
+    public KeeperConfig withRenewEvery(Duration d) {
+        return new KeeperConfig(ttl, d, margin, clock);
+    }
+
+    /** This configuration with margin d. */
+    public KeeperConfig withMargin(Duration d) {
+        return new KeeperConfig(ttl, renewEvery, d, clock);
+    }
+
+    /** This configuration measuring on clock (nanoseconds). */
+    public KeeperConfig withClock(LongSupplier c) {
+        return new KeeperConfig(ttl, renewEvery, margin, c);
+    }
+
+    /** This configuration with its null fields set to their defaults. */
+    KeeperConfig withDefaults() {
+        return new KeeperConfig(ttl,
+                renewEvery != null || ttl == null ? renewEvery : ttl.dividedBy(3),
+                margin != null || ttl == null ? margin : ttl.dividedBy(10),
+                clock != null ? clock : System::nanoTime);
+    }
+
+    /** Checks a configuration with its defaults, naming the field at fault. */
+    void validate() {
+        if (ttl == null || ttl.compareTo(MIN_TTL) < 0 || ttl.compareTo(MAX_TTL) > 0) {
+            throw new IllegalArgumentException("ttl: must be between 10ms and 24h, got " + ttl);
+        }
+        if (margin == null || margin.isNegative() || margin.compareTo(ttl) >= 0) {
+            throw new IllegalArgumentException("margin: must be at least 0 and below the ttl (" + ttl + "), got " + margin);
+        }
+        Duration window = ttl.minus(margin);
+        if (renewEvery == null || renewEvery.isNegative() || renewEvery.isZero() || renewEvery.compareTo(window) >= 0) {
+            throw new IllegalArgumentException("renew_every: must be positive and below ttl-margin (" + window + "), got "
+                    + renewEvery);
+        }
+    }
+}
