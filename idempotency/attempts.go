@@ -159,7 +159,9 @@ func (s *Store) RecordAttempt(ctx context.Context, intentID int64, a Attempt) er
 // abandoned: the latest attempt of its intent (owner), unless that attempt
 // recorded an end. Called before the takeover counts its own attempt, so
 // that the owner's latest attempt is still the abandoned one when the
-// owner is the taking-over intent itself.
+// owner is the taking-over intent itself. It reads the owner's row without
+// locking it (intent_attempts has no foreign key), so it adds no lock to
+// the lock order of internal/intents.
 func (s *Store) recordAbandoned(ctx context.Context, tx pgx.Tx, owner, token int64, by int64) error {
 	_, err := tx.Exec(ctx, s.schema.SQL(`
 		INSERT INTO fencegate.intent_attempts (intent_id, attempt, ended_at, outcome, error, key_token)

@@ -54,6 +54,11 @@ func TestSweeper(t *testing.T) {
 			res.IntentID, r.status, completed); err != nil {
 			t.Fatal(err)
 		}
+		// Each has an attempt in its history, swept with it.
+		if _, err := b.pool.Exec(ctx, testdb.SQL(`INSERT INTO fencegate.intent_attempts (intent_id, attempt, ended_at, outcome) VALUES ($1, 1, now(), 'retry')`),
+			res.IntentID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema(), MaxAge: 7 * day, KeyRetention: 7 * day, Batch: 2, Interval: time.Hour})
 	if err != nil {
@@ -97,6 +102,13 @@ func TestSweeper(t *testing.T) {
 	for i, r := range rows {
 		if got := exists(t, b, ids[i]); got == r.swept {
 			t.Fatalf("row %d (%s, age %s): exists=%v; want swept=%v", i, r.status, r.age, got, r.swept)
+		}
+		var attempts int
+		if err := b.pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intent_attempts WHERE intent_id = $1`), ids[i]).Scan(&attempts); err != nil {
+			t.Fatal(err)
+		}
+		if (attempts == 0) != r.swept {
+			t.Fatalf("row %d (%s, age %s): %d attempts left; want them swept with the intent (swept=%v)", i, r.status, r.age, attempts, r.swept)
 		}
 	}
 	if _, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema(), Batch: -1}); err == nil {

@@ -58,19 +58,29 @@ func (t Table) Resolve(ctx context.Context, tx pgx.Tx, id int64, status string, 
 // sweep wait — and it waits for nobody. The batch bounds how many row locks
 // one statement holds and for how long. Exported for the outbox's plan
 // test.
+//
+// The intents' attempts (intent_attempts, which has no foreign key) go in
+// the same statement; their events by the foreign key's cascade.
 const SweepSQL = `
-DELETE FROM fencegate.intents WHERE intent_id IN (
-	SELECT intent_id FROM fencegate.intents
-	WHERE status IN ('succeeded', 'failed', 'superseded', 'cancelled')
-	  AND completed_at < now() - $1 * interval '1 microsecond'
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED)`
+WITH gone AS (
+	DELETE FROM fencegate.intents WHERE intent_id IN (
+		SELECT intent_id FROM fencegate.intents
+		WHERE status IN ('succeeded', 'failed', 'superseded', 'cancelled')
+		  AND completed_at < now() - $1 * interval '1 microsecond'
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED)
+	RETURNING intent_id
+), attempts AS (
+	DELETE FROM fencegate.intent_attempts WHERE intent_id IN (SELECT intent_id FROM gone)
+)
+SELECT count(*) FROM gone`
 
-// Sweep deletes at most batch intents completed more than maxAge ago and
-// returns how many it deleted.
+// Sweep deletes at most batch intents completed more than maxAge ago, with
+// their history, and returns how many it deleted.
 func (t Table) Sweep(ctx context.Context, q Querier, maxAge time.Duration, batch int) (int64, error) {
-	tag, err := q.Exec(ctx, t.s.SQL(SweepSQL), maxAge.Microseconds(), batch)
-	return tag.RowsAffected(), err
+	var n int64
+	err := q.QueryRow(ctx, t.s.SQL(SweepSQL), maxAge.Microseconds(), batch).Scan(&n)
+	return n, err
 }
 
 // Parking: tests (adapters/adaptertest) and the dev demo hold an intent back
