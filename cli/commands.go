@@ -169,8 +169,11 @@ func checkPrincipal(p string) error {
 }
 
 func cmdLease(ctx context.Context, a *app, args []string) int {
+	if code, done := a.groupHelp("lease", args); done {
+		return code
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release [flags]"))
+		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release|history [flags]"))
 	}
 	sub := args[0]
 	if sub == "history" {
@@ -196,7 +199,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	case "release":
 		fs.Int64Var(&epoch, "epoch", 0, "the lease's epoch")
 	default:
-		return a.fail(badInput("command", fmt.Sprintf("unknown lease command %q; want acquire, renew or release", sub)))
+		return a.fail(badInput("command", fmt.Sprintf("unknown lease command %q; want acquire, renew, release or history", sub)))
 	}
 	if code, ok := a.parseOnly(fs, args[1:]); !ok {
 		return code
@@ -248,6 +251,9 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 }
 
 func cmdEpoch(ctx context.Context, a *app, args []string) int {
+	if code, done := a.groupHelp("epoch", args); done {
+		return code
+	}
 	if len(args) == 0 || args[0] != "advance" {
 		return a.fail(badInput("command", "usage: gateway epoch advance --resource R --epoch N"))
 	}
