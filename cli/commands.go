@@ -345,6 +345,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	resource := fs.String("resource", "", "resource id (with --op)")
 	op := fs.String("op", "", "operation id (with --resource)")
 	wait := fs.Duration("wait", 0, "wait up to this long for a final status (woken by PostgreSQL's notification), then print the intent as it is")
+	output := outputFlag(fs)
 	// Accept the intent id before or after the flags.
 	var id string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -376,6 +377,10 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	}
 	if *wait < 0 {
 		return a.fail(badInput("wait", "--wait must not be negative"))
+	}
+	table, err := a.tableOutput(*output)
+	if err != nil {
+		return a.fail(err)
 	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
@@ -411,6 +416,10 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	// gateway status shows an intent's progress, not its content: the
 	// stored record without its payload.
 	rec.Payload = nil
+	if table {
+		writeIntentTable(a.stdout, rec, time.Now())
+		return exitOK
+	}
 	a.writeJSON(rec)
 	return exitOK
 }

@@ -24,7 +24,7 @@ type cmdDoc struct {
 var commandDocs = []cmdDoc{
 	{"migrate", "create or upgrade fencegate's tables and functions in --schema",
 		[]string{"gateway migrate [--namespace NS] [--move-from public] [--allow-unsafe-schema]"},
-		[]string{"GATEWAY_DATABASE_URL=postgres://gateway@db.internal/app gateway migrate"}},
+		[]string{"gateway migrate --database-url postgres://gateway@db.internal/app"}},
 	{"lease acquire", "take a resource's lease: a new, higher epoch every time (the fencing token)",
 		[]string{"gateway lease acquire --resource R --holder H [--ttl 10s]"},
 		[]string{"gateway lease acquire --resource reports/2024 --holder worker-1 --ttl 30s"}},
