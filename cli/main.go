@@ -8,10 +8,14 @@
 //		Adapters: []adapters.Registration{{Kind: "notify", Spec: notifySpec, Executor: notifier}},
 //	}))
 //
-// Every command that writes JSON writes one JSON object on stdout. Exit codes:
-// 0 ok, 1 internal error or a dependency unavailable, 2 bad input (nothing
-// stored), 3 stale epoch (fenced out), 4 lease held by another holder,
-// 5 conflict (an operation id or idempotency key reused with other content).
+// Every command that writes JSON writes one JSON object on stdout; ls,
+// status and lease history write a table instead when stdout is a
+// terminal (-o json|table chooses), and --help writes the command's help
+// on stdout. Exit codes: 0 ok, 1 internal error or a dependency
+// unavailable, 2 bad input (nothing stored) or not found, 3 stale epoch
+// (fenced out), 4 lease held by another holder, 5 conflict (an operation
+// id or idempotency key reused with other content; an intent whose status
+// does not allow an operator's action).
 package cli
 
 import (
