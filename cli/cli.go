@@ -88,7 +88,8 @@ func (a *app) schema() string {
 	return *a.schemaName
 }
 
-// parse parses args; on --help it prints the flags and returns exit 0.
+// parse parses args; on --help (-h) it prints the command's help on
+// stdout and returns exit 0.
 func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,11 +105,10 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 					f.DefValue = redactFlagURL(f.Name, f.DefValue)
 				}
 			})
-			fs.SetOutput(a.stderr)
-			fs.PrintDefaults()
+			a.printCommandHelp(fs)
 			return exitOK, false
 		}
-		return a.fail(badInput("flags", err.Error())), false
+		return a.fail(badInput("flags", flagParseError(fs, err))), false
 	}
 	if err := pgschema.Check(a.schema()); err != nil {
 		return a.fail(badInput("schema", "--"+err.Error())), false
@@ -155,8 +155,11 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
-			bad = badInput(strings.ReplaceAll(f.Name, "-", "_"),
-				fmt.Sprintf("$%s is not a valid value for --%s", env, f.Name))
+			msg := fmt.Sprintf("$%s is not a valid value for --%s", env, f.Name)
+			if hint := valueHint(f); hint != "" {
+				msg += ": " + hint
+			}
+			bad = badInput(strings.ReplaceAll(f.Name, "-", "_"), msg)
 		}
 	})
 	if bad != nil {

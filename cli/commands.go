@@ -170,8 +170,11 @@ func checkPrincipal(p string) error {
 }
 
 func cmdLease(ctx context.Context, a *app, args []string) int {
+	if code, done := a.groupHelp("lease", args); done {
+		return code
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release [flags]"))
+		return a.fail(badInput("command", "usage: gateway lease acquire|renew|release|history [flags]"))
 	}
 	sub := args[0]
 	if sub == "history" {
@@ -197,7 +200,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	case "release":
 		fs.Int64Var(&epoch, "epoch", 0, "the lease's epoch")
 	default:
-		return a.fail(badInput("command", fmt.Sprintf("unknown lease command %q; want acquire, renew or release", sub)))
+		return a.fail(badInput("command", fmt.Sprintf("unknown lease command %q; want acquire, renew, release or history", sub)))
 	}
 	if code, ok := a.parseOnly(fs, args[1:]); !ok {
 		return code
@@ -249,6 +252,9 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 }
 
 func cmdEpoch(ctx context.Context, a *app, args []string) int {
+	if code, done := a.groupHelp("epoch", args); done {
+		return code
+	}
 	if len(args) == 0 || args[0] != "advance" {
 		return a.fail(badInput("command", "usage: gateway epoch advance --resource R --epoch N"))
 	}
@@ -340,6 +346,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	resource := fs.String("resource", "", "resource id (with --op)")
 	op := fs.String("op", "", "operation id (with --resource)")
 	wait := fs.Duration("wait", 0, "wait up to this long for a final status (woken by PostgreSQL's notification), then print the intent as it is")
+	output := outputFlag(fs)
 	// Accept the intent id before or after the flags.
 	var id string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -371,6 +378,10 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	}
 	if *wait < 0 {
 		return a.fail(badInput("wait", "--wait must not be negative"))
+	}
+	table, err := a.tableOutput(*output)
+	if err != nil {
+		return a.fail(err)
 	}
 	pool, err := a.connect(ctx, *dbURL)
 	if err != nil {
@@ -413,6 +424,10 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	attempts, err := opr.Attempts(ctx, rec.IntentID)
 	if err != nil {
 		return a.fail(err)
+	}
+	if table {
+		writeIntentTable(a.stdout, rec, attempts, time.Now())
+		return exitOK
 	}
 	a.writeJSON(statusView{Record: rec, AttemptHistory: attempts})
 	return exitOK

@@ -8,10 +8,14 @@
 //		Adapters: []adapters.Registration{{Kind: "notify", Spec: notifySpec, Executor: notifier}},
 //	}))
 //
-// Every command that writes JSON writes one JSON object on stdout. Exit codes:
-// 0 ok, 1 internal error or a dependency unavailable, 2 bad input (nothing
-// stored), 3 stale epoch (fenced out), 4 lease held by another holder,
-// 5 conflict (an operation id or idempotency key reused with other content).
+// Every command that writes JSON writes one JSON object on stdout; ls,
+// status and lease history write a table instead when stdout is a
+// terminal (-o json|table chooses), and --help writes the command's help
+// on stdout. Exit codes: 0 ok, 1 internal error or a dependency
+// unavailable, 2 bad input (nothing stored) or not found, 3 stale epoch
+// (fenced out), 4 lease held by another holder, 5 conflict (an operation
+// id or idempotency key reused with other content; an intent whose status
+// does not allow an operator's action).
 package cli
 
 import (
@@ -29,58 +33,6 @@ import (
 	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
-
-const usage = `gateway — fenced side effects, once, only while authority is held
-
-Usage:
-  gateway migrate
-  gateway lease acquire --resource R --holder H --ttl 10s
-  gateway lease renew   --resource R --holder H --epoch N --ttl 10s
-  gateway lease release --resource R --holder H --epoch N
-  gateway epoch advance --resource R --epoch N
-  gateway enqueue --resource R --epoch N --op OP --kind KIND [--key K]
-                  [--fence commit|execute] --payload JSON|@path
-  gateway status INTENT_ID
-  gateway status --resource R --op OP
-  gateway ls [--status S] [--resource R] [--kind K] [--limit N] [--cursor C]
-  gateway retry|cancel|resolve --status S [--kind K] [--resource-prefix P]
-                  [--since 2h] [--until T] [--outcome O] [--note N] [--yes]
-                               a dry run (how many it would touch) unless --yes;
-                               retry --force also retries intents whose effect
-                               may have happened (a second effect accepted)
-  gateway lease history --resource R [--limit N]
-  gateway policy apply FILE    the rule set (principals, destinations), from a JSON or YAML file (- : stdin)
-  gateway policy show          the rule set in force, with its version
-  gateway policy init --from-flags
-                               a rule set saying what today's flags and tokens say
-  gateway token new [--name N --role R]
-                               a new random admin token (256 bits), as JSON;
-                               with --name and --role, its tokens-file line
-  gateway run [flags]          relay and adapters until SIGTERM/SIGINT
-  gateway dev [--demo]         the whole system in one process, for a laptop
-  gateway bench [--case NAMES] [--duration D] [--drain-intents N] [--json]
-  gateway probe URL [--timeout 5s] [--tls-ca FILE]
-                               GET URL: exit 0 on 2xx, else 1 (healthchecks
-                               in an image without curl)
-  gateway --version            {"version","commit","go"}
-
-Every command takes --database-url (default $GATEWAY_DATABASE_URL).
-Every flag of run and dev can also be set as GATEWAY_<FLAG>
-(--db-max-conns: GATEWAY_DB_MAX_CONNS); the command line wins.
-Every lease acquire is a new, higher epoch; renew keeps it. Grants (lease
-acquire|renew|release, epoch advance; run's admin intake) wait at most
---lock-timeout (default 5s) for a locked resource, then exit 1 "busy".
-Run "gateway COMMAND --help" for a command's flags.
-
-Exit codes: 0 ok, 1 internal/unavailable, 2 bad input, 3 stale epoch,
-4 lease held, 5 conflict.
-`
-
-// usageText is usage with the kinds this program knows (the built-in ones
-// and Options.Adapters'), from the one registry.
-func (a *app) usageText() string {
-	return usage + "Kinds: " + a.kindNames() + "\n"
-}
 
 // kindNames lists the kinds this program knows, sorted.
 func (a *app) kindNames() string {
@@ -129,11 +81,17 @@ func (a *app) main(ctx context.Context, args []string) int {
 		a.writeJSON(buildinfo.Get())
 		return exitOK
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		// A usage error: the overview goes where errors go.
 		fmt.Fprint(a.stderr, a.usageText())
-		if len(args) == 0 {
-			return exitBadInput
+		return exitBadInput
+	}
+	if isHelpArg(args[0]) {
+		if len(args) > 1 && args[0] == "help" {
+			// gateway help COMMAND… is gateway COMMAND… --help.
+			return a.main(ctx, append(slices.Clone(args[1:]), "--help"))
 		}
+		fmt.Fprint(a.stdout, a.usageText())
 		return exitOK
 	}
 	cmd, ok := commands()[args[0]]

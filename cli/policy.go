@@ -16,6 +16,9 @@ import (
 // cmdPolicy is `gateway policy apply FILE` and `gateway policy show`: the
 // rule set kept in the database (package policy, docs/policy.md).
 func cmdPolicy(ctx context.Context, a *app, args []string) int {
+	if code, done := a.groupHelp("policy", args); done {
+		return code
+	}
 	if len(args) == 0 || (args[0] != "apply" && args[0] != "show" && args[0] != "init") {
 		return a.fail(badInput("command", "usage: gateway policy apply FILE|- , gateway policy show, gateway policy init --from-flags"))
 	}

@@ -23,6 +23,9 @@ const tokenBytes = 32
 // as the gateway will check it when it loads the file. Nothing is stored:
 // the token is shown once, here.
 func cmdToken(ctx context.Context, a *app, args []string) int {
+	if code, done := a.groupHelp("token", args); done {
+		return code
+	}
 	if len(args) == 0 || args[0] != "new" {
 		return a.fail(badInput("command", "usage: gateway token new [--name NAME --role worker|operator]"))
 	}

@@ -77,6 +77,11 @@ type ActionRequest struct {
 	Force bool
 }
 
+// Validate checks the request without reading anything: what Apply
+// refuses as bad input before it begins, so that a caller can refuse it
+// before connecting.
+func (r ActionRequest) Validate() error { return r.validate() }
+
 func (r ActionRequest) validate() error {
 	if r.IntentID < 1 {
 		return inputErr("intent_id", "must be a positive integer")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -14,6 +16,10 @@ import (
 // then acted on in its own transaction (Apply), so that the locks of one
 // intent are never held while another is changed.
 const BulkBatch = 500
+
+// BulkPreviewIDs is how many intent ids a dry run lists (BulkResult.IDs):
+// enough to recognise what the filter selects, few enough to read.
+const BulkPreviewIDs = 20
 
 // BulkRequest is an operator action on every intent a filter selects.
 type BulkRequest struct {
@@ -57,6 +63,11 @@ type BulkResult struct {
 	// absent.
 	Applied int            `json:"applied"`
 	Skipped map[string]int `json:"skipped"`
+	// IDs (a dry run only) are the first BulkPreviewIDs intents the
+	// action would act on, in the order it would (by intent id): the
+	// matched ones less those it would skip for their effect. Absent
+	// when there are none, and from a run that is not dry.
+	IDs []int64 `json:"ids,omitempty"`
 }
 
 type bulkWhere struct {
@@ -147,6 +158,9 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 		if refusesPossible(req) && possible > 0 {
 			res.Skipped[SkippedEffectPossible] = possible
 		}
+		if res.IDs, err = o.previewIDs(ctx, req, w); err != nil {
+			return res, err
+		}
 		return res, nil
 	}
 	var after int64
@@ -193,6 +207,26 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 		}
 		after = ids[len(ids)-1]
 	}
+}
+
+// previewIDs returns the first BulkPreviewIDs ids a run of req would act
+// on: those w selects, less the intents whose effect is possible when the
+// action refuses them.
+func (o *Operator) previewIDs(ctx context.Context, req BulkRequest, w bulkWhere) ([]int64, error) {
+	cond := w.sql
+	if refusesPossible(req) {
+		cond += " AND effect <> 'possible'"
+	}
+	args := append(append([]any{}, w.args...), BulkPreviewIDs)
+	rows, err := o.pool.Query(ctx, o.sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s ORDER BY intent_id LIMIT $%d`, cond, len(args))), args...)
+	if err != nil {
+		return nil, fmt.Errorf("operator: bulk %s: preview: %w", req.Action, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("operator: bulk %s: preview: %w", req.Action, err)
+	}
+	return ids, nil
 }
 
 // SkippedEffectPossible is the BulkResult.Skipped reason of intents whose

@@ -45,7 +45,8 @@ const (
 	// operation_id, intent_id).
 	Conflict Code = "conflict"
 	// InvalidState: the intent's status does not allow the operator's
-	// action (admin API only).
+	// action (the admin API's per-intent actions, 409, and the CLI's,
+	// exit 5: a conflict with the intent's state).
 	InvalidState Code = "invalid_state"
 	// Busy: a grant gave up waiting for a locked control row (resource);
 	// nothing was granted, retry.
@@ -91,7 +92,7 @@ const (
 	ExitBadInput = 2 // invalid_input, not_found
 	ExitStale    = 3 // stale_epoch
 	ExitHeld     = 4 // lease_held
-	ExitConflict = 5 // conflict
+	ExitConflict = 5 // conflict, invalid_state
 )
 
 // answer is a code's exit code and HTTP status.
@@ -107,7 +108,7 @@ var answers = map[Code]answer{
 	StaleEpoch:       {ExitStale, http.StatusConflict},
 	LeaseHeld:        {ExitHeld, http.StatusConflict},
 	Conflict:         {ExitConflict, http.StatusUnprocessableEntity},
-	InvalidState:     {ExitInternal, http.StatusConflict},
+	InvalidState:     {ExitConflict, http.StatusConflict},
 	Busy:             {ExitInternal, http.StatusServiceUnavailable},
 	Unavailable:      {ExitInternal, http.StatusServiceUnavailable},
 	AuthorityChanged: {ExitInternal, http.StatusServiceUnavailable},

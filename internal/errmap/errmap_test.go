@@ -41,7 +41,7 @@ func TestCodeTable(t *testing.T) {
 		{errmap.StaleEpoch, 3, 409},
 		{errmap.LeaseHeld, 4, 409},
 		{errmap.Conflict, 5, 422},
-		{errmap.InvalidState, 1, 409},
+		{errmap.InvalidState, 5, 409},
 		{errmap.Busy, 1, 503},
 		{errmap.Unavailable, 1, 503},
 		{errmap.AuthorityChanged, 1, 503},

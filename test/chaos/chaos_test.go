@@ -173,8 +173,9 @@ func lateHold(seed uint64, id string, n int) time.Duration {
 }
 
 // settleFlag matches a duration flag about the lookup settle window in
-// `gateway run --help` (flag's format: "  -name duration").
-var settleFlag = regexp.MustCompile(`(?m)^\s+-(\S*settle\S*) duration`)
+// `gateway run --help` ("  --name duration"; older binaries: "  -name
+// duration").
+var settleFlag = regexp.MustCompile(`(?m)^\s+--?(\S*settle\S*) duration`)
 
 // optionalFlags returns the `gateway run` flags the chaos run passes only
 // when the binary's --help lists them (flags other branches add): the
