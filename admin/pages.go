@@ -28,14 +28,19 @@ import (
 // escapes every value for its context), no JavaScript, no build step. A
 // list page can refresh itself (a meta refresh the viewer toggles).
 //
-//	GET  / and /intents           the intents list: filters, keyset pages
+//	GET  / and /intents           the intents list: status tabs with counts,
+//	                              filters (search, kind, resource, time
+//	                              range), keyset pages, rows to pick for a
+//	                              bulk action
 //	GET  /intents/{id}            an intent: details, timeline, actions
 //	POST /intents/{id}/{action}   retry, cancel, resolve (303 back, or the
 //	                              page with the error: 409 invalid state)
 //	POST /intents/bulk            a bulk action on a filter: step=preview
-//	                              (a dry run: how many it would touch),
+//	                              (a dry run: how many and which it would
+//	                              touch),
 //	                              then step=apply (303 to the list)
 //	GET  /resources/{id}          a resource: epoch, lease, counts, grants
+//	GET  /resources               the resources: epoch, lease, counts
 //	GET  /resources?resource=     jump to a resource
 //	GET  /login, POST /login      the session cookie (tokens configured)
 //	POST /logout
@@ -46,7 +51,7 @@ import (
 var templateFS embed.FS
 
 // pageNames are the templates besides the layout.
-var pageNames = []string{"intents", "intent", "bulk", "resource", "login", "error"}
+var pageNames = []string{"intents", "intent", "bulk", "resource", "resources", "login", "error"}
 
 // pageTemplates parses each page with the layout; the style sheet is
 // inlined and its hash allowed by the Content-Security-Policy.
@@ -70,6 +75,8 @@ func pageTemplates() (map[string]*template.Template, template.CSS, string, error
 
 var pageFuncs = template.FuncMap{
 	"when":        fmtTime,
+	"iso":         isoTime,
+	"rel":         func(v any) string { return relTime(v, time.Now()) },
 	"resourceURL": resourceURL,
 	"intentURL":   func(id int64) string { return "/intents/" + strconv.FormatInt(id, 10) },
 	"deref": func(s *string) string {
@@ -141,6 +148,62 @@ func fmtTime(v any) string {
 		return ""
 	}
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+// isoTime formats a time for a <time datetime> attribute.
+func isoTime(v any) string {
+	t, ok := timeOf(v)
+	if !ok {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func timeOf(v any) (time.Time, bool) {
+	switch x := v.(type) {
+	case time.Time:
+		return x, true
+	case *time.Time:
+		if x != nil {
+			return *x, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// relTime says how long ago (or in how long) a time is from now, in the
+// largest whole unit: "just now", "45s ago", "3m ago", "in 2h", "4d ago";
+// beyond 30 days the date. The pages put the absolute time beside it (a
+// title: shown on hover).
+func relTime(v any, now time.Time) string {
+	t, ok := timeOf(v)
+	if !ok {
+		return ""
+	}
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var n string
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		n = strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		n = strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 48*time.Hour:
+		n = strconv.Itoa(int(d/time.Hour)) + "h"
+	case d < 30*24*time.Hour:
+		n = strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	default:
+		return t.UTC().Format("2006-01-02")
+	}
+	if future {
+		return "in " + n
+	}
+	return n + " ago"
 }
 
 func resourceURL(resource string) string { return "/resources/" + url.PathEscape(resource) }
@@ -258,7 +321,7 @@ func (s *Server) pageRoutes() error {
 	s.mux.Handle("GET /intents/{id}", s.page(s.intentPage))
 	s.mux.Handle("POST /intents/bulk", s.page(s.bulkPost))
 	s.mux.Handle("POST /intents/{id}/{action}", s.page(s.intentActionPost))
-	s.mux.Handle("GET /resources", s.page(s.resourceJump))
+	s.mux.Handle("GET /resources", s.page(s.resourcesPage))
 	s.mux.Handle("GET /resources/{id}", s.page(s.resourcePage))
 	s.mux.HandleFunc("GET /login", s.loginPage)
 	s.mux.HandleFunc("POST /login", s.login)
@@ -304,17 +367,28 @@ func pathWithQuery(path string, q url.Values) string {
 
 // intentsBody is the list page.
 type intentsBody struct {
-	Status, Kind, Resource, Limit string
-	Statuses                      []outbox.Status
-	Kinds                         []string
-	Intents                       []outbox.Record
+	Status, Kind, Resource, Search, Since, Until, Limit string
+	Kinds                                               []string
+	// Tabs are the statuses with their counts under the other filters.
+	Tabs []statusTab
+	Rows []operator.Row
 	// NextURL is the next (older) page; FirstURL the first page, when
 	// this is not it.
 	NextURL, FirstURL string
 	Filtered          bool
 	// Bulk is the bulk action form, offered for a status filter some
-	// action applies to, to an unscoped viewer.
+	// action applies to, to an unscoped viewer; its rows can be picked.
 	Bulk *bulkForm
+}
+
+// statusTab is a tab of the list: a status (empty: all) and its count.
+type statusTab struct {
+	Label   string
+	N       int64
+	AtLeast bool
+	URL     string
+	On      bool
+	Status  outbox.Status
 }
 
 // bulkForm is a bulk action's form: the list's filters, the actions that
@@ -373,16 +447,19 @@ func bulkFlash(q url.Values) string {
 	return msg + "."
 }
 
-// intentsPage: GET / and GET /intents?status=&kind=&resource=&limit=&cursor=.
+// intentsPage: GET / and GET
+// /intents?status=&kind=&resource=&q=&since=&until=&limit=&cursor=.
 func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 	q := r.URL.Query()
 	b := intentsBody{Status: q.Get("status"), Kind: q.Get("kind"), Resource: q.Get("resource"), Limit: q.Get("limit"),
-		Statuses: operator.Statuses, Kinds: s.cfg.Outbox.Kinds()}
-	b.Filtered = b.Status != "" || b.Kind != "" || b.Resource != ""
+		Search: strings.TrimSpace(q.Get("q")), Since: strings.TrimSpace(q.Get("since")), Until: strings.TrimSpace(q.Get("until")),
+		Kinds: s.cfg.Outbox.Kinds()}
+	b.Filtered = b.Status != "" || b.Kind != "" || b.Resource != "" || b.Search != "" || b.Since != "" || b.Until != ""
 	d := &pageData{Title: "Intents", Nav: "intents", Body: &b, Flash: bulkFlash(q)}
 	withRefresh(d, r.URL)
 	if acts := bulkActions(outbox.Status(b.Status)); len(acts) > 0 && v.scope.allResources() {
-		b.Bulk = &bulkForm{Actions: acts, BulkRequest: operator.BulkRequest{Status: outbox.Status(b.Status), Kind: b.Kind, ResourcePrefix: b.Resource}}
+		b.Bulk = &bulkForm{Actions: acts, BulkRequest: operator.BulkRequest{Status: outbox.Status(b.Status), Kind: b.Kind, ResourcePrefix: b.Resource,
+			Search: b.Search, Since: b.Since, Until: b.Until}}
 	}
 	// A token scoped to resources sees one resource of its scope at a
 	// time, as GET /api/v1/intents: the list across resources would show
@@ -399,22 +476,51 @@ func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) 
 		}
 	}
 	f, err := operator.ParseListFilter(b.Resource, b.Status, b.Kind, b.Limit, q.Get("cursor"))
+	if err == nil {
+		f.Search, f.Since, f.Until = b.Search, b.Since, b.Until
+		err = f.Validate()
+	}
 	if err != nil {
 		d.Error = err.Error()
 		s.render(w, r, http.StatusBadRequest, "intents", d)
 		return
 	}
-	p, err := s.op.List(r.Context(), f)
+	p, err := s.op.ListRows(r.Context(), f)
 	if err != nil {
 		s.pageFail(w, r, err)
 		return
 	}
-	b.Intents = p.Intents
+	counts, err := s.op.StatusCounts(r.Context(), f)
+	if err != nil {
+		s.pageFail(w, r, err)
+		return
+	}
+	b.Rows = p.Rows
 	filters := url.Values{}
-	for k, v := range map[string]string{"status": b.Status, "kind": b.Kind, "resource": b.Resource, "limit": b.Limit, "refresh": q.Get("refresh")} {
+	for k, v := range map[string]string{"status": b.Status, "kind": b.Kind, "resource": b.Resource, "q": b.Search,
+		"since": b.Since, "until": b.Until, "limit": b.Limit, "refresh": q.Get("refresh")} {
 		if v != "" {
 			filters.Set(k, v)
 		}
+	}
+	// The tabs keep every filter but the status (and start at the first
+	// page).
+	all := statusTab{Label: "all", On: b.Status == ""}
+	tabURL := func(st outbox.Status) string {
+		u := cloneQuery(filters)
+		u.Del("status")
+		if st != "" {
+			u.Set("status", string(st))
+		}
+		return pathWithQuery("/intents", u)
+	}
+	all.URL = tabURL("")
+	b.Tabs = []statusTab{all}
+	for _, c := range counts {
+		b.Tabs[0].N += c.N
+		b.Tabs[0].AtLeast = b.Tabs[0].AtLeast || c.AtLeast
+		b.Tabs = append(b.Tabs, statusTab{Label: string(c.Status), Status: c.Status, N: c.N, AtLeast: c.AtLeast,
+			URL: tabURL(c.Status), On: b.Status == string(c.Status)})
 	}
 	if p.NextCursor != nil {
 		next := cloneQuery(filters)
@@ -631,15 +737,27 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	f := r.PostFormValue
 	req := operator.BulkRequest{Action: operator.Action(f("action")), Status: outbox.Status(f("status")), Kind: strings.TrimSpace(f("kind")),
 		ResourcePrefix: strings.TrimSpace(f("resource_prefix")), Since: strings.TrimSpace(f("since")), Until: strings.TrimSpace(f("until")),
-		Outcome: outbox.Status(f("outcome")), Note: strings.TrimSpace(f("note")), Actor: v.name}
+		Search: strings.TrimSpace(f("search")), Outcome: outbox.Status(f("outcome")), Note: strings.TrimSpace(f("note")), Actor: v.name}
 	// The list's form has one action menu and one force box, labelled for
 	// retry: the box means nothing to the other actions.
 	req.Force = req.Action == operator.ActionRetry && f("force") != ""
 	apply := f("step") == "apply"
 	req.DryRun = !apply
-	var res operator.BulkResult
+	// The rows picked on the list (check boxes of the list's table that
+	// belong to the bulk form).
 	var err error
-	if req.Action == operator.ActionResolve && req.Outcome == "" {
+	for _, raw := range r.PostForm["id"] {
+		id, perr := strconv.ParseInt(raw, 10, 64)
+		if perr != nil || id < 1 {
+			err = inputErr("ids", "%q is not an intent id", raw)
+			break
+		}
+		req.IDs = append(req.IDs, id)
+	}
+	var res operator.BulkResult
+	if err != nil {
+		// Reported below, with the form.
+	} else if req.Action == operator.ActionResolve && req.Outcome == "" {
 		// The API's dry run counts without one; the page asks before it
 		// offers to apply what could not run.
 		err = inputErr("outcome", "resolve needs an outcome: succeeded or failed")
@@ -678,6 +796,9 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	if req.Kind != "" {
 		q.Set("kind", req.Kind)
 	}
+	if req.Search != "" {
+		q.Set("q", req.Search)
+	}
 	// After a retry or a cancel the intents left the status: the list of
 	// the status shows what is left.
 	http.Redirect(w, r, pathWithQuery("/intents", q), http.StatusSeeOther)
@@ -698,17 +819,83 @@ func bulkScope(req operator.BulkRequest) string {
 	if req.Until != "" {
 		parts = append(parts, "changed before "+req.Until)
 	}
+	if req.Search != "" {
+		parts = append(parts, "matching "+strconv.Quote(req.Search))
+	}
+	if req.IDs != nil {
+		n := len(req.IDs)
+		parts = append(parts, fmt.Sprintf("among the %d picked on the list", n))
+	}
 	return strings.Join(parts, ", ")
 }
 
-// resourceJump: GET /resources?resource=X → 303 to X's page.
-func (s *Server) resourceJump(w http.ResponseWriter, r *http.Request, _ *viewer) {
-	res := strings.TrimSpace(r.URL.Query().Get("resource"))
-	if res == "" {
-		http.Redirect(w, r, "/intents", http.StatusSeeOther)
+// resourcesBody is the resources index.
+type resourcesBody struct {
+	Prefix   string
+	Statuses []outbox.Status
+	Rows     []resourceRow
+	// NextURL is the next page; FirstURL the first, when this is not it.
+	NextURL, FirstURL string
+	// Hidden counts the resources of the page outside a scoped viewer's
+	// scope, left out.
+	Hidden int
+}
+
+// resourceRow is a resource of the index with its counts, linked.
+type resourceRow struct {
+	operator.ResourceView
+	Counts []statusCount
+}
+
+// resourcesPage: GET /resources?prefix=&cursor= lists the resources;
+// GET /resources?resource=X is a jump to X's page (303), the header's box.
+func (s *Server) resourcesPage(w http.ResponseWriter, r *http.Request, v *viewer) {
+	q := r.URL.Query()
+	if res := strings.TrimSpace(q.Get("resource")); res != "" {
+		http.Redirect(w, r, resourceURL(res), http.StatusSeeOther)
 		return
 	}
-	http.Redirect(w, r, resourceURL(res), http.StatusSeeOther)
+	b := &resourcesBody{Prefix: strings.TrimSpace(q.Get("prefix")), Statuses: operator.Statuses}
+	d := &pageData{Title: "Resources", Nav: "resources", Body: b}
+	withRefresh(d, r.URL)
+	f := operator.ResourceFilter{Prefix: b.Prefix, Cursor: q.Get("cursor")}
+	p, err := s.op.Resources(r.Context(), f)
+	if err != nil {
+		ae := toAPIError(err)
+		if ae.Status() >= 500 {
+			s.pageFail(w, r, err)
+			return
+		}
+		d.Error = ae.Message
+		s.render(w, r, ae.Status(), "resources", d)
+		return
+	}
+	for _, rv := range p.Resources {
+		// A scoped viewer sees the resources of its scope only.
+		if v.resource(rv.Resource) != nil {
+			b.Hidden++
+			continue
+		}
+		row := resourceRow{ResourceView: rv}
+		for _, st := range operator.Statuses {
+			row.Counts = append(row.Counts, statusCount{Status: st, N: rv.Counts[st],
+				URL: pathWithQuery("/intents", url.Values{"resource": {rv.Resource}, "status": {string(st)}})})
+		}
+		b.Rows = append(b.Rows, row)
+	}
+	filters := url.Values{}
+	if b.Prefix != "" {
+		filters.Set("prefix", b.Prefix)
+	}
+	if p.NextCursor != nil {
+		next := cloneQuery(filters)
+		next.Set("cursor", *p.NextCursor)
+		b.NextURL = pathWithQuery("/resources", next)
+	}
+	if f.Cursor != "" {
+		b.FirstURL = pathWithQuery("/resources", filters)
+	}
+	s.render(w, r, http.StatusOK, "resources", d)
 }
 
 // statusCount is one cell of a resource's counts.

@@ -6,7 +6,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,8 +104,7 @@ func TestPagesInBrowser(t *testing.T) {
 	}
 
 	step("filter by status failed",
-		chromedp.SetValue(chromedp.CSS(`select[name="status"]`), "failed"),
-		chromedp.Click(chromedp.ID("apply-filters")),
+		chromedp.Click(chromedp.CSS(`#tabs a[data-status="failed"]`)),
 	)
 	// The old page's rows satisfy any wait on rows: wait for the new URL
 	// (deadline-bound), then for the new page's rows.
@@ -322,5 +324,242 @@ func TestPagesSessionsAndBulkInBrowser(t *testing.T) {
 	b.step("a retried intent's timeline", chromedp.Navigate(fmt.Sprintf("%s/intents/%d", ts.URL, other)), chromedp.WaitVisible(chromedp.ID("timeline")))
 	if tl := b.text("#timeline"); !strings.Contains(tl, "retry") || !strings.Contains(tl, "op1") || !strings.Contains(tl, "mail server fixed") {
 		t.Fatalf("timeline: %q", tl)
+	}
+}
+
+// screenshotDir is where the browser tests keep their screenshots, a
+// directory per test: $FENCEGATE_SCREENSHOTS/<test> when set, else
+// var/screenshots/<schema>/<test> at the repository's root (var/ is
+// ignored by git; scripts/test.sh runs both schemas). Kept after the test,
+// whatever its outcome, for a person to look at.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	root := os.Getenv("FENCEGATE_SCREENSHOTS")
+	if root == "" {
+		root = filepath.Join("..", "var", "screenshots", testdb.Schema())
+	}
+	dir, err := filepath.Abs(filepath.Join(root, t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", dir)
+	return dir
+}
+
+// shot saves a full-page screenshot of the tab as dir/name.png.
+func (b *browserTab) shot(dir, name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.fail("screenshot "+name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the tab (DevTools'
+// evaluation: the pages' Content-Security-Policy allows no script of
+// their own, and this is none of theirs).
+func eval[T any](b *browserTab, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.fail("evaluate "+expr, err)
+	}
+	return v
+}
+
+// The list page made for triage, in a real browser: status tabs count the
+// intents under the other filters; a search by idempotency key and by a
+// webhook's URL finds the one intent; times are relative with the
+// absolute time on hover; a long, multi-line error stays on one line;
+// the table uses the window's width; the resources index shows each
+// resource's epoch, holder, lease expiry and intents by status; rows
+// picked on the list feed the bulk action, whose preview lists the ids it
+// would touch, and applying it changes those and no others. Screenshots of
+// each page are kept (screenshotDir).
+func TestTriagePagesInBrowser(t *testing.T) {
+	e := setupNoTokens(t)
+	ctx := context.Background()
+	dir := screenshotDir(t)
+	e.atEpochOne("reports")
+	l, err := e.issuer.Acquire(ctx, "billing/eu", "worker-7", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(in outbox.Intent, status outbox.Status, lastError string) int64 {
+		t.Helper()
+		res, err := e.ob.Enqueue(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != outbox.StatusPending {
+			e.setStatus(res.IntentID, status, lastError)
+		}
+		return res.IntentID
+	}
+	email := []byte(`{"to":"alice@example.com","from":"reports@example.com","subject":"hi","text":"body"}`)
+	longErr := "550 5.1.1 <bob@example.com>: Recipient address rejected: User unknown in virtual mailbox table\n" +
+		strings.Repeat("remote said: the mailbox is gone and the server explains why at length; ", 8)
+	var failed []int64
+	failed = append(failed, enqueue(outbox.Intent{Resource: "reports", Epoch: 1, OperationID: "daily-1", Kind: "email", Payload: email}, outbox.StatusFailed, longErr))
+	failed = append(failed, enqueue(outbox.Intent{Resource: "reports", Epoch: 1, OperationID: "daily-2", Kind: "email", Payload: email}, outbox.StatusFailed, "421 try later"))
+	keyed := enqueue(outbox.Intent{Resource: "reports", Epoch: 1, OperationID: "inv-42", Kind: "email", IdempotencyKey: "invoice-2026-0042", Payload: email},
+		outbox.StatusFailed, "550 mailbox unavailable")
+	failed = append(failed, keyed)
+	hook := enqueue(outbox.Intent{Resource: "billing/eu", Epoch: l.Epoch, OperationID: "pay-1", Kind: "webhook",
+		Payload: []byte(`{"url":"https://hooks.example.com/payroll","body":{"n":1}}`)}, outbox.StatusFailed, "HTTP 503")
+	failed = append(failed, hook)
+	enqueue(outbox.Intent{Resource: "reports", Epoch: 1, OperationID: "lost-1", Kind: "email", Payload: email}, outbox.StatusUnknown, "connection reset after DATA")
+	enqueue(outbox.Intent{Resource: "reports", Epoch: 1, OperationID: "ok-1", Kind: "email", Payload: email}, outbox.StatusSucceeded, "")
+	enqueue(outbox.Intent{Resource: "reports", Epoch: 1, OperationID: "ok-2", Kind: "email", Payload: email}, outbox.StatusSucceeded, "")
+	enqueue(outbox.Intent{Resource: "reports", Epoch: 1, OperationID: "new-1", Kind: "email", Payload: email}, outbox.StatusPending, "")
+
+	b := &browserTab{t: t, ctx: browser(t, 2*time.Minute)}
+	tabCount := func(status string) string {
+		t.Helper()
+		return b.text(fmt.Sprintf(`#tabs a[data-status=%q] .count`, status))
+	}
+
+	// A window wider than the old 1200 px cap: the table takes it.
+	b.step("open the list, 1600 px wide", chromedp.EmulateViewport(1600, 900), chromedp.Navigate(e.ts.URL+"/intents"), chromedp.WaitVisible(chromedp.ID("intents")))
+	b.shot(dir, "01-list")
+	want := map[string]string{"all": "8", "pending": "1", "relayed": "0", "succeeded": "2", "failed": "4", "superseded": "0", "unknown": "1", "cancelled": "0"}
+	for st, n := range want {
+		if got := tabCount(st); got != n {
+			t.Errorf("tab %s counts %q, want %s", st, got, n)
+		}
+	}
+	t.Logf("tabs: %d statuses checked", len(want))
+	if w := eval[float64](b, `document.querySelector("main").getBoundingClientRect().width`); w < 1500 {
+		t.Errorf("main is %.0f px wide in a 1600 px window: a width cap is left", w)
+	}
+	// One line for the long, two-line error: its row is as tall as a row
+	// with a short one; the full text is on hover (and on the intent's page).
+	tall := eval[float64](b, fmt.Sprintf(`document.querySelector('tr[data-intent="%d"]').getBoundingClientRect().height`, failed[0]))
+	short := eval[float64](b, fmt.Sprintf(`document.querySelector('tr[data-intent="%d"]').getBoundingClientRect().height`, failed[1]))
+	if tall > short+1 || short == 0 {
+		t.Errorf("the row with a long error is %.0f px tall, one with a short error %.0f px: the error wraps", tall, short)
+	}
+	if title := eval[string](b, fmt.Sprintf(`document.querySelector('tr[data-intent="%d"] td.err span').title`, failed[0])); !strings.Contains(title, "at length") {
+		t.Errorf("the long error's title is %q, want the full text", title)
+	}
+	// Relative times with the absolute one on hover.
+	absolute := regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$`)
+	times := eval[[]string](b, `Array.from(document.querySelectorAll("#intents time")).map(t => t.textContent + "|" + t.title)`)
+	if len(times) != 16 {
+		t.Errorf("%d times on the list, want 16 (created and updated of 8 intents)", len(times))
+	}
+	for _, tm := range times {
+		rel, abs, _ := strings.Cut(tm, "|")
+		if !(rel == "just now" || strings.HasSuffix(rel, " ago")) || !absolute.MatchString(abs) {
+			t.Errorf("time %q: want a relative time with the absolute one as its title", tm)
+		}
+	}
+	t.Logf("times: %d checked", len(times))
+
+	b.step("search by idempotency key",
+		chromedp.SendKeys(chromedp.ID("search"), "INVOICE-2026-0042"),
+		chromedp.Click(chromedp.ID("apply-filters")),
+	)
+	b.waitLocation("q=INVOICE")
+	b.step("the search's page", chromedp.WaitVisible(chromedp.CSS("#intents tbody tr")))
+	b.shot(dir, "02-search-key")
+	if rows := eval[[]string](b, `Array.from(document.querySelectorAll("#intents tbody tr")).map(r => r.dataset.intent)`); !slices.Equal(rows, []string{strconv.FormatInt(keyed, 10)}) {
+		t.Fatalf("search by key shows intents %v, want [%d]", rows, keyed)
+	}
+	if all, failedN, ok := tabCount("all"), tabCount("failed"), tabCount("succeeded"); all != "1" || failedN != "1" || ok != "0" {
+		t.Errorf("tabs under the search: all %s, failed %s, succeeded %s; want 1, 1, 0", all, failedN, ok)
+	}
+	b.step("search by the webhook's URL", chromedp.Navigate(e.ts.URL+"/intents?q=hooks.example.com/pay"), chromedp.WaitVisible(chromedp.CSS("#intents tbody tr")))
+	if rows := eval[[]string](b, `Array.from(document.querySelectorAll("#intents tbody tr")).map(r => r.dataset.intent)`); !slices.Equal(rows, []string{strconv.FormatInt(hook, 10)}) {
+		t.Fatalf("search by URL shows intents %v, want [%d]", rows, hook)
+	}
+	if d := b.text(fmt.Sprintf(`tr[data-intent="%d"] td.dest`, hook)); d != "https://hooks.example.com/payroll" {
+		t.Errorf("the webhook's destination shows %q", d)
+	}
+
+	b.step("the resources index", chromedp.Click(chromedp.CSS(`header a[href="/resources"]`)), chromedp.WaitVisible(chromedp.ID("resources")))
+	b.shot(dir, "03-resources")
+	billing := `#resources tr[data-resource="billing/eu"]`
+	if ep, holder, expiry := b.text(billing+" td.epoch"), b.text(billing+" td.holder"), b.text(billing+" td.expiry"); ep != strconv.FormatInt(l.Epoch, 10) || holder != "worker-7" ||
+		!strings.HasPrefix(expiry, "in ") || !strings.Contains(expiry, "live") {
+		t.Errorf("billing/eu: epoch %q, holder %q, lease %q; want %d, worker-7, in …· live", ep, holder, expiry, l.Epoch)
+	}
+	reports := `#resources tr[data-resource="reports"]`
+	for st, n := range map[string]string{"failed": "3", "unknown": "1", "succeeded": "2", "pending": "1", "cancelled": "0"} {
+		if got := b.text(fmt.Sprintf(`%s td[data-status=%q]`, reports, st)); got != n {
+			t.Errorf("reports: %s %q, want %s", st, got, n)
+		}
+	}
+	if holder := b.text(reports + " td.holder"); holder != "none" {
+		t.Errorf("reports' holder %q, want none", holder)
+	}
+	if n := b.count("#resources tbody tr"); n != 2 {
+		t.Errorf("the index lists %d resources, want 2", n)
+	}
+
+	// Pick two of the four failed intents and preview a bulk retry.
+	b.step("the failed tab", chromedp.Navigate(e.ts.URL+"/intents?status=failed"), chromedp.WaitVisible(chromedp.CSS("#intents tbody tr")))
+	picked := []int64{failed[1], hook}
+	slices.Sort(picked)
+	b.step("pick two rows and preview a retry",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-intent="%d"] input[name="id"]`, picked[0]))),
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-intent="%d"] input[name="id"]`, picked[1]))),
+		chromedp.Click(chromedp.CSS("#bulk summary")),
+		chromedp.WaitVisible(chromedp.ID("bulk-preview")),
+		chromedp.SetValue(chromedp.CSS(`#bulk-form select[name="action"]`), "retry"),
+	)
+	b.shot(dir, "04-picked")
+	b.step("preview", chromedp.Click(chromedp.ID("bulk-preview")))
+	b.waitLocation("/intents/bulk")
+	b.step("the dry run's answer", chromedp.WaitVisible(chromedp.ID("bulk-apply")))
+	b.shot(dir, "05-bulk-preview")
+	previewIDs := func() []string {
+		return eval[[]string](b, `Array.from(document.querySelectorAll("#bulk-ids a")).map(a => a.dataset.intent)`)
+	}
+	ids := func(ns []int64) []string {
+		out := make([]string, len(ns))
+		for i, n := range ns {
+			out[i] = strconv.FormatInt(n, 10)
+		}
+		return out
+	}
+	if c, got := b.text("#bulk-count"), previewIDs(); !strings.Contains(c, "would touch 2 intents") || !slices.Equal(got, ids(picked)) {
+		t.Fatalf("preview says %q and lists %v; want 2 intents, %v", c, got, ids(picked))
+	}
+	t.Logf("preview lists %d ids", len(picked))
+	b.step("apply it", chromedp.Click(chromedp.ID("bulk-apply")))
+	b.waitLocation("bulk=retry")
+	b.step("the list after it", chromedp.WaitVisible(chromedp.ID("flash")))
+	if f := b.text("#flash"); !strings.Contains(f, "Bulk retry: 2 intents changed") {
+		t.Fatalf("flash %q", f)
+	}
+	for _, id := range failed {
+		want := outbox.StatusFailed
+		if slices.Contains(picked, id) {
+			want = outbox.StatusPending
+		}
+		if st := e.status(id); st != want {
+			t.Errorf("intent %d is %s, want %s", id, st, want)
+		}
+	}
+	// Nothing picked: the preview lists every failed intent the filter
+	// selects (the two left).
+	b.step("preview without picking", chromedp.Click(chromedp.CSS("#bulk summary")), chromedp.WaitVisible(chromedp.ID("bulk-preview")),
+		chromedp.Click(chromedp.ID("bulk-preview")))
+	b.waitLocation("/intents/bulk")
+	b.step("the second dry run", chromedp.WaitVisible(chromedp.ID("bulk-ids")))
+	left := []int64{failed[0], keyed}
+	slices.Sort(left)
+	if c, got := b.text("#bulk-count"), previewIDs(); !strings.Contains(c, "would touch 2 intents") || !slices.Equal(got, ids(left)) {
+		t.Fatalf("preview says %q and lists %v; want 2 intents, %v", c, got, ids(left))
 	}
 }

@@ -232,18 +232,22 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	case "acquire":
 		l, err := iss.Acquire(ctx, *resource, *holder, ttl)
 		if err != nil {
+			a.countRefusal(ctx, pool, err)
 			return a.fail(err)
 		}
+		a.countGrant(ctx, pool, l.Resource, l.Epoch)
 		failpoint.Inject(failpoint.AfterLeaseAcquire) // no-op unless built with -tags failpoints
 		a.writeJSON(l)
 	case "renew":
 		l, err := iss.Renew(ctx, *resource, *holder, epoch, ttl)
 		if err != nil {
+			a.countRefusal(ctx, pool, err)
 			return a.fail(err)
 		}
 		a.writeJSON(l)
 	case "release":
 		if err := iss.Release(ctx, *resource, *holder, epoch); err != nil {
+			a.countRefusal(ctx, pool, err)
 			return a.fail(err)
 		}
 		a.writeJSON(map[string]any{"resource": *resource, "holder": *holder, "epoch": epoch, "released": true})
@@ -280,8 +284,10 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	r, err := lease.NewIssuer(pool, lease.WithSchema(a.schema()), lease.WithLockTimeout(*lockTimeout), lease.WithFailoverEpochJump(*jump),
 		lease.AsPrincipal(*principal)).Advance(ctx, *resource, *epoch)
 	if err != nil {
+		a.countRefusal(ctx, pool, err)
 		return a.fail(err)
 	}
+	a.countGrant(ctx, pool, r.Resource, r.Epoch)
 	a.writeJSON(map[string]any{"resource": r.Resource, "epoch": r.Epoch})
 	return exitOK
 }
@@ -334,6 +340,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	client, _ = outbox.New(pool, cfg)
 	res, err := client.Enqueue(ctx, in)
 	if err != nil {
+		a.countRefusal(ctx, pool, err)
 		return a.fail(err)
 	}
 	failpoint.Inject(failpoint.AfterCommitBeforeAnswer) // no-op unless built with -tags failpoints

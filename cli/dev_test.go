@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -343,6 +344,8 @@ func TestDevDemoStartsEverythingAndStopsClean(t *testing.T) {
 		t.Errorf("admin API: %s %s", resp.Status, body)
 	}
 
+	checkDevMetrics(t, r.AdminURL)
+
 	took := p.interrupt(t)
 	if took > 30*time.Second {
 		t.Errorf("stopping took %s", took)
@@ -429,4 +432,52 @@ func TestDevRejectsBadFlags(t *testing.T) {
 			t.Errorf("dev %v: stdout %q", args, stdout.String())
 		}
 	}
+}
+
+// checkDevMetrics scrapes dev's /metrics after the demo: the lease
+// counters are there as in gateway run, and they and the stale-epoch
+// counter show what the demo did — A's lease taken free, B's taken after
+// A's expired, A's late write refused at enqueue and at the file
+// destination.
+func checkDevMetrics(t *testing.T, adminURL string) {
+	t.Helper()
+	resp, err := http.Get(adminURL + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics: %s %s", resp.Status, body)
+	}
+	n := 0
+	for _, series := range []string{
+		`fencegate_lease_takeovers_total{how="free"}`,
+		`fencegate_lease_takeovers_total{how="after_expiry"}`,
+		`fencegate_stale_epoch_rejections_total{where="enqueue"}`,
+		`fencegate_stale_epoch_rejections_total{where="file_destination"}`,
+	} {
+		v, ok := metricValue(string(body), series)
+		switch {
+		case !ok:
+			t.Errorf("/metrics lacks %s", series)
+		case v < 1:
+			t.Errorf("%s = %v after the demo, want at least 1", series, v)
+		default:
+			n++
+		}
+	}
+	t.Logf("dev's /metrics: %d demo counters checked", n)
+}
+
+// metricValue finds series (name{labels} as the text format writes it) in
+// a scrape.
+func metricValue(scrape, series string) (float64, bool) {
+	for _, line := range strings.Split(scrape, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -167,4 +169,48 @@ func TestCLIFailoverEpochJump(t *testing.T) {
 		t.Fatalf("refused acquire = %s; want reason timeline_backwards named in the message", r.stdout)
 	}
 	expectCode(t, gw(t, db, "epoch", "advance", "--resource", "old", "--epoch", "100"), 1, "authority_changed")
+}
+
+// A CLI worker's refusals and grants are counted in the database (for the
+// relay's scrape: fencegate_fence_refusals_total{path="cli"},
+// fencegate_worker_lease_takeovers_total{path="cli"}), its refused
+// transaction rolled back notwithstanding.
+func TestCLICountsRefusalsInDatabase(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "counted", "--holder", "A", "--ttl", "30s"), 0, "")
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "counted", "--holder", "A", "--ttl", "30s"), 0, "")
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "counted", "--holder", "B", "--ttl", "30s"), 4, "lease_held")
+	expectCode(t, gw(t, db, "enqueue", "--resource", "counted", "--epoch", "1", "--op", "late", "--kind", "email", "--payload", cliEmail), 3, "stale_epoch")
+	expectCode(t, gw(t, db, "lease", "renew", "--resource", "counted", "--holder", "A", "--epoch", "1", "--ttl", "30s"), 3, "stale_epoch")
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT sequencename::text, coalesce(last_value, 0) FROM pg_sequences
+		WHERE schemaname = $1 AND starts_with(sequencename::text, 'fence_count_')`, testdb.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[strings.TrimPrefix(name, "fence_count_")] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"cli_stale_epoch": 2, "cli_lease_held": 1, "cli_takeover_free": 1, "cli_takeover_reacquired": 1,
+		"cli_takeover_after_expiry": 0, "sql_stale_epoch": 0}
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("counter %s = %d, want %d (all: %v)", name, got[name], n, got)
+		}
+	}
+	t.Logf("%d counters checked of %d", len(want), len(got))
 }

@@ -49,6 +49,14 @@ func registerMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, schema string
 				return fmt.Errorf("gateway: register intent metrics: %w", err)
 			}
 		}
+		// The refusals and grants of SQL and CLI workers, counted in
+		// the database: they have no /metrics of their own.
+		if err := reg.Register(newCounterCollector(pool, pgschema.MustParse(schema), log)); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return fmt.Errorf("gateway: register counter metrics: %w", err)
+			}
+		}
 	}
 	return nil
 }

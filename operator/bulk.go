@@ -31,6 +31,13 @@ type BulkRequest struct {
 	// Kind, ResourcePrefix narrow it.
 	Kind           string `json:"kind,omitempty"`
 	ResourcePrefix string `json:"resource_prefix,omitempty"`
+	// Search narrows it as ListFilter.Search does a list (operation id,
+	// idempotency key, destination).
+	Search string `json:"search,omitempty"`
+	// IDs, when given, narrow it to these intents (at most MaxListLimit):
+	// the rows a person picked on a list. Those of them the other filters
+	// do not select are left alone.
+	IDs []int64 `json:"ids,omitempty"`
 	// Since and Until bound the intents' last change (updated_at): a
 	// duration back from now ("2h") or an RFC 3339 time.
 	Since string `json:"since,omitempty"`
@@ -63,69 +70,65 @@ type BulkResult struct {
 	// absent.
 	Applied int            `json:"applied"`
 	Skipped map[string]int `json:"skipped"`
-	// IDs (a dry run only) are the first BulkPreviewIDs intents the
-	// action would act on, in the order it would (by intent id): the
-	// matched ones less those it would skip for their effect. Absent
-	// when there are none, and from a run that is not dry.
+	// IDs (a dry run) are the first BulkPreviewIDs intents, in the order
+	// the action would take them (by id), it would touch: matched and not
+	// skipped for their effect.
 	IDs []int64 `json:"ids,omitempty"`
 }
 
-type bulkWhere struct {
-	sql  string
-	args []any
-}
-
-func (r *BulkRequest) where(now time.Time) (bulkWhere, error) {
+func (r *BulkRequest) where(now time.Time) (sqlWhere, error) {
 	if _, ok := allowedFrom[r.Action]; !ok {
-		return bulkWhere{}, inputErr("action", "must be retry, cancel or resolve, got %q", r.Action)
+		return sqlWhere{}, inputErr("action", "must be retry, cancel or resolve, got %q", r.Action)
 	}
 	if r.Status == "" {
-		return bulkWhere{}, inputErr("status", "is required: the status of the intents to %s", r.Action)
+		return sqlWhere{}, inputErr("status", "is required: the status of the intents to %s", r.Action)
 	}
 	ok := false
 	for _, s := range allowedFrom[r.Action] {
 		ok = ok || s == r.Status
 	}
 	if !ok {
-		return bulkWhere{}, inputErr("status", "%s applies to intents that are %s, not %s", r.Action, joinStatuses(allowedFrom[r.Action]), r.Status)
+		return sqlWhere{}, inputErr("status", "%s applies to intents that are %s, not %s", r.Action, joinStatuses(allowedFrom[r.Action]), r.Status)
 	}
-	w := bulkWhere{sql: "status = $1", args: []any{string(r.Status)}}
-	add := func(cond string, v any) {
-		w.args = append(w.args, v)
-		w.sql += fmt.Sprintf(" AND "+cond, len(w.args))
-	}
+	var w sqlWhere
+	w.add("status = $%d", string(r.Status))
 	if r.Kind != "" {
-		add("kind = $%d", r.Kind)
+		w.add("kind = $%d", r.Kind)
 	}
 	if r.ResourcePrefix != "" {
 		// A prefix, not a pattern: LIKE's wildcards in it are literal.
 		esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(r.ResourcePrefix)
-		add("resource_id LIKE $%d || '%%'", esc)
+		w.add("resource_id LIKE $%d || '%%'", esc)
 	}
-	for _, b := range []struct {
-		field, raw, op string
-	}{{"since", r.Since, ">="}, {"until", r.Until, "<"}} {
-		if b.raw == "" {
-			continue
+	if len(r.Search) > MaxSearchLen {
+		return sqlWhere{}, inputErr("search", "must be at most %d bytes", MaxSearchLen)
+	}
+	if err := addCommon(&w, r.Search, r.Since, r.Until, now); err != nil {
+		return sqlWhere{}, err
+	}
+	if len(r.IDs) > MaxListLimit {
+		return sqlWhere{}, inputErr("ids", "must be at most %d intents, got %d", MaxListLimit, len(r.IDs))
+	}
+	for _, id := range r.IDs {
+		if id < 1 {
+			return sqlWhere{}, inputErr("ids", "must be intent ids (at least 1), got %d", id)
 		}
-		t, err := parseWhen(b.raw, now)
-		if err != nil {
-			return bulkWhere{}, inputErr(b.field, "must be a duration back from now (2h) or an RFC 3339 time, got %q", b.raw)
-		}
-		add("updated_at "+b.op+" $%d", t)
+	}
+	if r.IDs != nil {
+		w.add("intent_id = ANY($%d)", r.IDs)
 	}
 	if r.Action == ActionResolve && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed && !r.DryRun {
-		return bulkWhere{}, inputErr("outcome", "resolve needs an outcome: succeeded or failed")
+		return sqlWhere{}, inputErr("outcome", "resolve needs an outcome: succeeded or failed")
 	}
 	if r.Force && r.Action != ActionRetry {
-		return bulkWhere{}, inputErr("force", "only retry takes force (accepting a second effect); %s of an intent whose effect may have happened is refused whatever, "+
+		return sqlWhere{}, inputErr("force", "only retry takes force (accepting a second effect); %s of an intent whose effect may have happened is refused whatever, "+
 			"and resolve records what the operator found at the destination", r.Action)
 	}
 	if len(r.Note) > MaxNoteLen {
-		return bulkWhere{}, inputErr("note", "must be at most %d bytes", MaxNoteLen)
+		return sqlWhere{}, inputErr("note", "must be at most %d bytes", MaxNoteLen)
 	}
 	if r.Force && len(r.Note) > maxForcedNoteLen {
-		return bulkWhere{}, inputErr("note", "must be at most %d bytes with force (the event's note begins with %q)", maxForcedNoteLen, ForcedNote)
+		return sqlWhere{}, inputErr("note", "must be at most %d bytes with force (the event's note begins with %q)", maxForcedNoteLen, ForcedNote)
 	}
 	return w, nil
 }
@@ -150,7 +153,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 		return res, err
 	}
 	var possible int
-	if err := o.pool.QueryRow(ctx, o.sch.SQL(`SELECT count(*), count(*) FILTER (WHERE effect = 'possible') FROM fencegate.intents WHERE `+w.sql), w.args...).
+	if err := o.pool.QueryRow(ctx, o.sch.SQL(`SELECT count(*), count(*) FILTER (WHERE effect = 'possible') FROM fencegate.intents WHERE `+w.where()), w.args...).
 		Scan(&res.Matched, &possible); err != nil {
 		return res, fmt.Errorf("operator: bulk %s: count: %w", req.Action, err)
 	}
@@ -158,8 +161,18 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 		if refusesPossible(req) && possible > 0 {
 			res.Skipped[SkippedEffectPossible] = possible
 		}
-		if res.IDs, err = o.previewIDs(ctx, req, w); err != nil {
-			return res, err
+		// The first it would touch, in the order it would: those refused
+		// for their effect left out.
+		touch := w.where()
+		if refusesPossible(req) {
+			touch += " AND effect <> 'possible'"
+		}
+		rows, err := o.pool.Query(ctx, o.sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s ORDER BY intent_id LIMIT %d`, touch, BulkPreviewIDs)), w.args...)
+		if err != nil {
+			return res, fmt.Errorf("operator: bulk %s: preview: %w", req.Action, err)
+		}
+		if res.IDs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return res, fmt.Errorf("operator: bulk %s: preview: %w", req.Action, err)
 		}
 		return res, nil
 	}
@@ -167,7 +180,7 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 	for {
 		args := append(append([]any{}, w.args...), after, BulkBatch)
 		n := len(w.args)
-		rows, err := o.pool.Query(ctx, o.sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s AND intent_id > $%d ORDER BY intent_id LIMIT $%d`, w.sql, n+1, n+2)), args...)
+		rows, err := o.pool.Query(ctx, o.sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s AND intent_id > $%d ORDER BY intent_id LIMIT $%d`, w.where(), n+1, n+2)), args...)
 		if err != nil {
 			return res, fmt.Errorf("operator: bulk %s: %w", req.Action, err)
 		}
@@ -207,26 +220,6 @@ func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error
 		}
 		after = ids[len(ids)-1]
 	}
-}
-
-// previewIDs returns the first BulkPreviewIDs ids a run of req would act
-// on: those w selects, less the intents whose effect is possible when the
-// action refuses them.
-func (o *Operator) previewIDs(ctx context.Context, req BulkRequest, w bulkWhere) ([]int64, error) {
-	cond := w.sql
-	if refusesPossible(req) {
-		cond += " AND effect <> 'possible'"
-	}
-	args := append(append([]any{}, w.args...), BulkPreviewIDs)
-	rows, err := o.pool.Query(ctx, o.sch.SQL(fmt.Sprintf(`SELECT intent_id FROM fencegate.intents WHERE %s ORDER BY intent_id LIMIT $%d`, cond, len(args))), args...)
-	if err != nil {
-		return nil, fmt.Errorf("operator: bulk %s: preview: %w", req.Action, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("operator: bulk %s: preview: %w", req.Action, err)
-	}
-	return ids, nil
 }
 
 // SkippedEffectPossible is the BulkResult.Skipped reason of intents whose

@@ -37,6 +37,14 @@ type ListFilter struct {
 	Resource string
 	Status   outbox.Status
 	Kind     string
+	// Search finds intents whose operation id, idempotency key or kind's
+	// main payload field (Destination) contains it, ignoring case; at most
+	// MaxSearchLen bytes.
+	Search string
+	// Since and Until bound the intents' last change (updated_at), as a
+	// bulk action's do: a duration back from now ("2h") or an RFC 3339
+	// time; Since inclusive, Until exclusive.
+	Since, Until string
 	// Limit is the page size, 1 to MaxListLimit. Zero: DefaultListLimit.
 	Limit int
 	// Cursor is the next_cursor of the previous page; empty for the first.
@@ -73,6 +81,12 @@ func (f ListFilter) Validate() error {
 	}
 	if len(f.Kind) > outbox.MaxKindLen {
 		return inputErr("kind", "must be at most %d bytes", outbox.MaxKindLen)
+	}
+	if len(f.Search) > MaxSearchLen {
+		return inputErr("search", "must be at most %d bytes", MaxSearchLen)
+	}
+	if _, err := f.conds(time.Now(), true); err != nil {
+		return err
 	}
 	if _, err := f.cursorID(); err != nil {
 		return err
@@ -111,53 +125,97 @@ const listColumns = `intent_id, resource_id, epoch, operation_id, kind, idempote
 // client pages through neither shift pages (no duplicates) nor hide older
 // ones (no gaps); new intents appear on a fresh first page.
 func (o *Operator) List(ctx context.Context, f ListFilter) (Page, error) {
-	if err := f.Validate(); err != nil {
+	rows, next, err := o.list(ctx, f)
+	if err != nil {
 		return Page{}, err
+	}
+	p := Page{Intents: make([]outbox.Record, len(rows)), NextCursor: next}
+	for i, r := range rows {
+		p.Intents[i] = r.Record
+	}
+	return p, nil
+}
+
+// RowPage is a page of Rows, newest first.
+type RowPage struct {
+	Rows []Row
+	// NextCursor continues the listing; nil on the last page.
+	NextCursor *string
+}
+
+// Row is an intent of a list as people read it: the record (without the
+// payload) and its destination.
+type Row struct {
+	outbox.Record
+	// Destination is the kind's main payload field: an email's
+	// recipients (to, cc, bcc), a file's target, a webhook's URL, an s3
+	// object's bucket/key; empty for other kinds.
+	Destination string
+}
+
+// ListRows is List with each intent's Destination (the admin pages).
+func (o *Operator) ListRows(ctx context.Context, f ListFilter) (RowPage, error) {
+	rows, next, err := o.list(ctx, f)
+	return RowPage{Rows: rows, NextCursor: next}, err
+}
+
+func (o *Operator) list(ctx context.Context, f ListFilter) ([]Row, *string, error) {
+	if err := f.Validate(); err != nil {
+		return nil, nil, err
 	}
 	if f.Limit == 0 {
 		f.Limit = DefaultListLimit
 	}
 	after, _ := f.cursorID()
-	// One row more than the page tells whether a next page exists. The
-	// filters are written as "$n = '' OR col = $n" so one statement serves
-	// every combination; the indexes (resource_id, intent_id DESC) and
-	// (status, intent_id DESC) serve the common ones.
-	rows, err := o.q.Query(ctx, o.sch.SQL(`SELECT `+listColumns+` FROM fencegate.intents
-		WHERE ($1 = '' OR resource_id = $1)
-		  AND ($2 = '' OR status = $2)
-		  AND ($3 = '' OR kind = $3)
-		  AND ($4 = 0 OR intent_id < $4)
-		ORDER BY intent_id DESC
-		LIMIT $5`), f.Resource, string(f.Status), f.Kind, after, f.Limit+1)
+	w, err := f.conds(time.Now(), true)
 	if err != nil {
-		return Page{}, fmt.Errorf("operator: list intents: %w", err)
+		return nil, nil, err
+	}
+	if after > 0 {
+		w.add("intent_id < $%d", after)
+	}
+	// One row more than the page tells whether a next page exists. Only
+	// the filters given are in the statement, so each combination gets a
+	// plan of its own: the indexes (resource_id, intent_id DESC), the
+	// partial ones by status, or the primary key backward serve them.
+	args := append(w.args, f.Limit+1)
+	rows, err := o.q.Query(ctx, o.sch.SQL(`SELECT `+listColumns+`, `+destinationSQL+` FROM fencegate.intents
+		WHERE `+w.where()+fmt.Sprintf(` ORDER BY intent_id DESC LIMIT $%d`, len(args))), args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("operator: list intents: %w", err)
 	}
 	defer rows.Close()
-	p := Page{Intents: []outbox.Record{}}
+	out := []Row{}
 	for rows.Next() {
-		var r outbox.Record
+		var row Row
+		r := &row.Record
 		var fence, status, effect string
 		var result []byte
+		var dest *string
 		if err := rows.Scan(&r.IntentID, &r.Resource, &r.Epoch, &r.OperationID, &r.Kind, &r.IdempotencyKey, &fence,
 			&status, &r.Attempts, &result, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.RelayedAt, &r.CompletedAt, &r.Principal,
-			&effect, &r.NotBefore); err != nil {
-			return Page{}, fmt.Errorf("operator: list intents: %w", err)
+			&effect, &r.NotBefore, &dest); err != nil {
+			return nil, nil, fmt.Errorf("operator: list intents: %w", err)
 		}
 		r.Fence, r.Status, r.Effect = outbox.Fence(fence), outbox.Status(status), outbox.Effect(effect)
 		if result != nil {
 			r.Result = result
 		}
-		p.Intents = append(p.Intents, r)
+		if dest != nil {
+			row.Destination = *dest
+		}
+		out = append(out, row)
 	}
 	if err := rows.Err(); err != nil {
-		return Page{}, fmt.Errorf("operator: list intents: %w", err)
+		return nil, nil, fmt.Errorf("operator: list intents: %w", err)
 	}
-	if len(p.Intents) > f.Limit {
-		p.Intents = p.Intents[:f.Limit]
-		next := strconv.FormatInt(p.Intents[f.Limit-1].IntentID, 10)
-		p.NextCursor = &next
+	var next *string
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+		c := strconv.FormatInt(out[f.Limit-1].IntentID, 10)
+		next = &c
 	}
-	return p, nil
+	return out, next, nil
 }
 
 // Event is one entry of an intent's history: an action and the status

@@ -50,11 +50,16 @@ var Objects = []string{
 	// sequences
 	"fencegate_schema_version_id_seq", "idempotency_token_seq",
 	"intent_events_event_id_seq", "intents_intent_id_seq", "policy_history_version_seq",
+	"fence_count_sql_stale_epoch", "fence_count_sql_lease_held", "fence_count_sql_forbidden",
+	"fence_count_sql_takeover_free", "fence_count_sql_takeover_after_expiry", "fence_count_sql_takeover_released",
+	"fence_count_sql_takeover_reacquired", "fence_count_cli_stale_epoch", "fence_count_cli_lease_held",
+	"fence_count_cli_forbidden", "fence_count_cli_takeover_free", "fence_count_cli_takeover_after_expiry",
+	"fence_count_cli_takeover_released", "fence_count_cli_takeover_reacquired", "fence_count_cli_takeover_external_advance",
 	// functions: the stable SQL interface (migrations/functions/interface_v1.sql, docs/sql.md)
 	"acquire", "enqueue", "interface_version", "release", "renew",
 	// functions: internal
 	"fencegate_authorize", "fencegate_base64_ok", "fencegate_blank", "fencegate_check_content", "fencegate_check_destination",
-	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_check_principal", "fencegate_check_payload",
+	"fencegate_check_id", "fencegate_check_lease_args", "fencegate_count", "fencegate_check_principal", "fencegate_check_payload",
 	"fencegate_check_target", "fencegate_check_url", "fencegate_deployment_sysid", "fencegate_derived_namespace",
 	"fencegate_email_address_ok", "fencegate_enqueue", "fencegate_enqueue_batch",
 	"fencegate_epoch_authority", "fencegate_epoch_never_decreases", "fencegate_invalid",

@@ -200,6 +200,9 @@ BEGIN
         intent_id := r.intent_id;
         status := r.status;
     WHEN 'stale' THEN
+        -- Counted before the raise rolls the caller's transaction back
+        -- (a sequence: the count stays).
+        PERFORM fencegate.fencegate_count('sql_stale_epoch');
         PERFORM fencegate.fencegate_raise('ZF002',
             format('stale epoch: resource %s is at epoch %s, not %s: authority moved on; nothing of this transaction may commit',
                 to_json(enqueue.resource), r.current_epoch, enqueue.epoch),
@@ -257,6 +260,8 @@ BEGIN
     ELSIF c.epoch = p_epoch AND c.holder <> p_holder THEN
         reason := format('the lease is held by %s', to_json(c.holder));
     END IF;
+    -- Only the SQL interface's renew and release call this.
+    PERFORM fencegate.fencegate_count('sql_stale_epoch');
     PERFORM fencegate.fencegate_raise('ZF002',
         format('stale epoch: resource %s is at epoch %s, not %s%s', to_json(p_resource), coalesce(c.epoch, 0), p_epoch,
             coalesce(': ' || reason, '')),
@@ -307,6 +312,7 @@ BEGIN
     INTO c FROM fencegate.resources r WHERE r.resource_id = acquire.resource FOR UPDATE;
 
     IF c.live AND c.holder IS NOT NULL AND c.holder <> acquire.holder THEN
+        PERFORM fencegate.fencegate_count('sql_lease_held');
         PERFORM fencegate.fencegate_raise('ZF005',
             format('lease on %s held by %s (epoch %s) until %s', to_json(acquire.resource), to_json(c.holder), c.epoch, c.lease_expires_at),
             NULL, jsonb_build_object('code', 'lease_held', 'resource', acquire.resource, 'holder', c.holder,
@@ -347,6 +353,10 @@ BEGIN
     INSERT INTO fencegate.epoch_grants (resource_id, epoch, holder, how, previous_epoch, previous_holder, since_previous_renewal, principal)
     VALUES (acquire.resource, acquire.epoch, acquire.holder, l_how, c.epoch, l_prev, c.since,
             coalesce(a.principal, nullif(current_setting('fencegate.principal', true), '')));
+    -- Counted even if the caller rolls the grant back (then never made):
+    -- takeovers are watched for their rate, and a rolled-back acquire is
+    -- rare.
+    PERFORM fencegate.fencegate_count('sql_takeover_' || l_how);
 END
 $$;
 

@@ -127,22 +127,30 @@ AS $$ SELECT EXISTS (SELECT 1 FROM fencegate.policy_history) $$;
 -- fencegate_authorize is the SQL interface's check: the principal the
 -- calling role acts as (NULL, with key scope NULL, when no rule set was
 -- ever applied), after fencegate_principal_allows.
+-- Its refusals are counted (fencegate_count: sql_forbidden) before they
+-- roll the caller's transaction back; the block that catches them exists
+-- only once a rule set was applied.
 CREATE OR REPLACE FUNCTION fencegate.fencegate_authorize(p_resource text, p_kind text, OUT principal text, OUT key_scope text)
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM fencegate.policy_history) THEN
         RETURN;
     END IF;
-    SELECT r.principal INTO principal FROM fencegate.principal_roles r WHERE r.role_name = session_user;
-    IF NOT FOUND THEN
-        PERFORM fencegate.fencegate_raise('ZF006',
-            format('no principal: role %s is mapped to no principal of the rule set in force (gateway policy show); it may do nothing', to_json(session_user::text)),
-            'role', jsonb_build_object('code', 'no_principal', 'field', 'role', 'role', session_user::text));
-    END IF;
-    key_scope := fencegate.fencegate_principal_allows(principal, p_resource, p_kind, false);
+    BEGIN
+        SELECT r.principal INTO principal FROM fencegate.principal_roles r WHERE r.role_name = session_user;
+        IF NOT FOUND THEN
+            PERFORM fencegate.fencegate_raise('ZF006',
+                format('no principal: role %s is mapped to no principal of the rule set in force (gateway policy show); it may do nothing', to_json(session_user::text)),
+                'role', jsonb_build_object('code', 'no_principal', 'field', 'role', 'role', session_user::text));
+        END IF;
+        key_scope := fencegate.fencegate_principal_allows(principal, p_resource, p_kind, false);
+    EXCEPTION WHEN SQLSTATE 'ZF006' OR SQLSTATE 'ZF007' THEN
+        PERFORM fencegate.fencegate_count('sql_forbidden');
+        RAISE;
+    END;
 END
 $$;
 

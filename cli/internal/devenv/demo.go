@@ -45,8 +45,11 @@ func demoOpID(worker, what string, epoch int64) string {
 // that far, by the file destination's own fence.
 func (d *devEnv) runDemo(ctx context.Context) error {
 	log := d.log.With("component", "demo")
-	issuer := lease.NewIssuer(d.pool, lease.WithSchema(d.opts.Schema))
-	ob, err := outbox.New(d.pool, outbox.Config{Schema: d.opts.Schema, Logger: d.log})
+	// The demo's workers count on the gateway's registry, so dev's
+	// /metrics shows what they did: the takeover, A's refused write.
+	reg := d.stack.Registry()
+	issuer := lease.NewIssuer(d.pool, lease.WithSchema(d.opts.Schema), lease.WithRegisterer(reg))
+	ob, err := outbox.New(d.pool, outbox.Config{Schema: d.opts.Schema, Logger: d.log, Registerer: reg})
 	if err != nil {
 		return err
 	}

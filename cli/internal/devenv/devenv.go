@@ -539,7 +539,9 @@ func (d *devEnv) startMail() error {
 // Dev configures no tokens: admin then serves without authentication, and
 // Options.Validate allows loopback addresses only.
 func (d *devEnv) startAdmin() error {
-	issuer := lease.NewIssuer(d.pool, lease.WithSchema(d.opts.Schema))
+	// The lease counters on the registry, as gateway run's admin issuer
+	// (gateway/admin.go).
+	issuer := lease.NewIssuer(d.pool, lease.WithSchema(d.opts.Schema), lease.WithRegisterer(d.stack.Registry()))
 	srv, err := admin.New(admin.Config{
 		Pool:     d.pool,
 		Outbox:   d.stack.Outbox(),
