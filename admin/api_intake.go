@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -135,14 +136,29 @@ type enqueueResponse struct {
 	Duplicate bool `json:"duplicate"`
 }
 
-// decodeIntent decodes and validates an enqueue request body as
+// decodeIntent decodes and validates an enqueue request as
 // POST /api/v1/intents does, without touching the database: strict JSON
-// (see decodeBody), then the outbox's validation with defaults filled in.
-// An error names the field.
+// (see decodeBody), the operation id from the body or the Idempotency-Key
+// header, then the outbox's validation with defaults filled in. An error
+// names the field.
 func decodeIntent(r *http.Request, c *outbox.Client) (outbox.Intent, error) {
 	var in outbox.Intent
 	if err := decodeBody(r, &in, false); err != nil {
 		return outbox.Intent{}, err
+	}
+	key, fromHeader, err := idempotencyKeyHeader(r)
+	if err != nil {
+		return outbox.Intent{}, err
+	}
+	if fromHeader {
+		// Two different ids for one request: whichever were taken, a
+		// retry that sends only one of them would be another operation.
+		if in.OperationID != "" && in.OperationID != key {
+			return outbox.Intent{}, badRequest("operation_id",
+				"operation_id %q differs from the Idempotency-Key header %q: give one of them, or both the same", in.OperationID, key)
+		}
+		fromHeader = in.OperationID == ""
+		in.OperationID = key
 	}
 	// The payload is kept as raw bytes, which encoding/json does not check
 	// for UTF-8 (it only repairs strings it decodes), and PostgreSQL's
@@ -150,7 +166,70 @@ func decodeIntent(r *http.Request, c *outbox.Client) (outbox.Intent, error) {
 	if !utf8.Valid(in.Payload) {
 		return outbox.Intent{}, badRequest("payload", "payload must be valid UTF-8")
 	}
-	return c.Validate(in)
+	out, err := c.Validate(in)
+	var inv *InputError
+	if fromHeader && errors.As(err, &inv) && inv.Field == "operation_id" {
+		// The id came from the header only: name what the client sent.
+		return outbox.Intent{}, badRequest(idempotencyKeyName, "Idempotency-Key: the operation id %s", inv.Message)
+	}
+	return out, err
+}
+
+// idempotencyKeyName is the header that may carry an enqueue's operation
+// id (IETF's idempotency-key draft; Stripe's API).
+const idempotencyKeyName = "Idempotency-Key"
+
+// idempotencyKeyHeader returns the Idempotency-Key header's value and
+// whether the request has one. The draft writes the value as a
+// Structured Field string ("…"), which is unquoted; any other value is
+// taken as it is (Stripe's keys). An empty value, a malformed string or
+// the header given twice is an error naming the header.
+func idempotencyKeyHeader(r *http.Request) (string, bool, error) {
+	vals := r.Header.Values(idempotencyKeyName)
+	switch {
+	case len(vals) == 0:
+		return "", false, nil
+	case len(vals) > 1:
+		return "", true, badRequest(idempotencyKeyName, "give the Idempotency-Key header once, got %d", len(vals))
+	}
+	v := strings.TrimSpace(vals[0])
+	if v == "" {
+		return "", true, badRequest(idempotencyKeyName, "the Idempotency-Key header is empty")
+	}
+	if !strings.HasPrefix(v, `"`) {
+		return v, true, nil
+	}
+	key, ok := sfString(v)
+	if !ok || key == "" {
+		return "", true, badRequest(idempotencyKeyName,
+			`the Idempotency-Key header %q starts with '"' but is not a Structured Field string ("printable ASCII", \" and \\ escaped) with something in it`, v)
+	}
+	return key, true, nil
+}
+
+// sfString unquotes an RFC 8941 string: '"', printable ASCII with '"' and
+// '\' escaped by '\', '"', nothing after it.
+func sfString(v string) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(v)-1; i++ {
+		c := v[i]
+		switch {
+		case c == '\\':
+			i++
+			if i >= len(v)-1 || v[i] != '"' && v[i] != '\\' {
+				return "", false
+			}
+			b.WriteByte(v[i])
+		case c == '"', c < 0x20, c > 0x7e:
+			return "", false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
 }
 
 // enqueue: POST /api/v1/intents. 201 new, 200 duplicate (the existing

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fencegate/fencegate/docs"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/httpserver"
@@ -129,7 +130,7 @@ type Server struct {
 	cfg     Config
 	op      *operator.Operator
 	auth    *authenticator
-	mux     *http.ServeMux
+	mux     *routeMux
 	metrics *apiMetrics
 
 	// The HTML pages (pages.go): templates, the inlined style sheet and
@@ -147,6 +148,8 @@ type Server struct {
 	pagePatterns map[string]bool
 	// tls is nil for plain HTTP.
 	tls *tls.Config
+	// openapi is the API's description as JSON (docs/openapi.yaml).
+	openapi []byte
 
 	// life is the lifecycle of Start/Stop; serveErr is why serving ended.
 	life     startstop.Lifecycle
@@ -169,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, op: op, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(), metrics: m, sessions: newSessionStore(),
+	s := &Server{cfg: cfg, op: op, auth: newAuthenticator(cfg.Tokens), mux: &routeMux{ServeMux: http.NewServeMux()}, metrics: m, sessions: newSessionStore(),
 		limiter: newFailureLimiter(cfg.AuthFailureLimit, cfg.AuthFailureWindow)}
 	if cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
@@ -181,11 +184,49 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Tokens) == 0 {
 		cfg.Logger.Warn("admin: no API tokens configured: requests are not authenticated; binding loopback addresses only")
 	}
+	if s.openapi, err = docs.OpenAPIJSON(); err != nil {
+		return nil, fmt.Errorf("admin: the OpenAPI description: %w", err)
+	}
+	s.mux.group = routeAPI
 	s.routes()
+	s.mux.group = routePage
 	if err := s.pageRoutes(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Who registered a route: the API (routes, described by
+// docs/openapi.yaml) or the HTML pages (pageRoutes).
+const (
+	routeAPI  = "api"
+	routePage = "page"
+)
+
+// route is a pattern registered on the server's mux, and by whom.
+type route struct {
+	pattern string
+	group   string
+}
+
+// routeMux is the server's mux; it records every pattern registered, so
+// that the routes can be listed and held against the OpenAPI description
+// (an http.ServeMux cannot list its own).
+type routeMux struct {
+	*http.ServeMux
+	group  string
+	routes []route
+}
+
+// Handle registers h for pattern and records it under the current group.
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.routes = append(m.routes, route{pattern: pattern, group: m.group})
+}
+
+// HandleFunc is Handle for a function.
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
 }
 
 // Handler returns the HTTP handler of every route.
@@ -484,6 +525,9 @@ func (s *Server) routes() {
 	// no token.
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
+	// The description holds no secret; a client reads it before it has a
+	// token. A server without tokens still answers it only on loopback.
+	s.mux.HandleFunc("GET /api/v1/openapi.json", s.serveOpenAPI)
 	s.mux.Handle("GET /metrics", s.require(RoleOperator,
 		promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)})))
 
@@ -503,6 +547,14 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /api/v1/leases/release", s.api(RoleWorker, s.releaseLease))
 	s.mux.Handle("POST /api/v1/epochs", s.api(RoleWorker, s.advanceEpoch))
 	s.mux.Handle("POST /api/v1/intents", s.api(RoleWorker, s.enqueue))
+}
+
+// serveOpenAPI answers the API's OpenAPI 3.1 description, as JSON.
+func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(s.openapi)))
+	_, _ = w.Write(s.openapi)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -11,8 +11,10 @@ package errmap
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -120,6 +122,12 @@ var answers = map[Code]answer{
 	MethodNotAllowed: {ExitInternal, http.StatusMethodNotAllowed},
 	Misdirected:      {ExitInternal, http.StatusMisdirectedRequest},
 	TooManyFailures:  {ExitInternal, http.StatusTooManyRequests},
+}
+
+// Codes returns every code of the contract, sorted (the admin API's
+// OpenAPI description is held to it).
+func Codes() []Code {
+	return slices.Sorted(maps.Keys(answers))
 }
 
 // Exit returns the CLI's exit code for c (ExitInternal for a code not in
