@@ -500,3 +500,61 @@ func poll(t *testing.T, what string, within time.Duration, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Each client's own unit tests, in its ecosystem's runner: unittest
+// against the installed Python package, node --test against dist/.
+func TestClientUnitTests(t *testing.T) {
+	t.Run("python", func(t *testing.T) {
+		cmd := langs[0].cmd(t)
+		out, err := exec.Command(cmd[0], "-m", "unittest", "discover", "-s", filepath.Join("python", "tests"), "-p", "test_*.py").CombinedOutput()
+		t.Logf("%s", out)
+		if err != nil {
+			t.Fatalf("python -m unittest: %v", err)
+		}
+		if !bytes.Contains(out, []byte("\nOK")) || bytes.Contains(out, []byte("Ran 0 tests")) {
+			t.Fatal("unittest ran no test, or did not say OK")
+		}
+	})
+	t.Run("typescript", func(t *testing.T) {
+		out, err := exec.Command("node", "--test", filepath.Join("typescript", "test", "unit.test.js")).CombinedOutput()
+		t.Logf("%s", out)
+		if err != nil {
+			t.Fatalf("node --test: %v", err)
+		}
+		if bytes.Contains(out, []byte("# pass 0\n")) || !bytes.Contains(out, []byte("# fail 0\n")) {
+			t.Fatal("node --test passed no test, or failed some")
+		}
+	})
+}
+
+// dist/ is committed (npm install ./clients/typescript links the directory
+// and runs no build), so it must be what tsc makes of src/ now.
+func TestTypeScriptDistIsTheBuild(t *testing.T) {
+	tsc := filepath.Join("typescript", "node_modules", ".bin", "tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		t.Fatalf("%v: run the test command (scripts/test.sh), whose setup_clients runs npm ci in clients/typescript", err)
+	}
+	out := t.TempDir()
+	if b, err := exec.Command(tsc, "-p", filepath.Join("typescript", "tsconfig.json"), "--outDir", out).CombinedOutput(); err != nil {
+		t.Fatalf("tsc: %v\n%s", err, b)
+	}
+	built, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadDir(filepath.Join("typescript", "dist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(built) == 0 || len(built) != len(committed) {
+		t.Fatalf("tsc made %d files, dist/ holds %d: run npm run build in clients/typescript and commit dist/", len(built), len(committed))
+	}
+	for _, f := range built {
+		want, _ := os.ReadFile(filepath.Join(out, f.Name()))
+		got, err := os.ReadFile(filepath.Join("typescript", "dist", f.Name()))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("dist/%s is not tsc's build of src/ (%v): run npm run build in clients/typescript and commit dist/", f.Name(), err)
+		}
+	}
+	t.Logf("%d files of dist/ equal tsc's build", len(built))
+}
