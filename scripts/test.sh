@@ -37,6 +37,7 @@ setup_chromium
 setup_python_psycopg
 setup_node_pg
 setup_java_client
+setup_clients
 
 echo "== vulnerabilities"
 vulncheck

@@ -200,4 +200,75 @@ setup_java_client() {
 		fi
 	fi
 	echo "java client: $(command -v javac || echo "${JAVA_HOME:-no javac}"), $(ls /usr/share/java/postgresql.jar 2>/dev/null || echo "${FENCEGATE_JDBC_JAR:-no JDBC driver}")"
+
+# setup_clients: the client packages of clients/ installed as a user
+# installs them, made anew each run (a few seconds), for clients/ and
+# examples/sql-worker's tests:
+#   FENCEGATE_PYTHON        a virtual environment's python (var/clients/venv,
+#                           over /usr/bin/python3 with --system-site-packages
+#                           for Debian's python3-psycopg) after
+#                           `pip install ./clients/python` (offline: the build
+#                           uses Debian's setuptools and wheel)
+#   FENCEGATE_NODE_PROJECT  a project (var/clients/node) after
+#                           `npm install pg ./clients/typescript`
+#   FAKETIME_LIB            Debian's libfaketime, which steps a paused
+#                           worker's wall clock in the keepers' pause tests
+# and npm ci in clients/typescript (the TypeScript compiler, for the test
+# that dist/ is the build of src/) and in examples/sql-worker/node. The
+# Debian packages are installed with apt-get as root when missing.
+setup_clients() {
+	local py=/usr/bin/python3 root="$PWD" want=()
+	"$py" -c 'import venv, ensurepip' >/dev/null 2>&1 || want+=(python3-venv)
+	"$py" -c 'import psycopg' >/dev/null 2>&1 || want+=(python3-psycopg)
+	"$py" -c 'import setuptools, wheel' >/dev/null 2>&1 || want+=(python3-setuptools python3-wheel)
+	FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1)}"
+	[ -n "$FAKETIME_LIB" ] || want+=(libfaketime)
+	if [ ${#want[@]} -gt 0 ]; then
+		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+			echo "installing ${want[*]} (once)"
+			{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null 2>&1 ||
+				{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null; }; } ||
+				echo "installing ${want[*]} failed"
+			FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1)}"
+		else
+			echo "missing and this is not root: apt-get install -y ${want[*]}"
+		fi
+	fi
+	export FAKETIME_LIB
+	echo "libfaketime: ${FAKETIME_LIB:-missing: the pause tests of the keepers will fail}"
+
+	FENCEGATE_PYTHON=
+	# build/: setuptools builds in the tree; a file removed from src/ must not
+	# linger there and be installed.
+	rm -rf var/clients/venv clients/python/build && mkdir -p var/clients
+	if "$py" -m venv --system-site-packages var/clients/venv &&
+		var/clients/venv/bin/pip install --quiet --no-index --no-build-isolation ./clients/python; then
+		FENCEGATE_PYTHON="$root/var/clients/venv/bin/python"
+	else
+		echo "pip install ./clients/python failed"
+	fi
+	export FENCEGATE_PYTHON
+	echo "python client: ${FENCEGATE_PYTHON:-missing}"
+
+	FENCEGATE_NODE_PROJECT=
+	if command -v npm >/dev/null 2>&1; then
+		local dir="$root/var/clients/node"
+		rm -rf "$dir" && mkdir -p "$dir"
+		if (cd "$dir" && echo '{"name": "fencegate-client-test", "private": true}' >package.json &&
+			npm install --no-audit --no-fund --loglevel=error pg@8.13.1 "$root/clients/typescript" >/dev/null); then
+			FENCEGATE_NODE_PROJECT="$dir"
+		else
+			echo "npm install pg ./clients/typescript failed"
+		fi
+		local d
+		for d in clients/typescript examples/sql-worker/node; do
+			if [ ! -d "$d/node_modules" ] || [ "$d/package-lock.json" -nt "$d/node_modules" ] ||
+				{ [ "$d" = examples/sql-worker/node ] && [ ! -e "$d/node_modules/@fencegate/client" ]; }; then
+				echo "npm ci in $d"
+				(cd "$d" && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules) || echo "npm ci in $d failed"
+			fi
+		done
+	fi
+	export FENCEGATE_NODE_PROJECT
+	echo "node client: ${FENCEGATE_NODE_PROJECT:-missing}"
 }

@@ -1,14 +1,17 @@
 // Package sqlworker_test runs the SQL interface's example workers, in
-// Python (psycopg) and Node.js (node-postgres), against a real PostgreSQL
-// migrated by fencegate: the invoice and its email intent commit together
+// Python and Node.js over fencegate's client packages (clients/python,
+// clients/typescript), against a real PostgreSQL migrated by fencegate:
+// each worker creates the table it needs (invoices), the invoice and its email intent commit together
 // or not at all, a retry after a lost response returns the same intent, a
 // worker whose lease was taken over is refused with SQLSTATE ZF002 and
 // stores nothing, bad input is ZF004 naming the field, and a live lease of
 // another holder is ZF005.
 //
-// The interpreters come from scripts/tools.sh (setup_python_psycopg,
-// setup_node_pg): PYTHON_BIN and NODE_BIN. A missing one fails the test,
-// saying how to get it; it never skips.
+// The interpreters come from scripts/tools.sh (setup_clients,
+// setup_node_pg): FENCEGATE_PYTHON, a virtual environment where
+// ./clients/python is pip-installed, and NODE_BIN with npm ci run in
+// node/ (its package.json takes the client from clients/typescript). A
+// missing one fails the test, saying how to get it; it never skips.
 package sqlworker_test
 
 import (
@@ -39,12 +42,12 @@ type worker struct {
 
 var workers = []worker{
 	{"python", func(t *testing.T) []string {
-		py := os.Getenv("PYTHON_BIN")
+		py := os.Getenv("FENCEGATE_PYTHON")
 		if py == "" {
-			py = "/usr/bin/python3"
+			t.Fatal("FENCEGATE_PYTHON is not set: run the test command (scripts/test.sh), whose setup_clients pip-installs ./clients/python into a virtual environment")
 		}
-		if err := exec.Command(py, "-c", "import psycopg").Run(); err != nil {
-			t.Fatalf("%s cannot import psycopg (%v): run the test command (scripts/test.sh sets PYTHON_BIN), or apt-get install python3-psycopg", py, err)
+		if err := exec.Command(py, "-c", "import fencegate").Run(); err != nil {
+			t.Fatalf("%s cannot import fencegate (%v): run the test command (scripts/test.sh)", py, err)
 		}
 		return []string{py, filepath.Join("python", "worker.py")}
 	}},
@@ -53,8 +56,10 @@ var workers = []worker{
 		if node == "" {
 			node = "node"
 		}
-		if _, err := os.Stat(filepath.Join("node", "node_modules", "pg")); err != nil {
-			t.Fatalf("node-postgres is not installed in examples/sql-worker/node (%v): run the test command (scripts/test.sh), or npm ci there", err)
+		for _, m := range []string{"pg", "@fencegate/client"} {
+			if _, err := os.Stat(filepath.Join("node", "node_modules", m)); err != nil {
+				t.Fatalf("%s is not installed in examples/sql-worker/node (%v): run the test command (scripts/test.sh), or npm ci there", m, err)
+			}
 		}
 		return []string{node, filepath.Join("node", "worker.js")}
 	}},
@@ -100,11 +105,9 @@ func TestWorkersInOtherLanguages(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			// The application's own table, in public beside its own table
-			// called intents (every test database has one).
-			if _, err := pool.Exec(ctx, `CREATE TABLE invoices (id bigint PRIMARY KEY, email text NOT NULL)`); err != nil {
-				t.Fatal(err)
-			}
+			// The workers create the application's own table, invoices, in
+			// public beside its own table called intents (every test
+			// database has one).
 			const resource = "invoices"
 
 			// The lease, through SQL: a new epoch, recorded as Go's are.

@@ -2,63 +2,47 @@
 // A worker in Node.js that sends an invoice's email through fencegate.
 //
 // It writes its own row (the invoice) and fencegate's intent (the email) in
-// ONE transaction, fenced by its lease's epoch, with fencegate's SQL
-// interface (docs/sql.md). Either both commit or neither does; a worker whose
-// lease was taken over is refused (SQLSTATE ZF002) and stores nothing.
+// ONE transaction, fenced by its lease's epoch, with fencegate's TypeScript
+// client (clients/typescript, @fencegate/client). Either both commit or
+// neither does; a worker whose lease was taken over is refused
+// (StaleEpochError, SQLSTATE ZF002) and stores nothing.
 //
 //   GATEWAY_DATABASE_URL=postgres://… node worker.js acquire invoices worker-a 10000
 //   GATEWAY_DATABASE_URL=postgres://… node worker.js send invoices 34 1001 alice@example.com
 //
-// Each command prints one JSON object. It needs node-postgres (npm ci here).
+// Each command prints one JSON object. It needs node-postgres and the client
+// (npm ci here). It creates its table (invoices) when missing.
 // $GATEWAY_SCHEMA names fencegate's schema (default fencegate).
 // examples/sql-worker/sql_worker_test.go runs it.
 'use strict';
 
 const { Client } = require('pg');
+const { Fencegate, FencegateError } = require('@fencegate/client');
 
-// A schema name is a plain lower-case identifier (fencegate refuses others),
-// so it can be written into the statement.
 const schema = process.env.GATEWAY_SCHEMA || 'fencegate';
-if (!/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`bad GATEWAY_SCHEMA ${schema}`);
 
-// A lease on resource: every grant is a new, higher epoch.
-async function acquire(db, resource, holder, ttlMs) {
-  await db.query('BEGIN');
-  try {
-    const { rows } = await db.query(
-      `SELECT epoch::text, expires_at FROM ${schema}.acquire($1, $2, $3 * interval '1 millisecond')`,
-      [resource, holder, ttlMs]);
-    await db.query('COMMIT');
-    return { epoch: Number(rows[0].epoch), expires_at: rows[0].expires_at.toISOString() };
-  } catch (e) {
-    await db.query('ROLLBACK');
-    throw e;
-  }
+// A lease on resource: every grant is a new, higher epoch (committed
+// before it is used: the client is in autocommit).
+async function acquire(fg, resource, holder, ttlMs) {
+  const lease = await fg.acquire(resource, holder, ttlMs);
+  return { epoch: lease.epoch, expires_at: lease.expiresAt.toISOString() };
 }
 
 // Record the invoice and enqueue its email, in one transaction. Safe to run
 // again after a lost response: the invoice insert does nothing the second
 // time, and enqueue answers 'duplicate' with the same intent.
-async function send(db, resource, epoch, invoiceId, email, rollback) {
+async function send(fg, resource, epoch, invoiceId, email, rollback) {
+  const db = fg.db;
   await db.query('BEGIN');
   try {
     await db.query('INSERT INTO invoices (id, email) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', [invoiceId, email]);
-    const { rows } = await db.query(
-      `SELECT outcome, intent_id::text, status, current_epoch::text FROM ${schema}.enqueue(
-         resource => $1, epoch => $2, operation_id => $3, kind => 'email', payload => $4::jsonb)`,
-      [resource, epoch, `invoice-${invoiceId}`, JSON.stringify({
-        to: email,
-        from: 'billing@example.com',
-        subject: `Invoice ${invoiceId}`,
-        text: `Your invoice ${invoiceId} is ready.`,
-      })]);
+    const r = await fg.enqueue({
+      resource, epoch, operationId: `invoice-${invoiceId}`, kind: 'email',
+      payload: { to: email, from: 'billing@example.com', subject: `Invoice ${invoiceId}`, text: `Your invoice ${invoiceId} is ready.` },
+    });
     // Anything that fails after the enqueue: the intent goes with the invoice.
     await db.query(rollback ? 'ROLLBACK' : 'COMMIT');
-    const r = rows[0];
-    return {
-      outcome: r.outcome, intent_id: Number(r.intent_id), status: r.status,
-      current_epoch: Number(r.current_epoch), rolled_back: rollback,
-    };
+    return { outcome: r.outcome, intent_id: r.intentId, status: r.status, current_epoch: r.currentEpoch, rolled_back: rollback };
   } catch (e) {
     await db.query('ROLLBACK');
     throw e;
@@ -70,19 +54,21 @@ async function main(argv) {
   await db.connect();
   let out;
   try {
+    const fg = await Fencegate.attach(db, { schema }); // checks the SQL interface's version
+    await db.query('CREATE TABLE IF NOT EXISTS invoices (id bigint PRIMARY KEY, email text NOT NULL)');
     if (argv[0] === 'acquire') {
-      out = await acquire(db, argv[1], argv[2], Number(argv[3]));
+      out = await acquire(fg, argv[1], argv[2], Number(argv[3]));
     } else if (argv[0] === 'send' || argv[0] === 'send-rollback') {
-      out = await send(db, argv[1], argv[2], Number(argv[3]), argv[4], argv[0] === 'send-rollback');
+      out = await send(fg, argv[1], Number(argv[2]), Number(argv[3]), argv[4], argv[0] === 'send-rollback');
     } else {
       throw new Error(`unknown command ${argv[0]}`);
     }
   } catch (e) {
-    // fencegate's refusals: ZF002 stale epoch, ZF003 conflict, ZF004
-    // invalid input (the column names the field), ZF005 lease held; the
-    // detail is JSON.
-    if (!(e.code || '').startsWith('ZF')) throw e;
-    out = { sqlstate: e.code, message: e.message, field: e.column || null, detail: JSON.parse(e.detail || '{}') };
+    // fencegate's refusals, typed: StaleEpochError (ZF002), ConflictError
+    // (ZF003), InvalidInputError (ZF004, .field), LeaseHeldError (ZF005), …;
+    // the DETAIL's fields are properties.
+    if (!(e instanceof FencegateError)) throw e;
+    out = { sqlstate: e.sqlstate, message: e.message, field: e.column ?? null, detail: e.detail };
   } finally {
     await db.end();
   }

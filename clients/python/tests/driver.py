@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""The integration tests' worker: fencegate's Python client as a program.
+
+clients/clients_test.go runs it with the package installed the way a user
+installs it (pip install ./clients/python, into a virtual environment),
+against the test run's PostgreSQL ($GATEWAY_DATABASE_URL, schema
+$GATEWAY_SCHEMA). Every command prints JSON objects, one a line; a refusal
+of fencegate's is printed with its exception's class and typed fields.
+
+    driver.py version
+    driver.py acquire RESOURCE HOLDER TTL_MS
+    driver.py renew RESOURCE HOLDER EPOCH TTL_MS
+    driver.py release RESOURCE HOLDER EPOCH
+    driver.py send RESOURCE EPOCH NOTE_ID OPERATION_ID PAYLOAD_JSON
+    driver.py hold RESOURCE HOLDER TTL_MS [async]
+
+send writes a row of its own (table client_notes, made by the test) and enqueues an email in
+one transaction. hold keeps a lease with a Keeper, prints {"event":
+"held"}, and on each line "check" on its standard input reports what its
+Keeper says, then tries a write with the Keeper's epoch.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import psycopg
+
+import fencegate
+
+URL = os.environ["GATEWAY_DATABASE_URL"]
+SCHEMA = os.environ.get("GATEWAY_SCHEMA") or "fencegate"
+
+
+REFUSALS = (fencegate.FencegateError, fencegate.InterfaceVersionError)
+
+
+def out(obj):
+    print(json.dumps(obj, default=str), flush=True)
+
+
+def error_json(e):
+    """The typed exception, as the test checks it: its class and the
+    attributes of that class (read from the exception, not the DETAIL)."""
+    o = {"error": type(e).__name__, "sqlstate": getattr(e, "sqlstate", None), "message": str(e)}
+    if isinstance(e, fencegate.StaleEpochError):
+        o.update(resource=e.resource, supplied_epoch=e.supplied_epoch, current_epoch=e.current_epoch, reason=e.reason)
+    elif isinstance(e, fencegate.ConflictError):
+        o.update(resource=e.resource, operation_id=e.operation_id, intent_id=e.intent_id)
+    elif isinstance(e, fencegate.InvalidInputError):
+        o.update(field=e.field)
+    elif isinstance(e, fencegate.LeaseHeldError):
+        o.update(resource=e.resource, holder=e.holder, current_epoch=e.current_epoch, expires_at=e.expires_at)
+    elif isinstance(e, fencegate.NoPrincipalError):
+        o.update(role=e.role, field=e.field)
+    elif isinstance(e, fencegate.ForbiddenError):
+        o.update(field=e.field, principal=e.principal, resource=e.resource)
+    elif isinstance(e, fencegate.InterfaceVersionError):
+        o.update(schema=e.schema, wanted=e.wanted, found=e.found)
+    o["is_fencegate_error"] = isinstance(e, fencegate.FencegateError)
+    o["cause_is_psycopg"] = isinstance(e.__cause__, psycopg.Error)
+    return o
+
+
+def send(fg, resource, epoch, note_id, operation_id, payload):
+    """A business row and its intent, in one transaction."""
+    conn = fg.conn
+    with conn.transaction():
+        conn.execute("INSERT INTO client_notes (id, body) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING",
+                     (note_id, f"note {note_id}"))
+        r = fg.enqueue(resource, epoch, operation_id, "email", payload)
+    return {"outcome": r.outcome, "intent_id": r.intent_id, "status": r.status, "current_epoch": r.current_epoch}
+
+
+def connect():
+    return fencegate.connect(URL, schema=SCHEMA, autocommit=True)
+
+
+def note_payload(note_id):
+    return {"to": "alice@example.com", "from": "notes@example.com", "subject": f"note {note_id}", "text": "written"}
+
+
+def hold(resource, holder, ttl_ms):
+    fg = connect()
+    with fencegate.hold(URL, resource, holder, ttl_ms / 1000, schema=SCHEMA) as keeper:
+        out({"event": "held", "epoch": keeper.epoch, "pid": os.getpid(), "wall": time.time()})
+        n = 0
+        for line in sys.stdin:
+            if line.strip() != "check":
+                continue
+            # Read at once, before anything else can run: the Keeper's own
+            # verdict after the pause, not one it learnt from a renewal.
+            valid = keeper.still_valid()
+            wall = time.time()
+            # The background thread's verdict (the cancellation signal): it
+            # is set within moments of the resumption.
+            signalled = keeper.cancelled.wait(5)
+            n += 1
+            report = {"event": "checked", "still_valid": valid, "cancelled": signalled, "reason": keeper.reason,
+                      "wall": wall, "renewals": keeper.renewals}
+            # The write a worker paused right after its check would make:
+            # the fence refuses it, whatever the Keeper says.
+            try:
+                report["write"] = send(fg, resource, keeper.epoch, 900 + n, f"late-{n}", note_payload(900 + n))
+            except REFUSALS as e:
+                report["write"] = error_json(e)
+            out(report)
+
+
+async def hold_async(resource, holder, ttl_ms):
+    fg = connect()
+    keeper = await fencegate.hold_async(URL, resource, holder, ttl_ms / 1000, schema=SCHEMA)
+    async with keeper:
+        out({"event": "held", "epoch": keeper.epoch, "pid": os.getpid(), "wall": time.time()})
+        loop = asyncio.get_running_loop()
+        n = 0
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                return
+            if line.strip() != "check":
+                continue
+            valid = keeper.still_valid()
+            wall = time.time()
+            try:
+                await asyncio.wait_for(keeper.cancelled.wait(), 5)
+            except asyncio.TimeoutError:
+                pass
+            n += 1
+            report = {"event": "checked", "still_valid": valid, "cancelled": keeper.cancelled.is_set(),
+                      "reason": keeper.reason, "wall": wall, "renewals": keeper.renewals}
+            try:
+                report["write"] = send(fg, resource, keeper.epoch, 900 + n, f"late-{n}", note_payload(900 + n))
+            except REFUSALS as e:
+                report["write"] = error_json(e)
+            out(report)
+
+
+def main(argv):
+    cmd = argv[0]
+    if cmd == "hold":
+        if len(argv) > 4 and argv[4] == "async":
+            asyncio.run(hold_async(argv[1], argv[2], int(argv[3])))
+        else:
+            hold(argv[1], argv[2], int(argv[3]))
+        return
+    try:
+        fg = connect()
+        if cmd == "version":
+            o = {"interface_version": fg.interface_version(), "schema": fg.schema}
+        elif cmd == "acquire":
+            l = fg.acquire(argv[1], argv[2], int(argv[3]) / 1000)
+            o = {"epoch": l.epoch, "expires_at": l.expires_at.isoformat()}
+        elif cmd == "renew":
+            o = {"expires_at": fg.renew(argv[1], argv[2], int(argv[3]), int(argv[4]) / 1000).isoformat()}
+        elif cmd == "release":
+            fg.release(argv[1], argv[2], int(argv[3]))
+            o = {"released": True}
+        elif cmd == "send":
+            o = send(fg, argv[1], int(argv[2]), int(argv[3]), argv[4], json.loads(argv[5]))
+        else:
+            raise SystemExit(f"unknown command {cmd!r}")
+    except REFUSALS as e:
+        o = error_json(e)
+    out(o)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,97 @@
+"""Unit tests of fencegate's Python client that need no database: the
+typed errors made from psycopg's, the Keeper's configuration, and its
+trust judged on the clock it is given. clients/clients_test.go runs them
+(python -m unittest) with the package installed; the database tests are
+there."""
+
+import json
+import types
+import unittest
+
+import fencegate
+from fencegate.keeper import _State, _Timing
+
+
+class FakePgError(Exception):
+    """Shaped as psycopg's error: sqlstate and diag."""
+
+
+def pg_error(sqlstate, detail, column=None, message="refused"):
+    e = FakePgError(message)
+    e.sqlstate = sqlstate
+    e.diag = types.SimpleNamespace(message_primary=message, message_detail=json.dumps(detail), column_name=column)
+    return e
+
+
+class TypedErrors(unittest.TestCase):
+    def test_each_sqlstate(self):
+        cases = [
+            ("ZF002", {"code": "stale_epoch", "resource": "r", "supplied_epoch": 3, "current_epoch": 5}, None,
+             fencegate.StaleEpochError, {"resource": "r", "supplied_epoch": 3, "current_epoch": 5, "reason": None}),
+            ("ZF003", {"code": "conflict", "resource": "r", "operation_id": "op", "intent_id": 7}, None,
+             fencegate.ConflictError, {"operation_id": "op", "intent_id": 7}),
+            ("ZF004", {"code": "invalid_input", "field": "payload.to[1]"}, "payload.to[1]",
+             fencegate.InvalidInputError, {"field": "payload.to[1]"}),
+            ("ZF005", {"code": "lease_held", "resource": "r", "holder": "h", "current_epoch": 2,
+                       "expires_at": "2026-01-01T00:00:00+00:00"}, None,
+             fencegate.LeaseHeldError, {"holder": "h", "current_epoch": 2}),
+            ("ZF006", {"code": "no_principal", "field": "role", "role": "w"}, "role",
+             fencegate.NoPrincipalError, {"role": "w", "field": "role"}),
+            ("ZF007", {"code": "forbidden", "field": "kind", "principal": "p"}, "kind",
+             fencegate.ForbiddenError, {"field": "kind", "principal": "p"}),
+            ("ZF001", {}, None, fencegate.AuthorityChangedError, {}),
+        ]
+        for sqlstate, detail, column, cls, fields in cases:
+            with self.subTest(sqlstate):
+                raw = pg_error(sqlstate, detail, column)
+                e = fencegate.from_psycopg(raw)
+                self.assertIsInstance(e, cls)
+                self.assertIsInstance(e, fencegate.FencegateError)
+                self.assertEqual(e.sqlstate, sqlstate)
+                self.assertIs(e.__cause__, raw)
+                self.assertEqual(e.detail, detail)
+                for k, v in fields.items():
+                    self.assertEqual(getattr(e, k), v, k)
+
+    def test_not_fencegates(self):
+        self.assertIsNone(fencegate.from_psycopg(pg_error("23505", {})))
+        self.assertIsNone(fencegate.from_psycopg(ValueError("x")))
+
+    def test_detail_not_json(self):
+        raw = pg_error("ZF002", {})
+        raw.diag.message_detail = "not json"
+        e = fencegate.from_psycopg(raw)
+        self.assertIsInstance(e, fencegate.StaleEpochError)
+        self.assertIsNone(e.current_epoch)
+
+
+class KeeperTiming(unittest.TestCase):
+    def test_defaults(self):
+        t = _Timing(3, None, None)
+        self.assertAlmostEqual(t.renew_every, 1.0)
+        self.assertAlmostEqual(t.margin, 0.3)
+
+    def test_refused(self):
+        for ttl, renew, margin, field in [(0.001, None, None, "ttl"), (1, 0.95, None, "renew_every"),
+                                          (1, None, 1, "margin"), (1, 0, None, "renew_every")]:
+            with self.subTest(field), self.assertRaisesRegex(ValueError, "^" + field):
+                _Timing(ttl, renew, margin)
+
+    def test_trust_follows_the_given_clock(self):
+        now = [100.0]
+        lease = fencegate.Lease("r", "h", 4, None)
+        s = _State(lease, started=now[0], timing=_Timing(2, None, None), clock=lambda: now[0])
+        self.assertTrue(s.valid())
+        now[0] += 1.79  # just before TTL - margin (1.8 s)
+        self.assertTrue(s.valid())
+        now[0] += 0.02
+        self.assertFalse(s.valid())
+        self.assertTrue(s.lose(s.expired()))
+        self.assertFalse(s.lose(fencegate.StaleEpochError("later")))  # the first cause wins
+        self.assertEqual(s.reason, "expired")
+        self.assertIsInstance(s.error, fencegate.LeaseLost)
+        self.assertIsInstance(s.error.__cause__, fencegate.LeaseExpired)
+
+
+if __name__ == "__main__":
+    unittest.main()

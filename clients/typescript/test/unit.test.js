@@ -1,0 +1,91 @@
+// Unit tests of @fencegate/client that need no database: the typed errors
+// made from node-postgres's, and the Keeper's trust judged on the clock it
+// is given, with a stand-in connection. clients/clients_test.go runs them
+// (node --test) against dist/; the database tests are there.
+'use strict';
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const fg = require('../dist');
+
+const pgError = (code, detail, column) =>
+  Object.assign(new Error('refused'), { code, detail: JSON.stringify(detail), column });
+
+test('each SQLSTATE is its typed error, with the DETAIL fields', () => {
+  const cases = [
+    ['ZF002', { code: 'stale_epoch', resource: 'r', supplied_epoch: 3, current_epoch: 5 }, undefined, fg.StaleEpochError,
+      { resource: 'r', suppliedEpoch: 3, currentEpoch: 5, reason: undefined }],
+    ['ZF003', { code: 'conflict', resource: 'r', operation_id: 'op', intent_id: 7 }, undefined, fg.ConflictError,
+      { operationId: 'op', intentId: 7 }],
+    ['ZF004', { code: 'invalid_input', field: 'payload.to[1]' }, 'payload.to[1]', fg.InvalidInputError, { field: 'payload.to[1]' }],
+    ['ZF005', { code: 'lease_held', resource: 'r', holder: 'h', current_epoch: 2, expires_at: '2026-01-01T00:00:00+00:00' }, undefined,
+      fg.LeaseHeldError, { holder: 'h', currentEpoch: 2, expiresAt: '2026-01-01T00:00:00+00:00' }],
+    ['ZF006', { code: 'no_principal', field: 'role', role: 'w' }, 'role', fg.NoPrincipalError, { role: 'w', field: 'role' }],
+    ['ZF007', { code: 'forbidden', field: 'kind', principal: 'p' }, 'kind', fg.ForbiddenError, { field: 'kind', principal: 'p' }],
+    ['ZF001', {}, undefined, fg.AuthorityChangedError, {}],
+  ];
+  for (const [code, detail, column, Cls, fields] of cases) {
+    const raw = pgError(code, detail, column);
+    const e = fg.fromPgError(raw);
+    assert.ok(e instanceof Cls, code);
+    assert.ok(e instanceof fg.FencegateError, code);
+    assert.equal(e.sqlstate, code);
+    assert.equal(e.cause, raw);
+    assert.equal(e.name, Cls.name);
+    assert.deepEqual(e.detail, detail);
+    for (const [k, v] of Object.entries(fields)) assert.equal(e[k], v, `${code} ${k}`);
+  }
+  assert.equal(fg.fromPgError(Object.assign(new Error('dup'), { code: '23505' })), undefined);
+  assert.equal(fg.fromPgError(new Error('plain')), undefined);
+});
+
+// A stand-in for the Keeper's connection: interface_version, acquire and
+// renew, the renewal answered by renew().
+function fakeConnection(renew) {
+  return {
+    ended: false,
+    async query(text) {
+      if (text.includes('interface_version')) return { rows: [{ v: 1 }] };
+      if (text.includes('.acquire(')) return { rows: [{ epoch: '4', expires_at: new Date() }] };
+      if (text.includes('.renew(')) return renew();
+      return { rows: [] };
+    },
+    async end() { this.ended = true; },
+  };
+}
+
+test('the Keeper trusts the lease until TTL - margin on its clock, and aborts its signal', async () => {
+  let now = 1_000_000_000n;
+  const conn = fakeConnection(() => new Promise(() => {})); // never answers
+  const k = await fg.Keeper.hold({ connect: async () => conn, resource: 'r', holder: 'h', ttlMs: 60_000, clock: () => now });
+  assert.equal(k.epoch, 4);
+  assert.equal(k.stillValid(), true);
+  now += 53_999_000_000n; // just before 54 s (60 s less 10 %)
+  assert.equal(k.stillValid(), true);
+  now += 2_000_000n;
+  assert.equal(k.stillValid(), false);
+  assert.throws(() => k.check(), fg.LeaseLostError);
+  await k.stop();
+  assert.equal(k.signal.aborted, true);
+  assert.equal(k.error, undefined); // stopped, not lost
+});
+
+test('a refused renewal aborts the signal with reason stale_epoch', async () => {
+  const conn = fakeConnection(async () => {
+    throw pgError('ZF002', { code: 'stale_epoch', resource: 'r', supplied_epoch: 4, current_epoch: 5 });
+  });
+  const k = await fg.Keeper.hold({ connect: async () => conn, resource: 'r', holder: 'h', ttlMs: 300 });
+  await new Promise((resolve) => k.signal.addEventListener('abort', resolve, { once: true }));
+  assert.ok(k.signal.reason instanceof fg.LeaseLostError);
+  assert.equal(k.signal.reason.reason, 'stale_epoch');
+  assert.ok(k.signal.reason.cause instanceof fg.StaleEpochError);
+  assert.equal(k.stillValid(), false);
+  await k.close();
+  assert.equal(conn.ended, true);
+});
+
+test('bad timings are refused naming the option', async () => {
+  const connect = async () => fakeConnection(() => ({ rows: [] }));
+  await assert.rejects(fg.Keeper.hold({ connect, resource: 'r', holder: 'h', ttlMs: 5 }), /^RangeError: ttlMs/);
+  await assert.rejects(fg.Keeper.hold({ connect, resource: 'r', holder: 'h', ttlMs: 1000, renewEveryMs: 950 }), /^RangeError: renewEveryMs/);
+});
