@@ -200,6 +200,7 @@ setup_java_client() {
 		fi
 	fi
 	echo "java client: $(command -v javac || echo "${JAVA_HOME:-no javac}"), $(ls /usr/share/java/postgresql.jar 2>/dev/null || echo "${FENCEGATE_JDBC_JAR:-no JDBC driver}")"
+}
 
 # setup_clients: the client packages of clients/ installed as a user
 # installs them, made anew each run (a few seconds), for clients/ and
