@@ -36,6 +36,7 @@ setup_nats
 setup_chromium
 setup_python_psycopg
 setup_node_pg
+setup_pgbouncer
 
 echo "== vulnerabilities"
 vulncheck
