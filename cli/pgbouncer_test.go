@@ -296,3 +296,18 @@ func TestPgBouncerEndToEnd(t *testing.T) {
 		bouncerQueryMode, len(mailIDs), time.Since(start).Round(time.Millisecond))
 }
 
+
+// A query mode that is not one of --database-query-mode's is bad input
+// naming it, before anything connects, from the flag or the environment.
+func TestDatabaseQueryModeChecked(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"status", "1", "--database-query-mode", "describe_exec"},
+		{"lease", "acquire", "--resource", "r", "--holder", "h", "--ttl", "1s", "--database-query-mode", "prepared"},
+		{"migrate", "--database-query-mode", "nope"},
+	} {
+		expectInvalid(t, gw(t, unreachableDB, args...), "database_query_mode")
+	}
+	expectInvalid(t, gwEnv(t, []string{"GATEWAY_DATABASE_QUERY_MODE=nope"}, unreachableDB, "ls"), "database_query_mode")
+	runBadFlags(t, []string{"GATEWAY_DATABASE_QUERY_MODE=nope"}, []string{"--adapters", "file"}, "database_query_mode")
+}
