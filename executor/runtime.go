@@ -671,6 +671,9 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	r.unanswered.answered(id)
+	if bo.Unanswered != 0 {
+		log.Info("adapters: begun again after a Begin whose answer was lost", "outcome", d.Outcome)
+	}
 	req.Attempt = d.Attempts
 	token := d.Token
 	req = req.WithOwnerCheck(func(ctx context.Context) error {
