@@ -159,7 +159,7 @@ func TestFailover(t *testing.T) {
 		return false, fmt.Sprint(st)
 	})
 	fl.promoted = time.Since(fl.start)
-	poll(step, "effects after the promotion", func() (bool, string) {
+	poll(killBound, "effects after the promotion", func() (bool, string) {
 		return rcv.lastAfter(fl.start.Add(fl.promoted)), "none since the promotion"
 	})
 	time.Sleep(steady / 2)
