@@ -64,7 +64,9 @@ Usage:
                                in an image without curl)
   gateway --version            {"version","commit","go"}
 
-Every command takes --database-url (default $GATEWAY_DATABASE_URL).
+Every command takes --database-url (default $GATEWAY_DATABASE_URL), and,
+behind PgBouncer in transaction mode, --database-query-mode exec and
+--database-direct-url (docs/operations.md, "PgBouncer in transaction mode").
 Every flag of run and dev can also be set as GATEWAY_<FLAG>
 (--db-max-conns: GATEWAY_DB_MAX_CONNS); the command line wins.
 Every lease acquire is a new, higher epoch; renew keeps it. Grants (lease
