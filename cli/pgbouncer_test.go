@@ -31,7 +31,6 @@ import (
 // "prepared statement … already exists / does not exist".
 const bouncerQueryMode = "exec"
 
-
 // bouncerEnv is a test's database reached through a PgBouncer in
 // transaction mode.
 type bouncerEnv struct {
@@ -295,7 +294,6 @@ func TestPgBouncerEndToEnd(t *testing.T) {
 	t.Logf("through PgBouncer (%s mode): %d emails settled once each, 1 file, 2 stale enqueues refused, in %s",
 		bouncerQueryMode, len(mailIDs), time.Since(start).Round(time.Millisecond))
 }
-
 
 // A query mode that is not one of --database-query-mode's is bad input
 // naming it, before anything connects, from the flag or the environment.
