@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // A Begin whose answer was lost (the primary failing over as it committed)
@@ -18,7 +19,7 @@ func TestBeginTakesBackAnUnansweredBegin(t *testing.T) {
 	for _, group := range []bool{false, true} {
 		t.Run(map[bool]string{false: "alone", true: "group commit"}[group], func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, idempotency.Config{GroupCommit: group})
+			f := setup(t, idempotency.Config{Schema: testdb.Schema(), GroupCommit: group})
 			id := f.intent("lost-begin")
 			const lostNonce = 7001
 			lost, err := f.store.BeginRecordingWith(f.ctx, kind, "lost-begin", f.fp, id, idempotency.BeginOptions{Nonce: lostNonce})

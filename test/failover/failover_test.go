@@ -61,8 +61,11 @@ func TestFailover(t *testing.T) {
 	t.Logf("formation up in %s: %s", time.Since(start).Round(time.Millisecond), f.URL())
 	db := f.URL()
 	bin := ft.Gateway(t)
+	// The default schema, whatever the environment says: the test's own
+	// clients and the gateway processes must agree.
 	schema := pgschema.Default
-	ft.Expect(t, ft.Gw(t, bin, db, nil, "migrate"), 0, "")
+	env := []string{"GATEWAY_SCHEMA=" + schema}
+	ft.Expect(t, ft.Gw(t, bin, db, env, "migrate"), 0, "")
 
 	rcv := newReceiver(t)
 	ns := natstest.Start(t)
@@ -77,8 +80,8 @@ func TestFailover(t *testing.T) {
 	default:
 		t.Fatalf("%s=%q: unknown mutation", EnvMutation, mutation)
 	}
-	relay := ft.Start(t, bin, db, nil, "run", "--nats-url", ns.URL, "--adapters", "", "--poll-interval", "200ms")
-	adapter := ft.Start(t, bin, adapterURL, nil, "run", "--nats-url", ns.URL, "--dispatcher=false",
+	relay := ft.Start(t, bin, db, env, "run", "--nats-url", ns.URL, "--adapters", "", "--poll-interval", "200ms")
+	adapter := ft.Start(t, bin, adapterURL, env, "run", "--nats-url", ns.URL, "--dispatcher=false",
 		"--adapters", "webhook", "--webhook-allow", hostport)
 	procs := map[string]*ft.Proc{"relay": relay, "adapter": adapter}
 	t.Cleanup(func() {
