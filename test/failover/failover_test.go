@@ -252,6 +252,9 @@ func TestFailover(t *testing.T) {
 	grants, dup, behind := h.checkGrants(ctx, issuer)
 	t.Logf("acknowledged: %d enqueues (%d Go, %d SQL), %d grants on %d resources; %d requests at the destination; %d enqueue and %d grant errors retried",
 		len(acked), h.count("go"), h.count("sql"), grants, len(h.grantsBy()), rcv.total(), h.errs("enqueue"), h.errs("grant"))
+	if n := h.errs("authority_changed"); n > 0 {
+		t.Errorf("%d grants refused as authority_changed after a failover or a switchover", n)
+	}
 	if grants < 20 {
 		t.Errorf("only %d acknowledged grants: too little load on the grants", grants)
 	}
@@ -561,7 +564,13 @@ func granter(ctx context.Context, h *history, issuer *lease.Issuer, resources []
 		l, err := issuer.Acquire(cctx, res, fmt.Sprintf("holder-%d", i), lease.MinTTL)
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, lease.ErrHeld) {
+			switch {
+			case ctx.Err() != nil, errors.Is(err, lease.ErrHeld):
+			case errors.Is(err, lease.ErrAuthorityChanged):
+				// Refused until an operator accepts the database: never
+				// after a promotion of the synchronous standby.
+				h.failed("authority_changed")
+			default:
 				h.failed("grant")
 			}
 		} else {
