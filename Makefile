@@ -1,4 +1,4 @@
-.PHONY: build test dev clean chaos cluster vulncheck alerts
+.PHONY: build test dev clean chaos cluster failover vulncheck alerts
 
 # The Go that builds fencegate (see scripts/test.sh): go1.26.8's standard
 # library has vulnerabilities the gateway calls. The go command fetches it
@@ -39,6 +39,7 @@ DURATION ?= 60s
 chaos:
 	scripts/chaos.sh $(SEED) $(DURATION)
 	scripts/cluster.sh
+	scripts/failover.sh
 
 # The NATS cluster fault test's long form (test/cluster, about 6 minutes):
 # a 3-node JetStream cluster, the stream on 3 replicas, two relay and two
@@ -47,3 +48,13 @@ chaos:
 # form (one round) runs in `make test`. LOGS=dir keeps the gateway logs.
 cluster:
 	scripts/cluster.sh $(LOGS)
+
+# The PostgreSQL failover test (test/failover, about three minutes): a
+# pg_auto_failover formation (monitor, primary, synchronous secondary)
+# started from nothing, a relay and an adapter process and Go and
+# SQL-interface workers on its multi-host URL while the primary is killed,
+# rejoins as a secondary and the formation is switched over; it prints
+# each fault's stall. RUNS=3 runs it three times in a row.
+RUNS ?= 1
+failover:
+	scripts/failover.sh $(RUNS)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/durable"
@@ -69,6 +71,10 @@ func (a *app) newFlags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("gateway "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dbURL := fs.String("database-url", a.getenv("GATEWAY_DATABASE_URL"), "PostgreSQL URL (default $GATEWAY_DATABASE_URL)")
+	a.dbQueryMode = fs.String("database-query-mode", cmp.Or(a.getenv("GATEWAY_DATABASE_QUERY_MODE"), queryModeDefault),
+		"how pgx sends statements on --database-url: cache_statement (server-side prepared statements: PostgreSQL itself, or PgBouncer 1.21+ with max_prepared_statements) or, through a pooler in transaction mode, exec (or simple_protocol, cache_describe), which also keeps LISTEN and the migration lock off --database-url; a default_query_exec_mode in the URL wins (default $GATEWAY_DATABASE_QUERY_MODE, else cache_statement)")
+	a.dbDirectURL = fs.String("database-direct-url", a.getenv("GATEWAY_DATABASE_DIRECT_URL"),
+		"PostgreSQL itself, when --database-url is a pooler in transaction mode: for what needs a session (LISTEN, the migration lock); empty: LISTEN falls back to polling and gateway migrate refuses (default $GATEWAY_DATABASE_DIRECT_URL)")
 	a.schemaFlag(fs)
 	return fs, dbURL
 }
@@ -184,7 +190,7 @@ func redactFlagURL(name, v string) string {
 	switch {
 	case v == "":
 		return v
-	case name == "database-url":
+	case name == "database-url" || name == "database-direct-url":
 		return redactURL(v)
 	case strings.HasSuffix(name, "-url") || strings.HasSuffix(name, "-endpoint") || strings.Contains(v, "://"):
 		return redactNATS(v)
@@ -258,6 +264,10 @@ func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) 
 // (0: pgxpool's default). A pool_max_conns in the URL wins over maxConns:
 // it is the operator's explicit choice for this one database.
 func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, error) {
+	mode, err := a.queryMode()
+	if err != nil {
+		return nil, err
+	}
 	if dbURL == "" {
 		return nil, badInput("database_url", "no database: set GATEWAY_DATABASE_URL or pass --database-url")
 	}
@@ -265,8 +275,31 @@ func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*
 	if err != nil {
 		return nil, badInput("database_url", "cannot parse the database URL: "+redactErr(err))
 	}
+	if !urlSets(dbURL, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+	}
+	return a.open(ctx, cfg, dbURL, maxConns)
+}
+
+// connectDirect opens a pool of maxConns on --database-direct-url, with
+// pgx's default query mode (it is PostgreSQL itself), or returns nil
+// when no direct URL is given.
+func (a *app) connectDirect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if a.dbDirectURL == nil || *a.dbDirectURL == "" {
+		return nil, nil
+	}
+	cfg, err := pgxpool.ParseConfig(*a.dbDirectURL)
+	if err != nil {
+		return nil, badInput("database_direct_url", "cannot parse --database-direct-url: "+redactErr(err))
+	}
+	return a.open(ctx, cfg, *a.dbDirectURL, maxConns)
+}
+
+// open opens a pool from cfg (parsed from dbURL) and checks it reaches a
+// primary.
+func (a *app) open(ctx context.Context, cfg *pgxpool.Config, dbURL string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	if maxConns > 0 && !urlSetsMaxConns(dbURL) {
+	if maxConns > 0 && !urlSets(dbURL, "pool_max_conns") {
 		cfg.MaxConns = maxConns
 	}
 	// Epochs and fenced writes must come from the primary: every pooled
@@ -287,9 +320,61 @@ func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*
 		if errors.Is(err, lease.ErrStandby) {
 			return nil, unavailable(fmt.Sprintf("database at %s: %s", redactURL(dbURL), lease.ErrStandby))
 		}
+		if isPoolerPreparedStatement(err) {
+			return nil, unavailable(fmt.Sprintf("database at %s: %s (a pooler in transaction mode in front? give --database-query-mode exec)",
+				redactURL(dbURL), oneLine(err.Error())))
+		}
 		return nil, unavailable(fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), oneLine(err.Error())))
 	}
 	return pool, nil
+}
+
+// isPoolerPreparedStatement reports whether err is what pgx's statement
+// cache meets through a pooler in transaction mode: its prepared statement
+// missing (26000) or there twice (42P05) on another server connection.
+func isPoolerPreparedStatement(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42P05" || pe.Code == "26000") && strings.Contains(pe.Message, `"stmtcache_`)
+}
+
+// queryModeDefault is --database-query-mode's default: pgx's own.
+const queryModeDefault = "cache_statement"
+
+// queryModes are the values of --database-query-mode. describe_exec is
+// left out: through a pooler in transaction mode its describe and its
+// execute may reach different server connections, and on PostgreSQL
+// itself cache_statement does what it does in fewer round trips.
+var queryModes = map[string]pgx.QueryExecMode{
+	"cache_statement": pgx.QueryExecModeCacheStatement,
+	"cache_describe":  pgx.QueryExecModeCacheDescribe,
+	"exec":            pgx.QueryExecModeExec,
+	"simple_protocol": pgx.QueryExecModeSimpleProtocol,
+}
+
+// queryMode is the command's --database-query-mode.
+func (a *app) queryMode() (pgx.QueryExecMode, error) {
+	v := queryModeDefault
+	if a.dbQueryMode != nil {
+		v = *a.dbQueryMode
+	}
+	m, ok := queryModes[v]
+	if !ok {
+		return 0, badInput("database_query_mode", fmt.Sprintf("--database-query-mode must be cache_statement, exec, simple_protocol or cache_describe, got %q", v))
+	}
+	return m, nil
+}
+
+// transactionPooled reports whether pool's query mode is one for a pooler
+// in transaction mode: then nothing that needs a session goes through it.
+func transactionPooled(pool *pgxpool.Pool) bool {
+	return pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement
+}
+
+// listenPool is the pool the command LISTENs on: --database-direct-url's
+// (opened here, with one connection), nil when there is none. The caller
+// closes it.
+func (a *app) listenPool(ctx context.Context) (*pgxpool.Pool, error) {
+	return a.connectDirect(ctx, 2)
 }
 
 // withOperator connects to the database for an operator's command (ls,

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/pgschema"
@@ -39,7 +42,7 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 			return a.fail(badInput("namespace", "--namespace "+err.Error()))
 		}
 	}
-	pool, err := a.connect(ctx, *dbURL)
+	pool, err := a.migrationPool(ctx, *dbURL)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -348,6 +351,30 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	return exitOK
 }
 
+// migrationPool is the pool gateway migrate works on: the migration lock is
+// a session advisory lock, and the migrations run with a search_path set
+// for their session, so behind a pooler in transaction mode they go to
+// --database-direct-url, and without one they are refused.
+func (a *app) migrationPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	direct, err := a.connectDirect(ctx, 0)
+	if err != nil || direct != nil {
+		return direct, err
+	}
+	mode, err := a.queryMode()
+	if err != nil {
+		return nil, err
+	}
+	// The URL's default_query_exec_mode wins, as in connectSized.
+	if cfg, err := pgx.ParseConfig(dbURL); err == nil && urlSets(dbURL, "default_query_exec_mode") {
+		mode = cfg.DefaultQueryExecMode
+	}
+	if mode != pgx.QueryExecModeCacheStatement {
+		return nil, badInput("database_direct_url", "gateway migrate holds a session-level lock and sets its session's search_path, "+
+			"which a pooler in transaction mode (--database-query-mode other than cache_statement) cannot carry: give --database-direct-url")
+	}
+	return a.connect(ctx, dbURL)
+}
+
 func cmdStatus(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("status")
 	resource := fs.String("resource", "", "resource id (with --op)")
@@ -395,7 +422,20 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	client, err := outbox.New(pool, a.outboxConfig())
+	ocfg := a.outboxConfig()
+	if *wait > 0 {
+		// Behind a pooler in transaction mode, Wait LISTENs on
+		// --database-direct-url or re-reads every second.
+		listen, err := a.listenPool(ctx)
+		if err != nil {
+			return a.fail(err)
+		}
+		if listen != nil {
+			defer listen.Close()
+		}
+		ocfg.ListenPool, ocfg.DisableListen = listen, transactionPooled(pool)
+	}
+	client, err := outbox.New(pool, ocfg)
 	if err != nil {
 		return a.fail(err)
 	}

@@ -137,7 +137,9 @@ Commands:
 	fmt.Fprintf(&b, "  %-*s  %s\n", width, "--version", `{"version","commit","go"}`)
 	b.WriteString(`
 Every command takes --database-url (default $GATEWAY_DATABASE_URL) and
---schema (default $GATEWAY_SCHEMA, else fencegate). Every flag of run and
+--schema (default $GATEWAY_SCHEMA, else fencegate); behind PgBouncer in
+transaction mode, --database-query-mode exec and --database-direct-url
+(docs/operations.md, "PgBouncer in transaction mode"). Every flag of run and
 dev can also be set as GATEWAY_<FLAG> (--db-max-conns:
 GATEWAY_DB_MAX_CONNS); the command line wins.
 ls, status and lease history print a table on a terminal and JSON

@@ -52,6 +52,9 @@ type app struct {
 	// schemaName is the command's --schema (schemaFlag); nil before its
 	// flags are made.
 	schemaName *string
+	// dbQueryMode and dbDirectURL are the command's --database-query-mode
+	// and --database-direct-url (newFlags); nil before its flags are made.
+	dbQueryMode, dbDirectURL *string
 }
 
 type command func(ctx context.Context, a *app, args []string) int

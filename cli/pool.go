@@ -7,16 +7,14 @@ import (
 	"strings"
 )
 
-// dsnMaxConns matches pool_max_conns in a keyword/value connection string.
-var dsnMaxConns = regexp.MustCompile(`(^|\s)pool_max_conns\s*=`)
-
-// urlSetsMaxConns reports whether the connection string sets
-// pool_max_conns itself (as a URL query parameter or a keyword), which then
-// wins over any size the command computes or is given.
-func urlSetsMaxConns(connString string) bool {
+// urlSets reports whether the connection string sets param itself (as a
+// URL query parameter or a keyword): pool_max_conns, which then wins over
+// any size the command computes or is given, or default_query_exec_mode,
+// which wins over --database-query-mode.
+func urlSets(connString, param string) bool {
 	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
 		u, err := url.Parse(connString)
-		return err == nil && u.Query().Has("pool_max_conns")
+		return err == nil && u.Query().Has(param)
 	}
-	return dsnMaxConns.MatchString(connString)
+	return regexp.MustCompile(`(^|\s)` + regexp.QuoteMeta(param) + `\s*=`).MatchString(connString)
 }

@@ -60,8 +60,8 @@ func TestURLSetsMaxConns(t *testing.T) {
 		"pool_max_conns=7 host=h":                            true,
 		"host=h dbname=db":                                   false,
 	} {
-		if got := urlSetsMaxConns(s); got != want {
-			t.Errorf("urlSetsMaxConns(%q) = %v, want %v", s, got, want)
+		if got := urlSets(s, "pool_max_conns"); got != want {
+			t.Errorf("urlSets(%q, pool_max_conns) = %v, want %v", s, got, want)
 		}
 	}
 }

@@ -255,6 +255,18 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	cfg.Pool = pool
+	// Behind a pooler in transaction mode the LISTEN connections (the
+	// relay's, the intake's outcome waiter's) go to --database-direct-url,
+	// or nothing LISTENs and both poll (gateway.Config.TransactionPooler).
+	cfg.TransactionPooler = transactionPooled(pool)
+	listen, err := a.listenPool(ctx)
+	if err != nil {
+		return a.fail(err)
+	}
+	if listen != nil {
+		defer listen.Close()
+		cfg.ListenPool = listen
+	}
 	var running []string
 	for i, b := range builtinAdapters {
 		if !runs[i] {
@@ -284,7 +296,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 
 	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.Dispatcher != nil,
 		"adapters", strings.Join(running, ","), "nats_url", redactNATS(cfg.NATSURL),
-		"db_max_conns", pool.Config().MaxConns)
+		"db_max_conns", pool.Config().MaxConns, "database_query_mode", pool.Config().ConnConfig.DefaultQueryExecMode.String(),
+		"listen", listenSource(cfg))
 	select {
 	case <-ctx.Done():
 		logger.Info("gateway: stopping", "component", "gateway")
@@ -304,6 +317,19 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	logger.Info("gateway: stopped", "component", "gateway")
 	return exitOK
+}
+
+// listenSource says where the gateway's LISTEN connections go, for the
+// "gateway: running" line: database-direct-url, database-url, or none
+// (polling).
+func listenSource(cfg gateway.Config) string {
+	switch {
+	case cfg.ListenPool != nil:
+		return "database-direct-url"
+	case cfg.TransactionPooler:
+		return "none (polling)"
+	}
+	return "database-url"
 }
 
 // loadTokens reads the admin API's tokens from --tokens-file when given,
@@ -451,6 +477,8 @@ type flagField struct {
 var flagFields = []flagField{
 	{path: "Schema", flag: "schema"},
 	{path: "Pool", flag: "database-url", bare: true},
+	{path: "TransactionPooler", flag: "database-query-mode"},
+	{path: "ListenPool", flag: "database-direct-url"},
 	{path: "NATSURL", flag: "nats-url"},
 	{path: "NATSPingInterval", flag: "nats-ping-interval"},
 	{path: "NATSAuth.CredsFile", flag: "nats-creds"},

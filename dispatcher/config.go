@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/pgschema"
@@ -69,8 +70,15 @@ type Config struct {
 	// counts as a publish error. Default: 10s.
 	PublishTimeout time.Duration
 	// DisableListen turns off LISTEN fencegate_intents; the dispatcher then
-	// only polls.
+	// only polls (every PollInterval).
 	DisableListen bool
+	// ListenPool is where the LISTEN connection comes from: a pool on
+	// PostgreSQL itself when the dispatcher's pool goes through a
+	// connection pooler in transaction mode (PgBouncer), where a LISTEN
+	// outlives its transaction on a server connection other clients then
+	// use, and never hears anything. Nil: the dispatcher's pool. Not
+	// closed by the dispatcher.
+	ListenPool *pgxpool.Pool
 	// StreamReplicas is the stream's replica count. Default: 1 (production
 	// clusters use 3).
 	StreamReplicas int

@@ -693,7 +693,11 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 }
 
 func (d *Dispatcher) listen(ctx context.Context, bo backoff.BackOff) error {
-	c, err := d.pool.Acquire(ctx)
+	pool := d.pool
+	if d.cfg.ListenPool != nil {
+		pool = d.cfg.ListenPool
+	}
+	c, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("listen: acquire connection: %w", err)
 	}

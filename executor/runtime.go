@@ -281,6 +281,10 @@ type Runtime struct {
 	// statement for many; a read, so no guarantee rests on it).
 	loads *group.Batcher[int64, *outbox.Record]
 
+	// unanswered are the Begins whose answer was lost, by intent
+	// (unansweredBegins).
+	unanswered unansweredBegins
+
 	// life is the runtime's Start/Stop (internal/startstop).
 	life startstop.Lifecycle
 	// hooks are the tests' hooks (internal/testhook), read from Start's
@@ -654,13 +658,26 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 	// held key) record the intent's status in Begin's own transaction, on
 	// the key's state as it is then, not on a reading of it that a later
 	// transaction would act on.
-	d, err := r.store.BeginRecording(ctx, rec.Kind, rec.IdempotencyKey, fp, id)
+	//
+	// A Begin whose answer is lost (the primary failing over as it
+	// commits) may have created the key, owned by this intent until its
+	// lock expires (Config.KeyLockTimeout, minutes): its nonce is kept,
+	// and the next Begin of the intent here takes such a key back at once
+	// (idempotency.BeginOptions), since no decision of it was acted on.
+	bo := r.unanswered.options(id)
+	d, err := r.store.BeginRecordingWith(ctx, rec.Kind, rec.IdempotencyKey, fp, id, bo)
 	if errors.Is(err, idempotency.ErrIntentTerminal) {
 		// Cancelled (or completed) between our read and Begin: nothing to do.
+		r.unanswered.answered(id)
 		return ack, 0, nil
 	}
 	if err != nil {
+		r.unanswered.lost(id, bo.Nonce, r.cfg.KeyLockTimeout)
 		return 0, 0, fmt.Errorf("begin: %w", err)
+	}
+	r.unanswered.answered(id)
+	if bo.Unanswered != 0 {
+		log.Info("adapters: begun again after a Begin whose answer was lost", "outcome", d.Outcome)
 	}
 	req.Attempt = d.Attempts
 	token := d.Token
@@ -1205,4 +1222,61 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// unansweredBegins remembers, per intent, the nonce of a Begin whose
+// answer was lost, until a Begin of the intent is answered or the key's
+// lock has surely expired.
+type unansweredBegins struct {
+	mu sync.Mutex
+	m  map[int64]unansweredBegin
+}
+
+type unansweredBegin struct {
+	nonce int64
+	until time.Time
+}
+
+// maxUnanswered bounds the intents remembered: past it the oldest are
+// forgotten (their keys then wait for their locks to expire, as before).
+const maxUnanswered = 10000
+
+// options are the BeginOptions of the next Begin of intent id: a new
+// nonce, and, after a lost answer, that Begin's nonce as Unanswered.
+func (u *unansweredBegins) options(id int64) idempotency.BeginOptions {
+	o := idempotency.BeginOptions{Nonce: rand.Int64N(1<<62) + 1}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if b, ok := u.m[id]; ok && time.Now().Before(b.until) {
+		o.Unanswered = b.nonce
+	}
+	return o
+}
+
+// lost records that the Begin of intent id with nonce got no answer.
+func (u *unansweredBegins) lost(id, nonce int64, lockTimeout time.Duration) {
+	if lockTimeout <= 0 {
+		lockTimeout = idempotency.DefaultLockTimeout
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[int64]unansweredBegin{}
+	}
+	now := time.Now()
+	if len(u.m) >= maxUnanswered {
+		for k, b := range u.m {
+			if now.After(b.until) || len(u.m) >= maxUnanswered {
+				delete(u.m, k)
+			}
+		}
+	}
+	u.m[id] = unansweredBegin{nonce: nonce, until: now.Add(lockTimeout)}
+}
+
+// answered forgets intent id: its Begin was answered.
+func (u *unansweredBegins) answered(id int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.m, id)
 }

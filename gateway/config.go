@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,20 @@ type Config struct {
 	// Pool is the PostgreSQL pool (the primary). Required by start;
 	// not closed by Stop.
 	Pool *pgxpool.Pool
+	// TransactionPooler says Pool goes through a connection pooler in
+	// transaction mode (PgBouncer's pool_mode = transaction): its pgx
+	// query mode must need no server-side prepared statements
+	// (QueryExecModeExec), and nothing that needs a session across
+	// transactions uses it: the relay's LISTEN for new intents and the
+	// intake's LISTEN for outcomes use ListenPool, or, without one, the
+	// relay polls every Dispatcher.PollInterval and a waiting intake
+	// request re-reads its intent every second.
+	TransactionPooler bool
+	// ListenPool connects to PostgreSQL itself, for the LISTEN
+	// connections (the relay's, the intake's outcome waiter's), which a
+	// pooler in transaction mode cannot carry. Nil: Pool, unless
+	// TransactionPooler. Not closed by Stop.
+	ListenPool *pgxpool.Pool
 	// Schema is the PostgreSQL schema fencegate's tables live in (gateway
 	// migrate --schema), for every part: the relay, the adapters, the
 	// sweepers, the admin server. Default: "fencegate". A part's own Schema
@@ -212,6 +227,14 @@ func (c *Config) Validate() error {
 		"Retention.Schema": c.Retention.Schema, "Runtime.Schema": c.Runtime.Schema} {
 		if part != "" && part != schema {
 			return invalid(field, "%q is not the gateway's Schema %q", part, schema)
+		}
+	}
+	if c.TransactionPooler && c.Pool != nil {
+		// A server-side prepared statement outlives its transaction on a
+		// server connection the pooler then gives to another client.
+		switch m := c.Pool.Config().ConnConfig.DefaultQueryExecMode; m {
+		case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec:
+			return invalid("TransactionPooler", "Pool's query mode %s does not work through a pooler in transaction mode: use QueryExecModeExec", m)
 		}
 	}
 	if !runsDispatcher && !c.runsAdapters() {

@@ -234,6 +234,10 @@ func (s *Gateway) startRelay(ctx context.Context, cfg Config, dcfg dispatcher.Co
 	dcfg.Logger = cmp.Or(dcfg.Logger, log)
 	dcfg.Namespace = string(s.ns)
 	dcfg.Schema = cfg.Schema
+	dcfg.ListenPool = cmp.Or(dcfg.ListenPool, cfg.ListenPool)
+	if dcfg.ListenPool == nil && cfg.TransactionPooler {
+		dcfg.DisableListen = true
+	}
 	d, err := dispatcher.New(cfg.Pool, s.nc, dcfg)
 	if err != nil {
 		return within("Dispatcher", err)

@@ -66,6 +66,7 @@ var errAlone = errors.New("idempotency: not decided in the batch; run alone")
 type beginCall struct {
 	kind, key, fingerprint string
 	intentID               int64
+	nonce                  int64 // BeginOptions.Nonce
 }
 
 type keyID struct{ kind, key string }
@@ -123,7 +124,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 	out := make([]group.Result[Decision], len(calls))
 	order, dup := byKey(calls, func(c beginCall) keyID { return keyID{c.kind, c.key} })
 	var kinds, keys, fps []string
-	var ids []int64
+	var ids, nonces []int64
 	byIntent := map[int64]int{}
 	for _, i := range order {
 		if dup[i] {
@@ -139,6 +140,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 		}
 		byIntent[c.intentID] = i
 		kinds, keys, fps, ids = append(kinds, c.kind), append(keys, c.key), append(fps, c.fingerprint), append(ids, c.intentID)
+		nonces = append(nonces, c.nonce)
 	}
 	s.batchSize.WithLabelValues("begin").Observe(float64(len(kinds)))
 	decided := map[int]bool{}
@@ -155,16 +157,16 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 		rows, err := tx.Query(ctx, s.schema.SQL(`
 			WITH ins AS (
 				INSERT INTO fencegate.idempotency_keys
-					(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until)
-				SELECT t.kind, t.key, t.fp, 'started', t.id, t.id, clock_timestamp() + $5::interval
-				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(kind, key, fp, id, ord)
+					(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until, begin_nonce)
+				SELECT t.kind, t.key, t.fp, 'started', t.id, t.id, clock_timestamp() + $5::interval, nullif(t.nonce, 0)
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $7::bigint[]) WITH ORDINALITY AS t(kind, key, fp, id, nonce, ord)
 				ORDER BY t.ord
 				ON CONFLICT (kind, idempotency_key) DO NOTHING
 				RETURNING owner_intent_id, token, locked_until
 			), `+intents.CountAttemptsCTE+`
 			SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts, upd.effect
 			FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`),
-			kinds, keys, fps, ids, interval(s.cfg.LockTimeout), terminalStatuses)
+			kinds, keys, fps, ids, interval(s.cfg.LockTimeout), terminalStatuses, nonces)
 		if err != nil {
 			return fmt.Errorf("begin keys: %w", err)
 		}

@@ -22,18 +22,41 @@ import (
 // the intent was updated; when it already had a final status, that status
 // stays and the outcome goes into its history (EventOutcomeNotRecorded).
 func (s *Store) BeginRecording(ctx context.Context, kind, key, fingerprint string, intentID int64) (Decision, error) {
+	return s.BeginRecordingWith(ctx, kind, key, fingerprint, intentID, BeginOptions{})
+}
+
+// BeginOptions let a caller recognise a Begin of its own whose answer it
+// never got (BeginRecordingWith).
+type BeginOptions struct {
+	// Nonce is a number the caller chose for this Begin (random, not 0),
+	// stored on a key the Begin creates or takes back.
+	Nonce int64
+	// Unanswered is the Nonce of the caller's previous Begin of the same
+	// intent whose answer was lost (an error: it may have committed). A
+	// key that Begin created — still started, owned by the intent, no I/O
+	// declared (last_io_at), its lock fresh — is taken back at once
+	// (Execute) instead of being Busy until its lock expires: the caller
+	// never had that Begin's decision, so nothing was executed under it.
+	// The key then carries Nonce, which must be a new value: the lost
+	// Begin's key is taken back once. 0: none.
+	Unanswered int64
+}
+
+// BeginRecordingWith is BeginRecording with the caller's BeginOptions.
+func (s *Store) BeginRecordingWith(ctx context.Context, kind, key, fingerprint string, intentID int64, o BeginOptions) (Decision, error) {
 	if err := checkBegin(kind, key, fingerprint, intentID); err != nil {
 		return Decision{}, err
 	}
-	if s.begins != nil {
+	if s.begins != nil && o.Unanswered == 0 {
 		// Group commit: a new key is begun in a shared transaction; any
-		// other case comes back to be decided alone, here.
-		d, err := s.begins.Do(ctx, beginCall{kind: kind, key: key, fingerprint: fingerprint, intentID: intentID})
+		// other case (and taking back an unanswered Begin) is decided
+		// alone, here.
+		d, err := s.begins.Do(ctx, beginCall{kind: kind, key: key, fingerprint: fingerprint, intentID: intentID, nonce: o.Nonce})
 		if !errors.Is(err, errAlone) {
 			return d, err
 		}
 	}
-	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, true)
+	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, true, o)
 }
 
 // ConflictMessage is the last_error BeginRecording records on an intent

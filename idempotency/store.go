@@ -375,7 +375,7 @@ func (s *Store) Begin(ctx context.Context, kind, key, fingerprint string, intent
 	if err := checkBegin(kind, key, fingerprint, intentID); err != nil {
 		return Decision{}, err
 	}
-	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, false)
+	return s.beginAndRecord(ctx, kind, key, fingerprint, intentID, false, BeginOptions{})
 }
 
 // checkBegin checks the arguments of Begin and BeginRecording.
@@ -392,11 +392,11 @@ func checkBegin(kind, key, fingerprint string, intentID int64) error {
 	return nil
 }
 
-func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint string, intentID int64, record bool) (Decision, error) {
+func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint string, intentID int64, record bool, o BeginOptions) (Decision, error) {
 	var d Decision
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		d, err = s.begin(ctx, tx, kind, key, fingerprint, intentID)
+		d, err = s.begin(ctx, tx, kind, key, fingerprint, intentID, o)
 		if err != nil || !record {
 			return err
 		}
@@ -416,7 +416,7 @@ func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint strin
 	return d, nil
 }
 
-func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint string, intentID int64) (Decision, error) {
+func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint string, intentID int64, o BeginOptions) (Decision, error) {
 	lock := interval(s.cfg.LockTimeout)
 	// The loop runs more than once only when the key's row disappears
 	// between the two statements (Release or Sweep deleted it): then the
@@ -434,11 +434,11 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 		var d Decision
 		err := tx.QueryRow(ctx, s.schema.SQL(`
 			INSERT INTO fencegate.idempotency_keys
-				(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until)
-			VALUES ($1, $2, $3, 'started', $4, $4, clock_timestamp() + $5::interval)
+				(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until, begin_nonce)
+			VALUES ($1, $2, $3, 'started', $4, $4, clock_timestamp() + $5::interval, nullif($6::bigint, 0))
 			ON CONFLICT (kind, idempotency_key) DO NOTHING
 			RETURNING token, locked_until`),
-			kind, key, fingerprint, intentID, lock).Scan(&d.Token, &d.LockedUntil)
+			kind, key, fingerprint, intentID, lock, o.Nonce).Scan(&d.Token, &d.LockedUntil)
 		if err == nil {
 			d.Outcome, d.OwnerIntentID = OutcomeExecute, intentID
 			// Counted in the same transaction as the key: if the intent
@@ -471,16 +471,17 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 			fresh               *bool
 			retryAfterMicrosecs *int64
 			lastIO              *time.Time
+			nonce               *int64
 		)
 		err = tx.QueryRow(ctx, s.schema.SQL(`
 			SELECT fingerprint, state, token, owner_intent_id, locked_until, status, result,
 			       locked_until > clock_timestamp(),
 			       (extract(epoch FROM greatest(locked_until - clock_timestamp(), interval '0')) * 1000000)::bigint,
-			       last_io_at
+			       last_io_at, begin_nonce
 			FROM fencegate.idempotency_keys
 			WHERE kind = $1 AND idempotency_key = $2
 			FOR UPDATE`),
-			kind, key).Scan(&fp, &state, &token, &owner, &lockedUntil, &status, &result, &fresh, &retryAfterMicrosecs, &lastIO)
+			kind, key).Scan(&fp, &state, &token, &owner, &lockedUntil, &status, &result, &fresh, &retryAfterMicrosecs, &lastIO, &nonce)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted since step 1: try to create it again
 		}
@@ -528,6 +529,35 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, kind, key, fingerprint str
 					return Decision{}, fmt.Errorf("resume key: %w", err)
 				}
 				d.Attempts, d.Effect, err = s.currentAttempts(ctx, tx, intentID)
+				return d, err
+			}
+			if fresh != nil && *fresh && owner == intentID && lastIO == nil &&
+				o.Unanswered != 0 && nonce != nil && *nonce == o.Unanswered {
+				// The caller's own Begin whose answer it lost: it never
+				// had that decision, so nothing was executed under it
+				// (no I/O declared either), and no other attempt can
+				// hold this nonce. Take the key back as new: a new token
+				// (should that Begin's answer still arrive somewhere, its
+				// token no longer matches), a fresh lock, and this
+				// Begin's nonce, so that the lost one takes the key back
+				// once only (a second delivery of the intent holding it
+				// finds the key Busy); its attempt was counted with the
+				// key.
+				d = Decision{Outcome: OutcomeExecute, OwnerIntentID: intentID}
+				err = tx.QueryRow(ctx, s.schema.SQL(`
+					UPDATE fencegate.idempotency_keys
+					SET token = nextval('fencegate.idempotency_token_seq'),
+					    locked_until = clock_timestamp() + $3::interval, begin_nonce = nullif($4::bigint, 0), updated_at = now()
+					WHERE kind = $1 AND idempotency_key = $2
+					RETURNING token, locked_until`),
+					kind, key, lock, o.Nonce).Scan(&d.Token, &d.LockedUntil)
+				if err != nil {
+					return Decision{}, fmt.Errorf("take back key: %w", err)
+				}
+				// The lost Begin's attempt, run now: its row in the
+				// attempt history is written when it ends.
+				d.Attempts, d.Effect, err = s.currentAttempts(ctx, tx, intentID)
+				d.CountedAt = time.Now()
 				return d, err
 			}
 			if fresh != nil && *fresh {

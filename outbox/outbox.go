@@ -60,6 +60,18 @@ type Config struct {
 	// DisableNotify turns off the NOTIFY that wakes dispatchers at commit;
 	// dispatchers then find new intents by polling.
 	DisableNotify bool
+	// ListenPool is where Wait's one LISTEN connection comes from: a pool
+	// on PostgreSQL itself when the client's pool goes through a
+	// connection pooler in transaction mode (PgBouncer), where a LISTEN
+	// outlives its transaction on a server connection other clients then
+	// use, and never hears anything. Nil: the client's pool, unless
+	// DisableListen. Not closed by the client.
+	ListenPool *pgxpool.Pool
+	// DisableListen makes Wait re-read its intent every second instead of
+	// being woken by PostgreSQL's notification of outcomes (for a pool
+	// through a pooler in transaction mode, without a ListenPool).
+	// Ignored when ListenPool is set.
+	DisableListen bool
 	// NotifyWindow coalesces the NOTIFYs of Enqueue, EnqueueBatch and group
 	// commits: at most one of their transactions per window carries a
 	// NOTIFY, and when any was left without one, a standalone NOTIFY follows

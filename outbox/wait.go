@@ -22,13 +22,18 @@ func (c *Client) OutcomeChannel() string { return c.schema.OutcomesChannel() }
 // reconnects are lost; it bounds how late such an outcome is seen.
 const waitRecheck = 10 * time.Second
 
+// waitPoll is how often a waiter re-reads its intent when the client does
+// not LISTEN (Config.DisableListen).
+const waitPoll = time.Second
+
 // Wait returns the intent once it has a final status (Status.Terminal), or
 // when ctx ends, with the intent as it is then and ctx's error. It is woken
 // by PostgreSQL's notification of outcomes: the client keeps one LISTEN
 // connection while anyone waits, whatever the number of waiters, and a
 // notification (one per transaction that completed intents) has each
 // waiter re-read its intent; without any, a waiter re-reads every 10 s, in
-// case a notification was lost while the listener reconnected.
+// case a notification was lost while the listener reconnected. With
+// Config.DisableListen it re-reads every second instead.
 // ErrNotFound when there is no such intent.
 func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
 	// current is the intent as it is when the wait ends early: read even
@@ -54,6 +59,12 @@ func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
 		return nil, err
 	}
 	defer leave()
+	var poll <-chan time.Time
+	if w.poll {
+		t := time.NewTicker(waitPoll)
+		defer t.Stop()
+		poll = t.C
+	}
 	// Read after joining: an outcome committed between this read and the
 	// wait still wakes us (the listener was LISTENing before we read).
 	for {
@@ -68,6 +79,7 @@ func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
 		}
 		select {
 		case <-wake:
+		case <-poll:
 		case <-ctx.Done():
 			return rec, context.Cause(ctx)
 		}
@@ -79,6 +91,9 @@ type waitSet struct {
 	pool    *pgxpool.Pool
 	channel string // the schema's outcomes channel
 	log     func(msg string, args ...any)
+	// poll: no listener (Config.DisableListen); each waiter re-reads on
+	// its own timer.
+	poll bool
 
 	mu      sync.Mutex
 	byID    map[int64]map[chan struct{}]bool
@@ -91,7 +106,12 @@ type waitSet struct {
 
 func (c *Client) waiters() *waitSet {
 	c.waitOnce.Do(func() {
-		c.wait = &waitSet{pool: c.pool, channel: c.OutcomeChannel(), log: c.cfg.Logger.Warn, byID: map[int64]map[chan struct{}]bool{}}
+		pool := c.pool
+		if c.cfg.ListenPool != nil {
+			pool = c.cfg.ListenPool
+		}
+		c.wait = &waitSet{pool: pool, channel: c.OutcomeChannel(), log: c.cfg.Logger.Warn,
+			poll: c.cfg.DisableListen && c.cfg.ListenPool == nil, byID: map[int64]map[chan struct{}]bool{}}
 	})
 	return c.wait
 }
@@ -106,6 +126,10 @@ func (w *waitSet) join(ctx context.Context, id int64) (chan struct{}, func(), er
 	}
 	w.byID[id][wake] = true
 	w.n++
+	if w.poll {
+		w.mu.Unlock()
+		return wake, w.leaver(id, wake), nil
+	}
 	if w.stop == nil {
 		lctx, cancel := context.WithCancel(context.Background())
 		w.stop, w.done, w.ready = cancel, make(chan struct{}), make(chan struct{})
@@ -113,7 +137,20 @@ func (w *waitSet) join(ctx context.Context, id int64) (chan struct{}, func(), er
 	}
 	ready := w.ready
 	w.mu.Unlock()
-	leave := func() {
+	leave := w.leaver(id, wake)
+	select {
+	case <-ready:
+		return wake, leave, nil
+	case <-ctx.Done():
+		leave()
+		return nil, nil, context.Cause(ctx)
+	}
+}
+
+// leaver returns the function that unregisters waiter wake of id, and
+// stops the listener when it was the last.
+func (w *waitSet) leaver(id int64, wake chan struct{}) func() {
+	return func() {
 		w.mu.Lock()
 		delete(w.byID[id], wake)
 		if len(w.byID[id]) == 0 {
@@ -131,13 +168,6 @@ func (w *waitSet) join(ctx context.Context, id int64) (chan struct{}, func(), er
 		if done != nil {
 			<-done
 		}
-	}
-	select {
-	case <-ready:
-		return wake, leave, nil
-	case <-ctx.Done():
-		leave()
-		return nil, nil, context.Cause(ctx)
 	}
 }
 

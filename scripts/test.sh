@@ -38,6 +38,7 @@ setup_python_psycopg
 setup_node_pg
 setup_java_client
 setup_clients
+setup_pgbouncer
 
 echo "== vulnerabilities"
 vulncheck

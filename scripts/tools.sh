@@ -273,3 +273,28 @@ setup_clients() {
 	export FENCEGATE_NODE_PROJECT
 	echo "node client: ${FENCEGATE_NODE_PROJECT:-missing}"
 }
+
+# setup_pgbouncer: PGBOUNCER_BIN for the tests that run fencegate through
+# PgBouncer in transaction-pooling mode (internal/testkit/pgbouncer):
+# $PGBOUNCER_BIN, pgbouncer on $PATH or /usr/sbin/pgbouncer, installed from
+# Debian's packages as root when missing (the package's own service is not
+# started: the tests start their own bouncers).
+setup_pgbouncer() {
+	if [ -z "${PGBOUNCER_BIN:-}" ]; then
+		PGBOUNCER_BIN="$(command -v pgbouncer || true)"
+		[ -z "$PGBOUNCER_BIN" ] && [ -x /usr/sbin/pgbouncer ] && PGBOUNCER_BIN=/usr/sbin/pgbouncer
+		if [ -z "$PGBOUNCER_BIN" ]; then
+			if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+				echo "installing pgbouncer (once): apt-get install -y pgbouncer"
+				{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null 2>&1 ||
+					{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; }; } ||
+					echo "installing pgbouncer failed"
+				[ -x /usr/sbin/pgbouncer ] && PGBOUNCER_BIN=/usr/sbin/pgbouncer
+			else
+				echo "pgbouncer is missing and this is not root: apt-get install -y pgbouncer, or set PGBOUNCER_BIN"
+			fi
+		fi
+	fi
+	export PGBOUNCER_BIN
+	echo "pgbouncer: ${PGBOUNCER_BIN:-missing (the PgBouncer tests will fail)}"
+}
