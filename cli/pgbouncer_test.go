@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -235,7 +234,12 @@ func TestPgBouncerEndToEnd(t *testing.T) {
 	if _, err := b.directPool.Exec(ctx, `CREATE TABLE invoices (id bigint PRIMARY KEY, email text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	py := cmp.Or(os.Getenv("PYTHON_BIN"), "/usr/bin/python3")
+	// The worker imports the client package: the virtual environment the
+	// test command pip-installs ./clients/python into (setup_clients).
+	py := os.Getenv("FENCEGATE_PYTHON")
+	if py == "" {
+		t.Fatal("FENCEGATE_PYTHON is not set: run the test command (scripts/test.sh), whose setup_clients pip-installs ./clients/python into a virtual environment")
+	}
 	worker := filepath.Join("..", "examples", "sql-worker", "python", "worker.py")
 	runPy := func(args ...string) map[string]any {
 		t.Helper()
