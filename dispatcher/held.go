@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/wire"
 )
@@ -69,33 +71,33 @@ func (d *Dispatcher) askStream(ctx context.Context) intents.HeldKinds {
 		if info.NumPending+uint64(info.NumAckPending) == 0 {
 			continue
 		}
+		// Only what an adapter's consumer looks like (executor.Runtime):
+		// durable, explicit acks, one kind's subject. A consumer someone
+		// made to look at the stream (ephemeral, no acks, a wildcard) and
+		// never drains must not hold the re-relays of every kind forever.
+		if info.Config.Durable == "" || info.Config.AckPolicy != jetstream.AckExplicitPolicy {
+			continue
+		}
 		filters := info.Config.FilterSubjects
 		if info.Config.FilterSubject != "" {
 			filters = append(filters, info.Config.FilterSubject)
 		}
-		if len(filters) == 0 {
-			held.All = true // every kind
+		if len(filters) != 1 {
+			continue
 		}
-		for _, f := range filters {
-			kind, ok := strings.CutPrefix(f, ns.SubjectPrefix())
-			if !ok || kind == "" || strings.ContainsAny(kind, "*>") {
-				held.All = true // wider than one kind
-				continue
-			}
-			if !seen[kind] {
-				seen[kind] = true
-				held.Kinds = append(held.Kinds, kind)
-			}
+		kind, ok := strings.CutPrefix(filters[0], ns.SubjectPrefix())
+		if !ok || kind == "" || strings.ContainsAny(kind, "*>") {
+			continue
+		}
+		if !seen[kind] {
+			seen[kind] = true
+			held.Kinds = append(held.Kinds, kind)
 		}
 	}
 	if err := list.Err(); err != nil {
 		d.log.Debug("dispatcher: could not list the stream's consumers; re-relays are not held", "error", err)
 		d.m.held.Set(0)
 		return intents.HeldKinds{}
-	}
-	if held.All {
-		d.m.held.Set(-1)
-		return held
 	}
 	d.m.held.Set(float64(len(held.Kinds)))
 	return held

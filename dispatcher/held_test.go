@@ -86,3 +86,34 @@ func TestRerelayWaitsForItsConsumersBacklog(t *testing.T) {
 	})
 	t.Logf("held for %s (%d relay timeouts) with 1 message in the consumer's backlog, relayed again after it was acked", 6*timeout, 6)
 }
+
+// A consumer that is not an adapter's (here: one made by hand on every
+// kind's subject, never drained) holds nothing: the intent is relayed again
+// after the timeout as before.
+func TestRerelayNotHeldByAnotherConsumer(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	const timeout = 500 * time.Millisecond
+	e.start(dispatcher.Config{Schema: testdb.Schema(), RelayTimeout: timeout, PollInterval: 100 * time.Millisecond})
+	ns := wire.Namespace("")
+	var s jetstream.Stream
+	waitFor(t, 10*time.Second, "the stream", func() (bool, string) {
+		var err error
+		s, err = e.js.Stream(ctx, ns.Stream())
+		return err == nil, "not yet"
+	})
+	if _, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "looking", FilterSubject: ns.SubjectAll(),
+		AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	epoch := e.acquire("looked-at")
+	r, err := e.ob.Enqueue(ctx, fileIntent("looked-at", epoch, "op", 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the re-relay despite the hand-made consumer's backlog", func() (bool, string) {
+		n := e.relayCounts()[r.IntentID]
+		return n >= 2, strconv.Itoa(n)
+	})
+}

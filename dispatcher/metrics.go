@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "pending_intents", Help: "Intents waiting to be relayed (status pending), sampled."}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "rerelay_held_kinds", Help: "Kinds whose re-relays wait because their consumers still hold undelivered or unacknowledged messages (-1: every kind), sampled at most once a second."}),
+			Name: "rerelay_held_kinds", Help: "Kinds whose re-relays wait because their adapters' consumers still hold undelivered or unacknowledged messages, sampled at most once a second."}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.claimed, m.published, m.rerelayed, m.publishErrors, m.claimsLost, m.latency, m.backlog, m.held} {

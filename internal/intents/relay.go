@@ -43,8 +43,8 @@ func (t Table) NewClaimer(batchSize int) Claimer {
 // because publishing outlives this statement's transaction; the expiry is
 // what hands a crashed dispatcher's claims back to the pool.
 //
-// Re-relays leave out the kinds in $5 ($6 true: every kind): kinds whose
-// consumers still hold messages not yet delivered or not yet acked (the
+// Re-relays leave out the kinds in $5: kinds whose adapters' consumers
+// still hold messages not yet delivered or not yet acked (the
 // dispatcher's stream check). A relayed intent of such a kind may be one
 // of those messages, waiting its turn behind a backlog; relaying it again
 // would only queue a second message for the same consumer.
@@ -70,7 +70,7 @@ WITH stale AS (
 	  AND relayed_at < now() - $2 * interval '1 microsecond'
 	  AND (not_before IS NULL OR not_before < now() - $2 * interval '1 microsecond')
 	  AND (claim_expires_at IS NULL OR claim_expires_at < now())
-	  AND NOT $6::bool AND kind <> ALL($5::text[])
+	  AND kind <> ALL($5::text[])
 	ORDER BY relayed_at
 	LIMIT %[1]d
 	FOR UPDATE SKIP LOCKED
@@ -97,19 +97,18 @@ RETURNING i.intent_id, i.resource_id, i.epoch, i.kind, i.idempotency_key, i.fenc
 // re-relay (bool), created_at and trace_context (text, NULL when absent),
 // in no particular order. The claim commits with the statement (unless q is
 // a transaction). held says which kinds' relayed intents are not re-relayed
-// now (their messages may still wait in the stream); held.All: none is.
+// now (their messages may still wait in the stream).
 func (c Claimer) Claim(ctx context.Context, q Querier, by string, relayTimeout, claimTTL time.Duration, after int64, held HeldKinds) (pgx.Rows, error) {
 	kinds := held.Kinds
 	if kinds == nil {
 		kinds = []string{}
 	}
-	return q.Query(ctx, c.sql, by, relayTimeout.Microseconds(), claimTTL.Microseconds(), after, kinds, held.All)
+	return q.Query(ctx, c.sql, by, relayTimeout.Microseconds(), claimTTL.Microseconds(), after, kinds)
 }
 
 // HeldKinds are the kinds whose re-relays wait (Claim).
 type HeldKinds struct {
 	Kinds []string
-	All   bool
 }
 
 // markRelayedSQL marks acknowledged intents relayed and clears the claim.
