@@ -187,7 +187,7 @@ setup_java_client() {
 	command -v javac >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || pkgs+=(openjdk-17-jdk-headless)
 	[ -f /usr/share/java/postgresql.jar ] || [ -n "${FENCEGATE_JDBC_JAR:-}" ] || pkgs+=(libpostgresql-jdbc-java)
 	[ -f /usr/share/java/junit4.jar ] || [ -n "${FENCEGATE_JUNIT_CLASSPATH:-}" ] || pkgs+=(junit4)
-	lib="$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -n 1)"
+	lib="$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -n 1 || true)"
 	[ -n "$lib" ] || [ -n "${FENCEGATE_FAKETIME_LIB:-}" ] || pkgs+=(libfaketime)
 	if [ ${#pkgs[@]} -gt 0 ]; then
 		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -222,7 +222,7 @@ setup_clients() {
 	"$py" -c 'import venv, ensurepip' >/dev/null 2>&1 || want+=(python3-venv)
 	"$py" -c 'import psycopg' >/dev/null 2>&1 || want+=(python3-psycopg)
 	"$py" -c 'import setuptools, wheel' >/dev/null 2>&1 || want+=(python3-setuptools python3-wheel)
-	FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1)}"
+	FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1 || true)}"
 	[ -n "$FAKETIME_LIB" ] || want+=(libfaketime)
 	if [ ${#want[@]} -gt 0 ]; then
 		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -230,7 +230,7 @@ setup_clients() {
 			{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null 2>&1 ||
 				{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null; }; } ||
 				echo "installing ${want[*]} failed"
-			FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1)}"
+			FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1 || true)}"
 		else
 			echo "missing and this is not root: apt-get install -y ${want[*]}"
 		fi
