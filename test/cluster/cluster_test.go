@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/deployment"
 	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/hooktest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
@@ -132,9 +130,9 @@ func TestClusterFaults(t *testing.T) {
 	}
 	ft.Expect(t, ft.Gw(t, bin, db, nil, "epoch", "advance", "--resource", resource, "--epoch", "1"), 0, "")
 
-	rcv := newReceiver(t)
+	rcv := hooktest.New(t)
 	c := natstest.StartCluster(t, 3)
-	hostport := strings.TrimPrefix(rcv.srv.URL, "http://")
+	hostport := strings.TrimPrefix(rcv.URL(), "http://")
 	base := []string{"run", "--nats-url", c.URLs()}
 	// The test's PostgreSQL is a throwaway one, which may run without
 	// fsync.
@@ -235,9 +233,9 @@ func TestClusterFaults(t *testing.T) {
 	})
 	poll(step, "every gateway process connected", allOnLive)
 
-	ld = startLoad(ob, p.rate, rcv.srv.URL)
+	ld = startLoad(ob, p.rate, rcv.URL())
 	defer ld.halt()
-	poll(step, "the first effect", func() (bool, string) { return rcv.total() > 0, "none yet" })
+	poll(step, "the first effect", func() (bool, string) { return rcv.Total() > 0, "none yet" })
 	start := time.Now()
 	time.Sleep(p.steady) // load before the faults: the baseline
 
@@ -260,7 +258,7 @@ func TestClusterFaults(t *testing.T) {
 		elected := time.Now()
 		f.elected = elected.Sub(f.start)
 		poll(step, "effects after the new leader's election", func() (bool, string) {
-			return rcv.lastAfter(elected), "none since " + elected.Format(time.StampMilli)
+			return rcv.LastAfter(elected), "none since " + elected.Format(time.StampMilli)
 		})
 		if d := p.down - time.Since(f.start); d > 0 {
 			time.Sleep(d) // the node stays down this long: the fault's length
@@ -299,7 +297,7 @@ func TestClusterFaults(t *testing.T) {
 		elected = time.Now()
 		f.elected = elected.Sub(f.start)
 		poll(step, "effects while "+target.Name+" is paused", func() (bool, string) {
-			return rcv.lastAfter(elected), "none since " + elected.Format(time.StampMilli)
+			return rcv.LastAfter(elected), "none since " + elected.Format(time.StampMilli)
 		})
 		if d := p.pause - time.Since(f.start); d > 0 {
 			time.Sleep(d) // the node stays stopped this long: the fault's length
@@ -321,7 +319,7 @@ func TestClusterFaults(t *testing.T) {
 	var recs map[int64]*outbox.Record
 	poll(3*time.Minute, "every intent to end", func() (bool, string) {
 		// The destination first (cheap): an intent ends after its request.
-		if n := rcv.keys(); n < len(ids) {
+		if n := rcv.Keys(); n < len(ids) {
 			return false, fmt.Sprintf("%d of %d keys at the destination", n, len(ids))
 		}
 		var err error
@@ -346,11 +344,11 @@ func TestClusterFaults(t *testing.T) {
 		if r.Status != outbox.StatusSucceeded || len(r.Result) == 0 || r.CompletedAt == nil {
 			t.Errorf("intent %d (%s): status %s, result %s, last error %v", id, r.IdempotencyKey, r.Status, r.Result, deref(r.LastError))
 		}
-		if n := rcv.count(r.IdempotencyKey); n != 1 {
+		if n := rcv.Count(r.IdempotencyKey); n != 1 {
 			t.Errorf("intent %d (%s): %d requests at the destination, want 1", id, r.IdempotencyKey, n)
 		}
 	}
-	if n := rcv.keys(); n != len(ids) {
+	if n := rcv.Keys(); n != len(ids) {
 		t.Errorf("the destination saw %d keys, %d intents were enqueued", n, len(ids))
 	}
 
@@ -397,72 +395,6 @@ func busiest(c *natstest.Cluster) (*natstest.Node, int, error) {
 		}
 	}
 	return best, most, nil
-}
-
-// receiver is the webhook destination: it counts the requests per
-// Idempotency-Key and answers lookups from those counts.
-type receiver struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	per  map[string]int
-	n    int
-	last time.Time
-}
-
-func newReceiver(t *testing.T) *receiver {
-	r := &receiver{per: map[string]int{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hook", func(w http.ResponseWriter, req *http.Request) {
-		key := req.Header.Get("Idempotency-Key")
-		if key == "" {
-			http.Error(w, "no Idempotency-Key", http.StatusBadRequest)
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		r.mu.Lock()
-		r.per[key]++
-		r.n++
-		r.last = time.Now()
-		r.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	})
-	// The payloads' lookup_url: where an attempt's outcome was lost, the
-	// adapter asks whether the request arrived.
-	mux.HandleFunc("GET /lookup/{key}", func(w http.ResponseWriter, req *http.Request) {
-		if r.count(req.PathValue("key")) == 0 {
-			http.NotFound(w, req)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	r.srv = httptest.NewServer(mux)
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *receiver) count(key string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.per[key]
-}
-
-func (r *receiver) keys() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.per)
-}
-
-func (r *receiver) total() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
-}
-
-// lastAfter reports whether a request arrived after t.
-func (r *receiver) lastAfter(t time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.last.After(t)
 }
 
 // load enqueues webhook intents at a steady rate through the outbox, as a

@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"slices"
@@ -26,6 +23,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/testkit/autofailover"
 	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
+	"github.com/fencegate/fencegate/internal/testkit/hooktest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -67,9 +65,9 @@ func TestFailover(t *testing.T) {
 	env := []string{"GATEWAY_SCHEMA=" + schema}
 	ft.Expect(t, ft.Gw(t, bin, db, env, "migrate"), 0, "")
 
-	rcv := newReceiver(t)
+	rcv := hooktest.New(t)
 	ns := natstest.Start(t)
-	hostport := strings.TrimPrefix(rcv.srv.URL, "http://")
+	hostport := strings.TrimPrefix(rcv.URL(), "http://")
 	adapterURL := db
 	mutation := os.Getenv(EnvMutation)
 	switch mutation {
@@ -116,9 +114,9 @@ func TestFailover(t *testing.T) {
 	lctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for w := range 2 {
-		wg.Go(func() { goWorker(lctx, h, issuer, ob, fmt.Sprintf("go-%d", w), rcv.srv.URL) })
+		wg.Go(func() { goWorker(lctx, h, issuer, ob, fmt.Sprintf("go-%d", w), rcv.URL()) })
 	}
-	wg.Go(func() { sqlWorker(lctx, h, db, schema, "sql-0", rcv.srv.URL) })
+	wg.Go(func() { sqlWorker(lctx, h, db, schema, "sql-0", rcv.URL()) })
 	wg.Go(func() { granter(lctx, h, issuer, []string{"g-0", "g-1"}) })
 	halt := func() {
 		stopLoad()
@@ -137,7 +135,7 @@ func TestFailover(t *testing.T) {
 			return cond()
 		})
 	}
-	poll(step, "the first effect", func() (bool, string) { return rcv.total() > 0, "none yet" })
+	poll(step, "the first effect", func() (bool, string) { return rcv.Total() > 0, "none yet" })
 	time.Sleep(steady)
 
 	var faults []*fault
@@ -163,7 +161,7 @@ func TestFailover(t *testing.T) {
 	})
 	fl.promoted = time.Since(fl.start)
 	poll(killBound, "effects after the promotion", func() (bool, string) {
-		return rcv.lastAfter(fl.start.Add(fl.promoted)), "none since the promotion"
+		return rcv.LastAfter(fl.start.Add(fl.promoted)), "none since the promotion"
 	})
 	time.Sleep(steady / 2)
 	// The old node rejoins as a secondary (pg_auto_failover rewinds it).
@@ -182,7 +180,7 @@ func TestFailover(t *testing.T) {
 	rejoined := time.Now()
 	// With the old primary a secondary, intents must still settle.
 	poll(killBound, "effects with "+old.Name+" a secondary", func() (bool, string) {
-		return rcv.lastAfter(rejoined) && h.ackedAfter(rejoined), "none since the rejoin"
+		return rcv.LastAfter(rejoined) && h.ackedAfter(rejoined), "none since the rejoin"
 	})
 	time.Sleep(steady)
 
@@ -240,18 +238,18 @@ func TestFailover(t *testing.T) {
 			lost = append(lost, fmt.Sprint(id))
 		case r.Status != outbox.StatusSucceeded:
 			notSucceeded = append(notSucceeded, fmt.Sprintf("%d %s", id, r.Status))
-		case rcv.count(key) != 1:
-			notOnce = append(notOnce, fmt.Sprintf("%s: %d requests", key, rcv.count(key)))
+		case rcv.Count(key) != 1:
+			notOnce = append(notOnce, fmt.Sprintf("%s: %d requests", key, rcv.Count(key)))
 		}
 	}
-	for key, n := range rcv.all() {
+	for key, n := range rcv.Counts() {
 		if n != 1 {
 			notOnce = append(notOnce, fmt.Sprintf("%s: %d requests", key, n))
 		}
 	}
 	grants, dup, behind := h.checkGrants(ctx, issuer)
 	t.Logf("acknowledged: %d enqueues (%d Go, %d SQL), %d grants on %d resources; %d requests at the destination; %d enqueue and %d grant errors retried",
-		len(acked), h.count("go"), h.count("sql"), grants, len(h.grantsBy()), rcv.total(), h.errs("enqueue"), h.errs("grant"))
+		len(acked), h.count("go"), h.count("sql"), grants, len(h.grantsBy()), rcv.Total(), h.errs("enqueue"), h.errs("grant"))
 	if n := h.errs("authority_changed"); n > 0 {
 		t.Errorf("%d grants refused as authority_changed after a failover or a switchover", n)
 	}
@@ -268,7 +266,7 @@ func TestFailover(t *testing.T) {
 			end = faults[i+1].start
 		}
 		fl.enqueueStall = h.stall(fl.start, end)
-		fl.effectStall = rcv.stall(fl.start, end)
+		fl.effectStall = longestGap(rcv.Times(), fl.start, end)
 		t.Logf("%s: promoted after %s; enqueues stalled %s, effects stalled %s (bound %s)",
 			fl.name, fl.promoted.Round(time.Millisecond), fl.enqueueStall.Round(time.Millisecond), fl.effectStall.Round(time.Millisecond), fl.bound)
 		if fl.enqueueStall > fl.bound || fl.effectStall > fl.bound {
@@ -585,77 +583,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-// receiver is the webhook destination: it counts requests per
-// Idempotency-Key and keeps when each arrived.
-type receiver struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	per   map[string]int
-	times []time.Time
-}
-
-func newReceiver(t *testing.T) *receiver {
-	r := &receiver{per: map[string]int{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hook", func(w http.ResponseWriter, req *http.Request) {
-		key := req.Header.Get("Idempotency-Key")
-		if key == "" {
-			http.Error(w, "no Idempotency-Key", http.StatusBadRequest)
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
-		r.mu.Lock()
-		r.per[key]++
-		r.times = append(r.times, time.Now())
-		r.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	})
-	mux.HandleFunc("GET /lookup/{key}", func(w http.ResponseWriter, req *http.Request) {
-		if r.count(req.PathValue("key")) == 0 {
-			http.NotFound(w, req)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	r.srv = httptest.NewServer(mux)
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *receiver) count(key string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.per[key]
-}
-
-func (r *receiver) all() map[string]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := make(map[string]int, len(r.per))
-	for k, v := range r.per {
-		m[k] = v
-	}
-	return m
-}
-
-func (r *receiver) total() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.times)
-}
-
-func (r *receiver) lastAfter(t time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.times) > 0 && r.times[len(r.times)-1].After(t)
-}
-
-func (r *receiver) stall(t, end time.Time) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return longestGap(r.times, t, end)
 }
 
 // getAll reads the intents, in chunks.
