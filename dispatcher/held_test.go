@@ -27,12 +27,7 @@ func TestRerelayWaitsForItsConsumersBacklog(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	e.start(dispatcher.Config{Schema: testdb.Schema(), RelayTimeout: timeout, PollInterval: 100 * time.Millisecond, Registerer: reg})
 	ns := wire.Namespace("")
-	var s jetstream.Stream
-	waitFor(t, 10*time.Second, "the stream", func() (bool, string) {
-		var err error
-		s, err = e.js.Stream(ctx, ns.Stream())
-		return err == nil, "not yet"
-	})
+	s := e.stream(t)
 	// An adapter's consumer of kind file that has not got to the message yet.
 	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "slow-file", FilterSubject: ns.Subject("file"),
 		AckPolicy: jetstream.AckExplicitPolicy})
@@ -97,12 +92,7 @@ func TestRerelayNotHeldByAnotherConsumer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	e.start(dispatcher.Config{Schema: testdb.Schema(), RelayTimeout: timeout, PollInterval: 100 * time.Millisecond})
 	ns := wire.Namespace("")
-	var s jetstream.Stream
-	waitFor(t, 10*time.Second, "the stream", func() (bool, string) {
-		var err error
-		s, err = e.js.Stream(ctx, ns.Stream())
-		return err == nil, "not yet"
-	})
+	s := e.stream(t)
 	if _, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "looking", FilterSubject: ns.SubjectAll(),
 		AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
@@ -116,4 +106,16 @@ func TestRerelayNotHeldByAnotherConsumer(t *testing.T) {
 		n := e.relayCounts()[r.IntentID]
 		return n >= 2, strconv.Itoa(n)
 	})
+}
+
+// stream waits for the dispatcher's stream and returns it.
+func (e *env) stream(t *testing.T) jetstream.Stream {
+	t.Helper()
+	var s jetstream.Stream
+	waitFor(t, 10*time.Second, "the stream", func() (bool, string) {
+		var err error
+		s, err = e.js.Stream(context.Background(), wire.Namespace("").Stream())
+		return err == nil, "not yet"
+	})
+	return s
 }
