@@ -178,58 +178,61 @@ public final class Json {
 
         Map<String, Object> object() {
             Map<String, Object> m = new LinkedHashMap<>();
-            i++;
-            space();
-            if (i < s.length() && s.charAt(i) == '}') {
-                i++;
-                return m;
-            }
-            while (true) {
-                space();
-                if (i >= s.length() || s.charAt(i) != '"') {
-                    throw error("expected a key");
-                }
-                String k = string();
-                space();
-                expect(':');
-                space();
-                m.put(k, value());
-                space();
-                if (i < s.length() && s.charAt(i) == ',') {
-                    i++;
-                    continue;
-                }
+            if (!empty('}')) {
+                do {
+                    space();
+                    if (i >= s.length() || s.charAt(i) != '"') {
+                        throw error("expected a key");
+                    }
+                    String k = string();
+                    space();
+                    expect(':');
+                    space();
+                    m.put(k, value());
+                    space();
+                } while (skip(','));
                 expect('}');
-                return m;
             }
+            return m;
         }
 
         List<Object> array() {
             List<Object> l = new ArrayList<>();
+            if (!empty(']')) {
+                do {
+                    space();
+                    l.add(value());
+                    space();
+                } while (skip(','));
+                expect(']');
+            }
+            return l;
+        }
+
+        /**
+         * Steps over an object's or an array's opening bracket and the
+         * space after it, and over close if that follows: says whether it
+         * is empty.
+         */
+        boolean empty(char close) {
             i++;
             space();
-            if (i < s.length() && s.charAt(i) == ']') {
+            return skip(close);
+        }
+
+        /** Steps over c when it is the next character; says whether it was. */
+        boolean skip(char c) {
+            if (i < s.length() && s.charAt(i) == c) {
                 i++;
-                return l;
+                return true;
             }
-            while (true) {
-                space();
-                l.add(value());
-                space();
-                if (i < s.length() && s.charAt(i) == ',') {
-                    i++;
-                    continue;
-                }
-                expect(']');
-                return l;
-            }
+            return false;
         }
 
         void expect(char c) {
-            if (i >= s.length() || s.charAt(i) != c) {
+            if (!skip(c)) {
                 throw error("expected '" + c + "'");
             }
-            i++;
         }
 
         String string() {

@@ -42,7 +42,7 @@ public class JsonTest {
     @Test
     public void parsesDetails() {
         Object v = Json.parse(" {\"code\": \"stale_epoch\", \"resource\": \"a\\u00e9\\\"b\", \"supplied_epoch\": 3,"
-                + " \"current_epoch\": 9007199254740992, \"reason\": null, \"x\": [1.5e3, false, {}]} ");
+                + " \"current_epoch\": 9007199254740992, \"reason\": null, \"x\": [1.5e3, false, {}], \"y\": [ ]} ");
         Map<?, ?> m = (Map<?, ?>) v;
         assertEquals("stale_epoch", m.get("code"));
         assertEquals("a\u00e9\"b", m.get("resource"));
@@ -50,6 +50,7 @@ public class JsonTest {
         assertEquals(9007199254740992L, m.get("current_epoch"));
         assertTrue(m.containsKey("reason"));
         assertEquals(List.of(1500.0, false, Map.of()), m.get("x"));
+        assertEquals(List.of(), m.get("y"));
         for (String bad : new String[] {"", "{", "{\"a\" 1}", "[1,]", "\"x", "{} x", "tru"}) {
             assertThrows(bad, IllegalArgumentException.class, () -> Json.parse(bad));
         }
