@@ -98,6 +98,25 @@ class _State:
                     self.lease.resource, self.lease.holder, self.lease.epoch, cause)
         return True
 
+    def check(self) -> None:
+        """Raises LeaseLost unless valid()."""
+        if self.valid():
+            return
+        if self.error is not None:
+            raise self.error
+        if self.stopping:
+            raise LeaseLost("the keeper was stopped")
+        cause = self.expired()
+        raise LeaseLost(str(cause)) from cause
+
+    def renewed(self, lease: Lease, expires_at: Any, started: float) -> None:
+        """Records the renewal of lease that began at clock reading started,
+        unless the lease was lost meanwhile."""
+        if self.error is None:
+            self.lease = dataclasses.replace(lease, expires_at=expires_at)
+            self.last_ok = started
+            self.renewals += 1
+
     @property
     def reason(self) -> Optional[str]:
         if self.error is None:
@@ -201,14 +220,7 @@ class Keeper:
     def check(self) -> None:
         """Raises LeaseLost unless still_valid()."""
         with self._lock:
-            if self._s.valid():
-                return
-            if self._s.error is not None:
-                raise self._s.error
-            if self._s.stopping:
-                raise LeaseLost("the keeper was stopped")
-            cause = self._s.expired()
-        raise LeaseLost(str(cause)) from cause
+            self._s.check()
 
     # Lifecycle.
 
@@ -323,10 +335,7 @@ class Keeper:
                 next_at = self._s.clock() + retry
                 continue
             with self._lock:
-                if self._s.error is None:
-                    self._s.lease = dataclasses.replace(lease, expires_at=expires_at)
-                    self._s.last_ok = started
-                    self._s.renewals += 1
+                self._s.renewed(lease, expires_at, started)
                 next_at = self._s.clock() + self._s.timing.renew_every
 
     def _renew(self, lease: Lease, left: float):
@@ -404,14 +413,7 @@ class AsyncKeeper:
         return self._s.valid()
 
     def check(self) -> None:
-        if self._s.valid():
-            return
-        if self._s.error is not None:
-            raise self._s.error
-        if self._s.stopping:
-            raise LeaseLost("the keeper was stopped")
-        cause = self._s.expired()
-        raise LeaseLost(str(cause)) from cause
+        self._s.check()
 
     async def stop(self) -> None:
         self._s.stopping = True
@@ -498,10 +500,7 @@ class AsyncKeeper:
                 log.warning("fencegate: keeper: renew failed; retrying: %s", e)
                 next_at = self._s.clock() + min(self._s.timing.renew_every, _RETRY)
                 continue
-            if self._s.error is None:
-                self._s.lease = dataclasses.replace(lease, expires_at=expires_at)
-                self._s.last_ok = started
-                self._s.renewals += 1
+            self._s.renewed(lease, expires_at, started)
             next_at = self._s.clock() + self._s.timing.renew_every
 
     async def _renew(self, lease: Lease, left: float):
