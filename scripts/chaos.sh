@@ -8,18 +8,11 @@
 #   scripts/chaos.sh [SEED [DURATION]]   (SEED 0: a random seed, printed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="/usr/local/go/bin:$PATH"
-# The Go that builds and tests fencegate: go1.27.3, fetched once from the Go
-# module proxy (76 MB) by the go command itself. go1.26.8's standard library
-# has vulnerabilities the gateway calls (net/http, html/template, crypto/tls:
-# govulncheck below names them); a machine starts on its own Go and ignores
-# go.mod's toolchain line, so every script says it.
-export GOTOOLCHAIN="${GOTOOLCHAIN_FENCEGATE:-go1.27.3}"
 seed="${1:-${SEED:-0}}"
 duration="${2:-${DURATION:-60s}}"
 
 echo "== tools"
-. scripts/tools.sh
+. scripts/tools.sh # and the Go that builds fencegate
 setup_mailpit
 setup_nats
 

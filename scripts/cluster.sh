@@ -9,12 +9,9 @@
 #   scripts/cluster.sh [LOGDIR]   (LOGDIR: keep the gateway processes' logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="/usr/local/go/bin:$PATH"
-# The Go that builds and tests fencegate (see scripts/test.sh).
-export GOTOOLCHAIN="${GOTOOLCHAIN_FENCEGATE:-go1.27.3}"
 
 echo "== tools"
-. scripts/tools.sh
+. scripts/tools.sh # and the Go that builds fencegate
 setup_nats
 
 if [ $# -gt 0 ]; then

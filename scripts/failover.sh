@@ -11,21 +11,12 @@
 #   FENCEGATE_FAILOVER_MUTATION=pinned scripts/failover.sh   (must fail)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="/usr/local/go/bin:$PATH"
-# The Go that builds and tests fencegate (see scripts/test.sh).
-export GOTOOLCHAIN="${GOTOOLCHAIN_FENCEGATE:-go1.27.3}"
 
 echo "== tools"
-. scripts/tools.sh
+. scripts/tools.sh # and the Go that builds fencegate
 setup_nats
 if ! command -v pg_autoctl >/dev/null 2>&1; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "installing pg_auto_failover (once): apt-get install -y postgresql-15-auto-failover"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15-auto-failover >/dev/null 2>&1 ||
-			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15-auto-failover >/dev/null; }
-	else
-		echo "pg_autoctl is missing and this is not root: apt-get install -y postgresql-15-auto-failover"; exit 1
-	fi
+	apt_install "" postgresql-15-auto-failover || exit 1
 fi
 echo "pg_autoctl: $(command -v pg_autoctl)"
 

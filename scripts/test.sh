@@ -9,13 +9,9 @@
 # Extra arguments go to `go test` (e.g. scripts/test.sh -run Lease ./lease/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="/usr/local/go/bin:$PATH"
-# The Go that builds and tests fencegate: go1.27.3, fetched once from the Go
-# module proxy (76 MB) by the go command itself. go1.26.8's standard library
-# has vulnerabilities the gateway calls (net/http, html/template, crypto/tls:
-# govulncheck below names them); a machine starts on its own Go and ignores
-# go.mod's toolchain line, so every script says it.
-export GOTOOLCHAIN="${GOTOOLCHAIN_FENCEGATE:-go1.27.3}"
+# The tools' setup (scripts/tools.sh), which also selects the Go that
+# builds and tests fencegate.
+. scripts/tools.sh
 
 echo "== static checks"
 unformatted="$(gofmt -l .)"
@@ -29,7 +25,6 @@ echo "== tools"
 # nats-server for the tests that kill and restart it, and headless Chromium
 # for the admin pages' browser test (admin/pages_browser_test.go), which
 # fails without it. See scripts/tools.sh.
-. scripts/tools.sh
 setup_mailpit
 setup_versitygw
 setup_nats

@@ -1,5 +1,5 @@
-# Tool setup shared by scripts/test.sh and scripts/chaos.sh (sourced, not
-# run). Works on a fresh machine with nothing installed but Go and the
+# Tool setup shared by scripts/*.sh (sourced, not run, from the repository's
+# root). Works on a fresh machine with nothing installed but Go and the
 # PostgreSQL binaries, GOBIN set or not: each tool is found, or built once,
 # and its path exported for the tests.
 #
@@ -30,6 +30,33 @@
 #                   bin/govulncheck and bin/indexdb built once (about a
 #                   minute), the database in var/vulndb-<version>; fails on a
 #                   vulnerable symbol the code calls
+#
+# Sourcing it also selects the Go that builds and tests fencegate:
+# go1.27.3, fetched once from the Go module proxy (76 MB) by the go command
+# itself. go1.26.8's standard library has vulnerabilities the gateway calls
+# (net/http, html/template, crypto/tls: vulncheck names them); a machine
+# starts on its own Go and ignores go.mod's toolchain line, so the scripts
+# name it, all of them here. GOTOOLCHAIN_FENCEGATE overrides it.
+export PATH="/usr/local/go/bin:$PATH"
+export GOTOOLCHAIN="${GOTOOLCHAIN_FENCEGATE:-go1.27.3}"
+
+# apt_install HINT PKG...: installs the Debian packages PKG as root (a
+# tool found missing), with apt-get update only when the install fails
+# (the package lists may be missing or stale). Not root, or no apt-get:
+# says what to install, then HINT (what else to do, or what fails without
+# them). Fails when it did not install them.
+apt_install() {
+	local hint="$1"
+	shift
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "$* missing and this is not root: apt-get install -y $*$hint"
+		return 1
+	fi
+	echo "installing $* (once): apt-get install -y $*"
+	{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1 ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }; } ||
+		{ echo "installing $* failed"; return 1; }
+}
 
 # go_bin_dir prints where `go install` puts binaries.
 go_bin_dir() {
@@ -89,14 +116,7 @@ setup_python_psycopg() {
 	if [ -z "${PYTHON_BIN:-}" ]; then
 		PYTHON_BIN=/usr/bin/python3
 		if ! "$PYTHON_BIN" -c 'import psycopg' >/dev/null 2>&1; then
-			if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-				echo "installing python3-psycopg (once): apt-get install -y python3-psycopg"
-				{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-psycopg >/dev/null 2>&1 ||
-					{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-psycopg >/dev/null; }; } ||
-					echo "installing python3-psycopg failed"
-			else
-				echo "psycopg is missing and this is not root: apt-get install -y python3-psycopg, or set PYTHON_BIN"
-			fi
+			apt_install ", or set PYTHON_BIN" python3-psycopg || true
 		fi
 	fi
 	export PYTHON_BIN
@@ -117,13 +137,7 @@ setup_node_pg() {
 setup_chromium() {
 	if [ -z "${CHROMIUM_BIN:-}" ]; then
 		if ! command -v chromium >/dev/null 2>&1; then
-			if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-				echo "installing chromium (once): apt-get update && apt-get install -y chromium"
-				apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
-					echo "installing chromium failed"
-			else
-				echo "chromium is missing and this is not root: install it (apt-get install -y chromium) or set CHROMIUM_BIN"
-			fi
+			apt_install ", or set CHROMIUM_BIN" chromium || true
 		fi
 		CHROMIUM_BIN="$(command -v chromium || true)"
 	fi
@@ -190,14 +204,7 @@ setup_java_client() {
 	lib="$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -n 1 || true)"
 	[ -n "$lib" ] || [ -n "${FENCEGATE_FAKETIME_LIB:-}" ] || pkgs+=(libfaketime)
 	if [ ${#pkgs[@]} -gt 0 ]; then
-		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-			echo "installing ${pkgs[*]} (once): apt-get install -y ${pkgs[*]}"
-			{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null 2>&1 ||
-				{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null; }; } ||
-				echo "installing ${pkgs[*]} failed"
-		else
-			echo "${pkgs[*]} missing and this is not root: apt-get install -y ${pkgs[*]} (the Java client's test will fail)"
-		fi
+		apt_install " (the Java client's test will fail)" "${pkgs[@]}" || true
 	fi
 	echo "java client: $(command -v javac || echo "${JAVA_HOME:-no javac}"), $(ls /usr/share/java/postgresql.jar 2>/dev/null || echo "${FENCEGATE_JDBC_JAR:-no JDBC driver}")"
 }
@@ -225,15 +232,8 @@ setup_clients() {
 	FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1 || true)}"
 	[ -n "$FAKETIME_LIB" ] || want+=(libfaketime)
 	if [ ${#want[@]} -gt 0 ]; then
-		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-			echo "installing ${want[*]} (once)"
-			{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null 2>&1 ||
-				{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null; }; } ||
-				echo "installing ${want[*]} failed"
-			FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1 || true)}"
-		else
-			echo "missing and this is not root: apt-get install -y ${want[*]}"
-		fi
+		apt_install "" "${want[@]}" || true
+		FAKETIME_LIB="${FAKETIME_LIB:-$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1 || true)}"
 	fi
 	export FAKETIME_LIB
 	echo "libfaketime: ${FAKETIME_LIB:-missing: the pause tests of the keepers will fail}"
@@ -284,15 +284,8 @@ setup_pgbouncer() {
 		PGBOUNCER_BIN="$(command -v pgbouncer || true)"
 		[ -z "$PGBOUNCER_BIN" ] && [ -x /usr/sbin/pgbouncer ] && PGBOUNCER_BIN=/usr/sbin/pgbouncer
 		if [ -z "$PGBOUNCER_BIN" ]; then
-			if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-				echo "installing pgbouncer (once): apt-get install -y pgbouncer"
-				{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null 2>&1 ||
-					{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; }; } ||
-					echo "installing pgbouncer failed"
-				[ -x /usr/sbin/pgbouncer ] && PGBOUNCER_BIN=/usr/sbin/pgbouncer
-			else
-				echo "pgbouncer is missing and this is not root: apt-get install -y pgbouncer, or set PGBOUNCER_BIN"
-			fi
+			apt_install ", or set PGBOUNCER_BIN" pgbouncer || true
+			[ -x /usr/sbin/pgbouncer ] && PGBOUNCER_BIN=/usr/sbin/pgbouncer
 		fi
 	fi
 	export PGBOUNCER_BIN
