@@ -19,18 +19,10 @@ import (
 )
 
 // asyncCommitCluster starts a PostgreSQL cluster (fsync on) that
-// acknowledges commits before their WAL is flushed: synchronous_commit=off
-// at the server and a WAL writer that flushes only every 10 s. Nothing else
-// flushes WAL behind our back: no autovacuum, no background writer.
+// acknowledges commits before their WAL is flushed (pgcluster.AsyncCommit).
 func asyncCommitCluster(t *testing.T) *pgcluster.Cluster {
 	t.Helper()
-	c, err := pgcluster.Start(context.Background(), pgcluster.Options{Durable: true, Settings: map[string]string{
-		"synchronous_commit":    "off",
-		"wal_writer_delay":      "10000ms",
-		"autovacuum":            "off",
-		"bgwriter_lru_maxpages": "0",
-		"checkpoint_timeout":    "1h",
-	}})
+	c, err := pgcluster.Start(context.Background(), pgcluster.Options{Durable: true, Settings: pgcluster.AsyncCommit()})
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
