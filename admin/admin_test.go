@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/operator"
@@ -48,15 +49,9 @@ type env struct {
 
 func newServer(t testing.TB, pool *pgxpool.Pool, tokens []Token, mod func(*Config)) *Server {
 	t.Helper()
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), Store: store, Tokens: tokens,
+	ob := coretest.Outbox(t, pool)
+	store := coretest.Store(t, pool)
+	cfg := Config{Pool: pool, Outbox: ob, Issuer: coretest.Issuer(pool), Store: store, Tokens: tokens,
 		Registry: prometheus.NewRegistry()}
 	if mod != nil {
 		mod(&cfg)
@@ -843,16 +838,7 @@ func closedPort(t *testing.T) string {
 
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig("postgres://nobody@" + closedPort(t) + "/none?connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := newServer(t, pool, testTokens, func(c *Config) {
+	s := newServer(t, unreachablePool(t), testTokens, func(c *Config) {
 		c.NATSReady = func() error { return errors.New("nats: no servers available") }
 	})
 	ts := httptest.NewServer(s.Handler())
@@ -958,8 +944,8 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal("New without a pool accepted")
 	}
 	pool := testdb.New(t)
-	ob, _ := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	base := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))}
+	ob := coretest.Outbox(t, pool)
+	base := Config{Pool: pool, Outbox: ob, Issuer: coretest.Issuer(pool)}
 	bad := base
 	bad.Tokens = []Token{{Name: "x", Role: "root", Secret: workerSecret}}
 	if _, err := New(bad); err == nil {

@@ -21,11 +21,11 @@ import (
 	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/internal/wire"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -313,11 +313,8 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 	srv := natstest.Start(t)
 	insertBacklog(t, pool, 5000)
 
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(context.Background(), "load", "test", time.Hour)
+	ob := coretest.Outbox(t, pool)
+	l, err := coretest.Issuer(pool).Acquire(context.Background(), "load", "test", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
@@ -85,7 +86,7 @@ func sqlSetup(t *testing.T) (*pgxpool.Pool, *lease.Issuer) {
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE reports (day text PRIMARY KEY, sent boolean NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	return pool, lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+	return pool, coretest.Issuer(pool)
 }
 
 // The SQL enqueue commits with the caller's own writes, or not at all; a
@@ -128,10 +129,7 @@ func TestSQLEnqueue(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	rec, err := ob.Get(ctx, got.IntentID)
 	if err != nil {
 		t.Fatal(err)

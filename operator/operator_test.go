@@ -9,8 +9,8 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -35,15 +35,9 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Advance(context.Background(), "r", 1); err != nil {
+	ob := coretest.Outbox(t, pool)
+	store := coretest.Store(t, pool)
+	if _, err := coretest.Issuer(pool).Advance(context.Background(), "r", 1); err != nil {
 		t.Fatal(err)
 	}
 	return &env{t: t, pool: pool, op: op, ob: ob, store: store}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/internal/deployment"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
 	"github.com/fencegate/fencegate/internal/testkit/hooktest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
@@ -124,10 +125,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	stream := info.Namespace.Stream()
 	consumer := info.Namespace.Durable("fencegate-", "webhook")
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	ft.Expect(t, ft.Gw(t, bin, db, nil, "epoch", "advance", "--resource", resource, "--epoch", "1"), 0, "")
 
 	rcv := hooktest.New(t)

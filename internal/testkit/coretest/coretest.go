@@ -1,0 +1,45 @@
+// Package coretest builds the core's clients for a test: the outbox
+// client, the idempotency store and the lease issuer on a test's pool, in
+// the test schema (testdb.Schema), so that a test of a package built on
+// the core sets them up in one line each and never names the schema
+// itself.
+package coretest
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// Outbox returns an outbox client on pool, in the test schema; the test
+// fails when it cannot be built.
+func Outbox(t testing.TB, pool *pgxpool.Pool) *outbox.Client {
+	t.Helper()
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
+	if err != nil {
+		t.Fatalf("outbox client: %v", err)
+	}
+	return ob
+}
+
+// Store returns an idempotency store on pool, in the test schema; the
+// test fails when it cannot be built.
+func Store(t testing.TB, pool *pgxpool.Pool) *idempotency.Store {
+	t.Helper()
+	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
+	if err != nil {
+		t.Fatalf("idempotency store: %v", err)
+	}
+	return store
+}
+
+// Issuer returns a lease issuer on pool, in the test schema, with opts
+// after the schema.
+func Issuer(pool *pgxpool.Pool, opts ...lease.Option) *lease.Issuer {
+	return lease.NewIssuer(pool, append([]lease.Option{lease.WithSchema(testdb.Schema())}, opts...)...)
+}
