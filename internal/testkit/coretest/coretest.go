@@ -6,7 +6,11 @@
 package coretest
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -42,4 +46,22 @@ func Store(t testing.TB, pool *pgxpool.Pool) *idempotency.Store {
 // after the schema.
 func Issuer(pool *pgxpool.Pool, opts ...lease.Option) *lease.Issuer {
 	return lease.NewIssuer(pool, append([]lease.Option{lease.WithSchema(testdb.Schema())}, opts...)...)
+}
+
+// Records returns the intents ids that exist, read from ob a thousand at a
+// time, each read bounded by 30 s: the fault tests poll thousands of
+// intents through a database that may be failing over, and retry on an
+// error.
+func Records(ob *outbox.Client, ids []int64) (map[int64]*outbox.Record, error) {
+	out := make(map[int64]*outbox.Record, len(ids))
+	for chunk := range slices.Chunk(ids, 1000) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		m, err := ob.GetMany(ctx, chunk)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, m)
+	}
+	return out, nil
 }
