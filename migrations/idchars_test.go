@@ -35,10 +35,7 @@ func TestIDsRefuseControlAndFormatCharacters(t *testing.T) {
 	pool, iss := sqlSetup(t)
 	ctx := context.Background()
 	ob := coretest.Outbox(t, pool)
-	l, err := iss.Acquire(ctx, "r", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := acquire(t, iss, "r")
 	field := func(err error) string {
 		var inv *fenceerr.InvalidError
 		if errors.As(err, &inv) {
