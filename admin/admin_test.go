@@ -166,11 +166,7 @@ func expectField(t *testing.T, r resp, field string) {
 
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
-	var n int
-	if err := e.pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
+	return testdb.Int(e.t, e.pool, sql, args...)
 }
 
 func emailIntent(resource string, epoch int64, op string) string {
@@ -610,18 +606,7 @@ func (e *env) fingerprint(id int64) string {
 
 func (e *env) key(id int64) *idempotency.Key {
 	e.t.Helper()
-	rec, err := e.ob.Get(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	k, err := e.srv.cfg.Store.Get(context.Background(), rec.Kind, rec.IdempotencyKey)
-	if errors.Is(err, idempotency.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return k
+	return coretest.Key(e.t, e.ob, e.srv.cfg.Store, id)
 }
 
 func TestActions(t *testing.T) {

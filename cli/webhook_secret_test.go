@@ -83,7 +83,7 @@ func TestRunWebhookHeaderSecret(t *testing.T) {
 			t.Errorf("intake %s: %d %s; want 400 naming %s, the value not echoed", tc.op, code, body, tc.field)
 		}
 	}
-	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id IN ('unknown', 'inline', 'inline-key')`); n != 0 {
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id IN ('unknown', 'inline', 'inline-key')`); n != 0 {
 		t.Fatalf("%d intents stored for refused enqueues", n)
 	}
 

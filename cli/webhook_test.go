@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // headerReceiver is a real HTTP receiver for the webhook tests: it
@@ -78,7 +80,7 @@ func TestRunWebhook(t *testing.T) {
 	if code != http.StatusBadRequest || m["error"].(map[string]any)["field"] != "payload.url" {
 		t.Fatalf("intake, host not allowed: %d %v; want 400 naming payload.url", code, m)
 	}
-	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'elsewhere'`); n != 0 {
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'elsewhere'`); n != 0 {
 		t.Fatalf("%d intents stored for a refused enqueue", n)
 	}
 	code, m = post(`{"resource":"billing","epoch":1,"operation_id":"charge-2","kind":"webhook","payload":{"url":"` + rcv.URL + `/charge","method":"PUT","body":{"amount":1}}}`)

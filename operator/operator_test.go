@@ -67,11 +67,7 @@ func (e *env) seed(op string, status outbox.Status, lastError string) int64 {
 
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
-	var n int
-	if err := e.pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
+	return testdb.Int(e.t, e.pool, sql, args...)
 }
 
 func (e *env) status(id int64) outbox.Status {
@@ -91,18 +87,7 @@ func (e *env) attempts(id int64) int {
 // key returns the intent's idempotency key, nil when there is none.
 func (e *env) key(id int64) *idempotency.Key {
 	e.t.Helper()
-	rec, err := e.ob.Get(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	k, err := e.store.Get(context.Background(), rec.Kind, rec.IdempotencyKey)
-	if errors.Is(err, idempotency.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return k
+	return coretest.Key(e.t, e.ob, e.store, id)
 }
 
 // New refuses a schema that is not a schema's name, naming the field.

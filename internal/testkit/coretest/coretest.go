@@ -7,6 +7,7 @@ package coretest
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"testing"
@@ -46,6 +47,24 @@ func Store(t testing.TB, pool *pgxpool.Pool) *idempotency.Store {
 // after the schema.
 func Issuer(pool *pgxpool.Pool, opts ...lease.Option) *lease.Issuer {
 	return lease.NewIssuer(pool, append([]lease.Option{lease.WithSchema(testdb.Schema())}, opts...)...)
+}
+
+// Key returns the idempotency key of intent id (by its kind and key), or
+// nil when the key has no row.
+func Key(t testing.TB, ob *outbox.Client, store *idempotency.Store, id int64) *idempotency.Key {
+	t.Helper()
+	rec, err := ob.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("intent %d: %v", id, err)
+	}
+	k, err := store.Get(context.Background(), rec.Kind, rec.IdempotencyKey)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("key of intent %d: %v", id, err)
+	}
+	return k
 }
 
 // Records returns the intents ids that exist, read from ob a thousand at a
