@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/operator"
@@ -48,15 +49,9 @@ type env struct {
 
 func newServer(t testing.TB, pool *pgxpool.Pool, tokens []Token, mod func(*Config)) *Server {
 	t.Helper()
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())), Store: store, Tokens: tokens,
+	ob := coretest.Outbox(t, pool)
+	store := coretest.Store(t, pool)
+	cfg := Config{Pool: pool, Outbox: ob, Issuer: coretest.Issuer(pool), Store: store, Tokens: tokens,
 		Registry: prometheus.NewRegistry()}
 	if mod != nil {
 		mod(&cfg)
@@ -171,11 +166,7 @@ func expectField(t *testing.T, r resp, field string) {
 
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
-	var n int
-	if err := e.pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
+	return testdb.Int(e.t, e.pool, sql, args...)
 }
 
 func emailIntent(resource string, epoch int64, op string) string {
@@ -615,18 +606,7 @@ func (e *env) fingerprint(id int64) string {
 
 func (e *env) key(id int64) *idempotency.Key {
 	e.t.Helper()
-	rec, err := e.ob.Get(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	k, err := e.srv.cfg.Store.Get(context.Background(), rec.Kind, rec.IdempotencyKey)
-	if errors.Is(err, idempotency.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return k
+	return coretest.Key(e.t, e.ob, e.srv.cfg.Store, id)
 }
 
 func TestActions(t *testing.T) {
@@ -843,16 +823,7 @@ func closedPort(t *testing.T) string {
 
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig("postgres://nobody@" + closedPort(t) + "/none?connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := newServer(t, pool, testTokens, func(c *Config) {
+	s := newServer(t, unreachablePool(t), testTokens, func(c *Config) {
 		c.NATSReady = func() error { return errors.New("nats: no servers available") }
 	})
 	ts := httptest.NewServer(s.Handler())
@@ -958,8 +929,8 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal("New without a pool accepted")
 	}
 	pool := testdb.New(t)
-	ob, _ := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	base := Config{Pool: pool, Outbox: ob, Issuer: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))}
+	ob := coretest.Outbox(t, pool)
+	base := Config{Pool: pool, Outbox: ob, Issuer: coretest.Issuer(pool)}
 	bad := base
 	bad.Tokens = []Token{{Name: "x", Role: "root", Secret: workerSecret}}
 	if _, err := New(bad); err == nil {

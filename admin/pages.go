@@ -365,6 +365,21 @@ func pathWithQuery(path string, q url.Values) string {
 	return path + "?" + q.Encode()
 }
 
+// pageLinks returns the links of a page of the list at path under
+// filters: to the next page when there is one (nextCursor), and to the
+// first page when this page is not it (it was asked for with a cursor).
+func pageLinks(path string, filters url.Values, nextCursor *string, cursor string) (nextURL, firstURL string) {
+	if nextCursor != nil {
+		next := cloneQuery(filters)
+		next.Set("cursor", *nextCursor)
+		nextURL = pathWithQuery(path, next)
+	}
+	if cursor != "" {
+		firstURL = pathWithQuery(path, filters)
+	}
+	return nextURL, firstURL
+}
+
 // intentsBody is the list page.
 type intentsBody struct {
 	Status, Kind, Resource, Search, Since, Until, Limit string
@@ -522,14 +537,7 @@ func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) 
 		b.Tabs = append(b.Tabs, statusTab{Label: string(c.Status), Status: c.Status, N: c.N, AtLeast: c.AtLeast,
 			URL: tabURL(c.Status), On: b.Status == string(c.Status)})
 	}
-	if p.NextCursor != nil {
-		next := cloneQuery(filters)
-		next.Set("cursor", *p.NextCursor)
-		b.NextURL = pathWithQuery("/intents", next)
-	}
-	if f.Cursor != "" {
-		b.FirstURL = pathWithQuery("/intents", filters)
-	}
+	b.NextURL, b.FirstURL = pageLinks("/intents", filters, p.NextCursor, f.Cursor)
 	s.render(w, r, http.StatusOK, "intents", d)
 }
 
@@ -887,14 +895,7 @@ func (s *Server) resourcesPage(w http.ResponseWriter, r *http.Request, v *viewer
 	if b.Prefix != "" {
 		filters.Set("prefix", b.Prefix)
 	}
-	if p.NextCursor != nil {
-		next := cloneQuery(filters)
-		next.Set("cursor", *p.NextCursor)
-		b.NextURL = pathWithQuery("/resources", next)
-	}
-	if f.Cursor != "" {
-		b.FirstURL = pathWithQuery("/resources", filters)
-	}
+	b.NextURL, b.FirstURL = pageLinks("/resources", filters, p.NextCursor, f.Cursor)
 	s.render(w, r, http.StatusOK, "resources", d)
 }
 

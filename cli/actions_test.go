@@ -142,7 +142,7 @@ func TestActionsByID(t *testing.T) {
 			t.Errorf("%s intent ends %s, want %s", op, s, want)
 		}
 	}
-	if n := scalar(t, conn, `SELECT count(*) FROM fencegate.intent_events WHERE actor LIKE 'cli:%'`); n != 4 {
+	if n := testdb.Int(t, conn, `SELECT count(*) FROM fencegate.intent_events WHERE actor LIKE 'cli:%'`); n != 4 {
 		t.Errorf("%d events recorded, want 4 (retry, forced retry, resolve, cancel)", n)
 	}
 }
@@ -176,7 +176,7 @@ func TestBulkDryRunListsIDsCLI(t *testing.T) {
 	if r.stderr != want {
 		t.Fatalf("dry run's stderr = %q, want %q", r.stderr, want)
 	}
-	if n := scalar(t, conn, `SELECT count(*) FROM fencegate.intents WHERE status = 'failed'`); n != 3 {
+	if n := testdb.Int(t, conn, `SELECT count(*) FROM fencegate.intents WHERE status = 'failed'`); n != 3 {
 		t.Fatalf("a dry run changed intents: %d failed, want 3", n)
 	}
 	r = gw(t, db, "cancel", "--status", "pending")

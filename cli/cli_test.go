@@ -29,6 +29,21 @@ func gw(t *testing.T, dbURL string, args ...string) cliResult {
 // gwEnv is gw with extra environment variables (later ones win).
 func gwEnv(t *testing.T, env []string, dbURL string, args ...string) cliResult {
 	t.Helper()
+	r := gwOut(t, env, dbURL, args...)
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	if err := dec.Decode(&r.obj); err != nil {
+		t.Fatalf("gateway %v: stdout is not one JSON object: %q (stderr %q)", args, r.stdout, r.stderr)
+	}
+	if dec.More() {
+		t.Fatalf("gateway %v: more than one JSON value on stdout: %q", args, r.stdout)
+	}
+	return r
+}
+
+// gwOut runs the gateway binary as gwEnv does, with stdout piped, without
+// expecting JSON.
+func gwOut(t *testing.T, env []string, dbURL string, args ...string) cliResult {
+	t.Helper()
 	cmd := exec.Command(gatewayBin, args...)
 	cmd.Env = append(append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL), env...)
 	var out, errb bytes.Buffer
@@ -39,13 +54,6 @@ func gwEnv(t *testing.T, env []string, dbURL string, args ...string) cliResult {
 		r.code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("run gateway %v: %v", args, err)
-	}
-	dec := json.NewDecoder(strings.NewReader(r.stdout))
-	if err := dec.Decode(&r.obj); err != nil {
-		t.Fatalf("gateway %v: stdout is not one JSON object: %q (stderr %q)", args, r.stdout, r.stderr)
-	}
-	if dec.More() {
-		t.Fatalf("gateway %v: more than one JSON value on stdout: %q", args, r.stdout)
 	}
 	return r
 }

@@ -20,13 +20,7 @@ import (
 func TestAcknowledgedGrantAndEnqueueSurviveAnImmediateStop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: map[string]string{
-		"synchronous_commit":    "off",
-		"wal_writer_delay":      "10000ms",
-		"autovacuum":            "off",
-		"bgwriter_lru_maxpages": "0",
-		"checkpoint_timeout":    "1h",
-	}})
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: pgcluster.AsyncCommit()})
 	if err != nil {
 		t.Fatal(err)
 	}

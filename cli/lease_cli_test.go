@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -81,10 +82,7 @@ func TestCLIBusy(t *testing.T) {
 	db, pool := migratedDB(t)
 	acquireLease(t, db, "R")
 	ctx := context.Background()
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

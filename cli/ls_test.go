@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/testkit/testdb"
-	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -15,13 +14,10 @@ func TestLs(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := runPool(t)
 	ctx := context.Background()
-	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Advance(ctx, "r", 1); err != nil {
+	if _, err := coretest.Issuer(pool).Advance(ctx, "r", 1); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	var ids []float64
 	for i := range 5 {
 		res, err := ob.Enqueue(ctx, outbox.Intent{Resource: "r", Epoch: 1, OperationID: fmt.Sprint("op-", i), Kind: "file",

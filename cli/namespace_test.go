@@ -71,7 +71,7 @@ func TestTwoDeploymentsOneNATS(t *testing.T) {
 	}
 	for _, d := range deps {
 		pollUntil(t, 40*time.Second, "deployment "+d.name+"'s intents to succeed", func() (bool, string) {
-			ok := scalar(t, d.pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'succeeded'`)
+			ok := testdb.Int(t, d.pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'succeeded'`)
 			return ok == n, fmt.Sprintf("%d of %d succeeded", ok, n)
 		})
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testkit/faultproxy"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // `gateway run` with the webhook adapter and the default --unknown-outcome
@@ -49,7 +50,7 @@ func TestRunWebhookDroppedKeepAliveHeld(t *testing.T) {
 	if conns != 1 {
 		t.Errorf("%d connections, want 1: the request under test was not written on the kept-alive connection", conns)
 	}
-	if n := scalar(t, pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = 'webhook' AND idempotency_key = $1 AND state = 'held' AND status = 'unknown'`, key); n != 1 {
+	if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = 'webhook' AND idempotency_key = $1 AND state = 'held' AND status = 'unknown'`, key); n != 1 {
 		t.Errorf("%d held keys %q, want 1", n, key)
 	}
 	if le, _ := st["last_error"].(string); !strings.Contains(le, "no answer") {

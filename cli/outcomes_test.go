@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testkit/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // actThenVanish is an HTTP receiver that performs every request (counts it
@@ -92,7 +93,7 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 		if n := c.effects(); n != 2 {
 			t.Errorf("%s: %d deliveries at the destination, want 2 (one per attempt, the destination dedups)", c.kind, n)
 		}
-		if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, c.kind, c.key); n != 1 {
+		if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.idempotency_keys WHERE kind = $1 AND idempotency_key = $2 AND state = 'held'`, c.kind, c.key); n != 1 {
 			t.Errorf("%s: key %s not held (%d rows): a later intent with the same business key would run again", c.kind, c.key, n)
 		}
 	}
@@ -104,7 +105,7 @@ func TestResendAfterUnknownOutcomesEndsUnknown(t *testing.T) {
 			t.Fatalf("gateway %s --status failed: %s, want nothing applied", action, r.stdout)
 		}
 	}
-	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'unknown'`); n != 2 {
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'unknown'`); n != 2 {
 		t.Fatalf("%d unknown intents after the bulk actions, want 2", n)
 	}
 }

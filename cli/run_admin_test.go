@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testkit/smtptest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/testkit/testpki"
 )
 
@@ -195,7 +196,7 @@ func TestRunMailPolicy(t *testing.T) {
 			t.Fatalf("payload %s: %d %v, want 400 naming %s", tc.payload, code, m, tc.field)
 		}
 	}
-	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents`); n != 0 {
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents`); n != 0 {
 		t.Fatalf("%d intents stored", n)
 	}
 	// Recipients are counted after dedup (case-insensitive): 3, at the limit.

@@ -21,11 +21,11 @@ import (
 	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/internal/wire"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -138,15 +138,6 @@ func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() (bo
 	}
 }
 
-func scalar(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // streamIntents counts the stream's messages per intent id.
 func streamIntents(t *testing.T, natsURL string) map[int64]int {
 	t.Helper()
@@ -219,8 +210,8 @@ func TestRunKill9MidBatch(t *testing.T) {
 	victim := startRun(t, []string{failpoint.EnvVar + "=" + failpoint.AfterPublishBeforeMark + "=sleep(20ms)"}, dbURL, srv.URL, "--dispatcher-id", "victim", "--batch-size", "10",
 		"--max-in-flight", "20", "--claim-ttl", "3s", "--publish-timeout", "1s")
 	pollUntil(t, 30*time.Second, "the victim to be mid-way with claims held", func() (bool, string) {
-		relayed := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
-		claimed := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by = 'victim'`)
+		relayed := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
+		claimed := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by = 'victim'`)
 		return relayed >= 200 && claimed > 0, fmt.Sprintf("relayed=%d claimed=%d", relayed, claimed)
 	})
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -246,7 +237,7 @@ func TestRunKill9MidBatch(t *testing.T) {
 	if len(left) == 0 {
 		t.Fatal("the killed dispatcher left no claim behind: not killed mid-batch")
 	}
-	pending := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
+	pending := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
 	t.Logf("killed with %d claims held, %d intents pending", len(left), pending)
 
 	var mu sync.Mutex
@@ -278,7 +269,7 @@ func TestRunKill9MidBatch(t *testing.T) {
 	}
 	defer d.Stop()
 	pollUntil(t, 60*time.Second, "every intent relayed and unclaimed", func() (bool, string) {
-		p := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status <> 'relayed' OR claimed_by IS NOT NULL`)
+		p := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status <> 'relayed' OR claimed_by IS NOT NULL`)
 		return p == 0, fmt.Sprintf("%d left", p)
 	})
 	mu.Lock()
@@ -313,11 +304,8 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 	srv := natstest.Start(t)
 	insertBacklog(t, pool, 5000)
 
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(context.Background(), "load", "test", time.Hour)
+	ob := coretest.Outbox(t, pool)
+	l, err := coretest.Issuer(pool).Acquire(context.Background(), "load", "test", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +329,7 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 
 	p := startRun(t, nil, dbURL, srv.URL, "--batch-size", "50")
 	pollUntil(t, 30*time.Second, "relaying under way", func() (bool, string) {
-		n := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
+		n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
 		return n >= 500, strconv.Itoa(n)
 	})
 	start := time.Now()
@@ -355,7 +343,7 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 
-	if c := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by IS NOT NULL OR claim_expires_at IS NOT NULL`); c != 0 {
+	if c := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by IS NOT NULL OR claim_expires_at IS NOT NULL`); c != 0 {
 		t.Errorf("%d intents left claimed after SIGTERM", c)
 	}
 	rows, err := pool.Query(context.Background(), testdb.SQL(`SELECT intent_id FROM fencegate.intents WHERE status = 'relayed'`))
@@ -377,7 +365,7 @@ func TestRunSIGTERMUnderLoad(t *testing.T) {
 			t.Errorf("intent %d marked relayed, in the stream %d times", id, got[id])
 		}
 	}
-	pending := scalar(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
+	pending := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
 	t.Logf("%d relayed, %d still pending at exit", len(relayed), pending)
 	if !strings.Contains(p.stderr.String(), "dispatcher: stopped") {
 		t.Errorf("no 'dispatcher: stopped' in the log:\n%s", p.stderr.String())

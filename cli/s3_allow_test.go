@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testkit/s3test"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
 // testReceiptSecret is the s3 receipts' secret of these tests.
@@ -56,7 +57,7 @@ func TestRunS3AllowList(t *testing.T) {
 			t.Errorf("intake %s: %d %v; want 400 naming %s", op, code, m, c.field)
 		}
 	}
-	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id IN ('outside', 'reserved', 'encoded')`); n != 0 {
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id IN ('outside', 'reserved', 'encoded')`); n != 0 {
 		t.Fatalf("%d intents stored for refused enqueues", n)
 	}
 	code, m := post("allowed", s3Payload(other, "reports/other.txt"))

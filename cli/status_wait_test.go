@@ -30,7 +30,7 @@ func TestStatusWait(t *testing.T) {
 	go func() { done <- gw(t, db, "status", "--wait", "30s", jsonNum(id)) }()
 	// Once the waiting process listens, an operator cancels the intent.
 	pollUntil(t, 15*time.Second, "gateway status --wait to listen", func() (bool, string) {
-		n := scalar(t, conn, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`)
+		n := testdb.Int(t, conn, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN `+testdb.PGSchema().OutcomesChannel()+`'`)
 		return n > 0, "no LISTEN session"
 	})
 	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'cancelled', completed_at = now() WHERE intent_id = $1`), id); err != nil {

@@ -105,7 +105,7 @@ func TestTablesOnATerminal(t *testing.T) {
 		t.Fatalf("ls piped: %s", r.stdout)
 	}
 
-	for _, tr := range []ttyResult{gwTTY(t, db, "ls"), ttyResultOf(gw0(t, db, "ls", "-o", "table"))} {
+	for _, tr := range []ttyResult{gwTTY(t, db, "ls"), ttyResultOf(gwOut(t, nil, db, "ls", "-o", "table"))} {
 		if tr.code != 0 || json.Valid([]byte(tr.stdout)) {
 			t.Fatalf("ls on a terminal: exit %d, %q; want a table", tr.code, tr.stdout)
 		}
@@ -179,23 +179,6 @@ func TestTablesOnATerminal(t *testing.T) {
 		{[]string{"lease", "history", "--resource", "r", "-o", "wide"}, "output"},
 	})
 	t.Logf("tables checked: ls (%d intents), status, lease history (2 grants), on a terminal and with -o table", len(ids))
-}
-
-// gw0 runs the gateway with stdout piped, without expecting JSON.
-func gw0(t *testing.T, dbURL string, args ...string) cliResult {
-	t.Helper()
-	cmd := exec.Command(gatewayBin, args...)
-	cmd.Env = append(os.Environ(), "GATEWAY_DATABASE_URL="+dbURL)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := cliResult{stdout: out.String(), stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 func ttyResultOf(r cliResult) ttyResult {

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -40,16 +38,7 @@ func writeSecret(t *testing.T, name, content string) string {
 func TestRunWebhookHeaderSecret(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
-	var mu sync.Mutex
-	got := map[string][]http.Header{}
-	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		mu.Lock()
-		got[r.Header.Get("Idempotency-Key")] = append(got[r.Header.Get("Idempotency-Key")], r.Header.Clone())
-		mu.Unlock()
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	t.Cleanup(rcv.Close)
+	rcv := newHeaderReceiver(t)
 	host := strings.TrimPrefix(rcv.URL, "http://")
 	billing := writeSecret(t, "billing", hsValue+"\n")
 	partner := writeSecret(t, "partner", "pt-cli-hs-77\r\n")
@@ -94,7 +83,7 @@ func TestRunWebhookHeaderSecret(t *testing.T) {
 			t.Errorf("intake %s: %d %s; want 400 naming %s, the value not echoed", tc.op, code, body, tc.field)
 		}
 	}
-	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id IN ('unknown', 'inline', 'inline-key')`); n != 0 {
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id IN ('unknown', 'inline', 'inline-key')`); n != 0 {
 		t.Fatalf("%d intents stored for refused enqueues", n)
 	}
 
@@ -117,9 +106,7 @@ func TestRunWebhookHeaderSecret(t *testing.T) {
 
 	st := waitStatus(t, e.db, id, "succeeded")
 	waitStatus(t, e.db, cliID, "succeeded")
-	mu.Lock()
-	h := got["by-secret"]
-	mu.Unlock()
+	h := rcv.headers("by-secret")
 	if len(h) != 1 || h[0].Get("Authorization") != hsValue || h[0].Get("X-Partner-Token") != "pt-cli-hs-77" || h[0].Get("X-Tenant") != "t1" {
 		t.Fatalf("the receiver got %d requests; first %v: want the secrets' values, final newlines trimmed", len(h), h)
 	}

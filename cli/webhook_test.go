@@ -4,10 +4,46 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
+
+// headerReceiver is a real HTTP receiver for the webhook tests: it
+// answers every request 200 {"ok":true} and keeps the requests' headers
+// by Idempotency-Key.
+type headerReceiver struct {
+	*httptest.Server
+	mu  sync.Mutex
+	got map[string][]http.Header
+}
+
+// newHeaderReceiver starts a headerReceiver, closed when the test ends.
+func newHeaderReceiver(t *testing.T) *headerReceiver {
+	r := &headerReceiver{got: map[string][]http.Header{}}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		key := req.Header.Get("Idempotency-Key")
+		r.mu.Lock()
+		r.got[key] = append(r.got[key], req.Header.Clone())
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+// headers returns the headers of the requests that came with key, in
+// arrival order.
+func (r *headerReceiver) headers(key string) []http.Header {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got[key])
+}
 
 // `gateway run` with the webhook adapter, end to end against a real HTTP
 // receiver: intents enqueued with the CLI and the HTTP intake are each sent
@@ -18,17 +54,7 @@ func TestRunWebhook(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
 
-	var mu sync.Mutex
-	got := map[string][]http.Header{}
-	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		mu.Lock()
-		got[r.Header.Get("Idempotency-Key")] = append(got[r.Header.Get("Idempotency-Key")], r.Header.Clone())
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	t.Cleanup(rcv.Close)
+	rcv := newHeaderReceiver(t)
 	host := strings.TrimPrefix(rcv.URL, "http://")
 	admin := freeAddr(t)
 	p := e.run(t, []string{"GATEWAY_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
@@ -54,7 +80,7 @@ func TestRunWebhook(t *testing.T) {
 	if code != http.StatusBadRequest || m["error"].(map[string]any)["field"] != "payload.url" {
 		t.Fatalf("intake, host not allowed: %d %v; want 400 naming payload.url", code, m)
 	}
-	if n := scalar(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'elsewhere'`); n != 0 {
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'elsewhere'`); n != 0 {
 		t.Fatalf("%d intents stored for a refused enqueue", n)
 	}
 	code, m = post(`{"resource":"billing","epoch":1,"operation_id":"charge-2","kind":"webhook","payload":{"url":"` + rcv.URL + `/charge","method":"PUT","body":{"amount":1}}}`)
@@ -68,9 +94,7 @@ func TestRunWebhook(t *testing.T) {
 		t.Fatalf("result %v", res)
 	}
 	waitStatus(t, e.db, httpID, "succeeded")
-	mu.Lock()
-	h := got["invoice-42/charge"]
-	mu.Unlock()
+	h := rcv.headers("invoice-42/charge")
 	if len(h) != 1 {
 		t.Fatalf("%d requests for the CLI's intent, want 1", len(h))
 	}

@@ -135,15 +135,6 @@ func run(t *testing.T, cmd []string, dbURL string, args ...string) map[string]an
 	return out
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), testdb.SQL(query), args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func num(v any) int64 {
 	f, _ := v.(float64)
 	return int64(f)
@@ -202,10 +193,10 @@ func TestClientCalls(t *testing.T) {
 			if again["outcome"] != "duplicate" || again["intent_id"] != sent["intent_id"] {
 				t.Fatalf("retry = %v; want a duplicate of intent %v", again, sent["intent_id"])
 			}
-			if n := count(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-1' AND epoch = $1`, epoch); n != 1 {
+			if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-1' AND epoch = $1`, epoch); n != 1 {
 				t.Fatalf("%d intents of note-1 after the retry, want 1", n)
 			}
-			if n := count(t, pool, `SELECT count(*) FROM client_notes WHERE id = 1`); n != 1 {
+			if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id = 1`); n != 1 {
 				t.Fatalf("%d rows of note 1, want 1", n)
 			}
 
@@ -216,7 +207,7 @@ func TestClientCalls(t *testing.T) {
 			expectError(t, "send to a bad address", run(t, cmd, dbURL, "send", resource, itoa(epoch), "3", "note-3",
 				`{"to":"not an address","from":"notes@example.com","subject":"s","text":"t"}`), "InvalidInputError",
 				map[string]any{"sqlstate": "ZF004", "field": "payload.to[0]"})
-			if n := count(t, pool, `SELECT count(*) FROM client_notes WHERE id IN (2, 3)`); n != 0 {
+			if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id IN (2, 3)`); n != 0 {
 				t.Fatalf("refused enqueues left %d rows of their transactions", n)
 			}
 
@@ -236,8 +227,8 @@ func TestClientCalls(t *testing.T) {
 				map[string]any{"sqlstate": "ZF002", "supplied_epoch": epoch, "current_epoch": next, "resource": resource, "cause_is_" + causeKey(l.name): true})
 			expectError(t, "renew of the old epoch", run(t, cmd, dbURL, "renew", resource, "worker-a", itoa(epoch), "60000"), "StaleEpochError",
 				map[string]any{"sqlstate": "ZF002", "supplied_epoch": epoch, "current_epoch": next})
-			if n := count(t, pool, `SELECT count(*) FROM client_notes WHERE id = 4`) +
-				count(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-4'`); n != 0 {
+			if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id = 4`) +
+				testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-4'`); n != 0 {
 				t.Fatalf("a fenced-out worker's transaction left %d rows", n)
 			}
 			// The retry of the first send still finds its intent.
@@ -469,8 +460,8 @@ func pausedWorker(t *testing.T, cmd []string, extra []string) {
 	w, _ := got["write"].(map[string]any)
 	expectError(t, "the late write with the old epoch", w, "StaleEpochError",
 		map[string]any{"sqlstate": "ZF002", "supplied_epoch": epoch, "current_epoch": takeover, "resource": resource})
-	if n := count(t, pool, `SELECT count(*) FROM client_notes`) +
-		count(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id LIKE 'late-%'`); n != 0 {
+	if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes`) +
+		testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id LIKE 'late-%'`); n != 0 {
 		t.Errorf("the fenced-out worker's late write left %d rows", n)
 	}
 	// It ends when its input does, leaving worker-b's lease alone.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -61,11 +62,8 @@ func setupWith(t testing.TB, natsURL string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, pool: pool, url: natsURL, nc: nc, js: js, ob: ob, ls: lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))}
+	ob := coretest.Outbox(t, pool)
+	return &env{t: t, pool: pool, url: natsURL, nc: nc, js: js, ob: ob, ls: coretest.Issuer(pool)}
 }
 
 // start starts a dispatcher over a connection of its own, stopped at the

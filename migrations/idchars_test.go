@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -33,14 +34,8 @@ func TestIDsRefuseControlAndFormatCharacters(t *testing.T) {
 	t.Parallel()
 	pool, iss := sqlSetup(t)
 	ctx := context.Background()
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := iss.Acquire(ctx, "r", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
+	l := acquire(t, iss, "r")
 	field := func(err error) string {
 		var inv *fenceerr.InvalidError
 		if errors.As(err, &inv) {
@@ -128,10 +123,7 @@ func TestSQLRefusesTheCharactersGoRefuses(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	ctx := context.Background()
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	seen := map[rune]bool{}
 	var cps []int32
 	add := func(r rune) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/migrations"
@@ -85,7 +86,18 @@ func sqlSetup(t *testing.T) (*pgxpool.Pool, *lease.Issuer) {
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE reports (day text PRIMARY KEY, sent boolean NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	return pool, lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+	return pool, coretest.Issuer(pool)
+}
+
+// acquire grants resource to holder "A" for a minute: the lease a test's
+// SQL enqueues write with.
+func acquire(t *testing.T, iss *lease.Issuer, resource string) lease.Lease {
+	t.Helper()
+	l, err := iss.Acquire(context.Background(), resource, "A", time.Minute)
+	if err != nil {
+		t.Fatalf("acquire %s: %v", resource, err)
+	}
+	return l
 }
 
 // The SQL enqueue commits with the caller's own writes, or not at all; a
@@ -98,10 +110,7 @@ func TestSQLEnqueue(t *testing.T) {
 	t.Parallel()
 	pool, iss := sqlSetup(t)
 	ctx := context.Background()
-	l, err := iss.Acquire(ctx, "nightly", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := acquire(t, iss, "nightly")
 	a := enqueueArgs{resource: "nightly", epoch: l.Epoch, operation: "report-1", kind: "email", payload: mail}
 
 	// Committed with the business row.
@@ -128,10 +137,7 @@ func TestSQLEnqueue(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	rec, err := ob.Get(ctx, got.IntentID)
 	if err != nil {
 		t.Fatal(err)
@@ -207,10 +213,7 @@ func TestSQLEnqueue(t *testing.T) {
 		t.Fatalf("conflicting enqueue = %+v; want ZF003 naming intent %d", e, got.IntentID)
 	}
 	// Explicit key and fence are kept.
-	l2, err := iss.Acquire(ctx, "files", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l2 := acquire(t, iss, "files")
 	f, err := sqlEnqueue(ctx, pool, enqueueArgs{resource: "files", epoch: l2.Epoch, operation: "f1", kind: "file",
 		payload: `{"target":"out/a.txt","content":"x"}`, key: ptr("report-file"), fence: ptr("commit")})
 	if err != nil {
@@ -240,10 +243,7 @@ func TestSQLEnqueueNotifies(t *testing.T) {
 	if _, err := conn.Exec(ctx, "LISTEN "+testdb.PGSchema().IntentsChannel()); err != nil {
 		t.Fatal(err)
 	}
-	l, err := iss.Acquire(ctx, "n", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := acquire(t, iss, "n")
 	if _, err := sqlEnqueue(ctx, pool, enqueueArgs{resource: "n", epoch: l.Epoch, operation: "o", kind: "email", payload: mail}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +259,7 @@ func TestSQLEnqueueBadInput(t *testing.T) {
 	t.Parallel()
 	pool, iss := sqlSetup(t)
 	ctx := context.Background()
-	l, err := iss.Acquire(ctx, "r", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := acquire(t, iss, "r")
 	ok := enqueueArgs{resource: "r", epoch: l.Epoch, operation: "o", kind: "email", payload: mail}
 	long := strings.Repeat("x", 201)
 	for _, c := range []struct {
@@ -956,10 +953,7 @@ func TestSQLAcquireBusyAndPrincipal(t *testing.T) {
 	t.Parallel()
 	pool, iss := sqlSetup(t)
 	ctx := context.Background()
-	l, err := iss.Acquire(ctx, "r", "A", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := acquire(t, iss, "r")
 	// A worker's open transaction holds the control row.
 	hold, err := pool.Begin(ctx)
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -35,15 +35,9 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Advance(context.Background(), "r", 1); err != nil {
+	ob := coretest.Outbox(t, pool)
+	store := coretest.Store(t, pool)
+	if _, err := coretest.Issuer(pool).Advance(context.Background(), "r", 1); err != nil {
 		t.Fatal(err)
 	}
 	return &env{t: t, pool: pool, op: op, ob: ob, store: store}
@@ -73,11 +67,7 @@ func (e *env) seed(op string, status outbox.Status, lastError string) int64 {
 
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
-	var n int
-	if err := e.pool.QueryRow(context.Background(), testdb.SQL(sql), args...).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
+	return testdb.Int(e.t, e.pool, sql, args...)
 }
 
 func (e *env) status(id int64) outbox.Status {
@@ -97,18 +87,7 @@ func (e *env) attempts(id int64) int {
 // key returns the intent's idempotency key, nil when there is none.
 func (e *env) key(id int64) *idempotency.Key {
 	e.t.Helper()
-	rec, err := e.ob.Get(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	k, err := e.store.Get(context.Background(), rec.Kind, rec.IdempotencyKey)
-	if errors.Is(err, idempotency.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return k
+	return coretest.Key(e.t, e.ob, e.store, id)
 }
 
 // New refuses a schema that is not a schema's name, naming the field.

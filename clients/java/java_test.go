@@ -169,15 +169,6 @@ func exec1(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	}
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), testdb.SQL(query), args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
 func TestJavaClient(t *testing.T) {
 	tl := findTools(t)
 	classes := compile(t, tl)
@@ -459,7 +450,7 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 		{`SELECT count(*) FROM fencegate.intents WHERE operation_id = 'invoice-2001' AND epoch = $1`, epochB, 1},
 	}
 	for _, c := range checks {
-		if n := count(t, pool, c.query, c.arg); n != c.want {
+		if n := testdb.Int(t, pool, c.query, c.arg); n != c.want {
 			t.Errorf("%s (%v): %d, want %d", c.query, c.arg, n, c.want)
 		}
 	}

@@ -12,25 +12,17 @@ import (
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/durable"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
 // asyncCommitCluster starts a PostgreSQL cluster (fsync on) that
-// acknowledges commits before their WAL is flushed: synchronous_commit=off
-// at the server and a WAL writer that flushes only every 10 s. Nothing else
-// flushes WAL behind our back: no autovacuum, no background writer.
+// acknowledges commits before their WAL is flushed (pgcluster.AsyncCommit).
 func asyncCommitCluster(t *testing.T) *pgcluster.Cluster {
 	t.Helper()
-	c, err := pgcluster.Start(context.Background(), pgcluster.Options{Durable: true, Settings: map[string]string{
-		"synchronous_commit":    "off",
-		"wal_writer_delay":      "10000ms",
-		"autovacuum":            "off",
-		"bgwriter_lru_maxpages": "0",
-		"checkpoint_timeout":    "1h",
-	}})
+	c, err := pgcluster.Start(context.Background(), pgcluster.Options{Durable: true, Settings: pgcluster.AsyncCommit()})
 	if err != nil {
 		t.Fatalf("start PostgreSQL: %v", err)
 	}
@@ -78,15 +70,9 @@ func TestAcknowledgedDecisionsSurviveACrash(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&sc); err != nil || sc != "off" {
 		t.Fatalf("synchronous_commit = %q (%v), want off at the server", sc, err)
 	}
-	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss := coretest.Issuer(pool)
+	ob := coretest.Outbox(t, pool)
+	store := coretest.Store(t, pool)
 
 	// One asynchronous commit first: the WAL writer flushes the first one
 	// after a quiet spell at once, which would hide a lost grant.
@@ -181,7 +167,7 @@ func TestAcknowledgedDecisionsSurviveACrash(t *testing.T) {
 		}
 	}
 	// And the next grant is above the acknowledged one: no token twice.
-	iss2 := lease.NewIssuer(after, lease.WithSchema(testdb.Schema()))
+	iss2 := coretest.Issuer(after)
 	if _, err := after.Exec(ctx, testdb.SQL(`UPDATE fencegate.resources SET lease_expires_at = now() WHERE resource_id = 'reports/durable'`)); err != nil {
 		t.Fatal(err)
 	}

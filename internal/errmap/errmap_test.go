@@ -19,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
@@ -80,15 +81,9 @@ func TestMapRealErrors(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
 	ctx := context.Background()
-	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithLockTimeout(100*time.Millisecond))
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempotency.New(pool, idempotency.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss := coretest.Issuer(pool, lease.WithLockTimeout(100*time.Millisecond))
+	ob := coretest.Outbox(t, pool)
+	store := coretest.Store(t, pool)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -153,7 +148,7 @@ func TestMapRealErrors(t *testing.T) {
 	must(err)
 	var tli int64
 	must(apool.QueryRow(ctx, testdb.SQL(`SELECT fencegate.fencegate_timeline_id()`)).Scan(&tli))
-	_, authority := lease.NewIssuer(apool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "r", "A", time.Hour)
+	_, authority := coretest.Issuer(apool).Acquire(ctx, "r", "A", time.Hour)
 
 	// internal: a statement failing, a file missing, a plain error whose
 	// text merely mentions a connection.

@@ -3,6 +3,7 @@ package otelsetup
 import (
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -147,68 +148,56 @@ func mustReceive(t *testing.T, rcv *receiver, name string) map[string]string {
 	return res
 }
 
-func TestServiceNameReachesAnOTLPGRPCCollector(t *testing.T) {
-	rcv, endpoint := startGRPCReceiver(t)
-	otelEnv(t, map[string]string{
-		"OTEL_SERVICE_NAME":           "x",
-		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-		"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-	})
-	exportOneSpan(t, "grpc-span")
-	res := mustReceive(t, rcv, "grpc-span")
-	if res["service.name"] != "x" {
-		t.Fatalf("service.name = %q, want x (resource %v)", res["service.name"], res)
-	}
-	if res["telemetry.sdk.language"] != "go" {
-		t.Fatalf("telemetry.sdk.language = %q, want go (resource %v)", res["telemetry.sdk.language"], res)
-	}
-}
-
-func TestResourceAttributesReachTheCollector(t *testing.T) {
-	rcv, endpoint := startGRPCReceiver(t)
-	otelEnv(t, map[string]string{
-		"OTEL_RESOURCE_ATTRIBUTES":    "deployment.environment=test",
-		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-		"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-	})
-	exportOneSpan(t, "attrs-span")
-	res := mustReceive(t, rcv, "attrs-span")
-	if res["deployment.environment"] != "test" {
-		t.Fatalf("deployment.environment = %q, want test (resource %v)", res["deployment.environment"], res)
-	}
-	// Neither OTEL_SERVICE_NAME nor a service.name resource attribute: the
-	// gateway's default name stands.
-	if res["service.name"] != "fencegate-gateway" {
-		t.Fatalf("service.name = %q, want fencegate-gateway (resource %v)", res["service.name"], res)
-	}
-}
-
-func TestServiceNameFromResourceAttributes(t *testing.T) {
-	rcv, endpoint := startGRPCReceiver(t)
-	otelEnv(t, map[string]string{
-		"OTEL_RESOURCE_ATTRIBUTES":           "service.name=from-attrs",
-		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
-		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
-	})
-	exportOneSpan(t, "attrs-name-span")
-	res := mustReceive(t, rcv, "attrs-name-span")
-	if res["service.name"] != "from-attrs" {
-		t.Fatalf("service.name = %q, want from-attrs (resource %v)", res["service.name"], res)
-	}
-}
-
-func TestOTLPOverHTTP(t *testing.T) {
-	rcv, endpoint := startHTTPReceiver(t)
-	otelEnv(t, map[string]string{
-		"OTEL_SERVICE_NAME":           "y",
-		"OTEL_TRACES_EXPORTER":        "otlp",
-		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-		"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-	})
-	exportOneSpan(t, "http-span")
-	res := mustReceive(t, rcv, "http-span")
-	if res["service.name"] != "y" {
-		t.Fatalf("service.name = %q, want y (resource %v)", res["service.name"], res)
+// A span exported as the OTEL_* variables say reaches a real OTLP
+// receiver, over gRPC and over HTTP, with the resource they say:
+// service.name from OTEL_SERVICE_NAME, else from OTEL_RESOURCE_ATTRIBUTES,
+// else the gateway's default; the other resource attributes beside it.
+func TestSpansReachTheCollector(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		http     bool   // OTLP over HTTP; else gRPC
+		endpoint string // the variable that names the receiver
+		env      map[string]string
+		want     map[string]string // resource attributes
+	}{
+		{"service name over gRPC", false, "OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{
+			"OTEL_SERVICE_NAME":           "x",
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		}, map[string]string{"service.name": "x", "telemetry.sdk.language": "go"}},
+		// Neither OTEL_SERVICE_NAME nor a service.name resource attribute:
+		// the gateway's default name stands.
+		{"resource attributes", false, "OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{
+			"OTEL_RESOURCE_ATTRIBUTES":    "deployment.environment=test",
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		}, map[string]string{"deployment.environment": "test", "service.name": "fencegate-gateway"}},
+		{"service name from resource attributes", false, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", map[string]string{
+			"OTEL_RESOURCE_ATTRIBUTES":           "service.name=from-attrs",
+			"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+		}, map[string]string{"service.name": "from-attrs"}},
+		{"OTLP over HTTP", true, "OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{
+			"OTEL_SERVICE_NAME":           "y",
+			"OTEL_TRACES_EXPORTER":        "otlp",
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+		}, map[string]string{"service.name": "y"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start := startGRPCReceiver
+			if c.http {
+				start = startHTTPReceiver
+			}
+			rcv, endpoint := start(t)
+			env := maps.Clone(c.env)
+			env[c.endpoint] = endpoint
+			otelEnv(t, env)
+			span := strings.ReplaceAll(c.name, " ", "-")
+			exportOneSpan(t, span)
+			res := mustReceive(t, rcv, span)
+			for k, want := range c.want {
+				if res[k] != want {
+					t.Errorf("%s = %q, want %q (resource %v)", k, res[k], want, res)
+				}
+			}
+		})
 	}
 }
 

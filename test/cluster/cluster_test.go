@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/internal/deployment"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
 	"github.com/fencegate/fencegate/internal/testkit/hooktest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
@@ -124,10 +125,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	stream := info.Namespace.Stream()
 	consumer := info.Namespace.Durable("fencegate-", "webhook")
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	ft.Expect(t, ft.Gw(t, bin, db, nil, "epoch", "advance", "--resource", resource, "--epoch", "1"), 0, "")
 
 	rcv := hooktest.New(t)
@@ -166,12 +164,7 @@ func TestClusterFaults(t *testing.T) {
 	// when a gateway process exited or an enqueue failed.
 	poll := func(timeout time.Duration, what string, cond func() (bool, string)) {
 		t.Helper()
-		ft.Poll(t, timeout, what, func() (bool, string) {
-			for name, pr := range procs {
-				if pr.Exited() {
-					t.Fatalf("%s exited:\n%s", name, tail(pr.Stderr(), 4000))
-				}
-			}
+		ft.PollRunning(t, procs, timeout, what, func() (bool, string) {
 			if ld != nil {
 				if err := ld.failed(); err != nil {
 					t.Fatal(err)
@@ -323,7 +316,7 @@ func TestClusterFaults(t *testing.T) {
 			return false, fmt.Sprintf("%d of %d keys at the destination", n, len(ids))
 		}
 		var err error
-		if recs, err = getAll(ob, ids); err != nil {
+		if recs, err = coretest.Records(ob, ids); err != nil {
 			return false, err.Error()
 		}
 		open := 0
@@ -459,23 +452,6 @@ func (l *load) failed() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
-}
-
-// getAll reads the intents, in chunks.
-func getAll(ob *outbox.Client, ids []int64) (map[int64]*outbox.Record, error) {
-	out := make(map[int64]*outbox.Record, len(ids))
-	for chunk := range slices.Chunk(ids, 1000) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		m, err := ob.GetMany(ctx, chunk)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		for id, r := range m {
-			out[id] = r
-		}
-	}
-	return out, nil
 }
 
 // consumersIdle reports whether every consumer of the stream has nothing

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/testkit/autofailover"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	ft "github.com/fencegate/fencegate/internal/testkit/faulttest"
 	"github.com/fencegate/fencegate/internal/testkit/hooktest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
@@ -126,14 +127,7 @@ func TestFailover(t *testing.T) {
 
 	poll := func(timeout time.Duration, what string, cond func() (bool, string)) {
 		t.Helper()
-		ft.Poll(t, timeout, what, func() (bool, string) {
-			for name, p := range procs {
-				if p.Exited() {
-					t.Fatalf("%s exited:\n%s", name, tail(p.Stderr(), 4000))
-				}
-			}
-			return cond()
-		})
+		ft.PollRunning(t, procs, timeout, what, cond)
 	}
 	poll(step, "the first effect", func() (bool, string) { return rcv.Total() > 0, "none yet" })
 	time.Sleep(steady)
@@ -215,7 +209,7 @@ func TestFailover(t *testing.T) {
 	var recs map[int64]*outbox.Record
 	poll(3*time.Minute, "every acknowledged intent to end", func() (bool, string) {
 		var err error
-		if recs, err = getAll(ob, ids); err != nil {
+		if recs, err = coretest.Records(ob, ids); err != nil {
 			return false, err.Error()
 		}
 		var open []string
@@ -583,23 +577,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-// getAll reads the intents, in chunks.
-func getAll(ob *outbox.Client, ids []int64) (map[int64]*outbox.Record, error) {
-	out := make(map[int64]*outbox.Record, len(ids))
-	for chunk := range slices.Chunk(ids, 1000) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		m, err := ob.GetMany(ctx, chunk)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range m {
-			out[k] = v
-		}
-	}
-	return out, nil
 }
 
 func mapValues(m map[string]string) []string {

@@ -312,6 +312,21 @@ func Poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, s
 	}
 }
 
+// PollRunning is Poll while the processes procs (by name) run: it fails
+// the test at once, with the tail of the process's stderr, when one of
+// them has exited, since a daemon that died can only make cond time out.
+func PollRunning(t testing.TB, procs map[string]*Proc, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	Poll(t, timeout, what, func() (bool, string) {
+		for name, p := range procs {
+			if p.Exited() {
+				t.Fatalf("%s exited:\n%s", name, tail(p.Stderr()))
+			}
+		}
+		return cond()
+	})
+}
+
 // PollErr is Poll returning an error instead of failing a test.
 func PollErr(timeout time.Duration, what string, cond func() (bool, string)) error {
 	deadline := time.Now().Add(timeout)

@@ -51,6 +51,22 @@ type Options struct {
 	PasswordAuth bool
 }
 
+// AsyncCommit returns the Settings of a server that acknowledges commits
+// before their WAL is flushed: synchronous_commit=off and a WAL writer that
+// flushes only every 10 s. Nothing else flushes WAL behind a test's back:
+// no autovacuum, no background writer, no timed checkpoint. With Durable
+// and StopImmediate it loses every acknowledged commit that was not made
+// durable some other way, which is what a durability test needs to see.
+func AsyncCommit() map[string]string {
+	return map[string]string{
+		"synchronous_commit":    "off",
+		"wal_writer_delay":      "10000ms",
+		"autovacuum":            "off",
+		"bgwriter_lru_maxpages": "0",
+		"checkpoint_timeout":    "1h",
+	}
+}
+
 // passwordFile holds the generated password, in the cluster's Dir.
 const passwordFile = "postgres.password"
 

@@ -216,6 +216,18 @@ func Schema() string { return cmp.Or(os.Getenv(EnvSchema), pgschema.Default) }
 // ("SELECT … FROM fencegate.intents"), for Schema().
 func SQL(query string) string { return pgschema.MustParse(Schema()).SQL(query) }
 
+// Int returns the one integer query returns (a count, mostly), the
+// statement written for the default schema (see SQL); the test fails on an
+// error.
+func Int(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), SQL(query), args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
 // Migrate migrates the database behind pool into Schema().
 func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]migrations.Applied, error) {
 	return migrations.Up(ctx, pool, migrations.Config{Schema: Schema()})

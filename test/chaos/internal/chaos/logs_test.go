@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -24,14 +24,11 @@ func TestInstallLogs(t *testing.T) {
 	if err := InstallLogs(ctx, pool, testdb.Schema()); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "res", "w", time.Minute)
+	l, err := coretest.Issuer(pool).Acquire(ctx, "res", "w", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := coretest.Outbox(t, pool)
 	if _, err := ob.Enqueue(ctx, outbox.Intent{Resource: "res", Epoch: l.Epoch, OperationID: "go-1", Kind: "file",
 		Payload: json.RawMessage(`{"target":"r.txt","content":"x"}`)}); err != nil {
 		t.Fatalf("enqueue through the Go client: %v", err)
