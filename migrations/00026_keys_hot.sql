@@ -21,7 +21,7 @@
 --
 -- CONCURRENTLY (hence no transaction): building the index must not block
 -- the Begins of a large key table. Idempotent.
-ALTER TABLE idempotency_keys SET (fillfactor = 70);
+ALTER TABLE idempotency_keys SET (fillfactor = 50);
 CREATE INDEX CONCURRENTLY IF NOT EXISTS idempotency_keys_created_idx ON idempotency_keys (created_at);
 DROP INDEX CONCURRENTLY IF EXISTS idempotency_keys_sweep_idx;
 
