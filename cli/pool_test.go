@@ -81,11 +81,11 @@ func TestRunPoolMaxConns(t *testing.T) {
 		want      string
 		env       []string
 	}{
-		// 1 spare + 3 dispatcher + 1 intent sweeper + 10 shared (group
+		// 1 spare + 6 dispatcher + 1 intent sweeper + 10 shared (group
 		// commit) + min(5, 8) + 1 key sweeper.
-		{"sized", e.db, nil, "21", nil},
-		// Without group commit: 1 + 3 + 1 + 5 + 1.
-		{"sized alone", e.db, []string{"--idempotency-group-commit=false"}, "11", nil},
+		{"sized", e.db, nil, "24", nil},
+		// Without group commit: 1 + 6 + 1 + 5 + 1.
+		{"sized alone", e.db, []string{"--idempotency-group-commit=false"}, "14", nil},
 		{"flag", e.db, []string{"--db-max-conns", "9"}, "9", nil},
 		{"url wins", withQuery(e.db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3", nil},
 		// Every flag of run also from the environment; the command line

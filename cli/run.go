@@ -83,7 +83,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		dispatcherID  = fs.String("dispatcher-id", "", "dispatcher id recorded in claims (default host-pid-random; unique per process)")
 		batchSize     = fs.Int("batch-size", dispatcher.DefaultBatchSize, "intents claimed per batch")
 		maxInFlight   = fs.Int("max-in-flight", dispatcher.DefaultMaxInFlight, "published messages awaiting their PubAck, at most")
-		claimTTL      = fs.Duration("claim-ttl", dispatcher.DefaultClaimTTL, "how long a claim lasts; a crashed dispatcher's claims return after it")
+		claimTTL      = fs.Duration("claim-ttl", dispatcher.DefaultClaimTTL, "how long a claim may stay silent; a hung dispatcher's claims return after it (a dead one's at once)")
 		natsCreds     = fs.String("nats-creds", "", "NATS credentials file (JWT and NKey seed) to authenticate with")
 		natsNKey      = fs.String("nats-nkey", "", "NATS NKey seed file to authenticate with")
 		natsTLSCA     = fs.String("nats-tls-ca", "", "CA certificates (PEM) to verify the NATS server with (default: the system's)")
