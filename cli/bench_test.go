@@ -77,11 +77,11 @@ func TestBenchDrainCasesJSON(t *testing.T) {
 		}
 	}
 	// The e2e cases run gateway run with its own pool sizing: the relay
-	// (1 spare + 3 + 1 sweeper) and the no-op adapter with group commit
+	// (1 spare + 6 + 1 sweeper) and the no-op adapter with group commit
 	// (10 shared + min(256, 8) + 1 key sweeper).
 	for _, name := range []string{"e2e-drain", "e2e-p50"} {
-		if note, _ := rows[name]["note"].(string); !strings.Contains(note, "db_max_conns=24") {
-			t.Errorf("row %s note = %q; want gateway run's pool of 24", name, note)
+		if note, _ := rows[name]["note"].(string); !strings.Contains(note, "db_max_conns=27") {
+			t.Errorf("row %s note = %q; want gateway run's pool of 27", name, note)
 		}
 	}
 	// e2e-drain's budget per settled intent: the columns measured on any

@@ -25,21 +25,22 @@ func TestPoolSize(t *testing.T) {
 		cfg  gateway.Config
 		want int32
 	}{
-		// Without group commit: 1 spare + 3 dispatcher + 1 intent
-		// sweeper + 2 adapters × 8 + 1 key sweeper.
-		{"alone", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(8)}, 22},
-		{"relay only", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true}, 5},
+		// Without group commit: 1 spare + 6 dispatcher (4 open claims,
+		// samples, LISTEN) + 1 intent sweeper + 2 adapters × 8 + 1 key
+		// sweeper.
+		{"alone", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(8)}, 25},
+		{"relay only", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true}, 8},
 		{"one adapter alone", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(8)}, 10},
 		{"high concurrency with admin", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")},
-			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 4 + 64 + 1 + 2},
+			Runtime: runtimeConc(32), AdminAddr: "127.0.0.1:8080"}, 1 + 7 + 64 + 1 + 2},
 		{"extra executors count as adapters", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{bench.NoopRegistration()},
-			Runtime: runtimeConc(16)}, 1 + 4 + 16 + 1},
+			Runtime: runtimeConc(16)}, 1 + 7 + 16 + 1},
 		{"concurrency unset takes the runtime default", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}}, 1 + executor.DefaultConcurrency + 1},
 		{"floor", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(1)}, 4},
-		// run's defaults, with group commit: 1 spare + 3 dispatcher + 1
+		// run's defaults, with group commit: 1 spare + 6 dispatcher + 1
 		// intent sweeper + 10 shared (4 Begin and 4 Complete flushers, 2
 		// loads) + 2 adapters × min(256, 8) + 1 key sweeper.
-		{"defaults", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(256), Idempotency: grouped}, 32},
+		{"defaults", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(256), Idempotency: grouped}, 35},
 		{"grouped, low concurrency", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 10 + 2 + 1},
 	} {
 		if got := tc.cfg.PoolSize(); got != tc.want {
@@ -80,11 +81,11 @@ func TestRunPoolMaxConns(t *testing.T) {
 		want      string
 		env       []string
 	}{
-		// 1 spare + 3 dispatcher + 1 intent sweeper + 10 shared (group
+		// 1 spare + 6 dispatcher + 1 intent sweeper + 10 shared (group
 		// commit) + min(5, 8) + 1 key sweeper.
-		{"sized", e.db, nil, "21", nil},
-		// Without group commit: 1 + 3 + 1 + 5 + 1.
-		{"sized alone", e.db, []string{"--idempotency-group-commit=false"}, "11", nil},
+		{"sized", e.db, nil, "24", nil},
+		// Without group commit: 1 + 6 + 1 + 5 + 1.
+		{"sized alone", e.db, []string{"--idempotency-group-commit=false"}, "14", nil},
 		{"flag", e.db, []string{"--db-max-conns", "9"}, "9", nil},
 		{"url wins", withQuery(e.db, "pool_max_conns=3"), []string{"--db-max-conns", "9"}, "3", nil},
 		// Every flag of run also from the environment; the command line

@@ -83,7 +83,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		dispatcherID  = fs.String("dispatcher-id", "", "dispatcher id recorded in claims (default host-pid-random; unique per process)")
 		batchSize     = fs.Int("batch-size", dispatcher.DefaultBatchSize, "intents claimed per batch")
 		maxInFlight   = fs.Int("max-in-flight", dispatcher.DefaultMaxInFlight, "published messages awaiting their PubAck, at most")
-		claimTTL      = fs.Duration("claim-ttl", dispatcher.DefaultClaimTTL, "how long a claim lasts; a crashed dispatcher's claims return after it")
+		claimTTL      = fs.Duration("claim-ttl", dispatcher.DefaultClaimTTL, "how long a claim may stay silent; a hung dispatcher's claims return after it (a dead one's at once)")
 		natsCreds     = fs.String("nats-creds", "", "NATS credentials file (JWT and NKey seed) to authenticate with")
 		natsNKey      = fs.String("nats-nkey", "", "NATS NKey seed file to authenticate with")
 		natsTLSCA     = fs.String("nats-tls-ca", "", "CA certificates (PEM) to verify the NATS server with (default: the system's)")
@@ -123,7 +123,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 
 		allowFsyncOff = a.fsyncFlag(fs)
 		printConfig   = fs.Bool("print-config", false, "print the effective configuration (command line, environment, defaults) as one JSON object, secrets redacted, and exit")
-		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 32 with the defaults); a pool_max_conns in the database URL wins")
+		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 35 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	// Each built-in adapter's flags, defined in its own file (adapter_*.go).
 	adapterFlags := make([]adapterFlags, len(builtinAdapters))

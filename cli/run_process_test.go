@@ -193,55 +193,97 @@ func streamIntents(t *testing.T, natsURL string) map[int64]int {
 	return out
 }
 
+// streamMsgs returns how many messages the one intents stream on natsURL
+// holds (0 before it exists).
+func streamMsgs(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name := range js.StreamNames(ctx).Name() {
+		if !strings.HasPrefix(name, "GATEWAY_INTENTS") {
+			continue
+		}
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(info.State.Msgs)
+	}
+	return 0
+}
+
 // A dispatcher process killed with SIGKILL in the middle of a batch leaves
-// claims behind; another dispatcher relays those intents once the claims
-// expire (not before), and every intent is in the stream exactly once: the
-// ones the dead process published but never marked relayed are published
-// again under the same message id, which the duplicate window absorbs.
+// nothing claimed: its claims were the row locks of its open transactions,
+// which end with its sessions. Another dispatcher relays those intents
+// without waiting for any expiry, and every intent is in the stream exactly
+// once: the ones the dead process published but never marked relayed are
+// published again under the same message id (the same relay number), which
+// the duplicate window absorbs.
 func TestRunKill9MidBatch(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := runPool(t)
 	srv := natstest.Start(t)
 	const n = 6000
 	insertBacklog(t, pool, n)
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The pause before marking makes "mid-batch" certain: at any moment the
 	// victim holds claims on intents it published but has not marked.
 	victim := startRun(t, []string{failpoint.EnvVar + "=" + failpoint.AfterPublishBeforeMark + "=sleep(20ms)"}, dbURL, srv.URL, "--dispatcher-id", "victim", "--batch-size", "10",
-		"--max-in-flight", "20", "--claim-ttl", "3s", "--publish-timeout", "1s")
-	pollUntil(t, 30*time.Second, "the victim to be mid-way with claims held", func() (bool, string) {
+		"--max-in-flight", "20", "--claim-ttl", "30s", "--publish-timeout", "1s")
+	pollUntil(t, 30*time.Second, "the victim to be mid-way with published intents not yet marked", func() (bool, string) {
 		relayed := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
-		claimed := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by = 'victim'`)
-		return relayed >= 200 && claimed > 0, fmt.Sprintf("relayed=%d claimed=%d", relayed, claimed)
+		msgs := streamMsgs(t, js)
+		return relayed >= 200 && msgs > relayed, fmt.Sprintf("relayed=%d in the stream=%d", relayed, msgs)
 	})
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	victim.wait(t, 10*time.Second)
+	killed := time.Now()
 
-	// What the dead process left behind.
-	rows, err := pool.Query(context.Background(), testdb.SQL(`SELECT intent_id, claim_expires_at FROM fencegate.intents WHERE claimed_by = 'victim'`))
+	// What the dead process left: intents in the stream but still pending
+	// (published, never marked), no written claim, and — once the server
+	// has seen its sessions end — no lock: a claim that skips locked rows
+	// finds every pending intent.
+	pending := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
+	pollUntil(t, 10*time.Second, "the dead dispatcher's row locks to end", func() (bool, string) {
+		free := testdb.Int(t, pool, `SELECT count(*) FROM (SELECT 1 FROM fencegate.intents WHERE status = 'pending' FOR UPDATE SKIP LOCKED) l`)
+		return free == pending, fmt.Sprintf("%d of %d pending intents free", free, pending)
+	})
+	if c := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE claimed_by IS NOT NULL`); c != 0 {
+		t.Errorf("%d intents claimed in writing after the kill, want 0", c)
+	}
+	inStream := streamIntents(t, srv.URL)
+	rows, err := pool.Query(context.Background(), testdb.SQL(`SELECT intent_id FROM fencegate.intents WHERE status = 'pending'`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := map[int64]time.Time{}
+	left := map[int64]bool{}
 	for rows.Next() {
 		var id int64
-		var exp time.Time
-		if err := rows.Scan(&id, &exp); err != nil {
+		if err := rows.Scan(&id); err != nil {
 			t.Fatal(err)
 		}
-		left[id] = exp
+		if inStream[id] > 0 {
+			left[id] = true
+		}
 	}
 	rows.Close()
 	if len(left) == 0 {
-		t.Fatal("the killed dispatcher left no claim behind: not killed mid-batch")
+		t.Fatal("the killed dispatcher left no published intent unmarked: not killed mid-batch")
 	}
-	pending := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
-	t.Logf("killed with %d claims held, %d intents pending", len(left), pending)
+	t.Logf("killed with %d intents published and not marked, %d intents pending; locks gone %s after the kill", len(left), pending, time.Since(killed).Round(time.Millisecond))
 
 	var mu sync.Mutex
-	claimedAt := map[int64]time.Time{}
+	relayOf := map[int64]int{}
 	nc := natstest.Connect(t, srv.URL)
 	// The rescuer relays in the database's namespace, as the victim did.
 	info, err := deployment.Resolve(context.Background(), pool, testdb.Schema())
@@ -254,12 +296,11 @@ func TestRunKill9MidBatch(t *testing.T) {
 	}
 	hooks := testhook.WithDispatcher(context.Background(), testhook.Dispatcher{
 		Claimed: func(_ string, cs []testhook.Claim) {
-			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
 			for _, c := range cs {
-				if _, ok := claimedAt[c.IntentID]; !ok {
-					claimedAt[c.IntentID] = now
+				if _, ok := relayOf[c.IntentID]; !ok {
+					relayOf[c.IntentID] = c.Relay
 				}
 			}
 		},
@@ -268,18 +309,17 @@ func TestRunKill9MidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Stop()
-	pollUntil(t, 60*time.Second, "every intent relayed and unclaimed", func() (bool, string) {
+	pollUntil(t, 60*time.Second, "every intent relayed", func() (bool, string) {
 		p := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status <> 'relayed' OR claimed_by IS NOT NULL`)
 		return p == 0, fmt.Sprintf("%d left", p)
 	})
 	mu.Lock()
-	for id, exp := range left {
-		at, ok := claimedAt[id]
-		switch {
+	for id := range left {
+		switch r, ok := relayOf[id]; {
 		case !ok:
-			t.Errorf("intent %d, claimed by the killed dispatcher, was never claimed by the rescuer", id)
-		case at.Before(exp.Add(-100 * time.Millisecond)):
-			t.Errorf("intent %d claimed by the rescuer at %s, before the dead claim expired at %s", id, at, exp)
+			t.Errorf("intent %d, published by the killed dispatcher and not marked, was never claimed by the rescuer", id)
+		case r != 1:
+			t.Errorf("intent %d published again as relay %d, want 1: the same message id as the dead dispatcher's", id, r)
 		}
 	}
 	mu.Unlock()

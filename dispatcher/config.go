@@ -45,7 +45,7 @@ type Config struct {
 	// header. Empty: the names from before namespaces (one deployment per
 	// NATS only). The gateway always sets its database's.
 	Namespace string
-	// ID names this dispatcher in intents.claimed_by. It must be unique among
+	// ID names this dispatcher in logs, metrics and written claims. It must be unique among
 	// running dispatchers: Stop releases every claim held under it.
 	// Default: "<hostname>-<pid>-<random>".
 	ID string
@@ -54,11 +54,12 @@ type Config struct {
 	// MaxInFlight bounds the published messages awaiting their PubAck, over
 	// all batches. At least BatchSize. Default: 4096.
 	MaxInFlight int
-	// ClaimTTL is how long a claim lasts. A dispatcher that dies holding
-	// claims delays those intents by up to ClaimTTL; a claim that expires
-	// while its holder is still publishing lets a second dispatcher publish
-	// the same message id, absorbed by the duplicate window. Longer than
-	// PublishTimeout. Default: 30s.
+	// ClaimTTL is how long a claim may stay silent: the idle timeout of the
+	// transaction that holds it, after which the server ends the session of
+	// a dispatcher that hangs holding claims (a dead one loses them at
+	// once). A claim lost that way while its holder still publishes lets a
+	// second dispatcher publish the same message id, absorbed by the
+	// duplicate window. Longer than PublishTimeout. Default: 30s.
 	ClaimTTL time.Duration
 	// RelayTimeout is how long an intent may stay `relayed` without an
 	// outcome before it is published again. Default: 30s.

@@ -71,6 +71,13 @@ type Dispatcher struct {
 	// (held.go).
 	held heldKinds
 
+	// claims bounds the claim transactions open at once (one token each,
+	// MaxOpenClaims): each holds a pooled connection from its claim to its
+	// mark.
+	claims chan struct{}
+	// claimTxSQL begins a claim's transaction (see claim).
+	claimTxSQL string
+
 	// hooks are the tests' hooks (internal/testhook), read from Start's
 	// context before the loops start; zero in production.
 	hooks testhook.Dispatcher
@@ -109,21 +116,32 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 	}
 	schema := pgschema.MustParse(cfg.Schema)
 	return &Dispatcher{
-		pool:    pool,
-		nc:      nc,
-		js:      js,
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
-		m:       m,
-		wake:    make(chan struct{}, 1),
-		slots:   make(chan struct{}, cfg.MaxInFlight),
+		pool:   pool,
+		nc:     nc,
+		js:     js,
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
+		m:      m,
+		wake:   make(chan struct{}, 1),
+		slots:  make(chan struct{}, cfg.MaxInFlight),
+		claims: make(chan struct{}, MaxOpenClaims),
+		// ClaimTTL is validated, and a whole number of milliseconds is
+		// safe to format into the statement.
+		claimTxSQL: fmt.Sprintf(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off; SET LOCAL idle_in_transaction_session_timeout = %d`,
+			max(cfg.ClaimTTL.Milliseconds(), 1)),
 		claimer: intents.In(schema).NewClaimer(cfg.BatchSize),
 		intents: intents.In(schema),
 		schema:  schema,
 	}, nil
 }
 
-// ID returns the dispatcher's id, the value of claimed_by on its claims.
+// MaxOpenClaims is how many claims (batches between their claim and their
+// mark) a dispatcher holds at once, each in a transaction of its own: the
+// pooled connections it needs beside the LISTEN connection and one for its
+// samples.
+const MaxOpenClaims = 4
+
+// ID returns the dispatcher's id, which names it in logs and metrics.
 func (d *Dispatcher) ID() string { return d.cfg.ID }
 
 // StreamConfig returns the configuration of the stream
@@ -155,8 +173,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	}
 
 	// The batch queue holds what fits in the in-flight window; with the slots
-	// it bounds the memory and the claims held at once.
-	batches := make(chan *batch, d.cfg.MaxInFlight/d.cfg.BatchSize+1)
+	// and the claim tokens it bounds the memory and the claims held at once.
+	batches := make(chan *batch, min(d.cfg.MaxInFlight/d.cfg.BatchSize+1, MaxOpenClaims))
 	var wg sync.WaitGroup
 	wg.Go(func() { d.claimLoop(ctx, batches) })
 	wg.Go(func() { d.ackLoop(ctx, batches) })
@@ -165,9 +183,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	}
 	go func() {
 		wg.Wait()
-		// Last, after both loops ended: no claim can be taken any more, so
-		// releasing everything held under our id leaves nothing claimed.
-		// This also catches a claim whose reply we never read.
+		// Last, after both loops ended: every claim transaction has ended
+		// (marked and committed, or rolled back), so no row is locked by
+		// us; a written claim under our id (parked) is returned too.
 		d.releaseAll()
 		d.log.Info("dispatcher: stopped")
 		d.life.Done()
@@ -194,10 +212,10 @@ func (d *Dispatcher) poke() {
 }
 
 // dbCtx returns a context for one statement. It is detached from ctx's
-// cancellation on purpose: a claim cancelled mid-flight may commit on the
-// server after we gave up on it, and would stay claimed until it expires.
-// Letting each statement finish (bounded by DBTimeout) means that when a
-// loop ends, everything it claimed is known, and released or marked.
+// cancellation on purpose: a statement cancelled mid-flight breaks its
+// transaction. Letting each statement finish (bounded by DBTimeout) means
+// that when a loop ends, everything it claimed is known, and marked or
+// returned.
 func (d *Dispatcher) dbCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.DBTimeout)
 }
@@ -268,8 +286,11 @@ type batch struct {
 	// futures are the PubAck futures of intents[:len(futures)]; the rest
 	// were not published.
 	futures []jetstream.PubAckFuture
-	// claimedAt is when the claim committed, by the local monotonic clock.
+	// claimedAt is when the claim was taken, by the local monotonic clock.
 	claimedAt time.Time
+	// tx holds the claim (the rows' locks) until the mark commits; nil for
+	// an empty batch.
+	tx pgx.Tx
 }
 
 // claimLoop claims and publishes batches until ctx ends, then closes
@@ -358,7 +379,7 @@ func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch, after int
 			return 0, 0, err
 		}
 	}
-	intents, err := d.claim(ctx, after)
+	tx, intents, err := d.claim(ctx, after)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -371,7 +392,7 @@ func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch, after int
 			last = max(last, in.id)
 		}
 	}
-	b := &batch{intents: intents, claimedAt: time.Now()}
+	b := &batch{intents: intents, claimedAt: time.Now(), tx: tx}
 	if h := d.hooks.Claimed; h != nil {
 		claims := make([]testhook.Claim, len(intents))
 		for i, in := range intents {
@@ -386,26 +407,53 @@ func (d *Dispatcher) round(ctx context.Context, batches chan<- *batch, after int
 	return len(intents), last, err
 }
 
-func (d *Dispatcher) claim(ctx context.Context, after int64) ([]intent, error) {
+// claim begins a claim's transaction and claims a batch in it: the rows
+// stay locked, and so claimed, until settle commits the mark (or rolls
+// back). It returns the open transaction with the intents, or none when
+// there was nothing to claim. It waits for a claim token first.
+//
+// The transaction commits with synchronous_commit off: see
+// internal/intents' markRelayedSQL for why the mark need not be durable.
+// Its idle timeout is ClaimTTL: the server ends the session
+// of a dispatcher that hangs while holding claims (SIGSTOP, a partition),
+// which releases its locks as a crash would. publish stops before that
+// (PublishTimeout before it), so a live dispatcher never loses its claims
+// to the timeout.
+func (d *Dispatcher) claim(ctx context.Context, after int64) (pgx.Tx, []intent, error) {
+	select {
+	case d.claims <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, nil
+	}
+	// Asked of NATS before the transaction begins, so that it is not held
+	// open across that request.
+	held := d.heldKinds(ctx)
 	dctx, cancel := d.dbCtx(ctx)
 	defer cancel()
-	// The statement, and why it is written as it is: internal/intents.
-	rows, err := d.claimer.Claim(dctx, d.pool, d.cfg.ID, d.cfg.RelayTimeout, d.cfg.ClaimTTL, after, d.heldKinds(ctx))
+	tx, err := d.pool.BeginTx(dctx, pgx.TxOptions{BeginQuery: d.claimTxSQL})
 	if err != nil {
-		return nil, fmt.Errorf("claim outbox batch: %w", err)
+		<-d.claims
+		return nil, nil, fmt.Errorf("claim outbox batch: begin: %w", err)
 	}
-	intents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (intent, error) {
-		var in intent
-		var payload string
-		err := r.Scan(&in.id, &in.resource, &in.epoch, &in.kind, &in.key, &in.fence,
-			&payload, &in.relayCount, &in.rerelay, &in.createdAt, &in.traceCtx)
-		in.payload = []byte(payload)
-		return in, err
-	})
-	if err != nil {
-		// The claim may have committed: its rows stay claimed until they
-		// expire, or until releaseAll at stop.
-		return nil, fmt.Errorf("claim outbox batch: %w", err)
+	// The statement, and why it is written as it is: internal/intents.
+	rows, err := d.claimer.Claim(dctx, tx, d.cfg.RelayTimeout, after, held)
+	var intents []intent
+	if err == nil {
+		intents, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (intent, error) {
+			var in intent
+			var payload string
+			err := r.Scan(&in.id, &in.resource, &in.epoch, &in.kind, &in.key, &in.fence,
+				&payload, &in.relayCount, &in.rerelay, &in.createdAt, &in.traceCtx)
+			in.payload = []byte(payload)
+			return in, err
+		})
+	}
+	if err != nil || len(intents) == 0 {
+		d.endClaim(tx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("claim outbox batch: %w", err)
+		}
+		return nil, nil, nil
 	}
 	d.m.claimed.Add(float64(len(intents)))
 	// Re-relays first (they are the oldest work), then pending in id order.
@@ -418,7 +466,18 @@ func (d *Dispatcher) claim(ctx context.Context, after int64) ([]intent, error) {
 		}
 		return int(a.id - b.id)
 	})
-	return intents, nil
+	return tx, intents, nil
+}
+
+// endClaim rolls back a claim's transaction, which returns its claims (the
+// locks), and gives its token back.
+func (d *Dispatcher) endClaim(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DBTimeout)
+	defer cancel()
+	// A failed rollback leaves a broken connection, which the pool
+	// discards: the server ends the transaction with the session.
+	_ = tx.Rollback(ctx)
+	<-d.claims
 }
 
 func (d *Dispatcher) message(in intent) *nats.Msg {
@@ -502,7 +561,7 @@ func (d *Dispatcher) ackLoop(ctx context.Context, batches <-chan *batch) {
 }
 
 // settle waits for b's PubAcks, marks the acknowledged intents relayed and
-// returns the claims of the others.
+// ends the claim's transaction, which returns the claims of the others.
 func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 	var (
 		okIDs    []int64
@@ -557,18 +616,19 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 	// Only now, after the PubAck: an intent marked relayed before the
 	// stream stored its message would be lost if the publish failed, until
 	// the relay timeout. The reverse order (acknowledged, then a crash
-	// before this update) publishes the same message id again, which the
-	// duplicate window absorbs.
+	// before this commit) leaves the intent pending with its relay_count,
+	// so the next claim publishes the same message id again, which the
+	// duplicate window absorbs. The intents whose publish failed are not
+	// marked: the commit (or rollback) returns them with the locks.
 	if len(okIDs) > 0 {
 		if h := d.hooks.Acked; h != nil {
 			h(d.cfg.ID, okIDs)
 		}
 		failpoint.Inject(failpoint.AfterPublishBeforeMark) // no-op unless built with -tags failpoints
 		d.markRelayed(ctx, b, okIDs)
+		return
 	}
-	if len(failed) > 0 {
-		d.release(ctx, b, failed)
-	}
+	d.endClaim(b.tx)
 }
 
 func cmpErr(first, err error) error {
@@ -578,64 +638,32 @@ func cmpErr(first, err error) error {
 	return err
 }
 
+// markRelayed marks ids relayed in b's transaction and commits it, which
+// also returns the claims of b's other intents. It does not retry: a failed
+// statement breaks the transaction, and its rollback returns every claim at
+// once, so the intents are claimed again and published under the same
+// message ids, which the duplicate window absorbs.
 func (d *Dispatcher) markRelayed(ctx context.Context, b *batch, ids []int64) {
-	// Only rows still claimed by us are marked; a final status an adapter
-	// recorded first is kept (internal/intents.MarkRelayed).
-	n, err := d.execUntil(ctx, b, "mark intents relayed", func(ctx context.Context) (int64, error) {
-		return d.intents.MarkRelayed(ctx, d.pool, ids, d.cfg.ID)
-	})
+	dctx, cancel := d.dbCtx(ctx)
+	defer cancel()
+	n, err := d.intents.MarkRelayed(dctx, b.tx, ids)
+	if err == nil {
+		err = b.tx.Commit(dctx)
+	}
 	if err != nil {
-		// The claims expire and the intents are published again under the
-		// same message ids, which the duplicate window absorbs.
-		d.log.Error("dispatcher: could not mark published intents relayed; they will be published again after the claim expires",
+		d.endClaim(b.tx)
+		d.m.claimsLost.Add(float64(len(ids)))
+		d.log.Error("dispatcher: could not mark published intents relayed; they will be published again under the same message ids",
 			"intents", len(ids), "error", err)
 		return
 	}
+	<-d.claims
 	if lost := len(ids) - int(n); lost > 0 {
+		// Not expected: the rows were locked by this transaction. Counted
+		// with the failed marks, so that a surprise shows.
 		d.m.claimsLost.Add(float64(lost))
-		d.log.Warn("dispatcher: claims expired before the intents were marked relayed", "intents", lost)
+		d.log.Warn("dispatcher: published intents not found when marking them relayed", "intents", lost)
 	}
-}
-
-func (d *Dispatcher) release(ctx context.Context, b *batch, ids []int64) {
-	if _, err := d.execUntil(ctx, b, "return claims", func(ctx context.Context) (int64, error) {
-		return d.intents.Release(ctx, d.pool, ids, d.cfg.ID)
-	}); err != nil {
-		d.log.Error("dispatcher: could not return claims; they return when they expire", "intents", len(ids), "error", err)
-	}
-}
-
-// execUntil runs a statement (exec, given a context for it), retrying with backoff while the batch's claim
-// lasts (on shutdown, a few seconds at most): past the expiry the rows are
-// someone else's to handle.
-func (d *Dispatcher) execUntil(ctx context.Context, b *batch, what string, exec func(context.Context) (int64, error)) (int64, error) {
-	deadline := b.claimedAt.Add(d.cfg.ClaimTTL)
-	bo := d.cfg.NewBackoff()
-	for {
-		dctx, cancel := d.dbCtx(ctx)
-		n, err := exec(dctx)
-		cancel()
-		if err == nil {
-			return n, nil
-		}
-		err = fmt.Errorf("%s: %w", what, err)
-		wait := bo.NextBackOff()
-		if ctx.Err() != nil {
-			deadline = minTime(deadline, time.Now().Add(2*time.Second))
-		}
-		if wait == backoff.Stop || time.Now().Add(wait).After(deadline) {
-			return 0, err
-		}
-		d.log.Warn("dispatcher: database error; retrying", "error", err, "backoff", wait)
-		time.Sleep(wait)
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // releaseAll returns every claim held under our id. It runs once both loops

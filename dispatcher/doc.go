@@ -9,14 +9,22 @@
 //     by their status, never by a high-water mark, so an intent whose
 //     transaction committed after a higher id's is found on the next claim.
 //     Rolled-back intents are never seen.
-//   - Two dispatchers never hold the same intent at once. A claim is taken
-//     with FOR UPDATE SKIP LOCKED and recorded in the row (claimed_by,
-//     claim_expires_at); another dispatcher only takes a row whose claim is
-//     absent or expired. The expiry is what returns a crashed dispatcher's
-//     claims to the pool.
+//   - Two dispatchers never hold the same intent at once. A claim is the
+//     row lock of a transaction (FOR UPDATE SKIP LOCKED) that lasts from
+//     the claim to the mark: claiming writes nothing, and a row another
+//     dispatcher holds is skipped. A dispatcher that dies loses its
+//     sessions and with them its claims, at once; one that hangs loses
+//     them after Config.ClaimTTL of silence (the transaction's idle
+//     timeout). A claim written into the row (claimed_by, claim_expires_at:
+//     an intent parked by a tool) is honoured until it expires.
 //   - An intent becomes `relayed` only after JetStream acknowledged its
-//     message (PubAck). A crash between the two publishes it again, with the
-//     same Nats-Msg-Id, which the stream's duplicate window absorbs.
+//     message (PubAck). A crash between the two leaves it `pending` with
+//     its relay count, so it is published again with the same Nats-Msg-Id,
+//     which the stream's duplicate window absorbs.
+//   - While a claim waits for its PubAcks, an adapter that already got one
+//     of its messages waits for the mark before it begins the attempt (the
+//     attempt locks the intent's row): a few milliseconds, and at most
+//     Config.PublishTimeout when NATS does not answer.
 //   - PostgreSQL is the truth, NATS is transport. An intent still `relayed`
 //     (no outcome recorded by an adapter) after Config.RelayTimeout is
 //     claimed and published again with a new message id (relay_count+1), so a

@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "publish_errors_total", Help: "Publishes that failed or got no PubAck in time; their claims were returned."}),
 		claimsLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "claims_lost_total", Help: "Acknowledged publishes whose claim had passed to another dispatcher before it was marked relayed."}),
+			Name: "claims_lost_total", Help: "Acknowledged publishes that could not be marked relayed (the mark failed): their intents are published again under the same message ids."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name:    "relay_latency_seconds",
 			Help:    "Time from an intent's commit (created_at) to its PubAck.",

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 )
@@ -10,10 +11,11 @@ import (
 // can have in flight at once, since a pooled connection serves one
 // statement or transaction at a time.
 const (
-	// poolConnsDispatcher: the claim loop (claims, backlog samples), the
-	// ack loop (marks relayed, returned claims) and the LISTEN connection,
-	// which is acquired from the pool and then hijacked out of it.
-	poolConnsDispatcher = 3
+	// poolConnsDispatcher: the claims, each a transaction held from its
+	// claim to its mark (dispatcher.MaxOpenClaims), the backlog samples
+	// and the LISTEN connection, which is acquired from the pool and then
+	// hijacked out of it.
+	poolConnsDispatcher = dispatcher.MaxOpenClaims + 2
 	// poolConnsSweeper: one sweeper (intents or idempotency keys) deletes
 	// one batch at a time.
 	poolConnsSweeper = 1
@@ -42,7 +44,7 @@ const (
 // --db-max-conns nor the URL's pool_max_conns says otherwise:
 //
 //	spare (1)
-//	+ with the dispatcher: 3 (claim, mark, LISTEN) + 1 (intent sweeper)
+//	+ with the dispatcher: 6 (4 open claims, samples, LISTEN) + 1 (intent sweeper)
 //	+ with adapters and group commit (the default): 10 for the shared
 //	  transactions and loads + min(concurrency, 8) per adapter + 1
 //	  (idempotency key sweeper)
@@ -52,7 +54,7 @@ const (
 //	+ with the admin server: 2
 //
 // and at least 4. With its defaults (dispatcher, email and file, group
-// commit, no admin server) that is 1 + 4 + 10 + 2×8 + 1 = 32.
+// commit, no admin server) that is 1 + 7 + 10 + 2×8 + 1 = 35.
 // Connections are opened on demand, so an idle process holds fewer.
 func (c *Config) PoolSize() int32 {
 	n := poolConnsSpare

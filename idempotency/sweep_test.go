@@ -3,6 +3,8 @@ package idempotency_test
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,4 +141,74 @@ func TestSweeper(t *testing.T) {
 	idle := idempotency.NewSweeper(f.store)
 	idle.Stop()
 	<-idle.Stopped()
+}
+
+// Completing a key can be a HOT update (a new row version on its page and
+// no new index entries): no index of idempotency_keys covers, or has in its
+// predicate, a column that Begin's completion writes. The sweeper, which
+// needs an index, walks created_at (never written after the insert), and
+// its plan uses that index.
+func TestCompletionLeavesKeyIndexesAlone(t *testing.T) {
+	t.Parallel()
+	f := setup(t, idempotency.Config{Schema: testdb.Schema()})
+	// The columns the completing statements write (group.go's
+	// completeBatch and store.go's Complete).
+	written := []string{"state", "status", "locked_until", "result", "last_error", "completed_at", "updated_at"}
+	rows, err := f.pool.Query(f.ctx, `
+		SELECT c.relname, pg_get_indexdef(i.indexrelid)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = $1::regclass`, testdb.Schema()+".idempotency_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		// The definition after "USING btree": the columns and predicate.
+		on := def[strings.Index(def, " USING "):]
+		for _, col := range written {
+			if regexp.MustCompile(`\b` + col + `\b`).MatchString(on) {
+				t.Errorf("index %s (%s) has column %s, which completing a key writes: that update can never be HOT", name, def, col)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d indexes of idempotency_keys checked", n)
+	if n < 2 {
+		t.Fatalf("found %d indexes on idempotency_keys, want the primary key and the sweeper's", n)
+	}
+
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(f.ctx, `SET enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(f.ctx, `RESET enable_seqscan`) }()
+	var plan []string
+	prows, err := conn.Query(f.ctx, "EXPLAIN "+testdb.SQL(idempotency.SweepSQL), "720 hours", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prows.Next() {
+		var line string
+		if err := prows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := prows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "idempotency_keys_created_idx") {
+		t.Fatalf("the sweep does not use idempotency_keys_created_idx:\n%s", p)
+	}
 }
