@@ -184,31 +184,8 @@ func TestCompletionLeavesKeyIndexesAlone(t *testing.T) {
 		t.Fatalf("found %d indexes on idempotency_keys, want the primary key and the sweeper's", n)
 	}
 
-	conn, err := f.pool.Acquire(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(f.ctx, `SET enable_seqscan = off`); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(f.ctx, `RESET enable_seqscan`) }()
-	var plan []string
-	prows, err := conn.Query(f.ctx, "EXPLAIN "+testdb.SQL(idempotency.SweepSQL), "720 hours", 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for prows.Next() {
-		var line string
-		if err := prows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := prows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if p := strings.Join(plan, "\n"); !strings.Contains(p, "idempotency_keys_created_idx") {
-		t.Fatalf("the sweep does not use idempotency_keys_created_idx:\n%s", p)
+	plan := testdb.IndexPlan(t, f.pool, idempotency.SweepSQL, "720 hours", 1000)
+	if !strings.Contains(plan, "idempotency_keys_created_idx") {
+		t.Fatalf("the sweep does not use idempotency_keys_created_idx:\n%s", plan)
 	}
 }

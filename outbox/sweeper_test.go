@@ -194,33 +194,9 @@ func TestNotifyCoalescing(t *testing.T) {
 func TestSweepQueryUsesIndex(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	ctx := context.Background()
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
 	// The sweeper's own statement, with its default age and batch.
-	rows, err := conn.Query(ctx, "EXPLAIN "+testdb.SQL(outbox.SweepSQL), outbox.DefaultSweepMaxAge.Microseconds(), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if p := strings.Join(plan, "\n"); !strings.Contains(p, "intents_sweep_idx") {
-		t.Fatalf("the sweep query does not use intents_sweep_idx:\n%s", p)
+	plan := testdb.IndexPlan(t, pool, outbox.SweepSQL, outbox.DefaultSweepMaxAge.Microseconds(), 1000)
+	if !strings.Contains(plan, "intents_sweep_idx") {
+		t.Fatalf("the sweep query does not use intents_sweep_idx:\n%s", plan)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,6 +227,32 @@ func Int(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// IndexPlan returns the plan PostgreSQL makes for query (written for the
+// default schema, see SQL) with sequential scans disabled, so that a
+// missing index shows as a Seq Scan; the test fails on an error.
+func IndexPlan(t testing.TB, pool *pgxpool.Pool, query string, args ...any) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
+	rows, err := conn.Query(ctx, "EXPLAIN "+SQL(query), args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", query, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", query, err)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Migrate migrates the database behind pool into Schema().
