@@ -63,10 +63,6 @@ var groupTxOptions = pgx.TxOptions{
 // errAlone sends a call back to its caller, to be run alone.
 var errAlone = errors.New("idempotency: not decided in the batch; run alone")
 
-// errUndoBatch rolls a shared transaction back whose calls must all run
-// alone.
-var errUndoBatch = errors.New("idempotency: batch undone; its calls run alone")
-
 type beginCall struct {
 	kind, key, fingerprint string
 	intentID               int64
@@ -247,6 +243,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.Result[CompleteResult] {
 	out := make([]group.Result[CompleteResult], len(calls))
 	order, dup := byKey(calls, func(c Completion) keyID { return keyID{c.Kind, c.Key} })
+	var kinds, keys []string
 	var cand []int
 	for _, i := range order {
 		c := calls[i]
@@ -256,7 +253,7 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 			out[i].Err = errAlone
 			continue
 		}
-		cand = append(cand, i)
+		kinds, keys, cand = append(kinds, c.Kind), append(keys, c.Key), append(cand, i)
 	}
 	for _, i := range cand {
 		out[i].Err = errAlone // until decided in the batch below
@@ -268,105 +265,104 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 	decided := map[int]CompleteResult{}
 	err := s.inTxWith(ctx, groupTxOptions, func(tx pgx.Tx) error {
 		clear(decided)
-		// 1. Write the keys' outcomes where this attempt still owns them,
-		//    then lock the candidates' intents, in one round trip: the
-		//    statements are pipelined, and PostgreSQL runs them one after
-		//    the other in this order, keys before intents (the lock order
-		//    of internal/intents), kind by kind (candidates are sorted by
-		//    kind), then the intents by id.
-		//    The ownership check is the UPDATE's own condition (started,
-		//    this attempt's token, its intent), so the check and the write
-		//    are one atomic step, as in Complete: an UPDATE that finds a
-		//    row locked waits, then checks the condition again on the row
-		//    as it is then, so a Begin that took the key over meanwhile
-		//    leaves it unmatched. A key not matched is answered alone,
-		//    which tells the cases apart (lost, a retry after a lost
-		//    answer, a wrong intent); nothing of it is written here.
+		// 1. Lock the keys, then the candidates' intents, in one round
+		//    trip: the statements are pipelined, and PostgreSQL runs them
+		//    one after the other in this order — the lock order of
+		//    internal/intents: kind by kind (candidates are sorted by kind),
+		//    each kind's keys sorted (ORDER BY is applied before the rows
+		//    are locked), then the intents by id.
 		//    kind = $1 AND key = ANY($2) is one index scan of the primary
-		//    key (a join to unnest() alone was planned as a scan of the
-		//    table); the keys are locked in the order of that scan. No
-		//    other transaction locks several started keys at once (a
-		//    group Begin inserts new keys), and a deadlock, should one
-		//    happen, fails the batch, whose calls then run alone.
-		written := map[keyID]bool{}
+		//    key (a join to unnest() was planned as a scan of the table).
+		//    The token check and the writes below are one atomic step under
+		//    these locks, as in Complete: no Begin can take a key over
+		//    between them.
+		type keyRow struct {
+			state        string
+			token, owner int64
+		}
+		found := map[keyID]keyRow{}
 		statuses := map[int64]outbox.Status{}
 		ids := make([]int64, 0, len(cand))
 		for _, i := range cand {
 			ids = append(ids, calls[i].IntentID)
 		}
 		var b pgx.Batch
-		for lo := 0; lo < len(cand); {
-			kind := calls[cand[lo]].Kind
-			var keys, outcomes []string
-			var results, errs []*string
-			var tokens, owners []int64
-			hi := lo
-			for ; hi < len(cand) && calls[cand[hi]].Kind == kind; hi++ {
-				c := calls[cand[hi]]
-				keys, tokens, owners = append(keys, c.Key), append(tokens, c.Token), append(owners, c.IntentID)
-				outcomes = append(outcomes, string(c.Status))
-				results, errs = append(results, textOrNil(string(c.Result))), append(errs, textOrNil(c.Error))
-			}
+		for _, kk := range byKind(kinds, keys) {
 			b.Queue(s.schema.SQL(`
-				UPDATE fencegate.idempotency_keys k
-				SET state = 'completed', status = t.status, locked_until = NULL,
-				    result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
-				FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[])
-				     AS t(key, token, owner, status, result, err)
-				WHERE k.kind = $1 AND k.idempotency_key = ANY($2) AND k.idempotency_key = t.key
-				  AND k.state = 'started' AND k.token = t.token AND k.owner_intent_id = t.owner
-				RETURNING k.idempotency_key`),
-				kind, keys, tokens, owners, outcomes, results, errs).Query(func(rows pgx.Rows) error {
+				SELECT idempotency_key, state, token, owner_intent_id
+				FROM fencegate.idempotency_keys
+				WHERE kind = $1 AND idempotency_key = ANY($2)
+				ORDER BY idempotency_key COLLATE "C"
+				FOR UPDATE`), kk.kind, kk.keys).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					k := keyID{kind: kind}
-					if err := rows.Scan(&k.key); err != nil {
+					k := keyID{kind: kk.kind}
+					var r keyRow
+					if err := rows.Scan(&k.key, &r.state, &r.token, &r.owner); err != nil {
 						return err
 					}
-					written[k] = true
+					found[k] = r
 				}
 				return rows.Err()
 			})
-			lo = hi
 		}
 		s.intents.QueueLockStatuses(&b, ids, func(id int64, st string) { statuses[id] = outbox.Status(st) })
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-			return fmt.Errorf("record keys' outcomes, lock intents: %w", err)
+			return fmt.Errorf("lock keys and intents: %w", err)
 		}
-		// 2. Decide. Written: the attempt owned its key. Its intent then
-		//    gets the outcome unless it has a final status already (kept;
-		//    the outcome goes into its history below).
+		// 2. Decide. Owned: started, with this attempt's token, by its
+		//    intent, and the intent exists. Any other case (lost, a retry
+		//    after a lost answer, a wrong intent, an intent gone) is
+		//    answered alone, which tells them apart; nothing of it is
+		//    written here.
+		var kKinds, kKeys, kStatus []string
+		var kResult, kErr []*string
 		var iIDs []int64
 		var iStatus []string
 		var iResult, iErr []*string
 		var final []int
 		for _, i := range cand {
 			c := calls[i]
-			if !written[keyID{c.Kind, c.Key}] {
+			r, ok := found[keyID{c.Kind, c.Key}]
+			if !ok || State(r.state) != StateStarted || r.token != c.Token || r.owner != c.IntentID {
 				continue
 			}
 			st, ok := statuses[c.IntentID]
 			if !ok {
-				// A key written for an intent that does not exist: alone,
-				// Complete refuses it without writing the key. Undo the
-				// batch; every call runs alone.
-				return errUndoBatch
+				continue
 			}
+			res, msg := textOrNil(string(c.Result)), textOrNil(c.Error)
+			kKinds, kKeys, kStatus = append(kKinds, c.Kind), append(kKeys, c.Key), append(kStatus, string(c.Status))
+			kResult, kErr = append(kResult, res), append(kErr, msg)
 			if st.Terminal() {
 				final = append(final, i)
 				decided[i] = CompleteResult{NotRecorded: true}
 				continue
 			}
 			iIDs, iStatus = append(iIDs, c.IntentID), append(iStatus, string(c.Status))
-			iResult, iErr = append(iResult, textOrNil(string(c.Result))), append(iErr, textOrNil(c.Error))
+			iResult, iErr = append(iResult, res), append(iErr, msg)
 			decided[i] = CompleteResult{IntentUpdated: true}
 		}
-		if len(decided) == 0 {
+		if len(kKinds) == 0 {
 			return nil
 		}
-		// 3. Write the intents' outcomes, where they have no final status,
-		//    in this one transaction with the keys' (key and intent never
+		// 3. Write the keys' outcomes, and the intents' where they have no
+		//    final status, in this one transaction (key and intent never
 		//    disagree), pipelined in one round trip.
 		b = pgx.Batch{}
+		for lo := 0; lo < len(kKinds); {
+			hi := lo
+			for hi < len(kKinds) && kKinds[hi] == kKinds[lo] {
+				hi++
+			}
+			b.Queue(s.schema.SQL(`
+				UPDATE fencegate.idempotency_keys k
+				SET state = 'completed', status = t.status, locked_until = NULL,
+				    result = t.result::jsonb, last_error = t.err, completed_at = now(), updated_at = now()
+				FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(key, status, result, err)
+				WHERE k.kind = $1 AND k.idempotency_key = ANY($2) AND k.idempotency_key = t.key`),
+				kKinds[lo], kKeys[lo:hi], kStatus[lo:hi], kResult[lo:hi], kErr[lo:hi])
+			lo = hi
+		}
 		if len(iIDs) > 0 {
 			s.intents.QueueComplete(&b, iIDs, iStatus, iResult, iErr)
 		}
@@ -392,14 +388,11 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 				return err
 			}
 		}
-		if len(decided) > 1 {
+		if len(kKinds) > 1 {
 			failpoint.Inject(failpoint.InsideGroupComplete) // no-op unless built with -tags failpoints
 		}
 		return nil
 	})
-	if errors.Is(err, errUndoBatch) {
-		return out // every candidate is still errAlone
-	}
 	if err != nil {
 		s.noteBatchFailed(err, "complete")
 		failBatch(out, err, "complete")
@@ -407,6 +400,25 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 	}
 	for i, r := range decided {
 		out[i] = group.Result[CompleteResult]{Value: r}
+	}
+	return out
+}
+
+// kindKeys are the keys of one kind, in lock order.
+type kindKeys struct {
+	kind string
+	keys []string
+}
+
+// byKind splits parallel kinds and keys, sorted by kind, into runs of one
+// kind.
+func byKind(kinds, keys []string) []kindKeys {
+	var out []kindKeys
+	for i, k := range kinds {
+		if len(out) == 0 || out[len(out)-1].kind != k {
+			out = append(out, kindKeys{kind: k})
+		}
+		out[len(out)-1].keys = append(out[len(out)-1].keys, keys[i])
 	}
 	return out
 }
