@@ -20,6 +20,7 @@ import (
 // answer is a call's answer, reduced to what a caller acts on.
 func answer(d idempotency.Decision, err error) string {
 	var ie *idempotency.IntentTerminalError
+	var inv *idempotency.InvalidError
 	switch {
 	case errors.As(err, &ie):
 		return "terminal:" + string(ie.Status)
@@ -27,6 +28,8 @@ func answer(d idempotency.Decision, err error) string {
 		return "intent_not_found"
 	case errors.Is(err, idempotency.ErrLostOwnership):
 		return "lost_ownership"
+	case errors.As(err, &inv):
+		return "invalid:" + inv.Field
 	case err != nil:
 		return "error:" + err.Error()
 	}
@@ -121,6 +124,14 @@ func groupScenario(t *testing.T, f *fixture) (answers []string, state []string) 
 			c.Status = outbox.StatusFailed
 			c.Result = nil
 			comps = append(comps, completion{"failed", c})
+		case 10:
+			// The key's own intent deleted after its Begin: refused, and
+			// the key stays started.
+			f.exec(`DELETE FROM fencegate.intents WHERE intent_id = $1`, c.IntentID)
+			comps = append(comps, completion{"intent-gone", c})
+		case 11:
+			c.IntentID = decisions[0].OwnerIntentID // another intent's
+			comps = append(comps, completion{"wrong-intent", c})
 		default:
 			comps = append(comps, completion{"owner-" + string(c.Status), c})
 		}
@@ -196,6 +207,8 @@ func TestGroupCommitAnswersAsAlone(t *testing.T) {
 		"retry: updated=true not_recorded=false",
 		"retry: updated=false not_recorded=false",
 		"cancelled-meanwhile: updated=false not_recorded=true",
+		"intent-gone: intent_not_found",
+		"wrong-intent: invalid:intent_id",
 	} {
 		if !slices.Contains(gotAnswers, want) {
 			t.Errorf("grouped: no answer %q in\n%s", want, strings.Join(gotAnswers, "\n"))
