@@ -239,7 +239,15 @@ func (k *Keeper) lose(err error) {
 }
 
 func (k *Keeper) loop() {
-	renew := time.NewTimer(k.cfg.RenewEvery)
+	// The first renewal is due RenewEvery after the grant, on the clock the
+	// trust window runs on: timed from here instead, a grant that reached
+	// the Keeper late (a slow Acquire, whose reading precedes its request,
+	// or Keep long after it) would get its first renewal after its
+	// deadline and lose a healthy lease. An overdue one starts at once.
+	k.mu.Lock()
+	first := time.Until(k.lastOK.Add(k.cfg.RenewEvery))
+	k.mu.Unlock()
+	renew := time.NewTimer(max(first, 0))
 	defer renew.Stop()
 	// The trust deadline has its own timer, so the context is cancelled on
 	// time even while a renew call is blocked on a slow database.

@@ -208,6 +208,47 @@ func TestKeeperRenewsAndLoses(t *testing.T) {
 	}
 }
 
+// A lease handed to Keep some time after its grant is renewed on the
+// grant's clock: the first renewal is due RenewEvery after grantedAt, not
+// after Keep, so a grant older than RenewEvery is renewed at once instead
+// of running into its deadline first. (A slow Acquire inside Hold, whose
+// round trip counts from before the request, is the same case.)
+func TestKeepRenewsOnTheGrantsClock(t *testing.T) {
+	t.Parallel()
+	iss, _ := setup(t)
+	ctx := context.Background()
+	// Trust window 5.4 s (margin TTL/10), renewals every 2 s. Granted 4 s
+	// "ago": the deadline is 1.4 s away, the first renewal overdue. Timed
+	// from Keep, the first renewal would start at 2 s, after the deadline.
+	const ttl = 6 * time.Second
+	l, err := iss.Acquire(ctx, "old-grant", "A", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grantedAt := time.Now().Add(-4 * time.Second) // earlier than the truth: a safe lie
+	k, err := iss.Keep(ctx, l, grantedAt, lease.KeeperConfig{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	deadline := time.NewTimer(3 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for k.Lease().ExpiresAt.Equal(l.ExpiresAt) {
+		select {
+		case <-k.Context().Done():
+			t.Fatalf("the keeper lost its lease before renewing it once: %v", k.Err())
+		case <-deadline.C:
+			t.Fatal("no renewal within 3 s of Keep")
+		case <-tick.C:
+		}
+	}
+	if err := k.Err(); err != nil {
+		t.Fatalf("renewed, yet the keeper's context ended: %v", err)
+	}
+}
+
 // When renewals cannot get through, the context ends by the monotonic
 // deadline (TTL - margin after the last grant), not later.
 func TestKeeperDeadlineWithoutRenewals(t *testing.T) {

@@ -98,7 +98,14 @@ public final class Keeper implements AutoCloseable {
         });
         executor.setRemoveOnCancelPolicy(true);
         synchronized (mu) {
-            renewTask = executor.schedule(this::renewOnce, renewEvery, TimeUnit.NANOSECONDS);
+            // The first renewal is due renewEvery after the grant, on the
+            // clock the trust window runs on: timed from here instead, a
+            // grant that reached the keeper late (a slow acquire, whose
+            // reading precedes its request, or keep long after it) would get
+            // its first renewal after its deadline and lose a healthy lease.
+            // An overdue one starts at once.
+            long first = Math.max(0, grantedAt + renewEvery - clock.getAsLong());
+            renewTask = executor.schedule(this::renewOnce, first, TimeUnit.NANOSECONDS);
             scheduleDeadlineLocked();
         }
     }
