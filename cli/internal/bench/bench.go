@@ -913,11 +913,38 @@ func (e *benchEnv) noopIntent(rnd uint64) outbox.Intent {
 	return in
 }
 
+// window is what a max-rate measurement saw, on PostgreSQL's clock: it
+// enqueued from start to end, n intents, inWindow of which had settled by
+// end, the first at first and the last (after end, once they all had) at
+// last.
+type window struct {
+	start, end, first, last time.Time
+	n, inWindow             int64
+}
+
+// sustainedRate is the rate at which outcomes were recorded while the
+// enqueuers ran: those settled in the window, from the first one on. The
+// window's opening, before its first intent could have come through the
+// pipeline (one end-to-end latency), is not counted as a pause: counting it
+// made the rate 0 whenever the latency was longer than the window (seen on
+// a loaded machine with the test's 400 ms window). When fewer than two
+// settled in the window, the latency was longer than it: then all of the
+// window's intents over the time until the last one settled.
+func (w window) sustainedRate() float64 {
+	if w.inWindow >= 2 && w.end.After(w.first) {
+		return float64(w.inWindow) / w.end.Sub(w.first).Seconds()
+	}
+	if w.n == 0 || !w.last.After(w.start) {
+		return 0
+	}
+	return float64(w.n) / w.last.Sub(w.start).Seconds()
+}
+
 // caseE2E: commit → recorded outcome through the dispatcher, NATS and the
 // no-op adapter. Latency at an offered 500 intents/s (from the moment
 // Enqueue returned, i.e. committed, to the outcome's completed_at), then
 // the highest rate sustained end to end with 16 workers enqueueing flat
-// out (outcomes recorded per second during the run).
+// out (outcomes recorded per second during the run: window.sustainedRate).
 func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error) {
 	if prefix == "e2e" {
 		if err := e.reset(ctx); err != nil {
@@ -1006,23 +1033,19 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error)
 	slices.Sort(lat)
 	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
 
-	// Max sustained: enqueue flat out, count outcomes recorded meanwhile.
-	// Reported is the lower of the two rates: what enters and what comes
-	// out, so a growing backlog does not count as sustained.
+	// Max sustained: enqueue flat out, count outcomes recorded meanwhile
+	// (sustainedRate). Reported is the lower of the two rates: what enters
+	// and what comes out, so a growing backlog does not count as sustained.
 	//
 	// Only intents above the highest id before the run are counted, through
 	// the primary key: counting every completed intent would be a
 	// sequential scan of the million preloaded rows in case growth (a
 	// benchmark artifact, twice per run, on the machine being measured).
-	var floor, doneBefore int64
-	if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT coalesce(max(intent_id), 0) FROM fencegate.intents`)).Scan(&floor); err != nil {
+	var floor int64
+	var mstart, mend time.Time // PostgreSQL's clock, as completed_at
+	if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT coalesce(max(intent_id), 0), clock_timestamp() FROM fencegate.intents`)).Scan(&floor, &mstart); err != nil {
 		return nil, err
 	}
-	const doneSQL = `SELECT count(*) FROM fencegate.intents WHERE intent_id > $1 AND completed_at IS NOT NULL`
-	if err := e.pool.QueryRow(ctx, e.schema.SQL(doneSQL), floor).Scan(&doneBefore); err != nil {
-		return nil, err
-	}
-	mstart := time.Now()
 	in, err := measure(ctx, e.d, benchWorkers, func(ctx context.Context, _ int, rnd *uint64) (int, error) {
 		_, err := p.ob.Enqueue(ctx, e.noopIntent(*rnd))
 		return 1, err
@@ -1030,16 +1053,23 @@ func (e *benchEnv) caseE2E(ctx context.Context, prefix string) ([]Result, error)
 	if err != nil {
 		return nil, err
 	}
-	var doneAfter int64
-	if err := e.pool.QueryRow(ctx, e.schema.SQL(doneSQL), floor).Scan(&doneAfter); err != nil {
+	var hi int64
+	if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT coalesce(max(intent_id), 0), clock_timestamp() FROM fencegate.intents`)).Scan(&hi, &mend); err != nil {
 		return nil, err
 	}
-	out := float64(doneAfter-doneBefore) / time.Since(mstart).Seconds()
-	maxRate := math.Min(in, out)
-	// Let the backlog drain before the next case, bounded.
-	if _, hi, err := e.backlogRange(ctx); err == nil {
-		_ = e.waitDone(ctx, e.pool, "e2e backlog", `completed_at IS NULL`, floor+1, hi, time.Now().Add(time.Minute))
+	// Wait for the window's intents (bounded), then read when they settled.
+	if err := e.waitDone(ctx, e.pool, "e2e max rate", `completed_at IS NULL`, floor+1, hi, time.Now().Add(time.Minute)); err != nil {
+		return nil, err
 	}
+	var w window
+	w.start, w.end = mstart, mend
+	if err := e.pool.QueryRow(ctx, e.schema.SQL(`SELECT count(*), count(*) FILTER (WHERE completed_at <= $2),
+		coalesce(min(completed_at), $2), coalesce(max(completed_at), $2)
+		FROM fencegate.intents WHERE intent_id > $1`), floor, mend).Scan(&w.n, &w.inWindow, &w.first, &w.last); err != nil {
+		return nil, err
+	}
+	out := w.sustainedRate()
+	maxRate := math.Min(in, out)
 
 	stopped = true
 	if err := p.stop(); err != nil {
