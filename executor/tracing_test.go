@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -33,15 +34,24 @@ func TestOneTraceFromEnqueueToEffect(t *testing.T) {
 	if rec := e.waitTerminal(t, res.IntentID); rec.Status != outbox.StatusSucceeded {
 		t.Fatalf("status = %s", rec.Status)
 	}
-	_ = tp.ForceFlush(context.Background())
-
-	byName := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range rec.Ended() {
-		if s.SpanContext().TraceID() == worker.SpanContext().TraceID() {
-			byName[s.Name()] = s
-		}
-	}
 	chain := []string{"nightly-report-job", "fencegate.enqueue", "fencegate.relay", "fencegate.execute"}
+	// The execution span ends when the handler returns, after the outcome
+	// it records has committed (and the message is acked): the status the
+	// test saw can precede it. Wait for the whole chain, bounded.
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		clear(byName)
+		for _, s := range rec.Ended() {
+			if s.SpanContext().TraceID() == worker.SpanContext().TraceID() {
+				byName[s.Name()] = s
+			}
+		}
+		if len(byName) >= len(chain) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	for i, name := range chain {
 		s, ok := byName[name]
 		if !ok {
