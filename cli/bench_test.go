@@ -78,11 +78,10 @@ func TestBenchDrainCasesJSON(t *testing.T) {
 	}
 	// The e2e cases run gateway run with its own pool sizing: the relay
 	// (1 spare + 6 + 1 sweeper) and the no-op adapter with group commit
-	// (4 shared: 1 Begin and 1 Complete flusher, 2 loads; + min(256, 8)
-	// + 1 key sweeper).
+	// (10 shared + min(256, 8) + 1 key sweeper).
 	for _, name := range []string{"e2e-drain", "e2e-p50"} {
-		if note, _ := rows[name]["note"].(string); !strings.Contains(note, "db_max_conns=21") {
-			t.Errorf("row %s note = %q; want gateway run's pool of 21", name, note)
+		if note, _ := rows[name]["note"].(string); !strings.Contains(note, "db_max_conns=27") {
+			t.Errorf("row %s note = %q; want gateway run's pool of 27", name, note)
 		}
 	}
 	// e2e-drain's budget per settled intent: the columns measured on any

@@ -38,10 +38,10 @@ func TestPoolSize(t *testing.T) {
 		{"concurrency unset takes the runtime default", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}}, 1 + executor.DefaultConcurrency + 1},
 		{"floor", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(1)}, 4},
 		// run's defaults, with group commit: 1 spare + 6 dispatcher + 1
-		// intent sweeper + 4 shared (1 Begin and 1 Complete flusher, 2
+		// intent sweeper + 10 shared (4 Begin and 4 Complete flushers, 2
 		// loads) + 2 adapters × min(256, 8) + 1 key sweeper.
-		{"defaults", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(256), Idempotency: grouped}, 29},
-		{"grouped, low concurrency", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 4 + 2 + 1},
+		{"defaults", gateway.Config{Schema: testdb.Schema(), RunDispatcher: true, Adapters: []adapters.Registration{standIn("email"), standIn("file")}, Runtime: runtimeConc(256), Idempotency: grouped}, 35},
+		{"grouped, low concurrency", gateway.Config{Schema: testdb.Schema(), Adapters: []adapters.Registration{standIn("file")}, Runtime: runtimeConc(2), Idempotency: grouped}, 1 + 10 + 2 + 1},
 	} {
 		if got := tc.cfg.PoolSize(); got != tc.want {
 			t.Errorf("%s: poolSize = %d, want %d", tc.name, got, tc.want)
@@ -81,9 +81,9 @@ func TestRunPoolMaxConns(t *testing.T) {
 		want      string
 		env       []string
 	}{
-		// 1 spare + 6 dispatcher + 1 intent sweeper + 4 shared (group
+		// 1 spare + 6 dispatcher + 1 intent sweeper + 10 shared (group
 		// commit) + min(5, 8) + 1 key sweeper.
-		{"sized", e.db, nil, "18", nil},
+		{"sized", e.db, nil, "24", nil},
 		// Without group commit: 1 + 6 + 1 + 5 + 1.
 		{"sized alone", e.db, []string{"--idempotency-group-commit=false"}, "14", nil},
 		{"flag", e.db, []string{"--db-max-conns", "9"}, "9", nil},

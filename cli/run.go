@@ -123,7 +123,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 
 		allowFsyncOff = a.fsyncFlag(fs)
 		printConfig   = fs.Bool("print-config", false, "print the effective configuration (command line, environment, defaults) as one JSON object, secrets redacted, and exit")
-		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 29 with the defaults); a pool_max_conns in the database URL wins")
+		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 35 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	// Each built-in adapter's flags, defined in its own file (adapter_*.go).
 	adapterFlags := make([]adapterFlags, len(builtinAdapters))

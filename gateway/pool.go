@@ -45,7 +45,7 @@ const (
 //
 //	spare (1)
 //	+ with the dispatcher: 6 (4 open claims, samples, LISTEN) + 1 (intent sweeper)
-//	+ with adapters and group commit (the default): 4 for the shared
+//	+ with adapters and group commit (the default): 10 for the shared
 //	  transactions and loads + min(concurrency, 8) per adapter + 1
 //	  (idempotency key sweeper)
 //	+ with adapters, without group commit: the sum of every adapter's
@@ -54,7 +54,7 @@ const (
 //	+ with the admin server: 2
 //
 // and at least 4. With its defaults (dispatcher, email and file, group
-// commit, no admin server) that is 1 + 7 + 4 + 2×8 + 1 = 29.
+// commit, no admin server) that is 1 + 7 + 10 + 2×8 + 1 = 35.
 // Connections are opened on demand, so an idle process holds fewer.
 func (c *Config) PoolSize() int32 {
 	n := poolConnsSpare

@@ -7,3 +7,9 @@ func (s *Store) SweepOnce(ctx context.Context) (int, error) { return s.sweepOnce
 
 // SweepSQL is the sweeper's statement, for the tests' EXPLAIN.
 const SweepSQL = sweepSQL
+
+// GroupBacklogs returns how many calls must wait before a further shared
+// transaction starts, for the Begins and the Completes.
+func (s *Store) GroupBacklogs() (begin, complete int) {
+	return s.begins.Config().Backlog, s.completes.Config().Backlog
+}

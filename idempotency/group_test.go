@@ -325,3 +325,22 @@ func TestGroupCommitShares(t *testing.T) {
 		t.Errorf("%d keys completed by %d transactions: completions did not share transactions", rows, txs)
 	}
 }
+
+// While a shared transaction runs, a further one starts only once a whole
+// batch (GroupMaxBatch calls) waits for it, for the Begins and the
+// Completes alike: under load the batches grow rather than the
+// transactions multiplying (internal/group's Backlog; measured in
+// docs/performance.md).
+func TestGroupStartsAnotherTransactionForAWholeBatch(t *testing.T) {
+	t.Parallel()
+	for _, max := range []int{0, 40} {
+		f := setup(t, idempotency.Config{Schema: testdb.Schema(), GroupCommit: true, GroupMaxBatch: max})
+		want := max
+		if want == 0 {
+			want = idempotency.DefaultGroupMaxBatch
+		}
+		if b, c := f.store.GroupBacklogs(); b != want || c != want {
+			t.Errorf("GroupMaxBatch %d: a further Begin transaction starts at %d waiting calls, a Complete at %d; want %d", max, b, c, want)
+		}
+	}
+}

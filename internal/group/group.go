@@ -69,6 +69,9 @@ func New[Req, Res any](cfg Config, run Func[Req, Res]) *Batcher[Req, Res] {
 	return &Batcher[Req, Res]{run: run, cfg: cfg}
 }
 
+// Config returns the Batcher's configuration, defaults applied.
+func (b *Batcher[Req, Res]) Config() Config { return b.cfg }
+
 // Do queues req and waits for its batch's answer.
 func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	c := &call[Req, Res]{req: req, done: make(chan struct{})}

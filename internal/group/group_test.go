@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Calls that arrive while a batch runs leave together in the next one; each
@@ -102,5 +103,59 @@ func waitQueued[Req, Res any](b *Batcher[Req, Res], n int) {
 			return
 		}
 		runtime.Gosched()
+	}
+}
+
+// While a batch runs, a further one starts only once Backlog calls are
+// queued, and then at once; below it, the queued calls wait for the
+// running batch and leave together after it.
+func TestBacklogStartsAnotherBatch(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	started := make(chan int, 16)
+	b := New(Config{MaxBatch: 8, Flushers: 4, Backlog: 8}, func(ctx context.Context, reqs []int) []Result[int] {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		n := len(sizes)
+		mu.Unlock()
+		started <- n
+		if n == 1 {
+			<-release // the first batch runs until the test lets it end
+		}
+		return make([]Result[int], len(reqs))
+	})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = b.Do(ctx, 0) })
+	<-started
+	for i := 1; i <= 7; i++ {
+		wg.Go(func() { _, _ = b.Do(ctx, i) })
+	}
+	// Until the seven are queued, or a batch started early (the bug).
+	var running int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
+		b.mu.Lock()
+		queued := len(b.queue)
+		running = b.running
+		b.mu.Unlock()
+		if queued == 7 || running > 1 {
+			break
+		}
+	}
+	if running != 1 {
+		close(release)
+		t.Fatalf("%d batches running with 7 calls queued below a Backlog of 8, want 1", running)
+	}
+	// The eighth queued call reaches the Backlog: a second batch starts
+	// at once, with all eight, while the first still runs.
+	wg.Go(func() { _, _ = b.Do(ctx, 8) })
+	if n := <-started; n != 2 {
+		t.Fatalf("batch %d started, want the second", n)
+	}
+	close(release)
+	wg.Wait()
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 8 {
+		t.Fatalf("batch sizes %v, want [1 8]", sizes)
 	}
 }
