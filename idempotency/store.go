@@ -177,12 +177,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		// that arrive wait and leave together in the next, so under load
 		// the batches grow rather than the transactions multiplying, and
 		// the other flushers add parallelism only where one transaction at
-		// a time cannot keep up. Measured (gateway bench, e2e-drain of
-		// 20,000 on 2 cores, docs/performance.md): starting one more at 16
-		// waiting calls cost 0.69-0.70 statements and 445-508 µs of
-		// PostgreSQL CPU per settled intent; at a whole batch, 0.31-0.32
-		// and 266-300 µs, and the drain ran 1.3-1.5x faster. At a low rate
-		// nothing changes: one transaction runs at a time either way.
+		// a time cannot keep up. Measured (gateway bench, e2e-drain on 2
+		// cores, docs/performance.md): starting one more at 16 waiting
+		// calls cost 0.67-0.72 statements and 0.39-0.41 round trips per
+		// settled intent; at a whole batch, 0.30-0.32 and 0.18-0.20, and
+		// the drain ran 1-28 % faster. At a low rate nothing changes: one
+		// transaction runs at a time either way.
 		gc := group.Config{MaxBatch: cfg.GroupMaxBatch, Flushers: cfg.GroupFlushers, Backlog: cfg.GroupMaxBatch}
 		s.begins = group.New(gc, s.beginBatch)
 		s.completes = group.New(gc, s.completeBatch)
