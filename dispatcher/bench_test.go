@@ -2,21 +2,17 @@ package dispatcher_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
-	"github.com/fencegate/fencegate/outbox"
 )
 
 // BenchmarkRelay compares the relay's throughput on N pre-committed intents
@@ -114,76 +110,4 @@ func publishRaw(b *testing.B, url string, n, offset int) {
 	case <-time.After(time.Minute):
 		b.Fatal("raw publish: PubAcks did not complete")
 	}
-}
-
-// BenchmarkEnqueueNotify measures what the NOTIFY in every enqueue costs:
-// PostgreSQL takes a global lock at commit to queue the notification, which
-// can serialise commits. 16 goroutines, each on its own resource, run
-// fenced enqueues with outbox.Config{Schema: testdb.Schema(), DisableNotify: false} and then true, on
-// one database with a dispatcher-like listener connected. Metrics:
-// notify_on_enq/s, notify_off_enq/s and on/off.
-func BenchmarkEnqueueNotify(b *testing.B) {
-	const workers, perWorker = 16, 250
-	e := setup(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	// A listener, as a running dispatcher would have.
-	lconn, err := pgx.Connect(ctx, e.pool.Config().ConnString())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := lconn.Exec(ctx, "LISTEN "+dispatcher.NotifyChannel(testdb.Schema())); err != nil {
-		b.Fatal(err)
-	}
-	var lwg sync.WaitGroup
-	lwg.Go(func() {
-		for {
-			if _, err := lconn.WaitForNotification(ctx); err != nil {
-				return
-			}
-		}
-	})
-	defer func() { cancel(); lwg.Wait(); _ = lconn.Close(context.Background()) }()
-
-	epochs := make([]int64, workers)
-	for w := range workers {
-		epochs[w] = e.acquire("notify-" + strconv.Itoa(w))
-	}
-	run := func(disable bool, round int) time.Duration {
-		ob, err := outbox.New(e.pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: disable})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		start := time.Now()
-		for w := range workers {
-			wg.Go(func() {
-				res := "notify-" + strconv.Itoa(w)
-				for j := range perWorker {
-					op := fmt.Sprintf("r%d-%t-%d", round, disable, j)
-					if _, err := ob.Enqueue(ctx, fileIntent(res, epochs[w], op, 200)); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(start)
-	}
-	var on, off time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		// Alternate, so drift in the machine's load hits both alike.
-		off += run(true, 2*i)
-		on += run(false, 2*i+1)
-	}
-	b.StopTimer()
-	total := float64(workers * perWorker * b.N)
-	onRate, offRate := total/on.Seconds(), total/off.Seconds()
-	b.ReportMetric(onRate, "notify_on_enq/s")
-	b.ReportMetric(offRate, "notify_off_enq/s")
-	b.ReportMetric(onRate/offRate, "on/off")
-	b.ReportMetric(0, "ns/op")
 }
