@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -278,8 +279,9 @@ type Runtime struct {
 	// caps are the executors' declared capabilities, by kind.
 	caps map[string]adapters.Capabilities
 	// loads batches the intent reads of concurrent deliveries (one
-	// statement for many; a read, so no guarantee rests on it).
-	loads *group.Batcher[int64, *outbox.Record]
+	// statement for many, and one more for the current epochs of those
+	// fenced at execute; reads, so no guarantee rests on them).
+	loads *group.Batcher[int64, loaded]
 
 	// unanswered are the Begins whose answer was lost, by intent
 	// (unansweredBegins).
@@ -327,27 +329,98 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	return r, nil
 }
 
-// loadBatch reads a batch of intents in one statement; an id that names no
-// intent gets outbox.ErrNotFound.
-func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[*outbox.Record] {
-	out := make([]group.Result[*outbox.Record], len(ids))
+// loaded is an intent as a delivery reads it: its record and, for an
+// intent fenced at execute without a final status, its resource's epoch
+// read right after it (epoch, or why it could not be read: epochErr).
+type loaded struct {
+	rec      *outbox.Record
+	epoch    int64
+	epochErr error
+}
+
+// loadBatch reads a batch of intents in one statement, then the current
+// epochs of the resources of those fenced at execute in one more, where
+// each intent's own statement used to read its resource's: the execute
+// fence's check (process) is the same read as before, made moments
+// earlier, still before the intent's Begin. An id that names no intent
+// gets outbox.ErrNotFound.
+func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[loaded] {
+	out := make([]group.Result[loaded], len(ids))
+	recs := make(map[int64]*outbox.Record, len(ids))
+	var err error
 	if len(ids) == 1 {
-		rec, err := r.outbox.Get(ctx, ids[0])
-		out[0] = group.Result[*outbox.Record]{Value: rec, Err: err}
+		var rec *outbox.Record
+		if rec, err = r.outbox.Get(ctx, ids[0]); err == nil {
+			recs[rec.IntentID] = rec
+		}
+	} else {
+		recs, err = r.outbox.GetMany(ctx, ids)
+	}
+	if err != nil && !errors.Is(err, outbox.ErrNotFound) {
+		for i := range out {
+			out[i].Err = err
+		}
 		return out
 	}
-	recs, err := r.outbox.GetMany(ctx, ids)
+	epochs, epochErr := r.readEpochs(ctx, recs)
 	for i, id := range ids {
-		switch rec, ok := recs[id]; {
-		case err != nil:
-			out[i].Err = err
-		case !ok:
+		rec, ok := recs[id]
+		if !ok {
 			out[i].Err = outbox.ErrNotFound
-		default:
-			out[i].Value = rec
+			continue
 		}
+		l := loaded{rec: rec}
+		if fencedAtExecute(rec) {
+			e, ok := epochs[rec.Resource]
+			switch {
+			case epochErr != nil:
+				l.epochErr = epochErr
+			case !ok:
+				l.epochErr = pgx.ErrNoRows
+			default:
+				l.epoch = e
+			}
+		}
+		out[i].Value = l
 	}
 	return out
+}
+
+// fencedAtExecute says whether a delivery of rec checks its resource's
+// epoch before its Begin (process).
+func fencedAtExecute(rec *outbox.Record) bool {
+	return rec.Fence == outbox.FenceExecute && !rec.Status.Terminal()
+}
+
+// readEpochs reads the current epoch of the resources of recs fenced at
+// execute, in one statement (none when there are none).
+func (r *Runtime) readEpochs(ctx context.Context, recs map[int64]*outbox.Record) (map[string]int64, error) {
+	var resources []string
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		if fencedAtExecute(rec) && !seen[rec.Resource] {
+			seen[rec.Resource] = true
+			resources = append(resources, rec.Resource)
+		}
+	}
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	rows, err := r.pool.Query(ctx, r.schema.SQL(`SELECT resource_id, epoch FROM fencegate.resources WHERE resource_id = ANY($1)`), resources)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	epochs := make(map[string]int64, len(resources))
+	for rows.Next() {
+		var res string
+		var e int64
+		if err := rows.Scan(&res, &e); err != nil {
+			return nil, err
+		}
+		epochs[res] = e
+	}
+	return epochs, rows.Err()
 }
 
 // Start creates (or updates) a durable pull consumer per kind and starts
@@ -557,7 +630,8 @@ func (r *Runtime) backoff(n int) time.Duration {
 const tracerName = "github.com/fencegate/fencegate/adapters"
 
 func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, log *slog.Logger) (v verdict, delay time.Duration, err error) {
-	rec, err := r.loads.Do(ctx, id)
+	l, err := r.loads.Do(ctx, id)
+	rec := l.rec
 	if errors.Is(err, outbox.ErrNotFound) {
 		log.Warn("adapters: intent not in the outbox (swept or never committed); dropping message")
 		return term, 0, nil
@@ -622,8 +696,10 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 	// can check, like the file adapter, checks again at the write.)
 	var fencedBy int64
 	if rec.Fence == outbox.FenceExecute {
-		var current int64
-		if err := r.pool.QueryRow(ctx, r.schema.SQL(`SELECT epoch FROM fencegate.resources WHERE resource_id = $1`), rec.Resource).Scan(&current); err != nil {
+		// Read with the intent (loadBatch), after its delivery, before its
+		// Begin.
+		current := l.epoch
+		if err := l.epochErr; err != nil {
 			return 0, 0, fmt.Errorf("read resource epoch: %w", err)
 		}
 		if current > rec.Epoch {

@@ -355,6 +355,37 @@ func TestExecuteFenceSupersedes(t *testing.T) {
 	e.wantEnd(t, id2, outbox.StatusSucceeded, "k2", 1)
 }
 
+// The execute fence's epochs are read with the deliveries' intents, in one
+// statement per batch: in a batch of intents of two resources released
+// together, those of the resource that moved on are superseded and never
+// executed, those of the other succeed, each by its own resource's epoch.
+func TestExecuteFenceEpochsOfABatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	ctx := context.Background()
+	other := e.Resource + "-other"
+	if _, err := e.Issuer.Advance(ctx, other, 7); err != nil {
+		t.Fatal(err)
+	}
+	const per = 12
+	var moved, kept []int64
+	for i := range per {
+		moved = append(moved, e.EnqueueHeldBack(t, withFence(e.Intent("test", fmt.Sprintf("m-%d", i), fmt.Sprintf("m-%d", i), json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute)))
+		in := withFence(e.Intent("test", fmt.Sprintf("k-%d", i), fmt.Sprintf("k-%d", i), json.RawMessage(`{"mode":"ok"}`)), outbox.FenceExecute)
+		in.Resource, in.Epoch = other, 7
+		kept = append(kept, e.EnqueueHeldBack(t, in))
+	}
+	e.Advance(t, e.Epoch()+1)
+	for i := range per {
+		e.Release(t, moved[i])
+		e.Release(t, kept[i])
+	}
+	for i := range per {
+		e.wantEnd(t, moved[i], outbox.StatusSuperseded, fmt.Sprintf("m-%d", i), 0)
+		e.wantEnd(t, kept[i], outbox.StatusSucceeded, fmt.Sprintf("k-%d", i), 1)
+	}
+}
+
 // Redelivery of a message whose intent is already terminal: acked, nothing
 // executed again.
 func TestRedeliveryOfTerminalIntentIsSkipped(t *testing.T) {
