@@ -279,9 +279,10 @@ type Runtime struct {
 	// caps are the executors' declared capabilities, by kind.
 	caps map[string]adapters.Capabilities
 	// loads batches the intent reads of concurrent deliveries (one
-	// statement for many, and one more for the current epochs of those
-	// fenced at execute; reads, so no guarantee rests on them).
-	loads *group.Batcher[int64, loaded]
+	// statement for many; a read, so no guarantee rests on it), and
+	// epochs the execute fence's reads of their resources' epochs.
+	loads  *group.Batcher[int64, *outbox.Record]
+	epochs *group.Batcher[string, int64]
 
 	// unanswered are the Begins whose answer was lost, by intent
 	// (unansweredBegins).
@@ -326,101 +327,67 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 		r.caps[ex.Kind()] = ex.Capabilities() // declared once, read once
 	}
 	r.loads = group.New(group.Config{MaxBatch: 256, Flushers: 2, Timeout: 10 * time.Second}, r.loadBatch)
+	r.epochs = group.New(group.Config{MaxBatch: 256, Flushers: 2, Timeout: 10 * time.Second}, r.epochBatch)
 	return r, nil
 }
 
-// loaded is an intent as a delivery reads it: its record and, for an
-// intent fenced at execute without a final status, its resource's epoch
-// read right after it (epoch, or why it could not be read: epochErr).
-type loaded struct {
-	rec      *outbox.Record
-	epoch    int64
-	epochErr error
-}
-
-// loadBatch reads a batch of intents in one statement, then the current
-// epochs of the resources of those fenced at execute in one more, where
-// each intent's own statement used to read its resource's: the execute
-// fence's check (process) is the same read as before, made moments
-// earlier, still before the intent's Begin. An id that names no intent
-// gets outbox.ErrNotFound.
-func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[loaded] {
-	out := make([]group.Result[loaded], len(ids))
-	recs := make(map[int64]*outbox.Record, len(ids))
-	var err error
+// loadBatch reads a batch of intents in one statement; an id that names no
+// intent gets outbox.ErrNotFound.
+func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[*outbox.Record] {
+	out := make([]group.Result[*outbox.Record], len(ids))
 	if len(ids) == 1 {
-		var rec *outbox.Record
-		if rec, err = r.outbox.Get(ctx, ids[0]); err == nil {
-			recs[rec.IntentID] = rec
-		}
-	} else {
-		recs, err = r.outbox.GetMany(ctx, ids)
-	}
-	if err != nil && !errors.Is(err, outbox.ErrNotFound) {
-		for i := range out {
-			out[i].Err = err
-		}
+		rec, err := r.outbox.Get(ctx, ids[0])
+		out[0] = group.Result[*outbox.Record]{Value: rec, Err: err}
 		return out
 	}
-	epochs, epochErr := r.readEpochs(ctx, recs)
+	recs, err := r.outbox.GetMany(ctx, ids)
 	for i, id := range ids {
-		rec, ok := recs[id]
-		if !ok {
+		switch rec, ok := recs[id]; {
+		case err != nil:
+			out[i].Err = err
+		case !ok:
 			out[i].Err = outbox.ErrNotFound
-			continue
+		default:
+			out[i].Value = rec
 		}
-		l := loaded{rec: rec}
-		if fencedAtExecute(rec) {
-			e, ok := epochs[rec.Resource]
-			switch {
-			case epochErr != nil:
-				l.epochErr = epochErr
-			case !ok:
-				l.epochErr = pgx.ErrNoRows
-			default:
-				l.epoch = e
-			}
-		}
-		out[i].Value = l
 	}
 	return out
 }
 
-// fencedAtExecute says whether a delivery of rec checks its resource's
-// epoch before its Begin (process).
-func fencedAtExecute(rec *outbox.Record) bool {
-	return rec.Fence == outbox.FenceExecute && !rec.Status.Terminal()
-}
-
-// readEpochs reads the current epoch of the resources of recs fenced at
-// execute, in one statement (none when there are none).
-func (r *Runtime) readEpochs(ctx context.Context, recs map[int64]*outbox.Record) (map[string]int64, error) {
-	var resources []string
-	seen := map[string]bool{}
-	for _, rec := range recs {
-		if fencedAtExecute(rec) && !seen[rec.Resource] {
-			seen[rec.Resource] = true
-			resources = append(resources, rec.Resource)
-		}
-	}
-	if len(resources) == 0 {
-		return nil, nil
-	}
-	rows, err := r.pool.Query(ctx, r.schema.SQL(`SELECT resource_id, epoch FROM fencegate.resources WHERE resource_id = ANY($1)`), resources)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+// epochBatch reads the current epochs of a batch of resources in one
+// statement (the execute fence's checks of concurrent deliveries); a
+// resource without a row gets pgx.ErrNoRows.
+func (r *Runtime) epochBatch(ctx context.Context, resources []string) []group.Result[int64] {
+	out := make([]group.Result[int64], len(resources))
 	epochs := make(map[string]int64, len(resources))
-	for rows.Next() {
-		var res string
-		var e int64
-		if err := rows.Scan(&res, &e); err != nil {
-			return nil, err
+	err := func() error {
+		rows, err := r.pool.Query(ctx, r.schema.SQL(`SELECT resource_id, epoch FROM fencegate.resources WHERE resource_id = ANY($1)`), resources)
+		if err != nil {
+			return err
 		}
-		epochs[res] = e
+		defer rows.Close()
+		for rows.Next() {
+			var res string
+			var e int64
+			if err := rows.Scan(&res, &e); err != nil {
+				return err
+			}
+			epochs[res] = e
+		}
+		return rows.Err()
+	}()
+	for i, res := range resources {
+		e, ok := epochs[res]
+		switch {
+		case err != nil:
+			out[i].Err = err
+		case !ok:
+			out[i].Err = pgx.ErrNoRows
+		default:
+			out[i].Value = e
+		}
 	}
-	return epochs, rows.Err()
+	return out
 }
 
 // Start creates (or updates) a durable pull consumer per kind and starts
@@ -630,8 +597,7 @@ func (r *Runtime) backoff(n int) time.Duration {
 const tracerName = "github.com/fencegate/fencegate/adapters"
 
 func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, log *slog.Logger) (v verdict, delay time.Duration, err error) {
-	l, err := r.loads.Do(ctx, id)
-	rec := l.rec
+	rec, err := r.loads.Do(ctx, id)
 	if errors.Is(err, outbox.ErrNotFound) {
 		log.Warn("adapters: intent not in the outbox (swept or never committed); dropping message")
 		return term, 0, nil
@@ -696,11 +662,14 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 	// can check, like the file adapter, checks again at the write.)
 	var fencedBy int64
 	if rec.Fence == outbox.FenceExecute {
-		// Read with the intent (loadBatch), after its delivery, before its
-		// Begin.
-		current := l.epoch
-		if err := l.epochErr; err != nil {
+		// One statement for the checks of concurrent deliveries
+		// (epochBatch), read now: after the intent, before its Begin.
+		current, err := r.epochs.Do(ctx, rec.Resource)
+		if err != nil {
 			return 0, 0, fmt.Errorf("read resource epoch: %w", err)
+		}
+		if h := r.hooks.FenceChecked; h != nil {
+			h(id, current)
 		}
 		if current > rec.Epoch {
 			// Superseded without executing only if no attempt of this

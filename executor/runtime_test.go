@@ -355,10 +355,11 @@ func TestExecuteFenceSupersedes(t *testing.T) {
 	e.wantEnd(t, id2, outbox.StatusSucceeded, "k2", 1)
 }
 
-// The execute fence's epochs are read with the deliveries' intents, in one
-// statement per batch: in a batch of intents of two resources released
-// together, those of the resource that moved on are superseded and never
-// executed, those of the other succeed, each by its own resource's epoch.
+// The execute fence's epochs of concurrent deliveries are read in one
+// statement per batch (epochBatch): in a batch of intents of two resources
+// released together, those of the resource that moved on are superseded
+// and never executed, those of the other succeed, each by its own
+// resource's epoch.
 func TestExecuteFenceEpochsOfABatch(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{})

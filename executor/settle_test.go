@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,11 +263,19 @@ func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
 	firstLoaded, hold := make(chan struct{}), make(chan struct{})
 	var unhold sync.Once
 	release := func() { unhold.Do(func() { close(hold) }) }
+	// The epochs the execute fence read, in order: the race is reached
+	// only if a delivery read the moved-on epoch after the other began.
+	var mu sync.Mutex
+	var read []int64
 	hooks := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterLoad: func(int64) {
 		if loads.Add(1) == 1 {
 			close(firstLoaded)
 			<-hold
 		}
+	}, FenceChecked: func(_, current int64) {
+		mu.Lock()
+		read = append(read, current)
+		mu.Unlock()
 	}})
 	e := setupSlowContext(hooks, t, d, executor.Config{}, 0)
 	t.Cleanup(release)
@@ -294,6 +303,12 @@ func TestExecuteFenceShortcutDoesNotContradictAnAttempt(t *testing.T) {
 	rec := e.WaitTerminal(t, id)
 	if rec.Status != outbox.StatusSucceeded || len(d.calls()) != 1 {
 		t.Fatalf("intent %s after %d effects; want succeeded, the effect that happened (%s)", rec.Status, len(d.calls()), adaptertest.Describe(rec))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("epochs the execute fence read: %v (intent at %d)", read, rec.Epoch)
+	if !slices.ContainsFunc(read, func(c int64) bool { return c > rec.Epoch }) {
+		t.Fatalf("no delivery read the moved-on epoch (read %v, intent at %d): the race this test is about was not reached", read, rec.Epoch)
 	}
 }
 

@@ -38,6 +38,9 @@ type Runtime struct {
 	// AfterLoad is called after an intent was loaded and before its fence
 	// is checked (race injection).
 	AfterLoad func(intentID int64)
+	// FenceChecked is called with the epoch the execute fence read for an
+	// intent, before it acts on it (a test checks its race was reached).
+	FenceChecked func(intentID, current int64)
 }
 
 type dispatcherKey struct{}
