@@ -341,24 +341,13 @@ func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[*ou
 		return out
 	}
 	recs, err := r.outbox.GetMany(ctx, ids)
-	for i, id := range ids {
-		switch rec, ok := recs[id]; {
-		case err != nil:
-			out[i].Err = err
-		case !ok:
-			out[i].Err = outbox.ErrNotFound
-		default:
-			out[i].Value = rec
-		}
-	}
-	return out
+	return group.Answer(ids, recs, err, outbox.ErrNotFound)
 }
 
 // epochBatch reads the current epochs of a batch of resources in one
 // statement (the execute fence's checks of concurrent deliveries); a
 // resource without a row gets pgx.ErrNoRows.
 func (r *Runtime) epochBatch(ctx context.Context, resources []string) []group.Result[int64] {
-	out := make([]group.Result[int64], len(resources))
 	epochs := make(map[string]int64, len(resources))
 	err := func() error {
 		rows, err := r.pool.Query(ctx, r.schema.SQL(`SELECT resource_id, epoch FROM fencegate.resources WHERE resource_id = ANY($1)`), resources)
@@ -376,18 +365,7 @@ func (r *Runtime) epochBatch(ctx context.Context, resources []string) []group.Re
 		}
 		return rows.Err()
 	}()
-	for i, res := range resources {
-		e, ok := epochs[res]
-		switch {
-		case err != nil:
-			out[i].Err = err
-		case !ok:
-			out[i].Err = pgx.ErrNoRows
-		default:
-			out[i].Value = e
-		}
-	}
-	return out
+	return group.Answer(resources, epochs, err, pgx.ErrNoRows)
 }
 
 // Start creates (or updates) a durable pull consumer per kind and starts

@@ -138,3 +138,21 @@ func (b *Batcher[Req, Res]) runBatch(calls []*call[Req, Res]) {
 		close(c.done)
 	}
 }
+
+// Answer gives each of keys its value in found, err for all when err is
+// not nil, and missing for a key found does not hold: the answers of a
+// batch read by keys (`= ANY`), in the order of keys.
+func Answer[K comparable, V any](keys []K, found map[K]V, err, missing error) []Result[V] {
+	out := make([]Result[V], len(keys))
+	for i, k := range keys {
+		switch v, ok := found[k]; {
+		case err != nil:
+			out[i].Err = err
+		case !ok:
+			out[i].Err = missing
+		default:
+			out[i].Value = v
+		}
+	}
+	return out
+}

@@ -159,3 +159,18 @@ func TestBacklogStartsAnotherBatch(t *testing.T) {
 		t.Fatalf("batch sizes %v, want [1 8]", sizes)
 	}
 }
+
+// Answer: each key its value, the missing error where there is none, and
+// the batch's error for all.
+func TestAnswer(t *testing.T) {
+	missing, failed := errors.New("missing"), errors.New("failed")
+	got := Answer([]string{"a", "b", "a"}, map[string]int{"a": 1}, nil, missing)
+	if got[0].Value != 1 || got[0].Err != nil || got[1].Err != missing || got[2].Value != 1 {
+		t.Fatalf("Answer = %+v", got)
+	}
+	for _, r := range Answer([]string{"a", "b"}, map[string]int{"a": 1}, failed, missing) {
+		if r.Err != failed {
+			t.Fatalf("with the batch's error: %+v", r)
+		}
+	}
+}
