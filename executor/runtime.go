@@ -349,22 +349,12 @@ func (r *Runtime) loadBatch(ctx context.Context, ids []int64) []group.Result[*ou
 // resource without a row gets pgx.ErrNoRows.
 func (r *Runtime) epochBatch(ctx context.Context, resources []string) []group.Result[int64] {
 	epochs := make(map[string]int64, len(resources))
-	err := func() error {
-		rows, err := r.pool.Query(ctx, r.schema.SQL(`SELECT resource_id, epoch FROM fencegate.resources WHERE resource_id = ANY($1)`), resources)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var res string
-			var e int64
-			if err := rows.Scan(&res, &e); err != nil {
-				return err
-			}
-			epochs[res] = e
-		}
-		return rows.Err()
-	}()
+	var res string
+	var e int64
+	rows, err := r.pool.Query(ctx, r.schema.SQL(`SELECT resource_id, epoch FROM fencegate.resources WHERE resource_id = ANY($1)`), resources)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&res, &e}, func() error { epochs[res] = e; return nil })
+	}
 	return group.Answer(resources, epochs, err, pgx.ErrNoRows)
 }
 

@@ -34,9 +34,10 @@ const (
 	poolConnsGroup = 2*idempotency.DefaultGroupFlushers + 2
 	// poolConnsPerAdapterGrouped: with group commit an execution holds a
 	// connection of its own only for the statements outside the shared
-	// transactions (the execute fence's epoch read, a wait for proof, a
-	// release, a decision taken alone), each short: they share this many
-	// per adapter.
+	// transactions (a wait for proof, a release, a decision taken alone),
+	// each short, and the runtime's batched epoch reads of the execute
+	// fence (2 at once) take theirs from the same share: they share this
+	// many per adapter.
 	poolConnsPerAdapterGrouped = 8
 )
 
