@@ -274,16 +274,18 @@ func jsonFields(dst any) map[string]bool {
 			return
 		}
 		for f := range t.Fields() {
-			if !f.IsExported() {
-				continue
-			}
 			tag := f.Tag.Get("json")
 			if tag == "-" {
 				continue
 			}
 			name, _, _ := strings.Cut(tag, ",")
+			// An embedded struct's fields are promoted, as encoding/json
+			// does, also when its type is unexported (resourceField).
 			if f.Anonymous && name == "" {
 				walk(f.Type)
+				continue
+			}
+			if !f.IsExported() {
 				continue
 			}
 			if name == "" {

@@ -11,13 +11,21 @@ import (
 	"github.com/fencegate/fencegate/outbox"
 )
 
-// leaseRequest is the body of the lease endpoints. TTLMs is in
-// milliseconds; Epoch is required by renew and release.
-type leaseRequest struct {
+// resourceField is the "resource" every lease and epoch body names; each
+// body embeds it, so decodeForResource can check the token's scope.
+type resourceField struct {
 	Resource string `json:"resource"`
-	Holder   string `json:"holder"`
-	Epoch    int64  `json:"epoch"`
-	TTLMs    int64  `json:"ttl_ms"`
+}
+
+func (f resourceField) resourceName() string { return f.Resource }
+
+// decodeForResource decodes a required body into dst strictly (decodeBody)
+// and checks that p may act on the resource it names.
+func decodeForResource(r *http.Request, p principal, dst interface{ resourceName() string }) error {
+	if err := decodeBody(r, dst, false); err != nil {
+		return err
+	}
+	return p.resource(dst.resourceName())
 }
 
 func ttl(ms int64) (time.Duration, error) {
@@ -35,14 +43,11 @@ func ttl(ms int64) (time.Duration, error) {
 // 503 busy when the control row stayed locked.
 func (s *Server) acquireLease(r *http.Request, p principal) (int, any, error) {
 	var req struct {
-		Resource string `json:"resource"`
-		Holder   string `json:"holder"`
-		TTLMs    int64  `json:"ttl_ms"`
+		resourceField
+		Holder string `json:"holder"`
+		TTLMs  int64  `json:"ttl_ms"`
 	}
-	if err := decodeBody(r, &req, false); err != nil {
-		return 0, nil, err
-	}
-	if err := p.resource(req.Resource); err != nil {
+	if err := decodeForResource(r, p, &req); err != nil {
 		return 0, nil, err
 	}
 	d, err := ttl(req.TTLMs)
@@ -58,11 +63,13 @@ func (s *Server) acquireLease(r *http.Request, p principal) (int, any, error) {
 
 // renewLease: POST /api/v1/leases/renew {"resource","holder","epoch","ttl_ms"}.
 func (s *Server) renewLease(r *http.Request, p principal) (int, any, error) {
-	var req leaseRequest
-	if err := decodeBody(r, &req, false); err != nil {
-		return 0, nil, err
+	var req struct {
+		resourceField
+		Holder string `json:"holder"`
+		Epoch  int64  `json:"epoch"`
+		TTLMs  int64  `json:"ttl_ms"`
 	}
-	if err := p.resource(req.Resource); err != nil {
+	if err := decodeForResource(r, p, &req); err != nil {
 		return 0, nil, err
 	}
 	d, err := ttl(req.TTLMs)
@@ -79,14 +86,11 @@ func (s *Server) renewLease(r *http.Request, p principal) (int, any, error) {
 // releaseLease: POST /api/v1/leases/release {"resource","holder","epoch"}.
 func (s *Server) releaseLease(r *http.Request, p principal) (int, any, error) {
 	var req struct {
-		Resource string `json:"resource"`
-		Holder   string `json:"holder"`
-		Epoch    int64  `json:"epoch"`
+		resourceField
+		Holder string `json:"holder"`
+		Epoch  int64  `json:"epoch"`
 	}
-	if err := decodeBody(r, &req, false); err != nil {
-		return 0, nil, err
-	}
-	if err := p.resource(req.Resource); err != nil {
+	if err := decodeForResource(r, p, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := s.cfg.Issuer.Release(r.Context(), req.Resource, req.Holder, req.Epoch); err != nil {
@@ -104,13 +108,10 @@ func (s *Server) advanceEpoch(r *http.Request, p principal) (int, any, error) {
 		return 0, nil, forbidden("epochs", "token %q may not advance epochs (a token needs \"epochs\": true for POST /api/v1/epochs)", p.name)
 	}
 	var req struct {
-		Resource string `json:"resource"`
-		Epoch    int64  `json:"epoch"`
+		resourceField
+		Epoch int64 `json:"epoch"`
 	}
-	if err := decodeBody(r, &req, false); err != nil {
-		return 0, nil, err
-	}
-	if err := p.resource(req.Resource); err != nil {
+	if err := decodeForResource(r, p, &req); err != nil {
 		return 0, nil, err
 	}
 	before, err := s.cfg.Issuer.Get(r.Context(), req.Resource)

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -18,25 +17,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
-
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // clientFrom is an HTTP client whose connections come from the loopback
 // address src (127.0.0.0/8 is all loopback on Linux), so that one test
@@ -108,7 +90,7 @@ func (c *fakeClock) advance(d time.Duration) {
 func TestAuthFailureLimit(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	logs := &lockedBuffer{}
+	logs := &toolbin.SyncBuffer{}
 	s := newServer(t, pool, testTokens, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/metricstest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
@@ -186,21 +187,7 @@ func TestOutOfOrderCommitsAndRollback(t *testing.T) {
 // metricValue returns a counter's or gauge's value from reg.
 func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			m := mf.GetMetric()[0]
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
+	return metricstest.Value(metricstest.Get(t, reg, name, nil))
 }
 
 // claimLog records every claim of every dispatcher.

@@ -21,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/metricstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/outbox"
@@ -156,25 +157,7 @@ func setupSlowContext(ctx context.Context, t *testing.T, d *slowDest, cfg execut
 // counter returns the value of the counter name with the given labels.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return metricstest.Value(metricstest.Find(t, reg, name, labels))
 }
 
 // waitCounter waits until the counter reaches want (or the wait times out)

@@ -365,15 +365,7 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 func (s *Store) inTxWith(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	// durable: an attempt's ownership and an outcome recorded before the
 	// message is acked must survive a crash (see internal/durable).
-	tx, err := durable.Begin(ctx, s.pool, opts)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return durable.InTx(ctx, s.pool, opts, fn)
 }
 
 // Begin decides, in one transaction, whether the attempt of intent intentID

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencegate/fencegate/internal/fencemetrics"
+	"github.com/fencegate/fencegate/internal/testkit/metricstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 )
@@ -147,27 +148,11 @@ func TestHistoryAndMetrics(t *testing.T) {
 // series when label is empty), failing the test when there is none.
 func gathered(t *testing.T, reg prometheus.Gatherer, name, label, value string) *dto.Metric {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	labels := map[string]string{}
+	if label != "" {
+		labels[label] = value
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label == "" {
-				return m
-			}
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m
-				}
-			}
-		}
-	}
-	t.Fatalf("no series %s{%s=%q} gathered", name, label, value)
-	return nil
+	return metricstest.Get(t, reg, name, labels)
 }
 
 // The history row is written in the grant's transaction: when it cannot be

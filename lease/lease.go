@@ -255,15 +255,7 @@ func interval(ttl time.Duration) string { return fmt.Sprintf("%d microseconds", 
 func inTx(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	// durable: a grant acknowledged to the worker must survive a crash
 	// whatever the server's synchronous_commit (see internal/durable).
-	tx, err := durable.Begin(ctx, pool, opts)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return durable.InTx(ctx, pool, opts, fn)
 }
 
 // grantTx runs fn in a grant's transaction (inTx) whose waits for locks are

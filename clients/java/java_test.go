@@ -31,7 +31,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/policy"
 )
 
@@ -262,7 +262,7 @@ func cmpErr(err, dflt error) error {
 }
 
 // next decodes the next line, which must come within d.
-func (l *lines) next(t *testing.T, d time.Duration, stderr *syncBuffer) map[string]any {
+func (l *lines) next(t *testing.T, d time.Duration, stderr *toolbin.SyncBuffer) map[string]any {
 	t.Helper()
 	select {
 	case s := <-l.ch:
@@ -277,24 +277,6 @@ func (l *lines) next(t *testing.T, d time.Duration, stderr *syncBuffer) map[stri
 		t.Fatalf("no line from the worker within %s\nstderr: %s", d, stderr)
 	}
 	return nil
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func num(t *testing.T, m map[string]any, key string) int64 {
@@ -335,7 +317,7 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := &syncBuffer{}
+	stderr := &toolbin.SyncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -87,6 +87,21 @@ func Begin(ctx context.Context, b Beginner, o pgx.TxOptions) (pgx.Tx, error) {
 	return b.BeginTx(ctx, TxOptions(o))
 }
 
+// InTx runs fn in a durable transaction with options o (Begin) and commits
+// it when fn returns nil; otherwise, or when ctx ends first, it rolls back.
+func InTx(ctx context.Context, b Beginner, o pgx.TxOptions, fn func(pgx.Tx) error) error {
+	tx, err := Begin(ctx, b, o)
+	if err != nil {
+		return err
+	}
+	// A cancelled ctx does not roll a pgx transaction back by itself.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // ConfigurePool makes every connection of the pool raise synchronous_commit
 // to on for its session when it is made, keeping an AfterConnect already
 // set (run first).
