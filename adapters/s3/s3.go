@@ -383,7 +383,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	sum := sha256.Sum256(data)
 	shaHex := hex.EncodeToString(sum[:])
 	for range maxCAS {
-		cur, err := a.head(ctx, bucket, p.Key)
+		cur, err := a.headAgreed(ctx, bucket, p.Key)
 		if err != nil {
 			return adapters.Outcome{}, err
 		}
@@ -565,6 +565,35 @@ func (a *Adapter) head(ctx context.Context, bucket, key string) (object, error) 
 	o := fromHead(h.Metadata)
 	o.exists, o.etag, o.version = true, aws.ToString(h.ETag), aws.ToString(h.VersionId)
 	return o, nil
+}
+
+// headAgreed is head, trusted only once two reads in a row agree. The
+// fence below compares the epoch of one read and writes on the ETag of the
+// same read, so the two must belong to one object. A HEAD is not always
+// one snapshot on S3-compatible servers: versitygw reads the user metadata
+// and then the ETag, each by path, so a publication renamed into place
+// between the two reads answers the old object's epoch with the new
+// object's ETag, and a write conditional on that ETag would replace a
+// newer epoch's object with an older one (TestTornHeadDoesNotLetAnOlderEpochWin).
+// A torn read means a write landed during it; a read that began after it
+// ended no longer sees the old metadata, so it differs. Reads that keep
+// differing (writers one after another) are a retryable error.
+func (a *Adapter) headAgreed(ctx context.Context, bucket, key string) (object, error) {
+	prev, err := a.head(ctx, bucket, key)
+	if err != nil {
+		return object{}, err
+	}
+	for range maxCAS {
+		cur, err := a.head(ctx, bucket, key)
+		if err != nil {
+			return object{}, err
+		}
+		if cur == prev {
+			return cur, nil
+		}
+		prev = cur
+	}
+	return object{}, adapters.RetryableError(fmt.Errorf("s3: head s3://%s/%s: %d reads in a row disagreed (writers in between)", bucket, key, maxCAS+1))
 }
 
 func fromHead(md map[string]string) object {
