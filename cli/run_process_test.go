@@ -238,10 +238,25 @@ func TestRunKill9MidBatch(t *testing.T) {
 	// victim holds claims on intents it published but has not marked.
 	victim := startRun(t, []string{failpoint.EnvVar + "=" + failpoint.AfterPublishBeforeMark + "=sleep(20ms)"}, dbURL, srv.URL, "--dispatcher-id", "victim", "--batch-size", "10",
 		"--max-in-flight", "20", "--claim-ttl", "30s", "--publish-timeout", "1s")
-	pollUntil(t, 30*time.Second, "the victim to be mid-way with published intents not yet marked", func() (bool, string) {
+	// The state is read while the victim is stopped (SIGSTOP), so that it
+	// is still the state when the kill lands: killing right after a poll
+	// that saw intents published and not marked raced the victim's next
+	// mark, and on a loaded machine the kill sometimes landed after the
+	// mark and before the next publish (a flake: "not killed mid-batch").
+	// Not mid-way yet: the victim runs on (SIGCONT) and is looked at again.
+	pollUntil(t, 30*time.Second, "the victim to be stopped mid-way with published intents not yet marked", func() (bool, string) {
+		if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
 		relayed := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'relayed'`)
 		msgs := streamMsgs(t, js)
-		return relayed >= 200 && msgs > relayed, fmt.Sprintf("relayed=%d in the stream=%d", relayed, msgs)
+		if relayed >= 200 && msgs > relayed {
+			return true, ""
+		}
+		if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		return false, fmt.Sprintf("relayed=%d in the stream=%d", relayed, msgs)
 	})
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -253,8 +268,12 @@ func TestRunKill9MidBatch(t *testing.T) {
 	// (published, never marked), no written claim, and — once the server
 	// has seen its sessions end — no lock: a claim that skips locked rows
 	// finds every pending intent.
-	pending := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
+	// pending is read again each time: a mark the victim sent just before
+	// the kill still commits once the server reads it, after the kill
+	// (a count read once before it never matched again: a flake).
+	var pending int
 	pollUntil(t, 10*time.Second, "the dead dispatcher's row locks to end", func() (bool, string) {
+		pending = testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE status = 'pending'`)
 		free := testdb.Int(t, pool, `SELECT count(*) FROM (SELECT 1 FROM fencegate.intents WHERE status = 'pending' FOR UPDATE SKIP LOCKED) l`)
 		return free == pending, fmt.Sprintf("%d of %d pending intents free", free, pending)
 	})
