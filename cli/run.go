@@ -106,6 +106,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		lockTimeout = fs.Duration("idempotency-lock-timeout", idempotency.DefaultLockTimeout, "an attempt that owns an idempotency key this long without an outcome counts as abandoned (crashed): the next attempt looks the outcome up first; keep it well above --execute-timeout")
 		groupCommit = fs.Bool("idempotency-group-commit", true, "concurrent attempts share the durable transactions that begin and complete them (same guarantees, one commit per batch); false: one transaction each")
 		execTimeout = fs.Duration("execute-timeout", executor.DefaultExecuteTimeout, "bound on one effect's execution (an SMTP send, a file publication)")
+		ackWait     = fs.Duration("ack-wait", 0, "how long NATS waits for an adapter's ack before it delivers the message again (after a crash, the redelivery finishes the intent); 0: twice --execute-timeout, at least 1m; must exceed --execute-timeout")
 		settle      = fs.Duration("lookup-settle", executor.DefaultLookupSettle, "a result lookup that finds nothing is trusted as proof the effect did not happen only this long after the attempt's last I/O with the destination (until then the intent waits, its key held); size it above the longest delay with which the destination shows an effect")
 
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics and the probes, without a token, on this loopback address, e.g. 127.0.0.1:9090 (default: off); another address needs --metrics-allow-remote")
@@ -175,6 +176,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			MaxAttempts:    given(*maxAttempts),
 			MaxRetryAfter:  given(*maxRetryAft),
 			ExecuteTimeout: given(*execTimeout),
+			AckWait:        *ackWait, // 0: derived from ExecuteTimeout
 			Unknown:        executor.UnknownPolicy(*unknown),
 			LookupSettle:   given(*settle),
 		},
@@ -502,6 +504,7 @@ var flagFields = []flagField{
 	{path: "Runtime.MaxAttempts", flag: "max-attempts"},
 	{path: "Runtime.MaxRetryAfter", flag: "max-retry-after"},
 	{path: "Runtime.ExecuteTimeout", flag: "execute-timeout"},
+	{path: "Runtime.AckWait", flag: "ack-wait"},
 	{path: "Runtime.LookupSettle", flag: "lookup-settle"},
 	{path: "Runtime.Unknown", flag: "unknown-outcome"},
 	{path: "Idempotency.LockTimeout", flag: "idempotency-lock-timeout"},

@@ -33,6 +33,8 @@ func TestRunBadFlags(t *testing.T) {
 		{"intent retention shorter than the default key retention", nil, []string{"--intent-retention", "168h"}, "intent_retention"},
 		{"key retention longer than the default intent retention", nil, []string{"--key-retention", "1000h"}, "intent_retention"},
 		{"lookup settle", nil, []string{"--lookup-settle", "0s"}, "lookup_settle"},
+		{"ack wait not above the execute timeout", nil, []string{"--ack-wait", "30s"}, "ack_wait"},
+		{"ack wait negative", nil, []string{"--ack-wait", "-1s", "--execute-timeout", "1s"}, "ack_wait"},
 		{"password without user", []string{"GATEWAY_SMTP_PASSWORD=secret"}, nil, "smtp_user"},
 		{"empty file root", nil, []string{"--adapters", "file", "--file-root", ""}, "file_root"},
 		{"log level", nil, []string{"--log-level", "loud"}, "log_level"},

@@ -63,6 +63,9 @@ func (e *env) run(fp, natsURL string, args ...string) *ft.Proc {
 		// An attempt cut off by a restart (its outcome not recorded) is
 		// recovered by lookup once its key's lock expires.
 		"--execute-timeout", "4s", "--idempotency-lock-timeout", "10s",
+		// ... and its message is delivered again 8 s after its delivery
+		// (twice the execute timeout), not after the default minute.
+		"--ack-wait", "8s",
 		// A lookup that finds nothing is proof after 3 s instead of 10 min:
 		// Mailpit stores a message before it answers the final dot, and the
 		// file manifest is written before the rename, so both show an
