@@ -37,14 +37,7 @@ func TestRunAckWait(t *testing.T) {
 			pollUntil(t, 30*time.Second, "the file adapter's consumer", func() (bool, string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				for name := range js.StreamNames(ctx).Name() {
-					if !strings.HasPrefix(name, "GATEWAY_INTENTS") {
-						continue
-					}
-					s, err := js.Stream(ctx, name)
-					if err != nil {
-						return false, err.Error()
-					}
+				if s := intentsStream(ctx, t, js); s != nil {
 					for info := range s.ListConsumers(ctx).Info() {
 						if strings.HasSuffix(info.Config.FilterSubject, ".file") {
 							got = info.Config.AckWait

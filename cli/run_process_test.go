@@ -199,6 +199,21 @@ func streamMsgs(t *testing.T, js jetstream.JetStream) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s := intentsStream(ctx, t, js)
+	if s == nil {
+		return 0
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Msgs)
+}
+
+// intentsStream returns the intents stream on js's server (its name
+// carries the deployment's namespace), or nil before it exists.
+func intentsStream(ctx context.Context, t *testing.T, js jetstream.JetStream) jetstream.Stream {
+	t.Helper()
 	for name := range js.StreamNames(ctx).Name() {
 		if !strings.HasPrefix(name, "GATEWAY_INTENTS") {
 			continue
@@ -207,13 +222,9 @@ func streamMsgs(t *testing.T, js jetstream.JetStream) int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return int(info.State.Msgs)
+		return s
 	}
-	return 0
+	return nil
 }
 
 // A dispatcher process killed with SIGKILL in the middle of a batch leaves
