@@ -177,27 +177,17 @@ func lateHold(seed uint64, id string, n int) time.Duration {
 // duration").
 var settleFlag = regexp.MustCompile(`(?m)^\s+--?(\S*settle\S*) duration`)
 
-// ackWaitFlag matches `gateway run --help`'s --ack-wait.
-var ackWaitFlag = regexp.MustCompile(`(?m)^\s+--?ack-wait duration`)
-
 // optionalFlags returns the `gateway run` flags the chaos run passes only
 // when the binary's --help lists them (flags other branches add): the
 // lookup settle window — a negative lookup is trusted only after it — set
 // to 5 s, which outlasts the front's late stores (at most 3 s after the
-// end of the message, the reply deadline included); and --ack-wait.
+// end of the message, the reply deadline included).
 func optionalFlags(t *testing.T, bin string) []string {
 	t.Helper()
 	r := ft.Gw(t, bin, "", nil, "run", "--help")
 	var out []string
 	for _, m := range settleFlag.FindAllStringSubmatch(r.Stdout+r.Stderr, -1) {
 		out = append(out, "--"+m[1], "5s")
-	}
-	// A crashed gateway's deliveries come again after 3 s (about twice
-	// execTimeout), not after the default minute: the drain then waits
-	// for the redeliveries seconds, not a minute, and more of them meet
-	// the faults.
-	if ackWaitFlag.MatchString(r.Stdout + r.Stderr) {
-		out = append(out, "--ack-wait", "3s")
 	}
 	t.Logf("chaos: optional gateway flags passed: %v", out)
 	return out
