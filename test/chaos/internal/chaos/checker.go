@@ -502,7 +502,7 @@ func checkFiles(obs *Observed, r *Report) {
 		}
 		var pubs []file.Publication
 		if t.Exists {
-			pubs = append(append(pubs, t.Manifest.History...), t.Manifest.Publication)
+			pubs = Applied(t.Manifest)
 		}
 		r.Stats["file_publications"] += len(pubs)
 		published := map[string]int{}
@@ -544,16 +544,35 @@ func checkFiles(obs *Observed, r *Report) {
 			}
 			continue
 		}
-		if !t.ContentMatches {
-			r.add("I2", fmt.Sprintf("%s: content is not the current publication's (intent %d)", target, t.Manifest.IntentID))
+		var current file.Publication // the last applied, whose content the file holds
+		if len(pubs) > 0 {
+			current = pubs[len(pubs)-1]
 		}
-		if t.Manifest.Epoch != prev || (maxSucceeded > 0 && t.Manifest.Epoch < maxSucceeded) {
-			r.add("I2", fmt.Sprintf("%s: final content from epoch %d, but epoch %d published (succeeded up to %d)", target, t.Manifest.Epoch, prev, maxSucceeded))
+		if !t.ContentMatches {
+			r.add("I2", fmt.Sprintf("%s: content is not the current publication's (intent %d)", target, current.IntentID))
+		}
+		if current.Epoch != prev || (maxSucceeded > 0 && current.Epoch < maxSucceeded) {
+			r.add("I2", fmt.Sprintf("%s: final content from epoch %d, but epoch %d published (succeeded up to %d)", target, current.Epoch, prev, maxSucceeded))
 		}
 		if t.Refused {
 			r.add("I6", fmt.Sprintf("%s holds refused content", target))
 		}
 	}
+}
+
+// Applied returns the publications of m that happened, oldest first: its
+// history, and its current publication unless that is still pending. A
+// pending current publication was written ahead of a rename that never
+// came (the attempt's owner check failed, or it crashed before the rename;
+// file.Adapter.Published reports one whose content is in place as
+// published): its intent had no effect there, and the file holds the last
+// applied publication's content.
+func Applied(m file.Manifest) []file.Publication {
+	out := append([]file.Publication(nil), m.History...)
+	if m.State != file.StatePending {
+		out = append(out, m.Publication)
+	}
+	return out
 }
 
 func describeIntents(ins []Intent) string {

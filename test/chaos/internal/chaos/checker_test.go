@@ -66,6 +66,26 @@ func TestVerifyPasses(t *testing.T) {
 		// An effect is held against the intent whose attempt caused it: an
 		// intent that failed (its attempts refused) beside another intent
 		// of its key that succeeded is no contradiction.
+		// A publication written ahead (the manifest's pending entry) whose
+		// rename never happened — its owner check failed, or it crashed
+		// before — is no effect: the intent is rightly superseded, and
+		// the content is the last applied publication's. (The chaos run
+		// flagged exactly this, seed 27: I7 and I2 on a file the intent
+		// had never written.)
+		{"pending publication never applied", func(obs *Observed) {
+			last := obs.Intents[3].Committed
+			obs.Grants = append(obs.Grants, Grant{Resource: "r", Epoch: 3, Holder: "c", Committed: last.Add(time.Millisecond)},
+				Grant{Resource: "r", Epoch: 4, Holder: "d", Committed: last.Add(3 * time.Millisecond)})
+			obs.Epochs["r"] = 4
+			obs.Intents = append(obs.Intents, Intent{ID: 5, Resource: "r", Epoch: 3, OpID: "c-1", Kind: "file", Key: "r/file/c-1",
+				Payload: `{"target":"r.txt"}`, Status: "superseded", Result: `{"fenced_at": "execute", "superseded_by_epoch": 4}`,
+				Committed: last.Add(2 * time.Millisecond)})
+			f := obs.Files["r.txt"]
+			f.Manifest.History = append(f.Manifest.History, f.Manifest.Publication)
+			f.Manifest.Publication = file.Publication{Target: "r.txt", Epoch: 3, IntentID: 5, IdempotencyKey: "r/file/c-1", SHA256: "r/file/c-1"}
+			f.Manifest.State = file.StatePending
+			obs.Files["r.txt"] = f
+		}, "succeeded: 1 effect"},
 		{"effects attributed", func(obs *Observed) {
 			obs.Intents = append(obs.Intents, Intent{ID: 5, Resource: "r", Epoch: 2, OpID: "b-3", Kind: "webhook", Key: "r/hook/1", Payload: `{}`,
 				Status: "failed", LastError: "gave up after 5 attempts: 503", Committed: obs.Intents[3].Committed.Add(time.Millisecond)})
@@ -135,6 +155,11 @@ func TestVerifyFlags(t *testing.T) {
 		}},
 		{"superseded file published", "I7", "intent 2 (a-2, key r/file/a-2) is superseded, but r.txt holds its publication", func(o *Observed, _ *[]Op) {
 			o.Intents[1].Status = "superseded"
+		}},
+		{"succeeded file only written ahead", "I7", "intent 3 (b-1, key r/file/b-1) succeeded, but r.txt has no publication of its key", func(o *Observed, _ *[]Op) {
+			f := o.Files["r.txt"]
+			f.Manifest.State = file.StatePending // its rename never happened
+			o.Files["r.txt"] = f
 		}},
 		{"cancelled file published", "I7", "is cancelled, but r.txt holds its publication", func(o *Observed, _ *[]Op) {
 			o.Intents[2].Status = "cancelled"

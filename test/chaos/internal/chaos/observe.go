@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -96,8 +98,8 @@ type Target struct {
 	// Manifest is the destination's record; Exists is false without one.
 	Manifest file.Manifest
 	Exists   bool
-	// ContentMatches reports whether the file's sha256 is the current
-	// publication's.
+	// ContentMatches reports whether the file's sha256 is the last
+	// applied publication's (Applied).
 	ContentMatches bool
 	// Refused reports whether the file holds refused (reused operation id)
 	// content.
@@ -207,12 +209,20 @@ func Observe(ctx context.Context, env Env, ops []Op) (*Observed, error) {
 		}
 		t := Target{Manifest: m, Exists: ok, Truncated: len(m.History) >= file.DefaultHistoryLimit}
 		if ok {
+			// The file holds the last applied publication's content
+			// (Applied: not a pending one, whose rename never came), or
+			// is absent when none was ever applied.
+			applied := Applied(m)
 			content, err := os.ReadFile(filepath.Join(env.FileRoot, target))
-			if err != nil {
+			switch {
+			case errors.Is(err, fs.ErrNotExist) && len(applied) == 0:
+				t.ContentMatches = true
+			case err != nil:
 				return nil, err
+			case len(applied) > 0:
+				sum := sha256.Sum256(content)
+				t.ContentMatches = hex.EncodeToString(sum[:]) == applied[len(applied)-1].SHA256
 			}
-			sum := sha256.Sum256(content)
-			t.ContentMatches = hex.EncodeToString(sum[:]) == m.SHA256
 			t.Refused = strings.Contains(string(content), "CONFLICT")
 		}
 		obs.Files[target] = t
