@@ -3,6 +3,7 @@ package idempotency
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/outbox"
@@ -67,6 +68,18 @@ func (e *IntentTerminalError) Error() string {
 
 // Is reports whether target is ErrIntentTerminal.
 func (e *IntentTerminalError) Is(target error) bool { return target == ErrIntentTerminal }
+
+// deferredError says that the intent's next attempt is deferred (its
+// not_before is still ahead, by Remaining): Begin answers it as Busy with
+// that RetryAfter, and creates no key and counts no attempt.
+type deferredError struct {
+	IntentID  int64
+	Remaining time.Duration
+}
+
+func (e *deferredError) Error() string {
+	return fmt.Sprintf("intent %d: its next attempt is deferred for %s", e.IntentID, e.Remaining)
+}
 
 // InvalidError names the argument that is wrong. It is
 // fenceerr.InvalidError, the one invalid-input type of the module.

@@ -204,7 +204,8 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 				out[i] = group.Result[Decision]{Value: d}
 				continue
 			}
-			// The intent has a final status (or is gone): alone, Begin
+			// The intent has a final status (or is gone), or its next
+			// attempt is deferred (intents.NotDeferred): alone, Begin
 			// would roll back and create no key. Undo this key, in this
 			// transaction, and answer what Begin answers.
 			c := calls[i]
@@ -212,14 +213,15 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 				c.kind, c.key, d.Token); err != nil {
 				return fmt.Errorf("undo key: %w", err)
 			}
-			status, err := s.intentStatus(ctx, tx, id)
-			switch {
-			case errors.Is(err, ErrIntentNotFound):
+			var ie *IntentTerminalError
+			var de *deferredError
+			switch err := s.notCounted(ctx, tx, id); {
+			case errors.As(err, &de):
+				out[i] = group.Result[Decision]{Value: Decision{Outcome: OutcomeBusy, OwnerIntentID: id, RetryAfter: de.Remaining}}
+			case errors.As(err, &ie), errors.Is(err, ErrIntentNotFound):
 				out[i] = group.Result[Decision]{Err: err}
-			case err != nil:
-				return err
 			default:
-				out[i] = group.Result[Decision]{Err: &IntentTerminalError{IntentID: id, Status: status}}
+				return err
 			}
 		}
 		if len(newIDs) > 1 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -411,6 +412,12 @@ func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint strin
 		if errors.As(err, &ie) || errors.Is(err, ErrIntentNotFound) {
 			return Decision{}, err
 		}
+		// Deferred: nothing was written (the transaction rolled back);
+		// come back when the deferral is over.
+		var de *deferredError
+		if errors.As(err, &de) {
+			return Decision{Outcome: OutcomeBusy, OwnerIntentID: intentID, RetryAfter: de.Remaining}, nil
+		}
 		return Decision{}, fmt.Errorf("idempotency: begin %s/%q: %w", kind, key, err)
 	}
 	if d.Outcome == OutcomeRecover && !d.Resumed {
@@ -640,16 +647,37 @@ func (s *Store) currentAttempts(ctx context.Context, tx pgx.Tx, intentID int64) 
 func (s *Store) countAttempt(ctx context.Context, tx pgx.Tx, intentID int64, possible bool) (int, outbox.Effect, error) {
 	attempts, effect, ok, err := s.intents.CountAttempt(ctx, tx, intentID, terminalStatuses, possible)
 	if err == nil && !ok {
-		status, err := s.intentStatus(ctx, tx, intentID)
-		if err != nil {
-			return 0, "", err
-		}
-		return 0, "", &IntentTerminalError{IntentID: intentID, Status: status}
+		return 0, "", s.notCounted(ctx, tx, intentID)
 	}
 	if err != nil {
 		return 0, "", fmt.Errorf("count attempt of intent %d: %w", intentID, err)
 	}
 	return attempts, outbox.Effect(effect), nil
+}
+
+// notCounted says why an attempt of intentID was not counted: its final
+// status (*IntentTerminalError), its deferral (*deferredError: its
+// not_before is ahead), or ErrIntentNotFound.
+func (s *Store) notCounted(ctx context.Context, tx pgx.Tx, intentID int64) error {
+	var (
+		status    string
+		remaining int64 // microseconds
+	)
+	err := tx.QueryRow(ctx, s.schema.SQL(`
+		SELECT status, coalesce((extract(epoch FROM greatest(not_before - clock_timestamp(), interval '0')) * 1000000)::bigint, 0)
+		FROM fencegate.intents WHERE intent_id = $1`), intentID).Scan(&status, &remaining)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %d", ErrIntentNotFound, intentID)
+	}
+	if err != nil {
+		return fmt.Errorf("read intent %d: %w", intentID, err)
+	}
+	if slices.Contains(terminalStatuses, status) {
+		return &IntentTerminalError{IntentID: intentID, Status: outbox.Status(status)}
+	}
+	// Not final: deferred (a deferral that ended since the count is
+	// answered alike, with no wait).
+	return &deferredError{IntentID: intentID, Remaining: time.Duration(remaining) * time.Microsecond}
 }
 
 func (s *Store) intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status, error) {

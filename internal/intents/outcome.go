@@ -28,7 +28,7 @@ func (t Table) CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []st
 	err = tx.QueryRow(ctx, t.s.SQL(`
 		UPDATE fencegate.intents SET attempts = attempts + 1,
 		    effect = CASE WHEN $3 AND effect = 'none' THEN 'possible' ELSE effect END, updated_at = now()
-		WHERE intent_id = $1 AND status <> ALL($2::text[])
+		WHERE intent_id = $1 AND status <> ALL($2::text[]) AND `+NotDeferred+`
 		RETURNING attempts, effect`), id, final, possible).Scan(&attempts, &effect)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, "", false, nil
@@ -36,18 +36,27 @@ func (t Table) CountAttempt(ctx context.Context, tx pgx.Tx, id int64, final []st
 	return attempts, effect, err == nil, err
 }
 
+// NotDeferred is the condition under which an intent may take an attempt
+// now: no retry of it is deferred past this moment (not_before, written by
+// a retryable error's Retry-After or backoff in the same write that gave
+// its key back). Checked on the intent's row under its lock, in the
+// transaction that counts the attempt: a delivery that read the intent
+// before the deferral was written, and reaches Begin after it, finds the
+// key free but may not execute (TestRetryAfterHoldsForADeliveryThatReadBeforeIt).
+const NotDeferred = `(not_before IS NULL OR not_before <= clock_timestamp())`
+
 // CountAttemptsCTE is the intents half of the group commit's Begin
 // statement (idempotency/group.go), composed into it: the CTEs l and upd,
 // to follow a data-modifying CTE named ins that returns owner_intent_id;
 // $6 is the final statuses. It counts an attempt on each intent of ins
-// without a final status, locked in id order: the sort below FOR UPDATE
+// without a final status and not deferred (NotDeferred), locked in id order: the sort below FOR UPDATE
 // consumes all of ins before the first intent is locked, so every key is
 // taken before any intent (Lock order in the package doc). The lock orders
 // the count with an operator's cancel, as CountAttempt does. upd returns
 // intent_id and attempts.
 const CountAttemptsCTE = `l AS (
 				SELECT intent_id FROM fencegate.intents
-				WHERE intent_id IN (SELECT owner_intent_id FROM ins) AND status <> ALL($6::text[])
+				WHERE intent_id IN (SELECT owner_intent_id FROM ins) AND status <> ALL($6::text[]) AND ` + NotDeferred + `
 				ORDER BY intent_id
 				FOR UPDATE
 			), upd AS (

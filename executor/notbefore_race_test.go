@@ -1,0 +1,107 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// A delivery that read the intent before another delivery's retryable
+// error deferred it (not_before, written with the key given back) must not
+// execute it before the deferral is over, though it reaches Begin after the
+// key was given back. The chaos run with --ack-wait 3s saw a webhook sent
+// again 1.478 s before its Retry-After (a redelivery while the previous
+// delivery was still settling). Fails on the code of 42ba593: the second
+// delivery's stale read has no not_before, and Begin finds the key free.
+func TestRetryAfterHoldsForADeliveryThatReadBeforeIt(t *testing.T) {
+	t.Parallel()
+	// Both ways Begin decides: the group commit's shared statement, and
+	// one transaction per attempt.
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group commit %t", group), func(t *testing.T) {
+			t.Parallel()
+			retryAfterRace(t, !group)
+		})
+	}
+}
+
+func retryAfterRace(t *testing.T, noGroupCommit bool) {
+	d := &raceAfterDest{wait: 4 * time.Second, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
+	var e *adaptertest.Env
+	var loads atomic.Int32
+	var deferredSeen atomic.Bool
+	hooks := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterLoad: func(id int64) {
+		if loads.Add(1) != 2 {
+			return
+		}
+		// The second delivery has read the intent (no not_before yet):
+		// let the first answer its Retry-After, and go on only once that
+		// is written.
+		close(d.secondLoaded)
+		deadline := time.Now().Add(adaptertest.WaitTimeout)
+		for time.Now().Before(deadline) {
+			if rec := e.Get(t, id); rec.NotBefore != nil {
+				deferredSeen.Store(true)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}})
+	e = adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds, NoGroupCommit: noGroupCommit})
+	e.Runtime = e.StartRuntimeContext(hooks, t, executor.Config{}, d)
+	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
+	e.Release(t, id)
+	waitChan(t, d.entered, "the first delivery to execute")
+	publishDuplicate(t, e, id)
+	rec := e.WaitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded {
+		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
+	}
+	if !deferredSeen.Load() {
+		t.Fatal("the second delivery never waited for the first one's deferral: the race this test is about was not reached")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.calls) < 2 {
+		t.Fatalf("%d executions, want 2", len(d.calls))
+	}
+	if gap := d.calls[1].Sub(d.calls[0]); gap < d.wait {
+		t.Fatalf("second execution %s after the first, before the Retry-After of %s", gap.Round(time.Millisecond), d.wait)
+	}
+}
+
+// raceAfterDest answers its first call with a retryable error carrying a
+// Retry-After once the second delivery has read the intent, and succeeds
+// afterwards.
+type raceAfterDest struct {
+	mu           sync.Mutex
+	wait         time.Duration
+	calls        []time.Time
+	entered      chan struct{}
+	secondLoaded chan struct{}
+}
+
+func (d *raceAfterDest) Kind() string                        { return "test" }
+func (d *raceAfterDest) Capabilities() adapters.Capabilities { return adapters.Capabilities{} }
+func (d *raceAfterDest) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
+	d.mu.Lock()
+	d.calls = append(d.calls, time.Now())
+	first := len(d.calls) == 1
+	d.mu.Unlock()
+	if first {
+		close(d.entered)
+		<-d.secondLoaded
+		return adapters.Outcome{}, adapters.RetryableAfter(fmt.Errorf("503 busy"), d.wait)
+	}
+	return adapters.Outcome{Status: outbox.StatusSucceeded}, nil
+}
