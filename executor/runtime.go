@@ -927,6 +927,15 @@ func (r *Runtime) executeRecovered(ctx context.Context, ex adapters.Executor, re
 		}
 		return ack, 0, nil
 	}
+	var de *idempotency.DeferredError
+	if errors.As(err, &de) {
+		// An early redelivery of an intent whose attempt kept the key for
+		// a retry (KeepForRetry): its retry is not due yet. Nothing was
+		// written; keep the key (an earlier attempt may have performed
+		// the effect) and come back when the retry is due.
+		log.Info("adapters: the intent's next attempt is not due yet; coming back then", "in", de.Remaining)
+		return retry, max(de.Remaining, r.cfg.RetryBase), nil
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("begin I/O: %w", err)
 	}
@@ -1221,7 +1230,8 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 	for {
 		err := write()
 		if err == nil || errors.Is(err, idempotency.ErrLostOwnership) || errors.Is(err, idempotency.ErrInvalid) ||
-			errors.Is(err, idempotency.ErrIntentNotFound) || errors.Is(err, idempotency.ErrIntentTerminal) {
+			errors.Is(err, idempotency.ErrIntentNotFound) || errors.Is(err, idempotency.ErrIntentTerminal) ||
+			errors.Is(err, idempotency.ErrDeferred) {
 			return err
 		}
 		wait := bo.NextBackOff()

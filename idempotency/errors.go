@@ -69,17 +69,26 @@ func (e *IntentTerminalError) Error() string {
 // Is reports whether target is ErrIntentTerminal.
 func (e *IntentTerminalError) Is(target error) bool { return target == ErrIntentTerminal }
 
-// deferredError says that the intent's next attempt is deferred (its
-// not_before is still ahead, by Remaining): Begin answers it as Busy with
-// that RetryAfter, and creates no key and counts no attempt.
-type deferredError struct {
+// ErrDeferred matches a *DeferredError.
+var ErrDeferred = errors.New("the intent's next attempt is deferred")
+
+// DeferredError says that the intent's next attempt is deferred (its
+// not_before is still ahead, by Remaining, by PostgreSQL's clock), so no
+// attempt was counted and nothing was written. Begin answers it as Busy
+// with that RetryAfter and creates no key; BeginIO (an owner that resumed
+// its key) returns it, and its caller comes back after Remaining, keeping
+// the key.
+type DeferredError struct {
 	IntentID  int64
 	Remaining time.Duration
 }
 
-func (e *deferredError) Error() string {
+func (e *DeferredError) Error() string {
 	return fmt.Sprintf("intent %d: its next attempt is deferred for %s", e.IntentID, e.Remaining)
 }
+
+// Is reports whether target is ErrDeferred.
+func (e *DeferredError) Is(target error) bool { return target == ErrDeferred }
 
 // InvalidError names the argument that is wrong. It is
 // fenceerr.InvalidError, the one invalid-input type of the module.

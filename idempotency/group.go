@@ -214,7 +214,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 				return fmt.Errorf("undo key: %w", err)
 			}
 			var ie *IntentTerminalError
-			var de *deferredError
+			var de *DeferredError
 			switch err := s.notCounted(ctx, tx, id); {
 			case errors.As(err, &de):
 				out[i] = group.Result[Decision]{Value: Decision{Outcome: OutcomeBusy, OwnerIntentID: id, RetryAfter: de.Remaining}}

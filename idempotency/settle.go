@@ -135,7 +135,11 @@ func (s *Store) EndIO(ctx context.Context, kind, key string, token int64) (time.
 // and renews the lock to LockTimeout from now. With countAttempt (an owner
 // that resumed its key, whose Begin counted no attempt) it also counts an
 // attempt on intentID, in the same transaction; it returns the intent's
-// attempts (0 without countAttempt). It must commit before any I/O: a
+// attempts (0 without countAttempt). While the intent's next attempt is
+// deferred (not_before ahead: an early redelivery of an intent whose
+// attempt kept the key for a retry) it counts nothing, changes nothing and
+// returns a *DeferredError with the time left: the caller keeps the key
+// and comes back then. It must commit before any I/O: a
 // takeover either committed first — then this matches nothing and returns
 // an *OwnershipError, and the caller must not execute — or it comes after
 // and sees the I/O as possibly in progress.
@@ -181,7 +185,8 @@ func (s *Store) beginIO(ctx context.Context, kind, key string, token, intentID i
 		return err
 	})
 	var ie *IntentTerminalError
-	if errors.As(err, &ie) {
+	var de *DeferredError
+	if errors.As(err, &ie) || errors.As(err, &de) {
 		return 0, err
 	}
 	if err != nil {

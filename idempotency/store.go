@@ -414,7 +414,7 @@ func (s *Store) beginAndRecord(ctx context.Context, kind, key, fingerprint strin
 		}
 		// Deferred: nothing was written (the transaction rolled back);
 		// come back when the deferral is over.
-		var de *deferredError
+		var de *DeferredError
 		if errors.As(err, &de) {
 			return Decision{Outcome: OutcomeBusy, OwnerIntentID: intentID, RetryAfter: de.Remaining}, nil
 		}
@@ -656,7 +656,7 @@ func (s *Store) countAttempt(ctx context.Context, tx pgx.Tx, intentID int64, pos
 }
 
 // notCounted says why an attempt of intentID was not counted: its final
-// status (*IntentTerminalError), its deferral (*deferredError: its
+// status (*IntentTerminalError), its deferral (*DeferredError: its
 // not_before is ahead), or ErrIntentNotFound.
 func (s *Store) notCounted(ctx context.Context, tx pgx.Tx, intentID int64) error {
 	var (
@@ -677,7 +677,7 @@ func (s *Store) notCounted(ctx context.Context, tx pgx.Tx, intentID int64) error
 	}
 	// Not final: deferred (a deferral that ended since the count is
 	// answered alike, with no wait).
-	return &deferredError{IntentID: intentID, Remaining: time.Duration(remaining) * time.Microsecond}
+	return &DeferredError{IntentID: intentID, Remaining: time.Duration(remaining) * time.Microsecond}
 }
 
 func (s *Store) intentStatus(ctx context.Context, tx pgx.Tx, intentID int64) (outbox.Status, error) {

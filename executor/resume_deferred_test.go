@@ -1,0 +1,108 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
+	"github.com/fencegate/fencegate/outbox"
+)
+
+// An attempt whose outcome is unknown, at a destination that dedups (the
+// resend policy), with a Retry-After: the key is kept and the retry
+// deferred. An early redelivery of the intent resumes the key and, about to
+// send again, finds the retry not due yet (BeginIO): it must come back when
+// it is due, not take the deferral for a failed write and retry that write
+// in a loop (the runtime's persist: warnings every 0.1–2 s until the
+// deferral ends, or an error after half the AckWait). Fails on 72588cc:
+// "recording failed; retrying … deferred".
+func TestResumedKeyComesBackWhenItsRetryIsDue(t *testing.T) {
+	t.Parallel()
+	const wait = 3 * time.Second
+	d := &unknownThenOK{wait: wait, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
+	var logs toolbin.SyncBuffer
+	var e *adaptertest.Env
+	var loads atomic.Int32
+	hooks := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterLoad: func(id int64) {
+		if loads.Add(1) != 2 {
+			return
+		}
+		// The early redelivery has read the intent (no not_before yet):
+		// let the first attempt keep the key for its retry, and go on
+		// only once that is written. Its load saw no deferral; its Begin
+		// resumes the key, and its BeginIO finds the retry not due.
+		close(d.secondLoaded)
+		deadline := time.Now().Add(adaptertest.WaitTimeout)
+		for time.Now().Before(deadline) && e.Get(t, id).NotBefore == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}})
+	e = adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds})
+	e.Runtime = e.StartRuntimeContext(hooks, t, executor.Config{
+		Unknown: executor.UnknownResend,
+		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, d)
+	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
+	e.Release(t, id)
+	waitChan(t, d.entered, "the first attempt")
+	publishDuplicate(t, e, id)
+
+	rec := e.WaitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded {
+		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
+	}
+	out := logs.String()
+	if strings.Contains(out, "recording failed") {
+		t.Fatalf("the deferral was taken for a failed write and retried; logs:\n%s", out)
+	}
+	if !strings.Contains(out, "not due yet") {
+		t.Fatalf("no redelivery found the retry not due: the path this test is about was not reached; logs:\n%s", out)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.calls) != 2 {
+		t.Fatalf("%d executions, want 2 (the unknown one and the one after the Retry-After)", len(d.calls))
+	}
+	if gap := d.calls[1].Sub(d.calls[0]); gap < wait {
+		t.Fatalf("sent again %s after the first attempt, before its Retry-After of %s", gap.Round(time.Millisecond), wait)
+	}
+}
+
+// unknownThenOK loses the answer of its first call (the outcome is
+// unknown, with a Retry-After) once the early redelivery has read the
+// intent, dedups on the key, and succeeds afterwards.
+type unknownThenOK struct {
+	mu           sync.Mutex
+	wait         time.Duration
+	calls        []time.Time
+	entered      chan struct{}
+	secondLoaded chan struct{}
+}
+
+func (d *unknownThenOK) Kind() string { return "test" }
+func (d *unknownThenOK) Capabilities() adapters.Capabilities {
+	return adapters.Capabilities{DedupsOnKey: true}
+}
+func (d *unknownThenOK) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
+	d.mu.Lock()
+	d.calls = append(d.calls, time.Now())
+	first := len(d.calls) == 1
+	d.mu.Unlock()
+	if first {
+		close(d.entered)
+		<-d.secondLoaded
+		return adapters.Outcome{}, &adapters.Error{Err: errors.New("503 after the request was read"), Unknown: true, RetryAfter: d.wait}
+	}
+	return adapters.Outcome{Status: outbox.StatusSucceeded}, nil
+}
