@@ -13,3 +13,10 @@ const SweepSQL = sweepSQL
 func (s *Store) GroupBacklogs() (begin, complete int) {
 	return s.begins.Config().Backlog, s.completes.Config().Backlog
 }
+
+// GroupLockKeysSQL and GroupCompleteKeysSQL are a shared Complete's key
+// statements, for the tests' EXPLAIN.
+const (
+	GroupLockKeysSQL     = lockKeysSQL
+	GroupCompleteKeysSQL = completeKeysSQL
+)
