@@ -76,6 +76,20 @@ const (
 	// demands.
 	lockTimeout = 3 * time.Second
 	execTimeout = 1400 * time.Millisecond
+	// ackWait brings a delivery whose gateway crashed or stopped back
+	// after 3 s (about twice execTimeout), not after the default minute:
+	// during a pause_gateway another gateway takes the paused attempt's
+	// key over and recovers it (the path that fault is for), and the
+	// drain waits seconds for the redeliveries, not a minute.
+	ackWait = 3 * time.Second
+	// settleWindow is the lookup settle window: a negative lookup is
+	// trusted only this long after the last I/O under the key (for a
+	// taken-over attempt, the takeover). It outlasts the front's late
+	// stores (at most 3 s after the end of the message, the reply
+	// deadline included) and the longest pause_gateway (lockTimeout + 3
+	// s): a paused attempt that had passed its owner check may perform
+	// its effect that long after, beyond its lock.
+	settleWindow = 8 * time.Second
 	// lateShare is the percentage of messages the SMTP front stores only
 	// after the sender's reply deadline.
 	lateShare = 20
@@ -179,15 +193,13 @@ var settleFlag = regexp.MustCompile(`(?m)^\s+--?(\S*settle\S*) duration`)
 
 // optionalFlags returns the `gateway run` flags the chaos run passes only
 // when the binary's --help lists them (flags other branches add): the
-// lookup settle window — a negative lookup is trusted only after it — set
-// to 5 s, which outlasts the front's late stores (at most 3 s after the
-// end of the message, the reply deadline included).
+// lookup settle window, settleWindow.
 func optionalFlags(t *testing.T, bin string) []string {
 	t.Helper()
 	r := ft.Gw(t, bin, "", nil, "run", "--help")
 	var out []string
 	for _, m := range settleFlag.FindAllStringSubmatch(r.Stdout+r.Stderr, -1) {
-		out = append(out, "--"+m[1], "5s")
+		out = append(out, "--"+m[1], settleWindow.String())
 	}
 	t.Logf("chaos: optional gateway flags passed: %v", out)
 	return out
@@ -264,15 +276,25 @@ func TestChaos(t *testing.T) {
 		"--webhook-allow", hook.Host,
 		"--poll-interval", "200ms", "--relay-timeout", "3s", "--claim-ttl", "5s", "--publish-timeout", "3s", "--log-level", "warn",
 		"--execute-timeout", execTimeout.String(), "--idempotency-lock-timeout", lockTimeout.String(),
+		"--ack-wait", ackWait.String(),
 		"--mail-from-allow", "example.com"}
 	runArgs = append(runArgs, optionalFlags(t, bin)...)
 	gateways := make([]*ft.Proc, nGateways)
+	var allGw []*ft.Proc
+	t.Cleanup(func() {
+		if d := os.Getenv("CHAOS_KEEP_LOGS"); d != "" && t.Failed() {
+			for k, g := range allGw {
+				_ = os.WriteFile(filepath.Join(d, fmt.Sprintf("gw-%d-%d.log", seed, k)), []byte(g.Stderr()), 0o644)
+			}
+		}
+	})
 	startGateway := func(i int, fp string) {
 		env := schemaEnv
 		if fp != "" {
 			env = append([]string{failpoint.EnvVar + "=" + fp}, schemaEnv...)
 		}
 		gateways[i] = ft.Start(t, bin, db, env, runArgs...)
+		allGw = append(allGw, gateways[i])
 	}
 	for i := range gateways {
 		startGateway(i, "")
