@@ -280,6 +280,9 @@ func TestChaos(t *testing.T) {
 		"--mail-from-allow", "example.com"}
 	runArgs = append(runArgs, optionalFlags(t, bin)...)
 	gateways := make([]*ft.Proc, nGateways)
+	// Every gateway process started, restarts included: with
+	// CHAOS_KEEP_LOGS=DIR a failed run writes their logs there
+	// (docs/dev.md).
 	var allGw []*ft.Proc
 	t.Cleanup(func() {
 		if d := os.Getenv("CHAOS_KEEP_LOGS"); d != "" && t.Failed() {
