@@ -303,9 +303,9 @@ func (s *Store) completeBatch(ctx context.Context, calls []Completion) []group.R
 		//    ANY($2)" was planned, on statistics older than the table's
 		//    growth (a burst on a young table: autovacuum analyzes a
 		//    minute later at best), as a scan of every key of the kind,
-		//    filtered: 3.5 ms instead of 0.5 ms for 128 keys among 20,000,
-		//    and growing with the table (a join to unnest() was planned
-		//    as a scan of the table too).
+		//    filtered, whose cost grows with the table (a join to
+		//    unnest() was planned as a scan of the table too;
+		//    docs/performance.md has the measurements).
 		//    The token check and the writes below are one atomic step under
 		//    these locks, as in Complete: no Begin can take a key over
 		//    between them.
