@@ -38,25 +38,7 @@ func TestRetryAfterHoldsForADeliveryThatReadBeforeIt(t *testing.T) {
 func retryAfterRace(t *testing.T, noGroupCommit bool) {
 	d := &raceAfterDest{wait: 4 * time.Second, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
 	var e *adaptertest.Env
-	var loads atomic.Int32
-	var deferredSeen atomic.Bool
-	hooks := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterLoad: func(id int64) {
-		if loads.Add(1) != 2 {
-			return
-		}
-		// The second delivery has read the intent (no not_before yet):
-		// let the first answer its Retry-After, and go on only once that
-		// is written.
-		close(d.secondLoaded)
-		deadline := time.Now().Add(adaptertest.WaitTimeout)
-		for time.Now().Before(deadline) {
-			if rec := e.Get(t, id); rec.NotBefore != nil {
-				deferredSeen.Store(true)
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}})
+	hooks, deferredSeen := holdSecondLoadUntilDeferred(t, &e, d.secondLoaded)
 	e = adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds, NoGroupCommit: noGroupCommit})
 	e.Runtime = e.StartRuntimeContext(hooks, t, executor.Config{}, d)
 	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
@@ -104,4 +86,30 @@ func (d *raceAfterDest) Execute(context.Context, adapters.Request) (adapters.Out
 		return adapters.Outcome{}, adapters.RetryableAfter(fmt.Errorf("503 busy"), d.wait)
 	}
 	return adapters.Outcome{Status: outbox.StatusSucceeded}, nil
+}
+
+// holdSecondLoadUntilDeferred returns a context whose runtime hook holds
+// the second delivery to load an intent — it has read the intent, with no
+// not_before yet — closes loaded to let the first delivery go on, and
+// releases the second only once the intent's retry is deferred (its
+// not_before written by the first); the flag says whether that was seen
+// (the race the caller is about was reached). *e is the env, set once it
+// is made (the hook is needed to make it).
+func holdSecondLoadUntilDeferred(t *testing.T, e **adaptertest.Env, loaded chan struct{}) (context.Context, *atomic.Bool) {
+	var loads atomic.Int32
+	seen := new(atomic.Bool)
+	return testhook.WithRuntime(context.Background(), testhook.Runtime{AfterLoad: func(id int64) {
+		if loads.Add(1) != 2 {
+			return
+		}
+		close(loaded)
+		deadline := time.Now().Add(adaptertest.WaitTimeout)
+		for time.Now().Before(deadline) {
+			if rec := (*e).Get(t, id); rec.NotBefore != nil {
+				seen.Store(true)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}}), seen
 }

@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/executor"
-	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -32,22 +30,11 @@ func TestResumedKeyComesBackWhenItsRetryIsDue(t *testing.T) {
 	const wait = 3 * time.Second
 	d := &unknownThenOK{wait: wait, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
 	var logs toolbin.SyncBuffer
+	// The early redelivery reads the intent before the first attempt
+	// keeps the key for its retry: its load sees no deferral, its Begin
+	// resumes the key, and its BeginIO finds the retry not due.
 	var e *adaptertest.Env
-	var loads atomic.Int32
-	hooks := testhook.WithRuntime(context.Background(), testhook.Runtime{AfterLoad: func(id int64) {
-		if loads.Add(1) != 2 {
-			return
-		}
-		// The early redelivery has read the intent (no not_before yet):
-		// let the first attempt keep the key for its retry, and go on
-		// only once that is written. Its load saw no deferral; its Begin
-		// resumes the key, and its BeginIO finds the retry not due.
-		close(d.secondLoaded)
-		deadline := time.Now().Add(adaptertest.WaitTimeout)
-		for time.Now().Before(deadline) && e.Get(t, id).NotBefore == nil {
-			time.Sleep(5 * time.Millisecond)
-		}
-	}})
+	hooks, deferredSeen := holdSecondLoadUntilDeferred(t, &e, d.secondLoaded)
 	e = adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds})
 	e.Runtime = e.StartRuntimeContext(hooks, t, executor.Config{
 		Unknown: executor.UnknownResend,
@@ -61,6 +48,9 @@ func TestResumedKeyComesBackWhenItsRetryIsDue(t *testing.T) {
 	rec := e.WaitTerminal(t, id)
 	if rec.Status != outbox.StatusSucceeded {
 		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
+	}
+	if !deferredSeen.Load() {
+		t.Fatal("the early redelivery never waited for the first attempt's deferral: the race this test is about was not reached")
 	}
 	out := logs.String()
 	if strings.Contains(out, "recording failed") {

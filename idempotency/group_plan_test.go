@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -69,7 +70,7 @@ func TestGroupCompleteProbesKeysOnStaleStatistics(t *testing.T) {
 		{"lock", idempotency.GroupLockKeysSQL, []any{kinds, keys}},
 		{"complete", idempotency.GroupCompleteKeysSQL, []any{tids, kinds, keys, statuses, nulls, nulls}},
 	} {
-		plan := explain(t, pool, c.sql, c.args...)
+		plan := testdb.Plan(t, pool, c.sql, c.args...)
 		scans := keyScan.FindAllString(plan, -1)
 		if len(scans) == 0 {
 			t.Fatalf("%s: no scan of idempotency_keys in the plan:\n%s", c.name, plan)
@@ -91,30 +92,10 @@ func TestGroupCompleteProbesKeysOnStaleStatistics(t *testing.T) {
 // keyScan matches a plan node that reads idempotency_keys.
 var keyScan = regexp.MustCompile(`[A-Z][A-Za-z ]*Scan(?: using \S+)? on idempotency_keys\b`)
 
-// explain returns the plan PostgreSQL makes for query (written for the
-// default schema) with args, planned for these values as the shared
-// transactions plan (custom plans).
-func explain(t *testing.T, pool interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, query string, args ...any) string {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), "EXPLAIN "+testdb.SQL(query), args...)
-	if err != nil {
-		t.Fatalf("EXPLAIN %s: %v", query, err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("EXPLAIN %s: %v", query, err)
-	}
-	return strings.Join(lines, "\n")
-}
-
 // estimate returns the planner's estimate of the rows query returns.
-func estimate(t *testing.T, pool interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, query string) int {
+func estimate(t *testing.T, pool *pgxpool.Pool, query string) int {
 	t.Helper()
-	plan := explain(t, pool, query)
+	plan := testdb.Plan(t, pool, query)
 	m := regexp.MustCompile(`rows=(\d+)`).FindStringSubmatch(plan)
 	if m == nil {
 		t.Fatalf("no estimate in %s", plan)

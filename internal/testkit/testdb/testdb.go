@@ -244,7 +244,18 @@ func IndexPlan(t testing.TB, pool *pgxpool.Pool, query string, args ...any) stri
 		t.Fatal(err)
 	}
 	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
-	rows, err := conn.Query(ctx, "EXPLAIN "+SQL(query), args...)
+	return Plan(t, conn, query, args...)
+}
+
+// Plan returns the plan PostgreSQL makes for query (written for the
+// default schema, see SQL) with args, as the planner's settings stand
+// (a statement with parameters is planned for these values); the test
+// fails on an error.
+func Plan(t testing.TB, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, query string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), "EXPLAIN "+SQL(query), args...)
 	if err != nil {
 		t.Fatalf("EXPLAIN %s: %v", query, err)
 	}
