@@ -37,21 +37,7 @@ func TestRetryAfterHoldsForADeliveryThatReadBeforeIt(t *testing.T) {
 
 func retryAfterRace(t *testing.T, noGroupCommit bool) {
 	d := &raceAfterDest{wait: 4 * time.Second, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
-	var e *adaptertest.Env
-	hooks, deferredSeen := holdSecondLoadUntilDeferred(t, &e, d.secondLoaded)
-	e = adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds, NoGroupCommit: noGroupCommit})
-	e.Runtime = e.StartRuntimeContext(hooks, t, executor.Config{}, d)
-	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
-	e.Release(t, id)
-	waitChan(t, d.entered, "the first delivery to execute")
-	publishDuplicate(t, e, id)
-	rec := e.WaitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
-	}
-	if !deferredSeen.Load() {
-		t.Fatal("the second delivery never waited for the first one's deferral: the race this test is about was not reached")
-	}
+	raceTwoDeliveries(t, adaptertest.Options{Kinds: testKinds, NoGroupCommit: noGroupCommit}, executor.Config{}, d, d.entered, d.secondLoaded)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.calls) < 2 {
@@ -86,6 +72,32 @@ func (d *raceAfterDest) Execute(context.Context, adapters.Request) (adapters.Out
 		return adapters.Outcome{}, adapters.RetryableAfter(fmt.Errorf("503 busy"), d.wait)
 	}
 	return adapters.Outcome{Status: outbox.StatusSucceeded}, nil
+}
+
+// raceTwoDeliveries runs one intent through a runtime (o, cfg) executing
+// dest, whose first execution closes entered and then waits for loaded: a
+// duplicate delivery of the intent is published once that execution has
+// begun, and is held after its load until the first one has deferred the
+// intent (holdSecondLoadUntilDeferred). It checks that the race was
+// reached and that the intent succeeded, and returns its record.
+func raceTwoDeliveries(t *testing.T, o adaptertest.Options, cfg executor.Config, dest adapters.Executor, entered, loaded chan struct{}) *outbox.Record {
+	t.Helper()
+	var e *adaptertest.Env
+	hooks, deferredSeen := holdSecondLoadUntilDeferred(t, &e, loaded)
+	e = adaptertest.NewEnv(t, o)
+	e.Runtime = e.StartRuntimeContext(hooks, t, cfg, dest)
+	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
+	e.Release(t, id)
+	waitChan(t, entered, "the first delivery to execute")
+	publishDuplicate(t, e, id)
+	rec := e.WaitTerminal(t, id)
+	if rec.Status != outbox.StatusSucceeded {
+		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
+	}
+	if !deferredSeen.Load() {
+		t.Fatal("the second delivery never waited for the first one's deferral: the race this test is about was not reached")
+	}
+	return rec
 }
 
 // holdSecondLoadUntilDeferred returns a context whose runtime hook holds

@@ -2,7 +2,6 @@ package executor_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -33,25 +32,10 @@ func TestResumedKeyComesBackWhenItsRetryIsDue(t *testing.T) {
 	// The early redelivery reads the intent before the first attempt
 	// keeps the key for its retry: its load sees no deferral, its Begin
 	// resumes the key, and its BeginIO finds the retry not due.
-	var e *adaptertest.Env
-	hooks, deferredSeen := holdSecondLoadUntilDeferred(t, &e, d.secondLoaded)
-	e = adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds})
-	e.Runtime = e.StartRuntimeContext(hooks, t, executor.Config{
+	raceTwoDeliveries(t, adaptertest.Options{Kinds: testKinds}, executor.Config{
 		Unknown: executor.UnknownResend,
 		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}, d)
-	id := e.EnqueueHeldBack(t, e.Intent("test", "op", "k", json.RawMessage(`{}`)))
-	e.Release(t, id)
-	waitChan(t, d.entered, "the first attempt")
-	publishDuplicate(t, e, id)
-
-	rec := e.WaitTerminal(t, id)
-	if rec.Status != outbox.StatusSucceeded {
-		t.Fatalf("intent %s (%s)", rec.Status, adaptertest.LastError(rec))
-	}
-	if !deferredSeen.Load() {
-		t.Fatal("the early redelivery never waited for the first attempt's deferral: the race this test is about was not reached")
-	}
+	}, d, d.entered, d.secondLoaded)
 	out := logs.String()
 	if strings.Contains(out, "recording failed") {
 		t.Fatalf("the deferral was taken for a failed write and retried; logs:\n%s", out)
