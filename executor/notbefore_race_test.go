@@ -36,32 +36,34 @@ func TestRetryAfterHoldsForADeliveryThatReadBeforeIt(t *testing.T) {
 }
 
 func retryAfterRace(t *testing.T, noGroupCommit bool) {
-	d := &raceAfterDest{wait: 4 * time.Second, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
+	const wait = 4 * time.Second
+	d := newRacingDest(adapters.RetryableAfter(fmt.Errorf("503 busy"), wait), false)
 	raceTwoDeliveries(t, adaptertest.Options{Kinds: testKinds, NoGroupCommit: noGroupCommit}, executor.Config{}, d, d.entered, d.secondLoaded)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.calls) < 2 {
-		t.Fatalf("%d executions, want 2", len(d.calls))
-	}
-	if gap := d.calls[1].Sub(d.calls[0]); gap < d.wait {
-		t.Fatalf("second execution %s after the first, before the Retry-After of %s", gap.Round(time.Millisecond), d.wait)
-	}
+	d.checkSentAgainAfter(t, wait)
 }
 
-// raceAfterDest answers its first call with a retryable error carrying a
-// Retry-After once the second delivery has read the intent, and succeeds
-// afterwards.
-type raceAfterDest struct {
+// racingDest answers its first call, once the second delivery has read
+// the intent (secondLoaded), with first — an error carrying the
+// destination's Retry-After — and succeeds afterwards. It records when
+// each call came.
+type racingDest struct {
+	first        error
+	dedups       bool
 	mu           sync.Mutex
-	wait         time.Duration
 	calls        []time.Time
 	entered      chan struct{}
 	secondLoaded chan struct{}
 }
 
-func (d *raceAfterDest) Kind() string                        { return "test" }
-func (d *raceAfterDest) Capabilities() adapters.Capabilities { return adapters.Capabilities{} }
-func (d *raceAfterDest) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
+func newRacingDest(first error, dedups bool) *racingDest {
+	return &racingDest{first: first, dedups: dedups, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
+}
+
+func (d *racingDest) Kind() string { return "test" }
+func (d *racingDest) Capabilities() adapters.Capabilities {
+	return adapters.Capabilities{DedupsOnKey: d.dedups}
+}
+func (d *racingDest) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
 	d.mu.Lock()
 	d.calls = append(d.calls, time.Now())
 	first := len(d.calls) == 1
@@ -69,9 +71,25 @@ func (d *raceAfterDest) Execute(context.Context, adapters.Request) (adapters.Out
 	if first {
 		close(d.entered)
 		<-d.secondLoaded
-		return adapters.Outcome{}, adapters.RetryableAfter(fmt.Errorf("503 busy"), d.wait)
+		return adapters.Outcome{}, d.first
 	}
 	return adapters.Outcome{Status: outbox.StatusSucceeded}, nil
+}
+
+// checkSentAgainAfter checks that the destination was called again, and
+// not before wait (the Retry-After) had passed since the first call; it
+// returns how many calls came.
+func (d *racingDest) checkSentAgainAfter(t *testing.T, wait time.Duration) int {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.calls) < 2 {
+		t.Fatalf("%d executions, want 2", len(d.calls))
+	}
+	if gap := d.calls[1].Sub(d.calls[0]); gap < wait {
+		t.Fatalf("sent again %s after the first execution, before its Retry-After of %s", gap.Round(time.Millisecond), wait)
+	}
+	return len(d.calls)
 }
 
 // raceTwoDeliveries runs one intent through a runtime (o, cfg) executing

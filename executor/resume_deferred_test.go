@@ -1,11 +1,9 @@
 package executor_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/internal/testkit/toolbin"
-	"github.com/fencegate/fencegate/outbox"
 )
 
 // An attempt whose outcome is unknown, at a destination that dedups (the
@@ -27,7 +24,7 @@ import (
 func TestResumedKeyComesBackWhenItsRetryIsDue(t *testing.T) {
 	t.Parallel()
 	const wait = 3 * time.Second
-	d := &unknownThenOK{wait: wait, entered: make(chan struct{}), secondLoaded: make(chan struct{})}
+	d := newRacingDest(&adapters.Error{Err: errors.New("503 after the request was read"), Unknown: true, RetryAfter: wait}, true)
 	var logs toolbin.SyncBuffer
 	// The early redelivery reads the intent before the first attempt
 	// keeps the key for its retry: its load sees no deferral, its Begin
@@ -43,40 +40,7 @@ func TestResumedKeyComesBackWhenItsRetryIsDue(t *testing.T) {
 	if !strings.Contains(out, "not due yet") {
 		t.Fatalf("no redelivery found the retry not due: the path this test is about was not reached; logs:\n%s", out)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.calls) != 2 {
-		t.Fatalf("%d executions, want 2 (the unknown one and the one after the Retry-After)", len(d.calls))
+	if n := d.checkSentAgainAfter(t, wait); n != 2 {
+		t.Fatalf("%d executions, want 2 (the unknown one and the one after the Retry-After)", n)
 	}
-	if gap := d.calls[1].Sub(d.calls[0]); gap < wait {
-		t.Fatalf("sent again %s after the first attempt, before its Retry-After of %s", gap.Round(time.Millisecond), wait)
-	}
-}
-
-// unknownThenOK loses the answer of its first call (the outcome is
-// unknown, with a Retry-After) once the early redelivery has read the
-// intent, dedups on the key, and succeeds afterwards.
-type unknownThenOK struct {
-	mu           sync.Mutex
-	wait         time.Duration
-	calls        []time.Time
-	entered      chan struct{}
-	secondLoaded chan struct{}
-}
-
-func (d *unknownThenOK) Kind() string { return "test" }
-func (d *unknownThenOK) Capabilities() adapters.Capabilities {
-	return adapters.Capabilities{DedupsOnKey: true}
-}
-func (d *unknownThenOK) Execute(context.Context, adapters.Request) (adapters.Outcome, error) {
-	d.mu.Lock()
-	d.calls = append(d.calls, time.Now())
-	first := len(d.calls) == 1
-	d.mu.Unlock()
-	if first {
-		close(d.entered)
-		<-d.secondLoaded
-		return adapters.Outcome{}, &adapters.Error{Err: errors.New("503 after the request was read"), Unknown: true, RetryAfter: d.wait}
-	}
-	return adapters.Outcome{Status: outbox.StatusSucceeded}, nil
 }
