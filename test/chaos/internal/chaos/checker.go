@@ -502,7 +502,7 @@ func checkFiles(obs *Observed, r *Report) {
 		}
 		var pubs []file.Publication
 		if t.Exists {
-			pubs = Applied(t.Manifest)
+			pubs = applied(t.Manifest)
 		}
 		r.Stats["file_publications"] += len(pubs)
 		published := map[string]int{}
@@ -560,14 +560,14 @@ func checkFiles(obs *Observed, r *Report) {
 	}
 }
 
-// Applied returns the publications of m that happened, oldest first: its
+// applied returns the publications of m that happened, oldest first: its
 // history, and its current publication unless that is still pending. A
 // pending current publication was written ahead of a rename that never
 // came (the attempt's owner check failed, or it crashed before the rename;
 // file.Adapter.Published reports one whose content is in place as
 // published): its intent had no effect there, and the file holds the last
 // applied publication's content.
-func Applied(m file.Manifest) []file.Publication {
+func applied(m file.Manifest) []file.Publication {
 	out := append([]file.Publication(nil), m.History...)
 	if m.State != file.StatePending {
 		out = append(out, m.Publication)

@@ -99,7 +99,7 @@ type Target struct {
 	Manifest file.Manifest
 	Exists   bool
 	// ContentMatches reports whether the file's sha256 is the last
-	// applied publication's (Applied).
+	// applied publication's (applied).
 	ContentMatches bool
 	// Refused reports whether the file holds refused (reused operation id)
 	// content.
@@ -210,18 +210,18 @@ func Observe(ctx context.Context, env Env, ops []Op) (*Observed, error) {
 		t := Target{Manifest: m, Exists: ok, Truncated: len(m.History) >= file.DefaultHistoryLimit}
 		if ok {
 			// The file holds the last applied publication's content
-			// (Applied: not a pending one, whose rename never came), or
+			// (applied: not a pending one, whose rename never came), or
 			// is absent when none was ever applied.
-			applied := Applied(m)
+			pubs := applied(m)
 			content, err := os.ReadFile(filepath.Join(env.FileRoot, target))
 			switch {
-			case errors.Is(err, fs.ErrNotExist) && len(applied) == 0:
+			case errors.Is(err, fs.ErrNotExist) && len(pubs) == 0:
 				t.ContentMatches = true
 			case err != nil:
 				return nil, err
-			case len(applied) > 0:
+			case len(pubs) > 0:
 				sum := sha256.Sum256(content)
-				t.ContentMatches = hex.EncodeToString(sum[:]) == applied[len(applied)-1].SHA256
+				t.ContentMatches = hex.EncodeToString(sum[:]) == pubs[len(pubs)-1].SHA256
 			}
 			t.Refused = strings.Contains(string(content), "CONFLICT")
 		}
