@@ -49,9 +49,10 @@ const NotDeferred = `(not_before IS NULL OR not_before <= clock_timestamp())`
 // statement (idempotency/group.go), composed into it: the CTEs l and upd,
 // to follow a data-modifying CTE named ins that returns owner_intent_id;
 // $6 is the final statuses. It counts an attempt on each intent of ins
-// without a final status and not deferred (NotDeferred), locked in id order: the sort below FOR UPDATE
-// consumes all of ins before the first intent is locked, so every key is
-// taken before any intent (Lock order in the package doc). The lock orders
+// without a final status and not deferred (NotDeferred), locked in id
+// order: the sort below FOR UPDATE consumes all of ins before the first
+// intent is locked, so every key is taken before any intent (Lock order
+// in the package doc). The lock orders
 // the count with an operator's cancel, as CountAttempt does. upd returns
 // intent_id and attempts.
 const CountAttemptsCTE = `l AS (
