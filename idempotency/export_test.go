@@ -20,3 +20,6 @@ const (
 	GroupLockKeysSQL     = lockKeysSQL
 	GroupCompleteKeysSQL = completeKeysSQL
 )
+
+// GroupTxBeginQuery begins a shared Begin's or Complete's transaction.
+var GroupTxBeginQuery = groupTxOptions.BeginQuery

@@ -49,17 +49,46 @@ import (
 //     callers' retries are the single path's.
 
 // groupTxOptions begin a shared transaction: READ COMMITTED as every
-// decision of the store, and custom plans for its statements. A cached
-// generic plan is costed once, for the table as it was then: the batch
-// statements of a connection that started on an empty idempotency_keys
-// (a new install, the benchmark after a reset) kept a sequential scan of
-// the key table while it grew — 5 ms a batch and rising through a drain
-// of 50,000 intents (pg_stat_statements). Planned per batch (a fraction of
-// a millisecond for the whole batch), they follow the table's size.
+// decision of the store, and plans that reach every row by an index, made
+// once per connection.
+//
+// Every statement of a batch reaches its rows by key (the keys' primary
+// key, the intents' ids), so a probe of an index is always the right plan;
+// but the planner, on statistics older than the table (a new install, a
+// burst: autovacuum analyzes a minute later at best), chose sequential,
+// bitmap and hash-join scans that grew with the table — 5 ms a batch and
+// rising through a drain of 50,000 intents (docs/performance.md). Custom
+// plans for every batch (force_custom_plan, before) followed the table's
+// size but cost ~0.8 ms of planning per batch, most of PostgreSQL's extra
+// work per intent at a steady 500 /s, where batches hold one or two
+// intents. With scans that are not index probes ruled out (enable_seqscan,
+// enable_bitmapscan, enable_hashjoin, enable_mergejoin off: only where no
+// index path exists does the planner still choose one), the generic plan
+// is a probe whatever the statistics say, and force_generic_plan keeps it
+// for the connection's next batches. TestGroupPlansProbeAndAreKept checks
+// both on a young table.
 var groupTxOptions = pgx.TxOptions{
-	IsoLevel:   pgx.ReadCommitted,
-	BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_custom_plan",
+	IsoLevel: pgx.ReadCommitted,
+	BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan; " +
+		"SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off",
 }
+
+// beginKeysSQL creates the keys of a shared Begin that are new ($1 kinds,
+// $2 keys, $3 fingerprints, $4 intent ids, $7 begin nonces, in the lock
+// order; $5 the lock timeout) and counts the attempts of their intents
+// that have no final status ($6); beginBatch says how.
+const beginKeysSQL = `
+WITH ins AS (
+	INSERT INTO fencegate.idempotency_keys
+		(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until, begin_nonce)
+	SELECT t.kind, t.key, t.fp, 'started', t.id, t.id, clock_timestamp() + $5::interval, nullif(t.nonce, 0)
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $7::bigint[]) WITH ORDINALITY AS t(kind, key, fp, id, nonce, ord)
+	ORDER BY t.ord
+	ON CONFLICT (kind, idempotency_key) DO NOTHING
+	RETURNING owner_intent_id, token, locked_until
+), ` + intents.CountAttemptsCTE + `
+SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts, upd.effect
+FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`
 
 // lockKeysSQL locks the keys ($1 kinds, $2 keys, in lock order) of a
 // shared Complete, each by its own probe of the primary key (completeBatch
@@ -178,18 +207,7 @@ func (s *Store) beginBatch(ctx context.Context, calls []beginCall) []group.Resul
 		// 2. l, upd (internal/intents.CountAttemptsCTE): count the
 		//    attempts, in the same transaction as the keys, only on intents
 		//    without a final status, every key taken before any intent.
-		rows, err := tx.Query(ctx, s.schema.SQL(`
-			WITH ins AS (
-				INSERT INTO fencegate.idempotency_keys
-					(kind, idempotency_key, fingerprint, state, owner_intent_id, first_intent_id, locked_until, begin_nonce)
-				SELECT t.kind, t.key, t.fp, 'started', t.id, t.id, clock_timestamp() + $5::interval, nullif(t.nonce, 0)
-				FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $7::bigint[]) WITH ORDINALITY AS t(kind, key, fp, id, nonce, ord)
-				ORDER BY t.ord
-				ON CONFLICT (kind, idempotency_key) DO NOTHING
-				RETURNING owner_intent_id, token, locked_until
-			), `+intents.CountAttemptsCTE+`
-			SELECT ins.owner_intent_id, ins.token, ins.locked_until, upd.attempts, upd.effect
-			FROM ins LEFT JOIN upd ON upd.intent_id = ins.owner_intent_id`),
+		rows, err := tx.Query(ctx, s.schema.SQL(beginKeysSQL),
 			kinds, keys, fps, ids, interval(s.cfg.LockTimeout), terminalStatuses, nonces)
 		if err != nil {
 			return fmt.Errorf("begin keys: %w", err)

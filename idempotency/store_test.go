@@ -50,9 +50,14 @@ func (f *fixture) with(t *testing.T) *fixture {
 
 func setup(t *testing.T, cfg idempotency.Config) *fixture {
 	t.Helper()
+	return setupOn(t, testdb.New(t), cfg)
+}
+
+// setupOn is setup on a pool of the test's own (a database of testdb's).
+func setupOn(t *testing.T, pool *pgxpool.Pool, cfg idempotency.Config) *fixture {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	t.Cleanup(cancel)
-	pool := testdb.New(t)
 	store, err := idempotency.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
