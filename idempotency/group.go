@@ -57,11 +57,11 @@ import (
 // but the planner, on statistics older than the table (a new install, a
 // burst: autovacuum analyzes a minute later at best), chose sequential,
 // bitmap and hash-join scans that grew with the table — 5 ms a batch and
-// rising through a drain of 50,000 intents (docs/performance.md). Custom
-// plans for every batch (force_custom_plan, before) followed the table's
-// size but cost ~0.8 ms of planning per batch, most of PostgreSQL's extra
-// work per intent at a steady 500 /s, where batches hold one or two
-// intents. With scans that are not index probes ruled out (enable_seqscan,
+// rising through a drain of 50,000 intents (docs/performance.md). A
+// custom plan for every batch follows the table's size but costs ~0.8 ms
+// of planning a batch, which at a steady 500 /s, where batches hold one or
+// two intents, was most of PostgreSQL's extra work per intent over a
+// drain. With scans that are not index probes ruled out (enable_seqscan,
 // enable_bitmapscan, enable_hashjoin, enable_mergejoin off: only where no
 // index path exists does the planner still choose one), the generic plan
 // is a probe whatever the statistics say, and force_generic_plan keeps it
