@@ -116,22 +116,19 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 	}
 	schema := pgschema.MustParse(cfg.Schema)
 	return &Dispatcher{
-		pool:   pool,
-		nc:     nc,
-		js:     js,
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
-		m:      m,
-		wake:   make(chan struct{}, 1),
-		slots:  make(chan struct{}, cfg.MaxInFlight),
-		claims: make(chan struct{}, MaxOpenClaims),
-		// ClaimTTL is validated, and a whole number of milliseconds is
-		// safe to format into the statement.
-		claimTxSQL: fmt.Sprintf(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off; SET LOCAL idle_in_transaction_session_timeout = %d`,
-			max(cfg.ClaimTTL.Milliseconds(), 1)),
-		claimer: intents.In(schema).NewClaimer(cfg.BatchSize),
-		intents: intents.In(schema),
-		schema:  schema,
+		pool:       pool,
+		nc:         nc,
+		js:         js,
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "dispatcher", "dispatcher_id", cfg.ID),
+		m:          m,
+		wake:       make(chan struct{}, 1),
+		slots:      make(chan struct{}, cfg.MaxInFlight),
+		claims:     make(chan struct{}, MaxOpenClaims),
+		claimTxSQL: intents.ClaimTxBegin(cfg.ClaimTTL),
+		claimer:    intents.In(schema).NewClaimer(cfg.BatchSize),
+		intents:    intents.In(schema),
+		schema:     schema,
 	}, nil
 }
 
