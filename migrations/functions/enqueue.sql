@@ -21,6 +21,13 @@ CREATE OR REPLACE FUNCTION fencegate.fencegate_enqueue(
     OUT current_epoch bigint, OUT existing_epoch bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+-- Every statement below reaches its rows by an index, whatever the
+-- tables' statistics: a session keeps the plans it made, and a plan made
+-- on a young table (a new install; autovacuum analyzes at most once a
+-- minute) looked an operation id up by a sequential scan, which every
+-- later enqueue of the session repeated on the grown table
+-- (TestEnqueueProbesOnYoungStatistics, outbox).
+SET enable_seqscan = off
 AS $$
 DECLARE
     ex record;
@@ -105,7 +112,13 @@ $$;
 -- plan_cache_mode = force_generic_plan: each session plans the statements
 -- once, not again on every call inside the critical section (a custom plan
 -- for the array parameters cost more than the rest of a small batch). The
--- payloads (JSON texts) are parsed before any lock is taken.
+-- payloads (JSON texts) are parsed before any lock is taken. A plan made
+-- once is kept while the tables grow, so the tables are reached only by
+-- probes of an index, one per resource and one per operation id (lateral
+-- subqueries, enable_seqscan off): planned as joins on young tables (a new
+-- install; autovacuum analyzes at most once a minute) they read both
+-- tables in full for every later batch of the session
+-- (TestEnqueueBatchProbesOnYoungStatistics, outbox).
 CREATE OR REPLACE FUNCTION fencegate.fencegate_enqueue_batch(
     p_resources text[], p_epochs bigint[], p_operations text[], p_kinds text[],
     p_keys text[], p_fences text[], p_payloads text[], p_notify boolean)
@@ -114,6 +127,7 @@ RETURNS TABLE (ord bigint, outcome text, intent_id bigint, status text,
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -138,13 +152,19 @@ BEGIN
     --    (byte order), and read its epoch from the locked row version. See
     --    above for why the order matters and why a resource with no row
     --    needs no lock.
+    --    Each row by its own probe of the primary key, in the sorted
+    --    order of the outer list (a nested loop keeps it): a join of the
+    --    whole table, the generic plan made while the table was small,
+    --    read every resource for every batch once it had grown.
     SELECT coalesce(array_agg(s.resource_id), '{}'), coalesce(array_agg(s.epoch), '{}')
     INTO l_ids, l_epochs
-    FROM (SELECT r.resource_id, r.epoch
+    FROM (SELECT d0.id FROM (SELECT DISTINCT u.id FROM unnest(p_resources) AS u(id)) d0
+          ORDER BY d0.id COLLATE "C") d
+    CROSS JOIN LATERAL (
+          SELECT r.resource_id, r.epoch
           FROM fencegate.resources r
-          JOIN (SELECT DISTINCT u.id FROM unnest(p_resources) AS u(id)) d ON d.id = r.resource_id
-          ORDER BY r.resource_id COLLATE "C"
-          FOR UPDATE OF r) s;
+          WHERE r.resource_id = d.id
+          FOR UPDATE) s;
 
     -- 2. One set-based statement decides and inserts, with a fresh snapshot
     --    taken after the locks above were granted (see above).
@@ -162,11 +182,18 @@ BEGIN
     ), ex AS (
         -- 3. Retries of operations committed earlier: duplicate or conflict,
         --    whatever the epoch is now (a retry writes nothing).
+        --    Each operation id by its own probe of the unique index (the
+        --    LIMIT keeps the lateral subquery from being planned as a join
+        --    of the whole table).
         SELECT i.intent_id, i.resource_id, i.operation_id, i.status, i.epoch,
                i.kind, i.idempotency_key, i.fence, i.payload
-        FROM fencegate.intents i
-        JOIN (SELECT DISTINCT items.resource_id, items.operation_id FROM items) k
-          ON i.resource_id = k.resource_id AND i.operation_id = k.operation_id
+        FROM (SELECT DISTINCT items.resource_id, items.operation_id FROM items) k
+        CROSS JOIN LATERAL (
+            SELECT x.intent_id, x.resource_id, x.operation_id, x.status, x.epoch,
+                   x.kind, x.idempotency_key, x.fence, x.payload
+            FROM fencegate.intents x
+            WHERE x.resource_id = k.resource_id AND x.operation_id = k.operation_id
+            LIMIT 1) i
     ), cand AS (
         -- 4. The fence: per new operation id, the first item whose epoch is
         --    the current one is inserted.
