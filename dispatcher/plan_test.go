@@ -7,12 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/intents"
@@ -40,17 +36,8 @@ func TestClaimPlansProbeAndAreKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const ttl = 17 * time.Second
-	seen := &claimStatements{begin: intents.ClaimTxBegin(ttl), in: map[*pgx.Conn]bool{}, args: map[string][]any{}}
-	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = seen
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	seen := &testdb.TxStatements{Begin: intents.ClaimTxBegin(ttl)}
+	pool := testdb.NewTracedPool(t, seen)
 	srv := natstest.Start(t)
 	e := &env{t: t, pool: pool, url: srv.URL, ob: coretest.Outbox(t, pool), ls: coretest.Issuer(pool)}
 
@@ -63,7 +50,7 @@ func TestClaimPlansProbeAndAreKept(t *testing.T) {
 	}
 	e.waitAllRelayed(10 * time.Second)
 	d.Stop()
-	stmts := seen.statements()
+	stmts := seen.Statements()
 	for _, want := range []string{"WITH stale AS", "relay_count = relay_count + 1"} {
 		if !slices.ContainsFunc(stmts, func(s string) bool { return strings.Contains(s, want) }) {
 			t.Fatalf("no claim's transaction ran a statement with %q (%d statements seen): the test proves nothing", want, len(stmts))
@@ -95,52 +82,30 @@ func TestClaimPlansProbeAndAreKept(t *testing.T) {
 	}
 	defer conn.Release()
 	checked := 0
-	for i, stmt := range stmts {
-		name := fmt.Sprintf("claim_%d", i)
-		args := seen.argsOf(stmt)
+	for _, stmt := range stmts {
+		args := seen.Args(stmt)
 		lits := make([]string, len(args))
 		for j, a := range args {
 			lits[j] = literal(t, a)
 		}
-		func() {
-			if _, err := conn.Exec(ctx, intents.ClaimTxBegin(ttl)); err != nil {
-				t.Fatal(err)
+		// The arguments the dispatcher passed (the claim's cursor at 0:
+		// the claim every wake-up starts with).
+		plan, generic, custom := testdb.PreparedPlan(t, conn, intents.ClaimTxBegin(ttl), stmt, lits)
+		if custom > 0 || generic == 0 {
+			t.Errorf("planned as a custom plan (generic %d, custom %d): planned again for every claim, on the statistics of the moment:\n%s\n%s", generic, custom, stmt, plan)
+		}
+		scans := intentScan.FindAllString(plan, -1)
+		for _, s := range scans {
+			if !strings.HasPrefix(s, "Index Scan") && !strings.HasPrefix(s, "Index Only Scan") {
+				t.Errorf("%q is not an ordered probe of an index:\n%s\n%s", s, stmt, plan)
 			}
-			defer conn.Exec(ctx, "ROLLBACK")
-			if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+stmt); err != nil {
-				t.Fatalf("PREPARE %s: %v", stmt, err)
-			}
-			// The arguments the dispatcher passed (the claim's cursor at
-			// 0: the claim every wake-up starts with).
-			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE "+name+"("+strings.Join(lits, ", ")+")")
-			if err != nil {
-				t.Fatalf("EXPLAIN EXECUTE %s: %v", stmt, err)
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan := strings.Join(lines, "\n")
-			var generic, custom int64
-			if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1`, name).Scan(&generic, &custom); err != nil {
-				t.Fatal(err)
-			}
-			if custom > 0 || generic == 0 {
-				t.Errorf("planned as a custom plan (generic %d, custom %d): planned again for every claim, on the statistics of the moment:\n%s\n%s", generic, custom, stmt, plan)
-			}
-			scans := intentScan.FindAllString(plan, -1)
-			for _, s := range scans {
-				if !strings.HasPrefix(s, "Index Scan") && !strings.HasPrefix(s, "Index Only Scan") {
-					t.Errorf("%q is not an ordered probe of an index:\n%s\n%s", s, stmt, plan)
-				}
-			}
-			if strings.Contains(plan, "Sort") {
-				t.Errorf("the plan sorts what it read instead of reading it in order:\n%s\n%s", stmt, plan)
-			}
-			if len(scans) > 0 {
-				checked++
-			}
-		}()
+		}
+		if strings.Contains(plan, "Sort") {
+			t.Errorf("the plan sorts what it read instead of reading it in order:\n%s\n%s", stmt, plan)
+		}
+		if len(scans) > 0 {
+			checked++
+		}
 	}
 	if checked == 0 {
 		t.Fatalf("none of the %d statements read the intents: the test proves nothing", len(stmts))
@@ -176,51 +141,3 @@ func literal(t *testing.T, a any) string {
 		return ""
 	}
 }
-
-// claimStatements is a tracer that keeps the statements run inside claims'
-// transactions (from a BEGIN in their settings to the COMMIT or
-// ROLLBACK), each text once with the arguments of its first call.
-type claimStatements struct {
-	begin string
-	mu    sync.Mutex
-	in    map[*pgx.Conn]bool
-	args  map[string][]any
-}
-
-func (c *claimStatements) note(conn *pgx.Conn, sql string, args []any) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch s := strings.TrimSpace(strings.ToLower(sql)); {
-	case sql == c.begin:
-		c.in[conn] = true
-	case s == "commit" || s == "rollback":
-		c.in[conn] = false
-	case c.in[conn]:
-		if _, ok := c.args[sql]; !ok {
-			c.args[sql] = args
-		}
-	}
-}
-
-func (c *claimStatements) statements() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.args))
-	for s := range c.args {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func (c *claimStatements) argsOf(sql string) []any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.args[sql]
-}
-
-func (c *claimStatements) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	c.note(conn, d.SQL, d.Args)
-	return ctx
-}
-func (c *claimStatements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

@@ -3,11 +3,9 @@ package idempotency_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -120,17 +118,9 @@ func estimate(t *testing.T, pool *pgxpool.Pool, query string) int {
 func TestGroupPlansProbeAndAreKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	seen := &groupStatements{in: map[*pgx.Conn]bool{}, sql: map[string]bool{}}
-	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = seen
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	// A shared transaction's BEGIN, with internal/durable's suffix.
+	seen := &testdb.TxStatements{Begin: idempotency.GroupTxBeginQuery}
+	pool := testdb.NewTracedPool(t, seen)
 
 	tables := []string{"idempotency_keys", "intents", "intent_attempts"}
 	for _, tb := range tables {
@@ -141,7 +131,7 @@ func TestGroupPlansProbeAndAreKept(t *testing.T) {
 		}
 	}
 	groupScenario(t, setupOn(t, pool, idempotency.Config{Schema: testdb.Schema(), GroupCommit: true}))
-	stmts := seen.statements()
+	stmts := seen.Statements()
 	for _, want := range []string{"WITH ins AS", "CROSS JOIN LATERAL"} {
 		if !slices.ContainsFunc(stmts, func(s string) bool { return strings.Contains(s, want) }) {
 			t.Fatalf("no shared Begin or Complete ran (no statement with %q among %d): the test proves nothing", want, len(stmts))
@@ -166,44 +156,17 @@ func TestGroupPlansProbeAndAreKept(t *testing.T) {
 	}
 	defer conn.Release()
 	checked := 0
-	for i, stmt := range stmts {
-		name := fmt.Sprintf("group_%d", i)
-		func() {
-			if _, err := conn.Exec(ctx, idempotency.GroupTxBeginQuery); err != nil {
-				t.Fatal(err)
+	for _, stmt := range stmts {
+		plan, generic, custom := testdb.PreparedPlan(t, conn, idempotency.GroupTxBeginQuery, stmt, nil)
+		if custom > 0 || generic == 0 {
+			t.Errorf("planned as a custom plan (generic %d, custom %d): planned again for every batch:\n%s", generic, custom, stmt)
+		}
+		for _, s := range tableScan.FindAllString(plan, -1) {
+			if !strings.HasPrefix(s, "Index Scan") && !strings.HasPrefix(s, "Index Only Scan") && !strings.HasPrefix(s, "Tid Scan") {
+				t.Errorf("%q is not a probe of an index:\n%s\n%s", s, stmt, plan)
 			}
-			defer conn.Exec(ctx, "ROLLBACK")
-			if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+stmt); err != nil {
-				t.Fatalf("PREPARE %s: %v", stmt, err)
-			}
-			var params int
-			if err := conn.QueryRow(ctx, `SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = $1`, name).Scan(&params); err != nil {
-				t.Fatal(err)
-			}
-			nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
-			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE "+name+"("+nulls+")")
-			if err != nil {
-				t.Fatalf("EXPLAIN EXECUTE %s: %v", stmt, err)
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan := strings.Join(lines, "\n")
-			var generic, custom int64
-			if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1`, name).Scan(&generic, &custom); err != nil {
-				t.Fatal(err)
-			}
-			if custom > 0 || generic == 0 {
-				t.Errorf("planned as a custom plan (generic %d, custom %d): planned again for every batch:\n%s", generic, custom, stmt)
-			}
-			for _, s := range tableScan.FindAllString(plan, -1) {
-				if !strings.HasPrefix(s, "Index Scan") && !strings.HasPrefix(s, "Index Only Scan") && !strings.HasPrefix(s, "Tid Scan") {
-					t.Errorf("%q is not a probe of an index:\n%s\n%s", s, stmt, plan)
-				}
-			}
-			checked++
-		}()
+		}
+		checked++
 	}
 	if !t.Failed() {
 		t.Logf("%d statements of shared Begins and Completes: each a generic plan, every scan of %v a probe (of an index, or of a row a batch has locked by its ctid)", checked, tables)
@@ -213,46 +176,3 @@ func TestGroupPlansProbeAndAreKept(t *testing.T) {
 // tableScan matches a plan node that reads the keys, the intents or the
 // attempts.
 var tableScan = regexp.MustCompile(`[A-Z][A-Za-z ]*Scan(?: using \S+)? on (?:idempotency_keys|intents|intent_attempts)\b`)
-
-// groupStatements is a tracer that keeps the statements run inside the
-// shared transactions of group commit (from a BEGIN in their settings to
-// its COMMIT or ROLLBACK), each text once.
-type groupStatements struct {
-	mu  sync.Mutex
-	in  map[*pgx.Conn]bool
-	sql map[string]bool
-}
-
-func (g *groupStatements) note(conn *pgx.Conn, sql string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch s := strings.TrimSpace(strings.ToLower(sql)); {
-	case strings.HasPrefix(sql, idempotency.GroupTxBeginQuery): // and internal/durable's suffix
-		g.in[conn] = true
-	case s == "commit" || s == "rollback":
-		g.in[conn] = false
-	case g.in[conn]:
-		g.sql[sql] = true
-	}
-}
-
-func (g *groupStatements) statements() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := slices.Collect(maps.Keys(g.sql))
-	slices.Sort(out)
-	return out
-}
-
-func (g *groupStatements) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	g.note(conn, d.SQL)
-	return ctx
-}
-func (g *groupStatements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (g *groupStatements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-func (g *groupStatements) TraceBatchQuery(_ context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
-	g.note(conn, d.SQL)
-}
-func (g *groupStatements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

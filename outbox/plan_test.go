@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -24,39 +25,8 @@ import (
 func TestEnqueueProbesOnYoungStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testdb.NewURL(t)
-	admin, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	// One connection: every enqueue below runs in the session whose plans
-	// were made on the young table.
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "young", "w", 3600e9)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	exec := func(q string) {
-		t.Helper()
-		if _, err := admin.Exec(ctx, testdb.SQL(q)); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	e := newYoungEnv(t)
+	ob, exec := e.ob, e.exec
 	// A young table, analyzed: a page of intents.
 	exec(`ALTER TABLE fencegate.intents SET (autovacuum_enabled = false)`)
 	exec(`INSERT INTO fencegate.intents (resource_id, epoch, operation_id, kind, idempotency_key, fence, payload)
@@ -64,7 +34,7 @@ func TestEnqueueProbesOnYoungStatistics(t *testing.T) {
 	exec(`ANALYZE fencegate.intents`)
 	enqueue := func(op string, retry bool) {
 		t.Helper()
-		r, err := ob.Enqueue(ctx, emailIntent("young", l.Epoch, op))
+		r, err := ob.Enqueue(ctx, emailIntent("young", e.epoch, op))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,18 +54,7 @@ func TestEnqueueProbesOnYoungStatistics(t *testing.T) {
 
 	seqScans := func() int64 {
 		t.Helper()
-		// The enqueuing session's counters reach the shared statistics
-		// when it next goes idle after this.
-		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(ctx, `SELECT 1`); err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		if err := admin.QueryRow(ctx, testdb.SQL(`SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'fencegate.intents'::regclass`)).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
+		n, _ := e.reads("intents")
 		return n
 	}
 	before := seqScans()
@@ -124,36 +83,8 @@ func TestEnqueueProbesOnYoungStatistics(t *testing.T) {
 func TestEnqueueBatchProbesOnYoungStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testdb.NewURL(t)
-	admin, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1 // one session: its plans are made on the young tables
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "young", "w", 3600e9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec := func(q string) {
-		t.Helper()
-		if _, err := admin.Exec(ctx, testdb.SQL(q)); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	e := newYoungEnv(t)
+	ob, exec := e.ob, e.exec
 	const grown = 20000
 	for _, tb := range []string{"intents", "resources"} {
 		exec(`ALTER TABLE fencegate.` + tb + ` SET (autovacuum_enabled = false)`)
@@ -168,7 +99,7 @@ func TestEnqueueBatchProbesOnYoungStatistics(t *testing.T) {
 		t.Helper()
 		in := make([]outbox.Intent, size)
 		for i := range in {
-			in[i] = emailIntent("young", l.Epoch, fmt.Sprintf("%s-%d", tag, i))
+			in[i] = emailIntent("young", e.epoch, fmt.Sprintf("%s-%d", tag, i))
 		}
 		res, err := ob.EnqueueBatch(ctx, in)
 		if err != nil {
@@ -189,18 +120,8 @@ func TestEnqueueBatchProbesOnYoungStatistics(t *testing.T) {
 
 	read := func() (intents, resources int64) {
 		t.Helper()
-		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(ctx, `SELECT 1`); err != nil {
-			t.Fatal(err)
-		}
-		if err := admin.QueryRow(ctx, testdb.SQL(`SELECT
-			sum(seq_tup_read + coalesce(idx_tup_fetch, 0)) FILTER (WHERE relid = 'fencegate.intents'::regclass),
-			sum(seq_tup_read + coalesce(idx_tup_fetch, 0)) FILTER (WHERE relid = 'fencegate.resources'::regclass)
-			FROM pg_stat_user_tables`)).Scan(&intents, &resources); err != nil {
-			t.Fatal(err)
-		}
+		_, intents = e.reads("intents")
+		_, resources = e.reads("resources")
 		return intents, resources
 	}
 	i0, r0 := read()
@@ -215,10 +136,80 @@ func TestEnqueueBatchProbesOnYoungStatistics(t *testing.T) {
 	// probes' — each through the unique index, or, planned on young
 	// statistics, through the resource's index (then at most the
 	// resource's own intents) — never the table's 20,000.
-	own := countIntents(t, admin, "resource_id = 'young'")
+	own := countIntents(t, e.admin, "resource_id = 'young'")
 	if perResources > 1 || perIntents > float64(size*own) {
 		t.Errorf("a batch of %d intents of one resource read %.0f resources (want 1) and %.0f intents (want at most %d probes of the resource's %d) from tables grown 1,000× past their statistics (%d rows)", size, perResources, perIntents, size, own, grown)
 	} else {
 		t.Logf("%d batches of %d on tables grown 1,000× past their statistics (%d rows): %.1f resources and %.0f intents read a batch (the resource holds %d)", 2*n, size, grown, perResources, perIntents, own)
 	}
+}
+
+// youngEnv is a session of its own (a pool of one connection, so every
+// call runs with the plans that session made) over a new database, with
+// a lease on the resource "young", and a second pool to set the tables up
+// and read their statistics.
+type youngEnv struct {
+	t     *testing.T
+	admin *pgxpool.Pool
+	pool  *pgxpool.Pool
+	ob    *outbox.Client
+	epoch int64
+}
+
+func newYoungEnv(t *testing.T) *youngEnv {
+	t.Helper()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "young", "w", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &youngEnv{t: t, admin: admin, pool: pool, ob: ob, epoch: l.Epoch}
+}
+
+func (e *youngEnv) exec(q string) {
+	e.t.Helper()
+	if _, err := e.admin.Exec(context.Background(), testdb.SQL(q)); err != nil {
+		e.t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// reads returns how many sequential scans of table, and how many rows read
+// by sequential and index scans, the statistics count so far, the
+// session's own included.
+func (e *youngEnv) reads(table string) (seqScans, rows int64) {
+	e.t.Helper()
+	ctx := context.Background()
+	// The session's counters reach the shared statistics when it next
+	// goes idle after this.
+	if _, err := e.pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `SELECT 1`); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.admin.QueryRow(ctx, `SELECT seq_scan, seq_tup_read + coalesce(idx_tup_fetch, 0)
+		FROM pg_stat_user_tables WHERE relid = $1::regclass`, testdb.SQL("fencegate."+table)).Scan(&seqScans, &rows); err != nil {
+		e.t.Fatal(err)
+	}
+	return seqScans, rows
 }
