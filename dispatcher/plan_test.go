@@ -25,8 +25,8 @@ import (
 // intents_pending_idx followed by a sort. A bitmap scan visits every heap
 // row the index names, dead ones included, and never marks a dead entry
 // as such, so each claim read every intent relayed since the last vacuum
-// of the table (at a steady 500 /s: up to 3.4 ms a claim, ~40 % of
-// PostgreSQL's time in some runs of `gateway bench --case e2e-latency`).
+// of the table (at a steady 500 /s: up to 3.4 ms a claim, 34–42 % of
+// PostgreSQL's statement time in some runs of `gateway bench --case e2e-latency`).
 // An ordered index scan stops at the first live pending rows and marks
 // the dead entries it passes, so the next claim skips them. The
 // statements checked are those the dispatcher really ran (caught by a
