@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -60,35 +59,42 @@ func (s *TxStatements) Args(sql string) []any {
 	return s.args[sql]
 }
 
+// TraceQueryStart notes a statement (pgx.QueryTracer).
 func (s *TxStatements) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	s.note(conn, d.SQL, d.Args)
 	return ctx
 }
+
+// TraceQueryEnd does nothing (pgx.QueryTracer).
 func (s *TxStatements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TraceBatchStart does nothing (pgx.BatchTracer).
 func (s *TxStatements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
+
+// TraceBatchQuery notes a statement of a batch (pgx.BatchTracer).
 func (s *TxStatements) TraceBatchQuery(_ context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
 	s.note(conn, d.SQL, d.Args)
 }
+
+// TraceBatchEnd does nothing (pgx.BatchTracer).
 func (s *TxStatements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// Querier is a connection a test explains statements on.
-type Querier interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-	QueryRow(context.Context, string, ...any) pgx.Row
-}
-
 // PreparedPlan prepares stmt (as it was run: its schema already in it) on
-// q inside a transaction begun by begin, explains its execution with the
-// SQL literals lits (nil: NULL for every parameter), rolls the transaction
-// back and returns the plan with how many generic and custom plans
-// PostgreSQL made for it: a statement a component runs in that
-// transaction's settings, planned as the component's would be.
-func PreparedPlan(t testing.TB, q Querier, begin, stmt string, lits []string) (plan string, generic, custom int64) {
+// a connection of pool inside a transaction begun by begin, explains its
+// execution with the SQL literals lits (nil: NULL for every parameter),
+// rolls the transaction back and returns the plan; the test fails unless
+// PostgreSQL made a generic plan and no custom one (a plan kept for every
+// run, as the component's would be in that transaction's settings).
+func PreparedPlan(t testing.TB, pool *pgxpool.Pool, begin, stmt string, lits []string) string {
 	t.Helper()
 	ctx := context.Background()
+	q, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Release()
 	name := fmt.Sprintf("testdb_plan_%d", planSeq.Add(1))
 	if _, err := q.Exec(ctx, begin); err != nil {
 		t.Fatal(err)
@@ -112,10 +118,15 @@ func PreparedPlan(t testing.TB, q Querier, begin, stmt string, lits []string) (p
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan := strings.Join(lines, "\n")
+	var generic, custom int64
 	if err := q.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1`, name).Scan(&generic, &custom); err != nil {
 		t.Fatal(err)
 	}
-	return strings.Join(lines, "\n"), generic, custom
+	if custom > 0 || generic == 0 {
+		t.Errorf("planned as a custom plan (generic %d, custom %d): planned again for every run, on the statistics of the moment:\n%s\n%s", generic, custom, stmt, plan)
+	}
+	return plan
 }
 
 var planSeq atomic.Int64
