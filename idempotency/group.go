@@ -68,9 +68,8 @@ import (
 // for the connection's next batches. TestGroupPlansProbeAndAreKept checks
 // both on a young table.
 var groupTxOptions = pgx.TxOptions{
-	IsoLevel: pgx.ReadCommitted,
-	BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan; " +
-		"SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off",
+	IsoLevel:   pgx.ReadCommitted,
+	BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; " + intents.ProbePlans,
 }
 
 // beginKeysSQL creates the keys of a shared Begin that are new ($1 kinds,

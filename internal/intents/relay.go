@@ -24,35 +24,37 @@ func (t Table) NewClaimer(batchSize int) Claimer {
 	return Claimer{sql: t.s.SQL(fmt.Sprintf(claimSQLFormat, batchSize))}
 }
 
+// ProbePlans are the SET LOCAL statements (for a BEGIN) of a transaction
+// whose statements all reach their rows by key, and so must always be
+// probes of an index: scans that are not (sequential, bitmap, hash and
+// merge joins) are ruled out — only where no index path exists does the
+// planner still choose one — and the generic plan is kept
+// (force_generic_plan), so each statement is planned once per connection
+// whatever the tables' statistics say. The planner otherwise chose, on
+// statistics older or stranger than the table, plans that read what the
+// statement did not need and grew with the table (the shared Begin's and
+// Complete's, the claim's: docs/performance.md).
+const ProbePlans = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; " +
+	"SET LOCAL enable_bitmapscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
+
 // ClaimTxBegin begins a claim's transaction, in which the claim and the
 // mark run; claimTTL is the dispatcher's ClaimTTL (the idle timeout: see
-// the dispatcher's claim). Both statements are planned once per
-// connection, as ordered probes of an index, whatever the statistics say:
-//
-//   - enable_bitmapscan off: on a table whose statistics show few pending
-//     intents (any table that settles what it relays), the planner costs
-//     the pending scan as a bitmap scan of intents_pending_idx and a sort
-//     cheaper than the ordered index scan. A bitmap scan visits every heap
-//     row the partial index names, dead versions included (every intent
-//     relayed since the table's last vacuum), and never marks a dead entry
-//     as such, so every claim paid for all of them again: up to 3.4 ms a
-//     claim at a steady 500 /s (docs/performance.md). The ordered index
-//     scan stops at the first live pending rows and marks the dead entries
-//     it passes, which the next claim skips without reading the heap.
-//   - enable_seqscan off: the only other way to the rows, a scan of the
-//     table and a sort, is ruled out too, so the one plan left is the
-//     probe; the mark reaches its rows by the primary key.
-//   - plan_cache_mode force_generic_plan: with the other plans ruled out,
-//     a plan made per claim would only cost planning (the claim and the
-//     mark were planned anew for about half of their runs).
-//
-// TestClaimPlansProbeAndAreKept (dispatcher) checks the statements the
-// dispatcher runs in this transaction.
+// the dispatcher's claim). Both are planned with ProbePlans. Without
+// them, on a table whose statistics show few pending intents (any table
+// that settles what it relays), the planner costed the pending scan as a
+// bitmap scan of intents_pending_idx and a sort, cheaper than the ordered
+// index scan. A bitmap scan visits every heap row the partial index
+// names, dead versions included (every intent relayed since the table's
+// last vacuum), and never marks a dead entry as such, so every claim paid
+// for all of them again: up to 3.4 ms a claim at a steady 500 /s. The
+// ordered index scan stops at the first live pending rows and marks the
+// dead entries it passes, which the next claim skips without reading the
+// heap. TestClaimPlansProbeAndAreKept (dispatcher) checks the statements
+// the dispatcher runs in this transaction.
 func ClaimTxBegin(claimTTL time.Duration) string {
 	// A whole number of milliseconds is safe to format into the statement.
-	return fmt.Sprintf(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off; SET LOCAL idle_in_transaction_session_timeout = %d; `+
-		`SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off`,
-		max(claimTTL.Milliseconds(), 1))
+	return fmt.Sprintf(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = off; SET LOCAL idle_in_transaction_session_timeout = %d; `,
+		max(claimTTL.Milliseconds(), 1)) + ProbePlans
 }
 
 // claimSQLFormat claims up to BatchSize (the %[1]d) intents by locking
@@ -91,8 +93,9 @@ func ClaimTxBegin(claimTTL time.Duration) string {
 // hash join over a sequential scan of the whole table (docs/performance.md).
 // With literal limits, and the claim's transaction's settings
 // (ClaimTxBegin) ruling out bitmap and sequential scans, each CTE is an
-// ordered index scan whatever the table's size and statistics. The outer LIMIT takes re-relays first and tops up with pending intents;
-// the CTEs are read lazily, so the pending scan stops (and locks nothing
+// ordered index scan whatever the table's size and statistics. The outer
+// LIMIT takes re-relays first and tops up with pending intents; the CTEs
+// are read lazily, so the pending scan stops (and locks nothing
 // more) once the batch is full.
 const claimSQLFormat = `
 WITH stale AS (

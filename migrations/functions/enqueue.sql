@@ -182,9 +182,10 @@ BEGIN
     ), ex AS (
         -- 3. Retries of operations committed earlier: duplicate or conflict,
         --    whatever the epoch is now (a retry writes nothing).
-        --    Each operation id by its own probe of the unique index (the
-        --    LIMIT keeps the lateral subquery from being planned as a join
-        --    of the whole table).
+        --    Each operation id by its own probe of an index (the unique
+        --    one; on young statistics the planner may take the resource's,
+        --    which reads that resource's intents): the LIMIT keeps the
+        --    lateral subquery from being planned as a join of the table.
         SELECT i.intent_id, i.resource_id, i.operation_id, i.status, i.epoch,
                i.kind, i.idempotency_key, i.fence, i.payload
         FROM (SELECT DISTINCT items.resource_id, items.operation_id FROM items) k
