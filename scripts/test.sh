@@ -61,23 +61,14 @@ if [ $# -gt 0 ]; then pkgs=(); fi
 # application's own tables called intents, resources, … in public
 # (internal/testkit/testdb): a statement that named a table without its schema, or
 # a component that ignored its Schema, fails. TEST_SCHEMAS chooses
-# (e.g. TEST_SCHEMAS=fencegate for one run).
-#
-# The NATS cluster's fault test (test/cluster, ~60 s of the CI machine's
-# ~6 min a pass) runs in the first pass only: what it checks is how the
-# gateway rides out NATS nodes that die or stop, and the statements it
-# runs are those of the package tests and of test/chaos, which run in
-# both. TEST_SCHEMAS=fg_alt scripts/test.sh ./test/cluster/ runs it in the
-# other schema.
-first=1
-for schema in ${TEST_SCHEMAS:-fencegate fg_alt}; do
-	section "tests (schema $schema)"
-	run=("${pkgs[@]}")
-	if [ "$first" = 0 ] && [ ${#pkgs[@]} -gt 0 ]; then
-		mapfile -t run < <(go list ./... | grep -v '/test/cluster$')
-	fi
-	first=0
-	GATEWAY_TEST_SCHEMA="$schema" GATEWAY_SCHEMA="$schema" \
-		bin/testenv -- go test -count=1 -timeout 20m "$@" "${run[@]}"
-done
+# (e.g. TEST_SCHEMAS=fencegate for one run). Each package's test binary is
+# built once and run once per schema, one after the other, by
+# scripts/test-schemas.sh (go test's -exec), which also says which runs
+# the NATS cluster's fault test skips. TEST_SCHEMAS=fg_alt
+# scripts/test.sh ./test/cluster/ runs that one in the other schema.
+export TEST_SCHEMAS="${TEST_SCHEMAS:-fencegate fg_alt}"
+section "tests (schemas $TEST_SCHEMAS)"
+# -timeout bounds each schema's run of a package's tests; go test stops a
+# package's runs together a minute after it.
+bin/testenv -- go test -count=1 -timeout 20m -exec "$PWD/scripts/test-schemas.sh" "$@" "${pkgs[@]}"
 section "done"
