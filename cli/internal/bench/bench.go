@@ -147,12 +147,13 @@ type benchEnv struct {
 	stopTimeout time.Duration
 
 	// The budget's handles (budget.go): the benchmark database's name and
-	// oid, the server's postmaster when the bench started it (0: unknown),
-	// its TCP port (0: not TCP), and why pg_stat_statements cannot be read
-	// ("" when it can, in the benchmark's database).
+	// oid, the server's postmaster (the bench's own server's, or a given
+	// server's when it runs on this machine; else why not), its TCP port
+	// (0: not TCP), and why pg_stat_statements cannot be read ("" when it
+	// can, in the benchmark's database).
 	dbName   string
 	dbOID    int64
-	pgPID    int
+	pg       serverProcs
 	pgPort   int
 	stmtsOff string
 	// River's side of the budget (--river-peer): the peer's binary and the
@@ -331,7 +332,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		"cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH,
 		"cpu_model": cpuModel(), "memory_mb": memTotalMB(),
 	}
-	pgPID := 0
+	var pg serverProcs
 	if dbURL == "" {
 		fmt.Fprintln(cfg.Log, "gateway bench: starting a throwaway PostgreSQL cluster (fsync on)…")
 		// pg_stat_statements counts the statements of e2e-drain's budget;
@@ -343,7 +344,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 		}
 		parts.Add("PostgreSQL", func() { _ = c.Stop() }, nil)
 		dbURL = c.URL("postgres")
-		pgPID = c.PID()
+		pg.pid = c.PID()
 		machine["postgres"] = "throwaway, fsync on"
 	} else {
 		machine["postgres"] = "given by --database-url"
@@ -352,6 +353,12 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	if err != nil {
 		return fail(err)
 	}
+	if pg.pid == 0 {
+		// A given server's CPU is measured too when it runs here: all of
+		// it, every database's backends included (the note says so).
+		pg.pid, pg.off = localPostmaster(ctx, admin)
+	}
+	machine["postgres_cpu_measured"] = pg.pid > 0
 	name := "fencegate_bench_" + randHex(6)
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		admin.Close()
@@ -447,7 +454,7 @@ func startBench(ctx context.Context, cfg Config, dbURL, natsURL string) (*benchE
 	}
 	env := &benchEnv{pool: pool, schema: pgschema.MustParse(cfg.Schema), dbURL: withDB(dbURL, name), natsURL: natsURL, fsyncOff: fsync == "off",
 		log: cfg.Log, payload: benchPayload(), gatewayMain: cfg.RunGateway, stopTimeout: cfg.StopTimeout,
-		dbName: name, dbOID: dbOID, pgPID: pgPID, pgPort: pgTCPPort(dbURL), stmtsOff: stmtsOff,
+		dbName: name, dbOID: dbOID, pg: pg, pgPort: pgTCPPort(dbURL), stmtsOff: stmtsOff,
 		riverPeer: cfg.RiverPeer, riverDB: riverDB, riverURL: riverURL, riverPool: riverPool, natsEmbedded: cfg.NATSURL == ""}
 	return env, machine, parts.StopAll, nil
 }

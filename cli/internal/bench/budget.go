@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -103,8 +104,17 @@ type pgSnapshot struct {
 	stmts  map[[2]int64]stmtCounts // (dbid, queryid)
 	// stmtErr is why pg_stat_statements could not be read ("" when it was).
 	stmtErr string
-	// cpuTicks is the server's CPU in clock ticks; -1 unknown.
+	// cpuTicks is the server's CPU in clock ticks; -1 unknown, and cpuOff
+	// says why.
 	cpuTicks int64
+	cpuOff   string
+}
+
+// serverProcs names the PostgreSQL server's processes: its postmaster's
+// pid, or 0 and why it is not known.
+type serverProcs struct {
+	pid int
+	off string
 }
 
 // querier is what a snapshot reads through: a pool or one connection.
@@ -115,10 +125,10 @@ type querier interface {
 
 // snapshotPG reads the counters: the tables of schema in the database q
 // is connected to, WAL position and pg_stat_statements through stmtQ (the
-// database where the extension is), and the server's CPU when pgPID is
-// known.
-func snapshotPG(ctx context.Context, q, stmtQ querier, stmtsOff, schema string, pgPID int) (*pgSnapshot, error) {
-	s := &pgSnapshot{at: time.Now(), tables: map[string]tableCounts{}, stmts: map[[2]int64]stmtCounts{}, cpuTicks: -1}
+// database where the extension is), and the server's CPU when its
+// postmaster is known.
+func snapshotPG(ctx context.Context, q, stmtQ querier, stmtsOff, schema string, server serverProcs) (*pgSnapshot, error) {
+	s := &pgSnapshot{at: time.Now(), tables: map[string]tableCounts{}, stmts: map[[2]int64]stmtCounts{}, cpuTicks: -1, cpuOff: server.off}
 	// Counters of the backends that have not flushed yet are not in the
 	// view; the callers take snapshots when the measured clients' backends
 	// have exited (pgStatsSettled), which flushes them.
@@ -146,8 +156,10 @@ func snapshotPG(ctx context.Context, q, stmtQ querier, stmtsOff, schema string, 
 	} else if err := readStatements(ctx, stmtQ, s); err != nil {
 		s.stmtErr = "pg_stat_statements unreadable: " + oneLine(err.Error())
 	}
-	if pgPID > 0 {
-		s.cpuTicks = processTreeTicks(pgPID)
+	if server.pid > 0 {
+		if s.cpuTicks = processTreeTicks(server.pid); s.cpuTicks < 0 {
+			s.cpuOff = "the server's postmaster (pid " + strconv.Itoa(server.pid) + ") is gone"
+		}
 	}
 	return s, nil
 }
@@ -220,7 +232,7 @@ func budgetOf(unit string, units int, before, after *pgSnapshot, dbOID int64) *B
 	if before.cpuTicks >= 0 && after.cpuTicks >= 0 {
 		b.PGCPUUs = ptr(float64(after.cpuTicks-before.cpuTicks) * 1e6 / clockTicks / n)
 	} else {
-		b.Absent["pg_cpu_us_per_intent"] = "the server was not started by the bench (--database-url): its processes are not known"
+		b.Absent["pg_cpu_us_per_intent"] = cmp.Or(after.cpuOff, before.cpuOff, "the server's processes are not known")
 	}
 	return b
 }
@@ -334,6 +346,38 @@ func procTimes(pid int) (ppid int, self, children int64, ok bool) {
 	}
 	num := func(k int) int64 { n, _ := strconv.ParseInt(f[k-3], 10, 64); return n }
 	return int(num(4)), num(14) + num(15), num(16) + num(17), true
+}
+
+// localPostmaster finds the postmaster of the server q is connected to
+// when that server runs on this machine and its processes are visible
+// here (postmasterOf says how), or returns 0 and why not. Reading
+// data_directory takes a superuser or pg_read_all_settings.
+func localPostmaster(ctx context.Context, q querier) (pid int, why string) {
+	var backend int
+	var dataDir string
+	if err := q.QueryRow(ctx, benchTag+`SELECT pg_backend_pid(), current_setting('data_directory')`).Scan(&backend, &dataDir); err != nil {
+		return 0, "the server's data directory is not readable by this role (superuser or pg_read_all_settings): " + oneLine(err.Error())
+	}
+	return postmasterOf(backend, dataDir)
+}
+
+// postmasterOf is the parent of process backend, taken for the postmaster
+// of the server whose data directory is dataDir only when that process
+// works in dataDir (a postmaster does): a backend pid from another host
+// or container, which may name an unrelated process here, is refused.
+func postmasterOf(backend int, dataDir string) (pid int, why string) {
+	ppid, _, _, ok := procTimes(backend)
+	if !ok {
+		return 0, "the server's processes are not on this machine (its backend, pid " + strconv.Itoa(backend) + ", is not in /proc)"
+	}
+	cwd, err := os.Readlink("/proc/" + strconv.Itoa(ppid) + "/cwd")
+	if err != nil {
+		return 0, "the server's processes are not readable by this user: " + oneLine(err.Error())
+	}
+	if filepath.Clean(cwd) != filepath.Clean(dataDir) {
+		return 0, "the server's processes are not on this machine (pid " + strconv.Itoa(ppid) + " does not work in the data directory " + dataDir + ")"
+	}
+	return ppid, ""
 }
 
 // selfCPU is this process's user+system CPU time.

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -145,4 +147,51 @@ func TestLSNDiff(t *testing.T) {
 	if _, err := lsnDiff("nope", "0/0"); err == nil {
 		t.Error("a bad LSN was accepted")
 	}
+}
+
+// A given server's postmaster is the parent of its backend only when that
+// parent works in the server's data directory: here the "backend" is this
+// test process, its parent the go command (or a shell), whose working
+// directory stands in for the data directory.
+func TestPostmasterOf(t *testing.T) {
+	t.Parallel()
+	parent := os.Getppid()
+	cwd, err := os.Readlink("/proc/" + strconv.Itoa(parent) + "/cwd")
+	if err != nil {
+		t.Fatalf("read the parent's working directory: %v", err)
+	}
+	if pid, why := postmasterOf(os.Getpid(), cwd); pid != parent || why != "" {
+		t.Fatalf("postmasterOf(self, parent's cwd) = %d, %q; want %d", pid, why, parent)
+	}
+	if pid, why := postmasterOf(os.Getpid(), filepath.Join(cwd, "not-the-data-directory")); pid != 0 || !strings.Contains(why, "not on this machine") {
+		t.Fatalf("postmasterOf(self, another directory) = %d, %q; want refused", pid, why)
+	}
+	if pid, why := postmasterOf(1<<30, cwd); pid != 0 || !strings.Contains(why, "not in /proc") {
+		t.Fatalf("postmasterOf(no such backend) = %d, %q; want refused", pid, why)
+	}
+}
+
+// The test server's postmaster is found from a connection to it when it
+// runs here: the pid testenv started it with. (A server given to the test
+// command from elsewhere: found, or refused with a reason.)
+func TestLocalPostmaster(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testdb.Server(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	pid, why := localPostmaster(ctx, conn)
+	want, _ := strconv.Atoi(os.Getenv("GATEWAY_TEST_POSTMASTER_PID"))
+	switch {
+	case want > 0 && (pid != want || why != ""):
+		t.Fatalf("localPostmaster = %d, %q; want testenv's postmaster %d", pid, why, want)
+	case want == 0 && (pid > 0) == (why != ""):
+		t.Fatalf("localPostmaster = %d, %q; want a pid or a reason", pid, why)
+	}
+	if pid > 0 && processTreeTicks(pid) < 0 {
+		t.Fatalf("processTreeTicks(%d) < 0 for the server's postmaster", pid)
+	}
+	t.Logf("postmaster %d (testenv's: %d) %s", pid, want, why)
 }

@@ -44,7 +44,7 @@ func (e *benchEnv) startMeter(ctx context.Context) (*budgetMeter, error) {
 		m.close()
 		return nil, err
 	}
-	if m.before, err = snapshotPG(ctx, conn, conn, e.stmtsOff, e.schema.Name(), e.pgPID); err != nil {
+	if m.before, err = snapshotPG(ctx, conn, conn, e.stmtsOff, e.schema.Name(), e.pg); err != nil {
 		m.close()
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (m *budgetMeter) finish(ctx context.Context, n int) (*Budget, error) {
 	if err := pgStatsSettled(ctx, m.conn, e.dbName); err != nil {
 		return nil, err
 	}
-	after, err := snapshotPG(ctx, m.conn, m.conn, e.stmtsOff, e.schema.Name(), e.pgPID)
+	after, err := snapshotPG(ctx, m.conn, m.conn, e.stmtsOff, e.schema.Name(), e.pg)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (e *benchEnv) runRiver(ctx context.Context, n int) (*RiverRun, error) {
 	if err := pgStatsSettled(ctx, e.riverPool, e.riverDB); err != nil {
 		return nil, err
 	}
-	before, err := snapshotPG(ctx, e.riverPool, e.pool, e.stmtsOff, "public", e.pgPID)
+	before, err := snapshotPG(ctx, e.riverPool, e.pool, e.stmtsOff, "public", e.pg)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (e *benchEnv) runRiver(ctx context.Context, n int) (*RiverRun, error) {
 	if err := pgStatsSettled(ctx, e.riverPool, e.riverDB); err != nil {
 		return nil, err
 	}
-	after, err := snapshotPG(ctx, e.riverPool, e.pool, e.stmtsOff, "public", e.pgPID)
+	after, err := snapshotPG(ctx, e.riverPool, e.pool, e.stmtsOff, "public", e.pg)
 	if err != nil {
 		return nil, err
 	}

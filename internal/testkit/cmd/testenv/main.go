@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
@@ -48,7 +49,11 @@ func run() int {
 		// gateway refuses unless told: the tests' `gateway run`, `migrate`
 		// and `dev` processes inherit the override. Tests that make claims
 		// about crashes start clusters of their own with fsync on.
-		env = append(env, "GATEWAY_TEST_DATABASE_URL="+c.URL("postgres"), "GATEWAY_ALLOW_FSYNC_OFF=true")
+		// GATEWAY_TEST_POSTMASTER_PID names the cluster's postmaster, for
+		// the tests that find a server's processes by other means and check
+		// against it (the bench's budget on a given server).
+		env = append(env, "GATEWAY_TEST_DATABASE_URL="+c.URL("postgres"), "GATEWAY_ALLOW_FSYNC_OFF=true",
+			"GATEWAY_TEST_POSTMASTER_PID="+strconv.Itoa(c.PID()))
 	} else {
 		fmt.Fprintln(os.Stderr, "testenv: using the PostgreSQL server at $GATEWAY_TEST_DATABASE_URL")
 	}
