@@ -173,9 +173,11 @@ func TestPostmasterOf(t *testing.T) {
 
 // The test server's postmaster is found from a connection to it when it
 // runs here: the pid testenv started it with. (A server given to the test
-// command from elsewhere: found, or refused with a reason.)
+// command from elsewhere: found, or refused with a reason.) Not parallel:
+// its connection would be one more to the server's port while
+// TestTCPRequestsAreRoundTrips counts this process's (the parallel tests
+// start after it has ended).
 func TestLocalPostmaster(t *testing.T) {
-	t.Parallel()
 	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, testdb.Server(t))
 	if err != nil {
