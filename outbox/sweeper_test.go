@@ -160,10 +160,10 @@ func TestNotifyCoalescing(t *testing.T) {
 		}
 	}
 	lastCommit := time.Now()
-	if lastCommit.Sub(start) > window {
-		t.Skipf("the burst took %s, longer than the window; too slow a machine for this check", lastCommit.Sub(start))
-	}
-	// Expect the in-transaction one and the trailing one, and no more.
+	// One in a transaction and one trailing per window the burst spans
+	// (one window on a quick machine: two notifications; a slow one spans
+	// more, and is checked against its own bound rather than skipped).
+	windows := int(lastCommit.Sub(start)/window) + 1
 	got := 0
 	var lastAt time.Time
 	for {
@@ -176,8 +176,9 @@ func TestNotifyCoalescing(t *testing.T) {
 		got++
 		lastAt = time.Now()
 	}
-	if got < 2 || got > 3 {
-		t.Fatalf("%d notifications for %d enqueues in one window; want 2 (one in a transaction, one trailing)", got, n)
+	t.Logf("%d notifications for %d enqueues in %s (%d windows of %s)", got, n, lastCommit.Sub(start), windows, window)
+	if got < 2 || got > 2*windows+1 || got >= n {
+		t.Fatalf("%d notifications for %d enqueues over %d windows; want from 2 (one in a transaction, one trailing) to %d, fewer than the enqueues", got, n, windows, 2*windows+1)
 	}
 	if !lastAt.After(lastCommit) {
 		t.Fatal("no notification after the last commit")
