@@ -14,11 +14,13 @@ bin=$1
 shift
 rc=0
 first=1
+runs=0
 for schema in ${TEST_SCHEMAS:-fencegate fg_alt}; do
 	if [ "$first" = 0 ] && [[ $PWD == */test/cluster ]]; then
 		break
 	fi
 	first=0
+	runs=$((runs + 1))
 	GATEWAY_TEST_SCHEMA="$schema" GATEWAY_SCHEMA="$schema" "$bin" "$@"
 	status=$?
 	if [ "$status" != 0 ]; then
@@ -26,4 +28,10 @@ for schema in ${TEST_SCHEMAS:-fencegate fg_alt}; do
 		rc=$status
 	fi
 done
+# A TEST_SCHEMAS that names no schema would run nothing and pass: a
+# harness that checked nothing fails.
+if [ "$runs" = 0 ]; then
+	echo "scripts/test-schemas.sh: TEST_SCHEMAS names no schema: no test ran"
+	exit 1
+fi
 exit "$rc"
