@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -29,9 +30,13 @@ var canonicalSeeds = []string{
 
 // checkCanonical compares the fast path's answer for in with the
 // reference's: where the fast path answers, it must answer as the
-// reference does. It reports whether the fast path answered.
+// reference does; and validJSON must answer as json.Valid. It reports
+// whether the fast path answered.
 func checkCanonical(t testing.TB, in []byte) bool {
 	t.Helper()
+	if got, want := validJSON(in), json.Valid(in); got != want {
+		t.Fatalf("validJSON(%q) = %v, json.Valid says %v", in, got, want)
+	}
 	c := getCanonicalizer()
 	defer c.release()
 	got, ok := c.fast(in)
@@ -49,7 +54,7 @@ func checkCanonical(t testing.TB, in []byte) bool {
 }
 
 // The fast path writes exactly the reference's bytes, or leaves the
-// payload to it: on the seeds, on random JSON documents (keys out of order
+// payload to it, and validJSON answers as json.Valid: on the seeds, on random JSON documents (keys out of order
 // and repeated, strings with escapes and non-ASCII text, numbers of every
 // form, white space between tokens), and on those documents with one byte
 // changed, which must not be accepted where the reference refuses them.

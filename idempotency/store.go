@@ -349,7 +349,7 @@ func checkKey(kind, key string) error {
 }
 
 func checkResult(r json.RawMessage) error {
-	if len(r) > 0 && !json.Valid(r) {
+	if len(r) > 0 && !validJSON(r) {
 		return invalid("result", "must be valid JSON")
 	}
 	return nil
