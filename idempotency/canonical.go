@@ -64,6 +64,9 @@ func (c *canonicalizer) canonical(payload []byte) ([]byte, bool) {
 func getCanonicalizer() *canonicalizer { return canonicalizers.Get().(*canonicalizer) }
 
 func (c *canonicalizer) release() {
+	// The members' keys point into the payload: cleared, so that a pooled
+	// canonicalizer does not keep a payload alive.
+	clear(c.members[:cap(c.members)])
 	c.in, c.members = nil, c.members[:0]
 	if cap(c.out) > maxPooledBuf {
 		c.out = nil
