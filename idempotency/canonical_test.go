@@ -25,7 +25,10 @@ var canonicalSeeds = []string{
 	`01`, `1.`, `.5`, `-`, `1e`, `+1`, `tru`, `nul`, `{"a":1,}`, `[1,]`, `{"a"}`,
 	`{"a":1}{}`, `{"a":1} x`, `[1 2]`, `{a:1}`, `"unterminated`, `"\x"`, `"\`, ``, `   `,
 	"\ufeff{}", strings.Repeat("[", 70) + strings.Repeat("]", 70),
-	strings.Repeat(`{"a":`, 63) + "1" + strings.Repeat("}", 63),
+	strings.Repeat(`{"a":`, 7) + "1" + strings.Repeat("}", 7),
+	strings.Repeat(`{"a":`, 8) + "1" + strings.Repeat("}", 8),
+	strings.Repeat(`{"a":`, 9) + "1" + strings.Repeat("}", 9),
+	strings.Repeat(`[{"b":2,"a":`, 8) + "1" + strings.Repeat("}]", 8),
 }
 
 // checkCanonical compares the fast path's answer for in with the
