@@ -82,14 +82,9 @@ func (c *canonicalizer) release() {
 // the payload is outside what it handles (see above): then the reference
 // path must decide.
 func (c *canonicalizer) fast(payload []byte) ([]byte, bool) {
-	c.in, c.pos, c.out = payload, 0, c.out[:0]
-	c.skipSpace()
-	if !c.value(0, true) {
+	c.out = c.out[:0]
+	if !c.scan(payload, true) {
 		return nil, false
-	}
-	c.skipSpace()
-	if c.pos != len(c.in) {
-		return nil, false // trailing data: the reference refuses it
 	}
 	return c.out, true
 }
@@ -101,15 +96,20 @@ func (c *canonicalizer) fast(payload []byte) ([]byte, bool) {
 func validJSON(b []byte) bool {
 	c := getCanonicalizer()
 	defer c.release()
-	c.in, c.pos = b, 0
+	return c.scan(b, false) || json.Valid(b)
+}
+
+// scan reads in as one JSON value with white space around it, writing its
+// canonical form to c.out when write is set; false when the fast path
+// does not handle it (trailing data included: the reference refuses it).
+func (c *canonicalizer) scan(in []byte, write bool) bool {
+	c.in, c.pos = in, 0
 	c.skipSpace()
-	if c.value(0, false) {
-		c.skipSpace()
-		if c.pos == len(c.in) {
-			return true
-		}
+	if !c.value(0, write) {
+		return false
 	}
-	return json.Valid(b)
+	c.skipSpace()
+	return c.pos == len(c.in)
 }
 
 func (c *canonicalizer) skipSpace() {
@@ -139,16 +139,23 @@ func (c *canonicalizer) value(depth int, write bool) bool {
 	case b == '-' || b >= '0' && b <= '9':
 		return c.number(write)
 	default:
-		for _, lit := range [...]string{"true", "false", "null"} {
-			if bytes.HasPrefix(c.in[c.pos:], []byte(lit)) {
-				c.pos += len(lit)
-				if write {
-					c.out = append(c.out, lit...)
-				}
-				return true
-			}
+		lit := ""
+		switch b {
+		case 't':
+			lit = "true"
+		case 'f':
+			lit = "false"
+		case 'n':
+			lit = "null"
 		}
-		return false
+		if lit == "" || !bytes.HasPrefix(c.in[c.pos:], []byte(lit)) {
+			return false
+		}
+		c.pos += len(lit)
+		if write {
+			c.out = append(c.out, lit...)
+		}
+		return true
 	}
 }
 

@@ -20,25 +20,20 @@ import (
 func Fingerprint(kind string, payload []byte) string {
 	c := getCanonicalizer()
 	defer c.release()
-	return fingerprint(kind, payload, c)
+	canon, isJSON := c.canonical(payload)
+	return fingerprint(kind, payload, canon, isJSON)
 }
 
-// fingerprint is Fingerprint with c's canonical form, or the reference
-// path's alone when c is nil (BenchmarkFingerprint's baseline).
-func fingerprint(kind string, payload []byte, c *canonicalizer) string {
+// fingerprint hashes kind with canon, payload's canonical form, when
+// payload is JSON, else with payload itself.
+func fingerprint(kind string, payload, canon []byte, isJSON bool) string {
 	h := sha256.New()
 	// Length-prefix the kind so ("ab", "c…") and ("a", "bc…") differ.
 	io.WriteString(h, "fencegate/idempotency/v1\x00")
 	io.WriteString(h, strconv.Itoa(len(kind)))
 	io.WriteString(h, ":")
 	io.WriteString(h, kind)
-	canon, ok := []byte(nil), false
-	if c != nil {
-		canon, ok = c.canonical(payload)
-	} else {
-		canon, ok = canonicalJSON(payload)
-	}
-	if ok {
+	if isJSON {
 		io.WriteString(h, "\x00json\x00")
 		h.Write(canon)
 	} else {
