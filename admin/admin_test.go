@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -936,10 +937,19 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := New(bad); err == nil {
 		t.Fatal("New with a bad token role accepted")
 	}
-	bad = base
-	bad.MaxBodyBytes = 10
-	if _, err := New(bad); err == nil {
-		t.Fatal("New with MaxBodyBytes 10 accepted")
+	for field, mutate := range map[string]func(*Config){
+		"MaxBodyBytes":      func(c *Config) { c.MaxBodyBytes = 10 },
+		"AuthFailureLimit":  func(c *Config) { c.AuthFailureLimit = -1 },
+		"AuthFailureWindow": func(c *Config) { c.AuthFailureWindow = -time.Second },
+		"TLSCertFile":       func(c *Config) { c.TLSKeyFile = "key.pem" },
+		"Pool":              func(c *Config) { c.Pool = nil },
+	} {
+		bad = base
+		mutate(&bad)
+		var inv *fenceerr.InvalidError
+		if _, err := New(bad); !errors.As(err, &inv) || inv.Field != field {
+			t.Errorf("New with a bad %s: %v, want an InvalidError naming it", field, err)
+		}
 	}
 	// a smaller body limit applies.
 	small := newServer(t, pool, testTokens, func(c *Config) { c.MaxBodyBytes = 100 })

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/docs"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/internal/httpserver"
@@ -102,25 +103,24 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.Pool == nil:
-		return errors.New("admin: Config.Pool is required")
+		return fenceerr.Invalid("Pool", "is required")
 	case c.Outbox == nil:
-		return errors.New("admin: Config.Outbox is required")
+		return fenceerr.Invalid("Outbox", "is required")
 	case c.Issuer == nil:
-		return errors.New("admin: Config.Issuer is required")
+		return fenceerr.Invalid("Issuer", "is required")
 	case c.MaxBodyBytes < 64:
-		return fmt.Errorf("admin: MaxBodyBytes must be at least 64, got %d", c.MaxBodyBytes)
+		return fenceerr.Invalid("MaxBodyBytes", "must be at least 64, got %d", c.MaxBodyBytes)
 	case c.AuthFailureLimit < 1:
-		return fmt.Errorf("admin: AuthFailureLimit must be positive, got %d", c.AuthFailureLimit)
+		return fenceerr.Invalid("AuthFailureLimit", "must be at least 1, got %d", c.AuthFailureLimit)
 	case c.AuthFailureWindow <= 0:
-		return fmt.Errorf("admin: AuthFailureWindow must be positive, got %s", c.AuthFailureWindow)
+		return fenceerr.Invalid("AuthFailureWindow", "must be positive, got %s", c.AuthFailureWindow)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return fenceerr.Invalid("TLSCertFile", "and TLSKeyFile go together")
 	}
 	for _, t := range c.Tokens {
 		if err := t.validate(); err != nil {
 			return err
 		}
-	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		return errors.New("admin: TLSCertFile and TLSKeyFile go together")
 	}
 	return nil
 }

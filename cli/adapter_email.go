@@ -4,15 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
-	"net/url"
 	"strings"
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/executor"
-	"github.com/fencegate/fencegate/internal/errmap"
 )
 
 // Defaults of the email adapter's flags.
@@ -67,16 +64,47 @@ func newEmailFlags(fs *flag.FlagSet) adapterFlags {
 // intake's.
 func (f *emailFlags) policy() email.Policy {
 	return email.Policy{FromAllow: webhook.SplitList(*f.mailFrom), RcptAllow: webhook.SplitList(*f.mailRcpt),
-		MaxRecipients: *f.mailMaxRcpt, EnvelopeFrom: *f.mailEnvFrom}
+		MaxRecipients: given(*f.mailMaxRcpt), EnvelopeFrom: *f.mailEnvFrom}
 }
 
+// emailFields maps email.Config's fields to the flags that set them.
+var emailFields = fieldFlags{
+	{path: "Addr", flag: "smtp-addr"},
+	{path: "StartTLS", flag: "smtp-starttls"},
+	{path: "Password", flag: "smtp-user", msg: "an SMTP password is set (--smtp-password or $GATEWAY_SMTP_PASSWORD) without --smtp-user"},
+	{path: "MaxSessions", flag: "smtp-max-sessions"},
+	{path: "Domain", flag: "mail-domain"},
+	{path: "Lookup.BaseURL", flag: "mailpit-url"},
+	{path: "Policy.FromAllow", flag: "mail-from-allow"},
+	{path: "Policy.RcptAllow", flag: "mail-rcpt-allow"},
+	{path: "Policy.MaxRecipients", flag: "mail-max-recipients"},
+	{path: "Policy.EnvelopeFrom", flag: "mail-envelope-from"},
+}
+
+// config is the adapter's Config the flags give.
+func (f *emailFlags) config(env adapterEnv) email.Config {
+	cfg := email.Config{
+		Addr:               *f.smtpAddr,
+		StartTLS:           *f.smtpTLS,
+		Username:           *f.smtpUser,
+		Password:           f.password,
+		InsecureSkipVerify: *f.smtpInsecure,
+		DedupsOnKey:        *f.smtpDedups,
+		Domain:             *f.mailDomain,
+		MaxSessions:        given(*f.smtpMaxSessions),
+		Policy:             f.policy(),
+		Logger:             env.log,
+	}
+	if *f.mailLookup == mailLookupMailpit {
+		cfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(*f.mailpitURL, "/")}
+	}
+	return cfg
+}
+
+// check reads the password file, checks the flags the adapter's Config
+// does not hold, and checks the Config with the adapter's own rules
+// (email.Config.Validate).
 func (f *emailFlags) check(env adapterEnv, runs bool) error {
-	if *f.mailMaxRcpt < 1 {
-		return badInput("mail_max_recipients", "--mail-max-recipients must be at least 1")
-	}
-	if *f.smtpMaxSessions < 1 {
-		return badInput("smtp_max_sessions", "--smtp-max-sessions must be at least 1")
-	}
 	f.password = *f.smtpPass
 	if *f.smtpPassFile != "" {
 		if f.password != "" {
@@ -97,64 +125,36 @@ func (f *emailFlags) check(env adapterEnv, runs bool) error {
 	default:
 		return badInput("mail_lookup", fmt.Sprintf("--mail-lookup must be none or mailpit, got %q", *f.mailLookup))
 	}
-	if *f.mailpitURL != "" {
-		u, err := url.Parse(*f.mailpitURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return badInput("mailpit_url", "--mailpit-url must be an http:// or https:// URL, e.g. http://127.0.0.1:8025")
-		}
+	cfg := f.config(env)
+	if cfg.Lookup == nil && *f.mailpitURL != "" {
+		// Given but not used (--mail-lookup none): still checked.
+		cfg.Lookup = &email.MailpitLookup{BaseURL: *f.mailpitURL}
 	}
-	if host, port, err := net.SplitHostPort(*f.smtpAddr); runs && (err != nil || host == "" || port == "") {
-		return badInput("smtp_addr", fmt.Sprintf("--smtp-addr must be host:port, got %q", *f.smtpAddr))
+	if !runs {
+		// Only a running adapter needs an address: a stand-in keeps
+		// the other flags checked.
+		cfg.Addr = defaultSMTPAddr
 	}
-	switch *f.smtpTLS {
-	case "", email.StartTLSNone, email.StartTLSOpportunistic, email.StartTLSRequired:
-	default:
-		return badInput("smtp_starttls", fmt.Sprintf("--smtp-starttls must be none, opportunistic or required, got %q", *f.smtpTLS))
-	}
-	if f.password != "" && *f.smtpUser == "" {
-		return badInput("smtp_user", "an SMTP password is set (--smtp-password or $GATEWAY_SMTP_PASSWORD) without --smtp-user")
-	}
-	if strings.ContainsAny(*f.mailDomain, "<>@ \t\r\n") {
-		return badInput("mail_domain", fmt.Sprintf("--mail-domain %q is not a valid Message-ID domain", *f.mailDomain))
-	}
-	return nil
+	return emailFields.flagError(cfg.Validate())
 }
 
 func (f *emailFlags) checkLast(runs bool) error {
 	if !runs {
 		return nil
 	}
-	pol := f.policy()
-	if err := pol.CheckConfig(); err != nil {
-		return errmap.Map(err)
-	}
 	// Without a sender allow-list the intake is an open mail relay for
 	// anyone with a worker token.
-	if len(pol.FromAllow) == 0 && !pol.AnyFrom {
+	if pol := f.policy(); len(pol.FromAllow) == 0 && !pol.AnyFrom {
 		return badInput("mail_from_allow", "--mail-from-allow is required to run the email adapter: the From addresses or domains it may send as (comma-separated)")
 	}
 	return nil
 }
 
 func (f *emailFlags) registration(_ context.Context, env adapterEnv) (adapters.Registration, error) {
-	cfg := email.Config{
-		Addr:               *f.smtpAddr,
-		StartTLS:           *f.smtpTLS,
-		Username:           *f.smtpUser,
-		Password:           f.password,
-		InsecureSkipVerify: *f.smtpInsecure,
-		DedupsOnKey:        *f.smtpDedups,
-		Domain:             *f.mailDomain,
-		MaxSessions:        *f.smtpMaxSessions,
-		Policy:             f.policy(),
-		Logger:             env.log,
-	}
-	if *f.mailLookup == mailLookupMailpit {
-		cfg.Lookup = &email.MailpitLookup{BaseURL: strings.TrimRight(*f.mailpitURL, "/")}
-	}
+	cfg := f.config(env)
 	e, err := email.New(cfg)
 	if err != nil {
-		return adapters.Registration{}, badInput("smtp_addr", oneLine(err.Error()))
+		return adapters.Registration{}, emailFields.flagError(err)
 	}
 	if cfg.Lookup == nil && !(cfg.DedupsOnKey && env.unknown == executor.UnknownResend) {
 		env.log.Warn("gateway: email has no result lookup: an attempt whose outcome is lost is held as unknown for an operator (see --mail-lookup)",

@@ -12,7 +12,6 @@ import (
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/fenceerr"
-	"github.com/fencegate/fencegate/internal/errmap"
 )
 
 // defaultFileRoot is --file-root's default.
@@ -41,32 +40,42 @@ func newFileFlags(fs *flag.FlagSet) adapterFlags {
 	}
 }
 
-func (f *fileFlags) check(_ adapterEnv, runs bool) error {
+// fileFields maps file.Config's fields to the flags that set them.
+var fileFields = fieldFlags{
+	{path: "Root", flag: "file-root", msg: "--file-root must not be empty when the file adapter runs"},
+	{path: "Allow", flag: "file-allow"},
+	{path: "FileMode", flag: "file-mode"},
+	{path: "MaxBytes", flag: "file-max-bytes"},
+}
+
+// config is the adapter's Config the flags give.
+func (f *fileFlags) config(env adapterEnv) file.Config {
+	return file.Config{Root: *f.root, Allow: webhook.SplitList(*f.allow), AllowDotfiles: *f.dots,
+		FileMode: f.fileMode, MaxBytes: *f.maxBytes, Registerer: env.registry, Logger: env.log}
+}
+
+func (f *fileFlags) check(env adapterEnv, runs bool) error {
 	mode, err := parseMode(*f.mode)
 	if err != nil {
 		return err
 	}
 	f.fileMode = mode
+	cfg := f.config(env)
 	if !runs {
-		return nil
+		// Only a running adapter needs a root: a stand-in keeps the other
+		// flags checked.
+		cfg.Root = defaultFileRoot
 	}
-	if err := file.CheckAllow(webhook.SplitList(*f.allow)); err != nil {
-		return errmap.Map(err)
-	}
-	if *f.root == "" {
-		return badInput("file_root", "--file-root must not be empty when the file adapter runs")
-	}
-	return nil
+	return fileFields.flagError(cfg.Validate())
 }
 
 func (f *fileFlags) registration(_ context.Context, env adapterEnv) (adapters.Registration, error) {
-	a, err := file.New(file.Config{Root: *f.root, Allow: webhook.SplitList(*f.allow), AllowDotfiles: *f.dots,
-		FileMode: f.fileMode, MaxBytes: *f.maxBytes, Registerer: env.registry, Logger: env.log})
-	var inv *fenceerr.InvalidError
-	if errors.As(err, &inv) {
-		return adapters.Registration{}, errmap.Map(err)
+	a, err := file.New(f.config(env))
+	if errors.Is(err, fenceerr.ErrInvalid) {
+		return adapters.Registration{}, fileFields.flagError(err)
 	}
 	if err != nil {
+		// The root could not be made.
 		return adapters.Registration{}, badInput("file_root", oneLine(err.Error()))
 	}
 	return a.Registration(), nil

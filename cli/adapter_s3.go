@@ -61,14 +61,15 @@ func (f *s3Flags) check(env adapterEnv, runs bool) error {
 			return badInput("s3_receipt_secret_file", fmt.Sprintf("--s3-receipt-secret-file: %s is empty", *f.secFile))
 		}
 	}
-	if runs {
-		// New connects to nothing: it checks the bucket names and the
-		// secrets' length (never echoing one).
-		if _, err := s3.New(context.Background(), f.config(env)); err != nil {
-			return errmap.Map(err)
-		}
-	}
-	return nil
+	return s3Fields.flagError(f.config(env).Validate())
+}
+
+// s3Fields maps s3.Config's fields to the flags that set them.
+var s3Fields = fieldFlags{
+	{path: "Bucket", flag: "s3-bucket"},
+	{path: "Allow", flag: "s3-allow"},
+	{path: "ReceiptSecrets", flag: "s3-receipt-secret"},
+	{path: "Endpoint", flag: "s3-endpoint"},
 }
 
 func (f *s3Flags) config(env adapterEnv) s3.Config {
@@ -85,7 +86,7 @@ func (f *s3Flags) config(env adapterEnv) s3.Config {
 func (f *s3Flags) registration(ctx context.Context, env adapterEnv) (adapters.Registration, error) {
 	a, err := s3.New(ctx, f.config(env))
 	if err != nil {
-		return adapters.Registration{}, errmap.Map(err)
+		return adapters.Registration{}, errmap.Map(s3Fields.flagError(err))
 	}
 	if !a.SignsReceipts() {
 		env.log.Warn("gateway: no --s3-receipt-secret: the s3 adapter writes no receipts, so a publication whose answer was lost and whose object a newer one replaced before the lookup is not found; a receipt found is held for an operator, not trusted",

@@ -6,12 +6,19 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/adapters/s3"
+	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/gateway"
 )
 
 // runFlagDefaults returns every flag of `gateway run` with its default, as
@@ -145,23 +152,64 @@ func TestFlagTable(t *testing.T) {
 	t.Logf("%d flags of gateway run checked against docs/operations.md (%d rows)", checked, len(rows))
 }
 
-// TestFlagFields: every field flagError maps names a flag of gateway run,
-// and names it once.
+// TestFlagFields: every field a table maps (flagFields for gateway.Config,
+// each built-in adapter's for its Config) is a field of that Config and
+// names a flag of gateway run, once.
 func TestFlagFields(t *testing.T) {
 	t.Parallel()
 	flags := runFlagDefaults(t)
-	seen := map[string]bool{}
-	for _, f := range flagFields {
-		if _, ok := flags[f.flag]; !ok {
-			t.Errorf("flagFields: %s maps to --%s, which gateway run does not have", f.path, f.flag)
+	checked := 0
+	for _, tc := range []struct {
+		table fieldFlags
+		cfg   any
+	}{
+		{flagFields, gateway.Config{}},
+		{emailFields, email.Config{}},
+		{fileFields, file.Config{}},
+		{webhookFields, webhook.Config{}},
+		{s3Fields, s3.Config{}},
+	} {
+		typ := reflect.TypeOf(tc.cfg)
+		seen := map[string]bool{}
+		for _, f := range tc.table {
+			if _, ok := flags[f.flag]; !ok {
+				t.Errorf("%s: %s maps to --%s, which gateway run does not have", typ, f.path, f.flag)
+			}
+			if !hasField(typ, f.path) {
+				t.Errorf("%s has no field %s", typ, f.path)
+			}
+			if seen[f.path] {
+				t.Errorf("%s: %s is mapped twice", typ, f.path)
+			}
+			seen[f.path] = true
+			checked++
 		}
-		if seen[f.path] {
-			t.Errorf("flagFields: %s is mapped twice", f.path)
-		}
-		seen[f.path] = true
 	}
-	if len(seen) == 0 {
+	if checked == 0 {
 		t.Fatal("no field checked")
 	}
-	t.Logf("%d fields mapped to flags", len(seen))
+	t.Logf("%d fields mapped to flags", checked)
+}
+
+// hasField reports whether the struct typ has the field at path
+// ("Runtime.MaxAttempts"); the path may go on below an interface field
+// (email.Config's Lookup.BaseURL), which is not followed.
+func hasField(typ reflect.Type, path string) bool {
+	for name := range strings.SplitSeq(path, ".") {
+		for typ.Kind() == reflect.Pointer {
+			typ = typ.Elem()
+		}
+		if typ.Kind() == reflect.Interface {
+			return true
+		}
+		if typ.Kind() != reflect.Struct {
+			return false
+		}
+		f, ok := typ.FieldByName(name)
+		if !ok {
+			return false
+		}
+		typ = f.Type
+	}
+	return true
 }

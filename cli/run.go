@@ -472,11 +472,16 @@ type flagField struct {
 	msg string
 }
 
+// fieldFlags maps the fields of a Config that flags set to those flags:
+// the rules and their messages are the component's, the names the flags'.
+// One row per field; the JSON error's field (the flag's name with "_") is
+// the public contract.
+type fieldFlags []flagField
+
 // flagFields maps the fields of gateway.Config that gateway run's flags set
-// to those flags, for flagError: the rules and their messages are the
-// components', the names the flags'. One row per field; the JSON error's
-// field (the flag's name with "_") is the public contract.
-var flagFields = []flagField{
+// to those flags, for flagError. Each built-in adapter's file has its own
+// table for its Config (emailFields, …).
+var flagFields = fieldFlags{
 	{path: "Schema", flag: "schema"},
 	{path: "Pool", flag: "database-url", bare: true},
 	{path: "TransactionPooler", flag: "database-query-mode"},
@@ -527,21 +532,25 @@ var flagFields = []flagField{
 var fieldNames = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*(\.[A-Z][A-Za-z0-9]*)*\b`)
 
 // flagError turns an invalid-input error naming a field of gateway.Config
+// into one naming the flag that sets it (flagFields.flagError).
+func flagError(err error) error { return flagFields.flagError(err) }
+
+// flagError turns an invalid-input error naming a field of t's Config
 // into one naming the flag that sets it: the JSON error's field is the
 // flag's (max_attempts), and the message names flags where the
 // component's names fields ("--idempotency-lock-timeout must be more than
 // twice --execute-timeout"). Other errors pass as they are.
-func flagError(err error) error {
+func (t fieldFlags) flagError(err error) error {
 	var inv *fenceerr.InvalidError
 	if !errors.As(err, &inv) {
 		return err
 	}
 	byPath := func(path string) (flagField, bool) {
-		i := slices.IndexFunc(flagFields, func(f flagField) bool { return f.path == path })
+		i := slices.IndexFunc(t, func(f flagField) bool { return f.path == path })
 		if i < 0 {
 			return flagField{}, false
 		}
-		return flagFields[i], true
+		return t[i], true
 	}
 	f, ok := byPath(inv.Field)
 	if !ok {

@@ -48,6 +48,15 @@ func TestRunBadFlags(t *testing.T) {
 		{"file mode not octal", nil, []string{"--file-mode", "rw-r--r--"}, "file_mode"},
 		{"file mode without owner rw", nil, []string{"--file-mode", "0444"}, "file_mode"},
 		{"file allow pattern", nil, []string{"--adapters", "file", "--file-allow", "[bad"}, "file_allow"},
+		// The adapters' own rules (their Config.Validate), named by flag,
+		// before anything is connected, whether or not the adapter runs.
+		{"smtp max sessions, email not running", nil, []string{"--adapters", "file", "--smtp-max-sessions", "0"}, "smtp_max_sessions"},
+		{"mailpit url without mailpit lookup", nil, []string{"--mailpit-url", "ftp://x"}, "mailpit_url"},
+		{"mail max recipients", nil, []string{"--mail-max-recipients", "0"}, "mail_max_recipients"},
+		{"mail envelope from", nil, []string{"--mail-from-allow", "example.com", "--mail-envelope-from", "nobody"}, "mail_envelope_from"},
+		{"file max bytes", nil, []string{"--adapters", "file", "--file-max-bytes", "-1"}, "file_max_bytes"},
+		{"file allow, file not running", nil, []string{"--adapters", "email", "--mail-from-allow", "example.com", "--file-allow", "[bad"}, "file_allow"},
+		{"s3 endpoint", nil, []string{"--adapters", "s3", "--s3-bucket", "reports", "--s3-endpoint", "127.0.0.1:9000"}, "s3_endpoint"},
 	})
 }
 
@@ -120,6 +129,11 @@ func runBadFlags(t *testing.T, env, args []string, field string) string {
 	}
 	if body.Error.Code != "invalid_input" || body.Error.Field != field || body.Error.Message == "" {
 		t.Fatalf("error = %s; want invalid_input naming field %q", out.String(), field)
+	}
+	// The message names the flag, not a Go field (a component's error
+	// goes through its table, flagFields, emailFields, …).
+	if flag := "--" + strings.ReplaceAll(field, "_", "-"); field != "flags" && field != "tokens" && !strings.Contains(body.Error.Message, flag) {
+		t.Fatalf("error = %s; want a message naming %s", out.String(), flag)
 	}
 	return out.String() + errb.String()
 }

@@ -75,6 +75,17 @@ func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
+// Within puts an invalid-input error of a part under the part's field: a
+// Policy's "FromAllow" is "Policy.FromAllow" in the Config holding it.
+// Other errors, and nil, pass as they are.
+func Within(part string, err error) error {
+	var inv *InvalidError
+	if err == nil || !errors.As(err, &inv) {
+		return err
+	}
+	return &InvalidError{Field: part + "." + inv.Field, Message: inv.Message}
+}
+
 // ErrForbidden is matched by a *ForbiddenError.
 var ErrForbidden = errors.New("forbidden")
 

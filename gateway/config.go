@@ -351,9 +351,8 @@ func invalid(field, format string, args ...any) error {
 // field of Config: the Dispatcher's "BatchSize" is "Dispatcher.BatchSize".
 // Other errors pass as they are.
 func within(part string, err error) error {
-	var inv *fenceerr.InvalidError
-	if err == nil || !errors.As(err, &inv) {
+	if !errors.Is(err, fenceerr.ErrInvalid) {
 		return err
 	}
-	return invalid(part+"."+inv.Field, "%s", inv.Message)
+	return fmt.Errorf("gateway: %w", fenceerr.Within(part, err))
 }

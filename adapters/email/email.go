@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/kinds/emailkind"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -115,36 +116,38 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// Validate checks c, its defaults applied, connecting to nothing. An error
+// is a *fenceerr.InvalidError naming the field (Addr, MaxSessions,
+// Policy.FromAllow, Lookup.BaseURL, …).
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
 func (c Config) validate() error {
 	host, port, err := net.SplitHostPort(c.Addr)
-	if err != nil || host == "" || port == "" {
-		return fmt.Errorf("email: Addr must be host:port, got %q", c.Addr)
-	}
-	switch c.StartTLS {
-	case StartTLSNone, StartTLSOpportunistic, StartTLSRequired:
-	default:
-		return fmt.Errorf("email: StartTLS must be %q, %q or %q, got %q",
+	switch {
+	case err != nil || host == "" || port == "":
+		return fenceerr.Invalid("Addr", "must be host:port, got %q", c.Addr)
+	case c.StartTLS != StartTLSNone && c.StartTLS != StartTLSOpportunistic && c.StartTLS != StartTLSRequired:
+		return fenceerr.Invalid("StartTLS", "must be %q, %q or %q, got %q",
 			StartTLSNone, StartTLSOpportunistic, StartTLSRequired, c.StartTLS)
+	case c.Password != "" && c.Username == "":
+		return fenceerr.Invalid("Password", "is set without Username")
+	case c.LookupSettle < 0:
+		return fenceerr.Invalid("LookupSettle", "must not be negative, got %s", c.LookupSettle)
+	case c.Timeout < 0:
+		return fenceerr.Invalid("Timeout", "must not be negative, got %s", c.Timeout)
+	case c.MaxSessions < 1:
+		return fenceerr.Invalid("MaxSessions", "must be at least 1")
+	case strings.ContainsAny(c.Domain, "<>@ \t\r\n"):
+		return fenceerr.Invalid("Domain", "%q is not a valid Message-ID domain", c.Domain)
+	case strings.ContainsAny(c.LocalName, " \t\r\n"):
+		return fenceerr.Invalid("LocalName", "%q is not a valid host name", c.LocalName)
 	}
-	if c.Password != "" && c.Username == "" {
-		return errors.New("email: Password is set without Username")
+	if m, ok := c.Lookup.(*MailpitLookup); ok {
+		if err := fenceerr.Within("Lookup", m.check()); err != nil {
+			return err
+		}
 	}
-	if c.LookupSettle < 0 {
-		return fmt.Errorf("email: LookupSettle must be positive, got %s", c.LookupSettle)
-	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("email: Timeout must be positive, got %s", c.Timeout)
-	}
-	if c.MaxSessions < 1 {
-		return fmt.Errorf("email: MaxSessions must be at least 1, got %d", c.MaxSessions)
-	}
-	if strings.ContainsAny(c.Domain, "<>@ \t\r\n") {
-		return fmt.Errorf("email: Domain %q is not a valid Message-ID domain", c.Domain)
-	}
-	if strings.ContainsAny(c.LocalName, " \t\r\n") {
-		return fmt.Errorf("email: LocalName %q is not a valid host name", c.LocalName)
-	}
-	return nil
+	return fenceerr.Within("Policy", c.Policy.CheckConfig())
 }
 
 // Adapter sends email intents over SMTP.

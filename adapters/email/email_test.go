@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/email"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/smtptest"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -119,20 +120,29 @@ func TestConfigValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  email.Config
-		ok   bool
+		// field is the field the error names; "": valid.
+		field string
 	}{
-		{"defaults", email.Config{Addr: "127.0.0.1:25"}, true},
-		{"no addr", email.Config{}, false},
-		{"no port", email.Config{Addr: "mail.example.com"}, false},
-		{"bad starttls", email.Config{Addr: "h:25", StartTLS: "always"}, false},
-		{"password without user", email.Config{Addr: "h:25", Password: "p"}, false},
-		{"bad domain", email.Config{Addr: "h:25", Domain: "a@b"}, false},
-		{"negative timeout", email.Config{Addr: "h:25", Timeout: -time.Second}, false},
+		{"defaults", email.Config{Addr: "127.0.0.1:25"}, ""},
+		{"no addr", email.Config{}, "Addr"},
+		{"no port", email.Config{Addr: "mail.example.com"}, "Addr"},
+		{"bad starttls", email.Config{Addr: "h:25", StartTLS: "always"}, "StartTLS"},
+		{"password without user", email.Config{Addr: "h:25", Password: "p"}, "Password"},
+		{"bad domain", email.Config{Addr: "h:25", Domain: "a@b"}, "Domain"},
+		{"bad local name", email.Config{Addr: "h:25", LocalName: "a b"}, "LocalName"},
+		{"negative timeout", email.Config{Addr: "h:25", Timeout: -time.Second}, "Timeout"},
+		{"negative settle", email.Config{Addr: "h:25", LookupSettle: -time.Second}, "LookupSettle"},
+		{"no sessions", email.Config{Addr: "h:25", MaxSessions: -1}, "MaxSessions"},
+		{"mailpit without a URL", email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{}}, "Lookup.BaseURL"},
+		{"mailpit URL", email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{BaseURL: "http://127.0.0.1:8025"}}, ""},
+		{"bad sender", email.Config{Addr: "h:25", Policy: email.Policy{FromAllow: []string{"a b"}}}, "Policy.FromAllow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := email.New(tc.cfg)
-			if (err == nil) != tc.ok {
-				t.Errorf("New(%+v) error = %v, want ok=%v", tc.cfg, err, tc.ok)
+			for _, err := range []error{tc.cfg.Validate(), func() error { _, err := email.New(tc.cfg); return err }()} {
+				var inv *fenceerr.InvalidError
+				if tc.field == "" && err != nil || tc.field != "" && (!errors.As(err, &inv) || inv.Field != tc.field) {
+					t.Errorf("%+v: %v, want an InvalidError naming %q", tc.cfg, err, tc.field)
+				}
 			}
 		})
 	}

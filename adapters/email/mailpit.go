@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/fenceerr"
 )
 
 // MailpitLookup finds messages through Mailpit's HTTP API
@@ -30,6 +32,15 @@ type MailpitLookup struct {
 }
 
 var _ Lookup = (*MailpitLookup)(nil)
+
+// check checks BaseURL: an http:// or https:// URL (Config.Validate).
+func (l *MailpitLookup) check() error {
+	u, err := url.Parse(l.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fenceerr.Invalid("BaseURL", "must be an http:// or https:// URL, e.g. http://127.0.0.1:8025, got %q", l.BaseURL)
+	}
+	return nil
+}
 
 var defaultLookupClient = &http.Client{Timeout: 10 * time.Second}
 

@@ -38,29 +38,30 @@ type Policy struct {
 	EnvelopeFrom string
 }
 
-// CheckConfig checks the policy's own entries; errors name the flag's
-// field.
+// CheckConfig checks the policy's own entries. An error is a
+// *fenceerr.InvalidError naming the field (FromAllow, RcptAllow,
+// MaxRecipients, EnvelopeFrom).
 func (pol Policy) CheckConfig() error {
 	for _, e := range pol.FromAllow {
 		if strings.Contains(e, "@") {
 			if _, err := emailkind.Address(e); err != nil {
-				return fenceerr.Invalid("mail_from_allow", "%q is not an address", e)
+				return fenceerr.Invalid("FromAllow", "%q is not an address", e)
 			}
 		} else if e == "" || strings.ContainsAny(e, " <>\t") {
-			return fenceerr.Invalid("mail_from_allow", "%q is neither an address nor a domain", e)
+			return fenceerr.Invalid("FromAllow", "%q is neither an address nor a domain", e)
 		}
 	}
 	for _, d := range pol.RcptAllow {
 		if d == "" || strings.ContainsAny(d, "@ <>\t") {
-			return fenceerr.Invalid("mail_rcpt_allow", "%q is not a domain", d)
+			return fenceerr.Invalid("RcptAllow", "%q is not a domain", d)
 		}
 	}
 	if pol.MaxRecipients < 0 {
-		return fenceerr.Invalid("mail_max_recipients", "must be at least 1, got %d", pol.MaxRecipients)
+		return fenceerr.Invalid("MaxRecipients", "must be at least 1")
 	}
 	if pol.EnvelopeFrom != "" {
 		if _, err := emailkind.Address(pol.EnvelopeFrom); err != nil {
-			return fenceerr.Invalid("mail_envelope_from", "%q is not an address", pol.EnvelopeFrom)
+			return fenceerr.Invalid("EnvelopeFrom", "%q is not an address", pol.EnvelopeFrom)
 		}
 	}
 	return nil

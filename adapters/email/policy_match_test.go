@@ -67,7 +67,7 @@ func TestPolicyMatching(t *testing.T) {
 	}
 }
 
-// The policy's own entries are checked, naming the flag's field.
+// The policy's own entries are checked, naming the field.
 func TestPolicyCheckConfig(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -75,11 +75,11 @@ func TestPolicyCheckConfig(t *testing.T) {
 		field string
 	}{
 		{email.Policy{FromAllow: []string{"reports@example.com", "example.org"}, RcptAllow: []string{"example.com"}, MaxRecipients: 5, EnvelopeFrom: "bounces@example.com"}, ""},
-		{email.Policy{FromAllow: []string{"not an address@"}}, "mail_from_allow"},
-		{email.Policy{FromAllow: []string{"exa mple.com"}}, "mail_from_allow"},
-		{email.Policy{FromAllow: []string{"example.com"}, RcptAllow: []string{"a@example.com"}}, "mail_rcpt_allow"},
-		{email.Policy{FromAllow: []string{"example.com"}, MaxRecipients: -1}, "mail_max_recipients"},
-		{email.Policy{FromAllow: []string{"example.com"}, EnvelopeFrom: "nobody"}, "mail_envelope_from"},
+		{email.Policy{FromAllow: []string{"not an address@"}}, "FromAllow"},
+		{email.Policy{FromAllow: []string{"exa mple.com"}}, "FromAllow"},
+		{email.Policy{FromAllow: []string{"example.com"}, RcptAllow: []string{"a@example.com"}}, "RcptAllow"},
+		{email.Policy{FromAllow: []string{"example.com"}, MaxRecipients: -1}, "MaxRecipients"},
+		{email.Policy{FromAllow: []string{"example.com"}, EnvelopeFrom: "nobody"}, "EnvelopeFrom"},
 	} {
 		err := tc.pol.CheckConfig()
 		var inv *fenceerr.InvalidError

@@ -98,18 +98,22 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// Validate checks c, its defaults applied, creating nothing. An error is
+// a *fenceerr.InvalidError naming the field (Root, FileMode, Allow, …).
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
 func (c Config) validate() error {
 	switch {
 	case c.Root == "":
-		return errors.New("file adapter: Root is required")
+		return fenceerr.Invalid("Root", "is required")
 	case c.DirMode&^os.ModePerm != 0 || c.DirMode&0o700 != 0o700:
-		return fmt.Errorf("file adapter: DirMode %v must be permission bits including 0700", c.DirMode)
+		return fenceerr.Invalid("DirMode", "%v must be permission bits including 0700", c.DirMode)
 	case c.FileMode&^os.ModePerm != 0 || c.FileMode&0o600 != 0o600:
-		return fmt.Errorf("file adapter: FileMode %v must be permission bits including 0600", c.FileMode)
+		return fenceerr.Invalid("FileMode", "%v must be permission bits including 0600", c.FileMode)
 	case c.HistoryLimit < 0:
-		return fmt.Errorf("file adapter: HistoryLimit must not be negative, got %d", c.HistoryLimit)
+		return fenceerr.Invalid("HistoryLimit", "must not be negative, got %d", c.HistoryLimit)
 	case c.MaxBytes < 0:
-		return fenceerr.Invalid("file_max_bytes", "must not be negative, got %d", c.MaxBytes)
+		return fenceerr.Invalid("MaxBytes", "must not be negative, got %d", c.MaxBytes)
 	}
 	return checkPatterns(c.Allow)
 }

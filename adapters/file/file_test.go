@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -826,11 +827,24 @@ func TestForeignResourceIsRefused(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	if _, err := New(Config{}); err == nil {
-		t.Fatal("New without Root: no error")
-	}
-	if _, err := New(Config{Root: t.TempDir(), DirMode: 0o055}); err == nil {
-		t.Fatal("New with DirMode 0055: no error")
+	root := t.TempDir()
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{}, "Root"},
+		{Config{Root: root, DirMode: 0o055}, "DirMode"},
+		{Config{Root: root, FileMode: 0o444}, "FileMode"},
+		{Config{Root: root, HistoryLimit: -1}, "HistoryLimit"},
+		{Config{Root: root, MaxBytes: -1}, "MaxBytes"},
+		{Config{Root: root, Allow: []string{"reports/["}}, "Allow"},
+	} {
+		for _, err := range []error{tc.cfg.Validate(), func() error { _, err := New(tc.cfg); return err }()} {
+			var inv *fenceerr.InvalidError
+			if !errors.As(err, &inv) || inv.Field != tc.field {
+				t.Errorf("%+v: %v, want an InvalidError naming %s", tc.cfg, err, tc.field)
+			}
+		}
 	}
 	c := Config{Root: "r"}.WithDefaults()
 	if c.DirMode != 0o755 || c.FileMode != 0o644 || c.HistoryLimit != DefaultHistoryLimit || c.Logger == nil || c.Now == nil {

@@ -65,14 +65,16 @@ func matchAny(patterns []string, target string) bool {
 }
 
 // CheckAllow checks Config.Allow's patterns without making an adapter;
-// the error is a *fenceerr.InvalidError naming file_allow.
+// the error is a *fenceerr.InvalidError naming Allow.
+//
+// Deprecated: Config.Validate checks them with the rest of the Config.
 func CheckAllow(patterns []string) error { return checkPatterns(patterns) }
 
 // checkPatterns checks Allow's patterns.
 func checkPatterns(patterns []string) error {
 	for _, p := range patterns {
 		if _, err := path.Match(strings.TrimSuffix(p, "/**"), ""); err != nil || p == "" {
-			return fenceerr.Invalid("file_allow", "%q is not a valid pattern (path.Match globs, or dir/**)", p)
+			return fenceerr.Invalid("Allow", "%q is not a valid pattern (path.Match globs, or dir/**)", p)
 		}
 	}
 	return nil

@@ -95,8 +95,8 @@ func TestBucketAllowList(t *testing.T) {
 	// An allow-list entry that is not a bucket name is refused.
 	_, err = s3.New(context.Background(), s3.Config{Bucket: def, Allow: []string{"Bad_Bucket"}})
 	var inv *fenceerr.InvalidError
-	if !errors.As(err, &inv) || inv.Field != "s3_allow" {
-		t.Fatalf("a bad allow-list entry: %v, want an InvalidError naming s3_allow", err)
+	if !errors.As(err, &inv) || inv.Field != "Allow" {
+		t.Fatalf("a bad allow-list entry: %v, want an InvalidError naming Allow", err)
 	}
 }
 

@@ -340,7 +340,37 @@ func TestShortReceiptSecretRefused(t *testing.T) {
 	const short = "short-s3cret"
 	_, err := s3.New(context.Background(), s3.Config{Bucket: "reports", ReceiptSecrets: []string{short}})
 	var inv *fenceerr.InvalidError
-	if !errors.As(err, &inv) || inv.Field != "s3_receipt_secret" || strings.Contains(err.Error(), short) {
-		t.Fatalf("a short secret: %v, want an InvalidError naming s3_receipt_secret without the secret", err)
+	if !errors.As(err, &inv) || inv.Field != "ReceiptSecrets" || strings.Contains(err.Error(), short) {
+		t.Fatalf("a short secret: %v, want an InvalidError naming ReceiptSecrets without the secret", err)
+	}
+}
+
+// Config.Validate names each field, reading no AWS configuration; New
+// refuses what it refuses.
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg   s3.Config
+		field string
+	}{
+		{s3.Config{Bucket: "reports"}, ""},
+		{s3.Config{Bucket: "Bad_Bucket"}, "Bucket"},
+		{s3.Config{Bucket: "reports", Allow: []string{"x"}}, "Allow"},
+		{s3.Config{Bucket: "reports", ReceiptSecrets: []string{"short"}}, "ReceiptSecrets"},
+		{s3.Config{Bucket: "reports", ReceiptPrefix: "receipts/"}, "ReceiptPrefix"},
+		{s3.Config{Bucket: "reports", Endpoint: "127.0.0.1:9000"}, "Endpoint"},
+		{s3.Config{Bucket: "reports", LookupSettle: -time.Second}, "LookupSettle"},
+		{s3.Config{Bucket: "reports", Concurrency: -1}, "Concurrency"},
+	} {
+		err := tc.cfg.Validate()
+		var inv *fenceerr.InvalidError
+		if tc.field == "" && err != nil || tc.field != "" && (!errors.As(err, &inv) || inv.Field != tc.field) {
+			t.Errorf("Validate(%+v) = %v, want an InvalidError naming %q", tc.cfg, err, tc.field)
+		}
+		if tc.field != "" {
+			if _, err := s3.New(context.Background(), tc.cfg); !errors.As(err, &inv) || inv.Field != tc.field {
+				t.Errorf("New(%+v) = %v, want an InvalidError naming %q", tc.cfg, err, tc.field)
+			}
+		}
 	}
 }

@@ -125,36 +125,58 @@ var (
 	_ adapters.Looker   = (*Adapter)(nil)
 )
 
+// WithDefaults returns c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.ReceiptPrefix = cmp.Or(c.ReceiptPrefix, DefaultReceiptPrefix)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	return c
+}
+
+// Validate checks c, its defaults applied, sending nothing and reading no
+// AWS configuration. An error is a *fenceerr.InvalidError naming the field
+// (Bucket, Allow, ReceiptSecrets, Endpoint, …); none repeats a secret.
+func (c Config) Validate() error {
+	_, _, err := c.WithDefaults().parse()
+	return err
+}
+
+// parse checks c and returns its allow-list and receipt secrets.
+func (c Config) parse() (allowed map[string]bool, secrets [][]byte, err error) {
+	if c.Bucket != "" {
+		if err := s3kind.CheckBucket("Bucket", c.Bucket); err != nil {
+			return nil, nil, err
+		}
+	}
+	if allowed, err = allowSet(c.Bucket, c.Allow); err != nil {
+		return nil, nil, err
+	}
+	if secrets, err = receiptSecrets(c.ReceiptSecrets); err != nil {
+		return nil, nil, err
+	}
+	if !strings.HasSuffix(c.ReceiptPrefix, "/") || !s3kind.ReservedKey(c.ReceiptPrefix+"x") {
+		return nil, nil, fenceerr.Invalid("ReceiptPrefix", "%q must end in '/' and be under %s/, where no payload can write", c.ReceiptPrefix, s3kind.ReservedDir)
+	}
+	if c.Endpoint != "" {
+		u, err := url.Parse(c.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, nil, fenceerr.Invalid("Endpoint", "must be an http:// or https:// URL, got %q", c.Endpoint)
+		}
+	}
+	switch {
+	case c.LookupSettle < 0:
+		return nil, nil, fenceerr.Invalid("LookupSettle", "must not be negative, got %s", c.LookupSettle)
+	case c.Concurrency < 0:
+		return nil, nil, fenceerr.Invalid("Concurrency", "must not be negative, got %d", c.Concurrency)
+	}
+	return allowed, secrets, nil
+}
+
 // New checks cfg and makes the client. It sends no request (Probe does).
 func New(ctx context.Context, cfg Config) (*Adapter, error) {
-	cfg.ReceiptPrefix = cmp.Or(cfg.ReceiptPrefix, DefaultReceiptPrefix)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Bucket != "" {
-		if err := s3kind.CheckBucket("s3_bucket", cfg.Bucket); err != nil {
-			return nil, err
-		}
-	}
-	allowed, err := allowSet(cfg.Bucket, cfg.Allow)
+	cfg = cfg.WithDefaults()
+	allowed, secrets, err := cfg.parse()
 	if err != nil {
 		return nil, err
-	}
-	secrets, err := receiptSecrets(cfg.ReceiptSecrets)
-	if err != nil {
-		return nil, err
-	}
-	if !strings.HasSuffix(cfg.ReceiptPrefix, "/") || !s3kind.ReservedKey(cfg.ReceiptPrefix+"x") {
-		return nil, fenceerr.Invalid("s3", "ReceiptPrefix %q must end in '/' and be under %s/, where no payload can write", cfg.ReceiptPrefix, s3kind.ReservedDir)
-	}
-	if cfg.Endpoint != "" {
-		u, err := url.Parse(cfg.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fenceerr.Invalid("s3_endpoint", "--s3-endpoint must be an http:// or https:// URL, got %q", cfg.Endpoint)
-		}
-	}
-	if cfg.LookupSettle < 0 || cfg.Concurrency < 0 {
-		return nil, fenceerr.Invalid("s3", "LookupSettle and Concurrency must not be negative")
 	}
 	client := cfg.Client
 	if client == nil {
@@ -195,7 +217,7 @@ func allowSet(bucket string, allow []string) (map[string]bool, error) {
 		set[bucket] = true
 	}
 	for _, b := range allow {
-		if err := s3kind.CheckBucket("s3_allow", b); err != nil {
+		if err := s3kind.CheckBucket("Allow", b); err != nil {
 			return nil, err
 		}
 		set[b] = true
@@ -208,7 +230,7 @@ func receiptSecrets(list []string) ([][]byte, error) {
 	for i, s := range list {
 		if len(s) < MinReceiptSecret {
 			// The secret itself is never in the message.
-			return nil, fenceerr.Invalid("s3_receipt_secret", "receipt secret %d of %d is %d bytes, under %d: use e.g. 32 random bytes in base64 (openssl rand -base64 32)", i+1, len(list), len(s), MinReceiptSecret)
+			return nil, fenceerr.Invalid("ReceiptSecrets", "receipt secret %d of %d is %d bytes, under %d: use e.g. 32 random bytes in base64 (openssl rand -base64 32)", i+1, len(list), len(s), MinReceiptSecret)
 		}
 		out = append(out, []byte(s))
 	}
@@ -302,7 +324,7 @@ func (a *Adapter) Capabilities() adapters.Capabilities {
 // not run. Every error names the bucket.
 func (a *Adapter) Probe(ctx context.Context) error {
 	if a.cfg.Bucket == "" {
-		return fenceerr.Invalid("s3_bucket", "the s3 adapter needs --s3-bucket: the default bucket, where it checks that conditional writes are enforced")
+		return fenceerr.Invalid("Bucket", "is required to probe: the default bucket, where the adapter checks that conditional writes are enforced")
 	}
 	for _, bucket := range a.Allowed() {
 		if err := a.probe(ctx, bucket); err != nil {

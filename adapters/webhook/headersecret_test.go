@@ -180,7 +180,7 @@ func TestHeaderSecretConfigErrors(t *testing.T) {
 		{"ok": ""}, {"ok": "v-abc123\r\nX-Evil: 1"}, {"ok": "v-abc123\x00"},
 	} {
 		_, err := webhook.New(webhook.Config{Allow: []string{"h"}, HeaderSecrets: secrets})
-		expectField(t, "New", err, "webhook_header_secret", "v-abc123")
+		expectField(t, "New", err, "HeaderSecrets", "v-abc123")
 	}
 	if _, err := webhook.New(webhook.Config{Allow: []string{"h"}, HeaderSecrets: map[string]string{"billing_api.v2-x": "v"}}); err != nil {
 		t.Errorf("a valid secret refused: %v", err)

@@ -30,7 +30,7 @@ func SplitList(list string) []string {
 }
 
 // ParseHosts parses the entries of a list. field names the input in errors
-// ("webhook_allow").
+// ("Allow").
 func ParseHosts(field string, items []string) (*Hosts, error) {
 	h := &Hosts{}
 	for _, item := range items {

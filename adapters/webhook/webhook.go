@@ -121,42 +121,65 @@ var (
 	_ adapters.Looker   = (*Adapter)(nil)
 )
 
+// WithDefaults returns c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.MaxConcurrencyPerHost = cmp.Or(c.MaxConcurrencyPerHost, DefaultMaxConcurrencyPerHost)
+	c.UserAgent = cmp.Or(c.UserAgent, "fencegate-webhook/1")
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate checks c, its defaults applied, connecting to nothing. An error
+// is a *fenceerr.InvalidError naming the field (Allow, Secrets,
+// HeaderSecrets, …); none repeats a secret.
+func (c Config) Validate() error {
+	_, err := c.WithDefaults().parse()
+	return err
+}
+
+// parsed is what New keeps of a valid Config's lists.
+type parsed struct {
+	allow, dedups *Hosts
+	secrets       []Secret
+}
+
+// parse checks c and parses its lists.
+func (c Config) parse() (parsed, error) {
+	var p parsed
+	var err error
+	switch {
+	case c.MaxConcurrencyPerHost < 1:
+		return p, fenceerr.Invalid("MaxConcurrencyPerHost", "must be at least 1")
+	case c.LookupSettle < 0:
+		return p, fenceerr.Invalid("LookupSettle", "must not be negative, got %s", c.LookupSettle)
+	}
+	if p.allow, err = ParseHosts("Allow", c.Allow); err != nil {
+		return p, err
+	}
+	if p.allow.Len() == 0 {
+		return p, fenceerr.Invalid("Allow", "is required: the destinations (host or host:port) requests may go to")
+	}
+	if p.dedups, err = ParseHosts("DedupsOnKey", c.DedupsOnKey); err != nil {
+		return p, err
+	}
+	if p.secrets, err = ParseSecrets("Secrets", c.Secrets); err != nil {
+		return p, err
+	}
+	return p, checkHeaderSecrets(c.HeaderSecrets)
+}
+
 // New checks cfg and returns an adapter. It connects to nothing.
 func New(cfg Config) (*Adapter, error) {
-	cfg.MaxConcurrencyPerHost = cmp.Or(cfg.MaxConcurrencyPerHost, DefaultMaxConcurrencyPerHost)
-	cfg.UserAgent = cmp.Or(cfg.UserAgent, "fencegate-webhook/1")
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.MaxConcurrencyPerHost < 1 {
-		return nil, fenceerr.Invalid("webhook_max_concurrency_per_host", "must be at least 1, got %d", cfg.MaxConcurrencyPerHost)
-	}
-	if cfg.LookupSettle < 0 {
-		return nil, fenceerr.Invalid("lookup_settle", "must not be negative, got %s", cfg.LookupSettle)
-	}
-	allow, err := ParseHosts("webhook_allow", cfg.Allow)
+	cfg = cfg.WithDefaults()
+	p, err := cfg.parse()
 	if err != nil {
-		return nil, err
-	}
-	if allow.Len() == 0 {
-		return nil, fenceerr.Invalid("webhook_allow", "the webhook adapter needs --webhook-allow: the destinations (host or host:port, comma-separated) it may call")
-	}
-	dedups, err := ParseHosts("webhook_dedups_on_key", cfg.DedupsOnKey)
-	if err != nil {
-		return nil, err
-	}
-	secrets, err := ParseSecrets("webhook_secret", cfg.Secrets)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkHeaderSecrets(cfg.HeaderSecrets); err != nil {
 		return nil, err
 	}
 	cfg.HeaderSecrets = maps.Clone(cfg.HeaderSecrets)
-	a := &Adapter{cfg: cfg, allow: allow, dedups: dedups, secrets: secrets,
+	a := &Adapter{cfg: cfg, allow: p.allow, dedups: p.dedups, secrets: p.secrets,
 		log: cfg.Logger.With("component", "webhook"), slots: map[string]chan struct{}{}}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: a.checkAddress}
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -268,13 +291,15 @@ type Intake struct {
 // NewIntake returns the rules with the allow-list allow (each "host" or
 // "host:port"; none: any host) and, when secretNames is not nil, the names
 // of the header secrets the adapter holds (nil: names are not checked).
+// An error names the Config field the list stands for (Allow,
+// HeaderSecrets).
 func NewIntake(allow []string, secretNames []string) (Intake, error) {
-	hosts, err := ParseHosts("webhook_allow", allow)
+	hosts, err := ParseHosts("Allow", allow)
 	if err != nil {
 		return Intake{}, err
 	}
 	for _, name := range secretNames {
-		if err := webhookkind.CheckSecretName("webhook_header_secret", name); err != nil {
+		if err := webhookkind.CheckSecretName("HeaderSecrets", name); err != nil {
 			return Intake{}, err
 		}
 	}
@@ -315,14 +340,14 @@ func checkSecretsHeld(p webhookkind.Payload, held func(string) bool) error {
 // but never echoing its value.
 func checkHeaderSecrets(secrets map[string]string) error {
 	for _, name := range slices.Sorted(maps.Keys(secrets)) {
-		if err := webhookkind.CheckSecretName("webhook_header_secret", name); err != nil {
+		if err := webhookkind.CheckSecretName("HeaderSecrets", name); err != nil {
 			return err
 		}
 		switch v := secrets[name]; {
 		case v == "":
-			return fenceerr.Invalid("webhook_header_secret", "secret %q is empty", name)
+			return fenceerr.Invalid("HeaderSecrets", "secret %q is empty", name)
 		case strings.ContainsAny(v, "\r\n\x00"):
-			return fenceerr.Invalid("webhook_header_secret", "secret %q contains CR, LF or NUL (a header value cannot)", name)
+			return fenceerr.Invalid("HeaderSecrets", "secret %q contains CR, LF or NUL (a header value cannot)", name)
 		}
 	}
 	return nil

@@ -458,13 +458,13 @@ func TestConfigErrors(t *testing.T) {
 		cfg   webhook.Config
 		field string
 	}{
-		{webhook.Config{}, "webhook_allow"},
-		{webhook.Config{Allow: []string{"https://h"}}, "webhook_allow"},
-		{webhook.Config{Allow: []string{"*.h"}}, "webhook_allow"},
-		{webhook.Config{Allow: []string{"h:99999"}}, "webhook_allow"},
-		{webhook.Config{Allow: []string{"h"}, DedupsOnKey: []string{"h:x"}}, "webhook_dedups_on_key"},
-		{webhook.Config{Allow: []string{"h"}, Secrets: []string{"nope"}}, "webhook_secret"},
-		{webhook.Config{Allow: []string{"h"}, MaxConcurrencyPerHost: -1}, "webhook_max_concurrency_per_host"},
+		{webhook.Config{}, "Allow"},
+		{webhook.Config{Allow: []string{"https://h"}}, "Allow"},
+		{webhook.Config{Allow: []string{"*.h"}}, "Allow"},
+		{webhook.Config{Allow: []string{"h:99999"}}, "Allow"},
+		{webhook.Config{Allow: []string{"h"}, DedupsOnKey: []string{"h:x"}}, "DedupsOnKey"},
+		{webhook.Config{Allow: []string{"h"}, Secrets: []string{"nope"}}, "Secrets"},
+		{webhook.Config{Allow: []string{"h"}, MaxConcurrencyPerHost: -1}, "MaxConcurrencyPerHost"},
 	} {
 		_, err := webhook.New(tc.cfg)
 		var inv *fenceerr.InvalidError
