@@ -314,7 +314,7 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 			cfg.Schema = ob.Schema()
 		}
 		if cfg.Schema != ob.Schema() {
-			return nil, fmt.Errorf("adapters: Schema %q is not the outbox client's schema %q", cfg.Schema, ob.Schema())
+			return nil, invalidConfig("Schema", "%q is not the outbox client's schema %q", cfg.Schema, ob.Schema())
 		}
 	}
 	schema, err := pgschema.Parse(cfg.Schema)

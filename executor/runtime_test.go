@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -560,4 +561,22 @@ func TestRuntimeLifecycle(t *testing.T) {
 	e.Runtime.Stop()
 	<-e.Runtime.Stopped()
 	e.Runtime.Stop()
+}
+
+// A Config the runtime refuses names the field: a Schema that is not the
+// outbox client's, a KeyLockTimeout that is not the store's.
+func TestNewRuntimeConfigErrors(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{})
+	for field, cfg := range map[string]executor.Config{
+		"Schema":         {Schema: "elsewhere"},
+		"KeyLockTimeout": {KeyLockTimeout: e.Store.Config().LockTimeout + time.Second},
+	} {
+		cfg.Executors = []adapters.Executor{testExec{e.dest}}
+		_, err := executor.NewRuntime(e.Pool, e.NC, e.Store, e.Client, cfg)
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || inv.Field != field {
+			t.Errorf("NewRuntime(%+v) = %v, want an InvalidError naming %s", cfg, err, field)
+		}
+	}
 }
