@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -131,9 +132,9 @@ func (f *emailFlags) check(env adapterEnv, runs bool) error {
 		cfg.Lookup = &email.MailpitLookup{BaseURL: *f.mailpitURL}
 	}
 	if !runs {
-		// Only a running adapter needs an address: a stand-in keeps
-		// the other flags checked.
-		cfg.Addr = defaultSMTPAddr
+		// Only a running adapter needs an address: a stand-in for none
+		// keeps the other flags checked.
+		cfg.Addr = cmp.Or(cfg.Addr, defaultSMTPAddr)
 	}
 	return emailFields.flagError(cfg.Validate())
 }

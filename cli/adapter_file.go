@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -62,9 +63,9 @@ func (f *fileFlags) check(env adapterEnv, runs bool) error {
 	f.fileMode = mode
 	cfg := f.config(env)
 	if !runs {
-		// Only a running adapter needs a root: a stand-in keeps the other
-		// flags checked.
-		cfg.Root = defaultFileRoot
+		// Only a running adapter needs a root: a stand-in for none keeps
+		// the other flags checked.
+		cfg.Root = cmp.Or(cfg.Root, defaultFileRoot)
 	}
 	return fileFields.flagError(cfg.Validate())
 }

@@ -51,6 +51,7 @@ func TestRunBadFlags(t *testing.T) {
 		// The adapters' own rules (their Config.Validate), named by flag,
 		// before anything is connected, whether or not the adapter runs.
 		{"smtp max sessions, email not running", nil, []string{"--adapters", "file", "--smtp-max-sessions", "0"}, "smtp_max_sessions"},
+		{"smtp addr given, email not running", nil, []string{"--adapters", "file", "--smtp-addr", "mail.example.com"}, "smtp_addr"},
 		{"mailpit url without mailpit lookup", nil, []string{"--mailpit-url", "ftp://x"}, "mailpit_url"},
 		{"mail max recipients", nil, []string{"--mail-max-recipients", "0"}, "mail_max_recipients"},
 		{"mail envelope from", nil, []string{"--mail-from-allow", "example.com", "--mail-envelope-from", "nobody"}, "mail_envelope_from"},
