@@ -49,7 +49,7 @@ type adapterFlags interface {
 // every other flag: a flag that an adapter run by default requires (the
 // email adapter's --mail-from-allow) must not hide a bad flag given.
 type lastChecker interface {
-	checkLast(runs bool) error
+	checkLast(env adapterEnv, runs bool) error
 }
 
 // optIn is implemented by adapter flags that run their adapter when

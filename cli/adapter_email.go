@@ -136,19 +136,18 @@ func (f *emailFlags) check(env adapterEnv, runs bool) error {
 		// keeps the other flags checked.
 		cfg.Addr = cmp.Or(cfg.Addr, defaultSMTPAddr)
 	}
+	// The sender allow-list is required, but checked last (checkLast):
+	// the adapter runs by default, and its missing allow-list must not
+	// hide a bad flag given.
+	cfg.Policy.AnyFrom = len(cfg.Policy.FromAllow) == 0
 	return emailFields.flagError(cfg.Validate())
 }
 
-func (f *emailFlags) checkLast(runs bool) error {
+func (f *emailFlags) checkLast(env adapterEnv, runs bool) error {
 	if !runs {
 		return nil
 	}
-	// Without a sender allow-list the intake is an open mail relay for
-	// anyone with a worker token.
-	if pol := f.policy(); len(pol.FromAllow) == 0 && !pol.AnyFrom {
-		return badInput("mail_from_allow", "--mail-from-allow is required to run the email adapter: the From addresses or domains it may send as (comma-separated)")
-	}
-	return nil
+	return emailFields.flagError(f.config(env).Validate())
 }
 
 func (f *emailFlags) registration(_ context.Context, env adapterEnv) (adapters.Registration, error) {

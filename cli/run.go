@@ -243,7 +243,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	for i, f := range adapterFlags {
 		if l, ok := f.(lastChecker); ok {
-			if err := l.checkLast(runs[i]); err != nil {
+			if err := l.checkLast(env, runs[i]); err != nil {
 				return a.fail(err)
 			}
 		}

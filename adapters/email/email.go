@@ -147,7 +147,15 @@ func (c Config) validate() error {
 			return err
 		}
 	}
-	return fenceerr.Within("Policy", c.Policy.CheckConfig())
+	if err := fenceerr.Within("Policy", c.Policy.CheckConfig()); err != nil {
+		return err
+	}
+	// Without a sender allow-list the intake is an open mail relay for
+	// anyone with a worker token: none only when said on purpose.
+	if len(c.Policy.FromAllow) == 0 && !c.Policy.AnyFrom {
+		return fenceerr.Invalid("Policy.FromAllow", "is required: the From addresses or domains the adapter may send as")
+	}
+	return nil
 }
 
 // Adapter sends email intents over SMTP.

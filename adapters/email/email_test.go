@@ -58,8 +58,11 @@ func request(key string, payload map[string]any) adapters.Request {
 	}
 }
 
+// newAdapter is an adapter for cfg; with no FromAllow, any From (the
+// tests' servers deliver nowhere).
 func newAdapter(t *testing.T, cfg email.Config) *email.Adapter {
 	t.Helper()
+	cfg.Policy.AnyFrom = len(cfg.Policy.FromAllow) == 0
 	a, err := email.New(cfg)
 	if err != nil {
 		t.Fatalf("email.New: %v", err)
@@ -117,25 +120,28 @@ const pinnedK = "QJKMGKNJFBIPNVJZ3U3W6SAW5Y"
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
+	anyFrom := email.Policy{AnyFrom: true}
 	for _, tc := range []struct {
 		name string
 		cfg  email.Config
 		// field is the field the error names; "": valid.
 		field string
 	}{
-		{"defaults", email.Config{Addr: "127.0.0.1:25"}, ""},
-		{"no addr", email.Config{}, "Addr"},
-		{"no port", email.Config{Addr: "mail.example.com"}, "Addr"},
-		{"bad starttls", email.Config{Addr: "h:25", StartTLS: "always"}, "StartTLS"},
-		{"password without user", email.Config{Addr: "h:25", Password: "p"}, "Password"},
-		{"bad domain", email.Config{Addr: "h:25", Domain: "a@b"}, "Domain"},
-		{"bad local name", email.Config{Addr: "h:25", LocalName: "a b"}, "LocalName"},
-		{"negative timeout", email.Config{Addr: "h:25", Timeout: -time.Second}, "Timeout"},
-		{"negative settle", email.Config{Addr: "h:25", LookupSettle: -time.Second}, "LookupSettle"},
-		{"no sessions", email.Config{Addr: "h:25", MaxSessions: -1}, "MaxSessions"},
-		{"mailpit without a URL", email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{}}, "Lookup.BaseURL"},
-		{"mailpit URL", email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{BaseURL: "http://127.0.0.1:8025"}}, ""},
+		{"defaults", email.Config{Addr: "127.0.0.1:25", Policy: anyFrom}, ""},
+		{"no addr", email.Config{Policy: anyFrom}, "Addr"},
+		{"no port", email.Config{Addr: "mail.example.com", Policy: anyFrom}, "Addr"},
+		{"bad starttls", email.Config{Addr: "h:25", StartTLS: "always", Policy: anyFrom}, "StartTLS"},
+		{"password without user", email.Config{Addr: "h:25", Password: "p", Policy: anyFrom}, "Password"},
+		{"bad domain", email.Config{Addr: "h:25", Domain: "a@b", Policy: anyFrom}, "Domain"},
+		{"bad local name", email.Config{Addr: "h:25", LocalName: "a b", Policy: anyFrom}, "LocalName"},
+		{"negative timeout", email.Config{Addr: "h:25", Timeout: -time.Second, Policy: anyFrom}, "Timeout"},
+		{"negative settle", email.Config{Addr: "h:25", LookupSettle: -time.Second, Policy: anyFrom}, "LookupSettle"},
+		{"no sessions", email.Config{Addr: "h:25", MaxSessions: -1, Policy: anyFrom}, "MaxSessions"},
+		{"mailpit without a URL", email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{}, Policy: anyFrom}, "Lookup.BaseURL"},
+		{"mailpit URL", email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{BaseURL: "http://127.0.0.1:8025"}, Policy: anyFrom}, ""},
 		{"bad sender", email.Config{Addr: "h:25", Policy: email.Policy{FromAllow: []string{"a b"}}}, "Policy.FromAllow"},
+		{"no sender allow-list", email.Config{Addr: "h:25"}, "Policy.FromAllow"},
+		{"a sender allow-list", email.Config{Addr: "h:25", Policy: email.Policy{FromAllow: []string{"example.com"}}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, err := range []error{tc.cfg.Validate(), func() error { _, err := email.New(tc.cfg); return err }()} {

@@ -19,13 +19,11 @@ const DefaultMaxRecipients = 50
 type Policy struct {
 	// FromAllow lists the allowed From addresses ("reports@example.com",
 	// exact, case-insensitive) and domains ("example.com": an address at
-	// exactly that domain, not its subdomains). None: any From — which
-	// gateway run refuses (--mail-from-allow is required to run the email
-	// adapter) unless AnyFrom says so.
+	// exactly that domain, not its subdomains). Required (Config.Validate)
+	// unless AnyFrom.
 	FromAllow []string
 	// AnyFrom states that any From is allowed on purpose (gateway dev,
-	// whose sink delivers nowhere); only the gateway's configuration check
-	// reads it.
+	// whose sink delivers nowhere): with no FromAllow, any From is sent.
 	AnyFrom bool
 	// RcptAllow lists the allowed recipient domains (To, Cc, Bcc), exact.
 	// None: any.

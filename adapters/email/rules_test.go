@@ -21,7 +21,7 @@ import (
 // is refused before any connection.
 func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 	t.Parallel()
-	a, err := email.New(email.Config{Addr: "127.0.0.1:1"})
+	a, err := email.New(email.Config{Addr: "127.0.0.1:1", Policy: email.Policy{AnyFrom: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
