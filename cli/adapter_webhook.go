@@ -67,15 +67,15 @@ func (f *webhookFlags) check(env adapterEnv, runs bool) error {
 	if err := f.headerSecrets.check(); err != nil {
 		return err
 	}
-	cfg := f.config(env)
 	if runs {
 		values, err := f.headerSecrets.read()
 		if err != nil {
 			return err
 		}
 		f.headerValues = values
-		cfg.HeaderSecrets = values
-	} else if len(cfg.Allow) == 0 {
+	}
+	cfg := f.config(env)
+	if !runs && len(cfg.Allow) == 0 {
 		// Only a running adapter needs an allow-list (and its secrets'
 		// files read): a stand-in keeps the other flags checked.
 		cfg.Allow = []string{"localhost"}
