@@ -138,8 +138,8 @@ func TestEnqueueBatchProbesOnYoungStatistics(t *testing.T) {
 
 // youngEnv is a session of its own (a pool of one connection, so every
 // call runs with the plans that session made) over a new database, with
-// a lease on the resource "young", and a second pool to set the tables up
-// and read their statistics.
+// a lease on the resource "young", and a second session to set the tables
+// up and read their statistics.
 type youngEnv struct {
 	t     *testing.T
 	admin *pgxpool.Pool
@@ -152,21 +152,22 @@ func newYoungEnv(t *testing.T) *youngEnv {
 	t.Helper()
 	ctx := context.Background()
 	url := testdb.NewURL(t)
-	admin, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
+	// Each pool is one session: reads forces out the pending statistics
+	// of both, and a second connection of the admin's would keep its own.
+	onePool := func() *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 1
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
 	}
-	t.Cleanup(admin.Close)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	admin, pool := onePool(), onePool()
 	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), DisableNotify: true})
 	if err != nil {
 		t.Fatal(err)
@@ -197,13 +198,20 @@ type tableStats struct {
 func (e *youngEnv) reads(table string) tableStats {
 	e.t.Helper()
 	ctx := context.Background()
-	// The session's counters reach the shared statistics when it next
-	// goes idle after this.
-	if _, err := e.pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `SELECT 1`); err != nil {
-		e.t.Fatal(err)
+	// Both sessions' counters reach the shared statistics now, each when
+	// it next goes idle after pg_stat_force_next_flush. Left to itself a
+	// session flushes at most once a second, and what it could not flush
+	// waits for its idle timer (10 s): the admin's inserts that grow the
+	// table — done just before the first reading — then landed between
+	// two readings, counted as the session's (a CI run saw 20,040 inserts
+	// for 20).
+	for _, p := range []*pgxpool.Pool{e.pool, e.admin} {
+		if _, err := p.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := p.Exec(ctx, `SELECT 1`); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 	var st tableStats
 	if err := e.admin.QueryRow(ctx, `SELECT seq_scan, seq_tup_read + coalesce(idx_tup_fetch, 0), n_tup_ins
