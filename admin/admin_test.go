@@ -933,10 +933,26 @@ func TestConfigErrors(t *testing.T) {
 	ob := coretest.Outbox(t, pool)
 	base := Config{Pool: pool, Outbox: ob, Issuer: coretest.Issuer(pool)}
 	bad := base
-	bad.Tokens = []Token{{Name: "x", Role: "root", Secret: workerSecret}}
-	if _, err := New(bad); err == nil {
-		t.Fatal("New with a bad token role accepted")
+	for name, tokens := range map[string][]Token{
+		"a bad role":      {{Name: "x", Role: "root", Secret: workerSecret}},
+		"a weak secret":   {{Name: "x", Role: RoleWorker, Secret: "short"}},
+		"a secret twice":  {{Name: "x", Role: RoleWorker, Secret: workerSecret}, {Name: "y", Role: RoleOperator, Secret: workerSecret}},
+		"a bad resource":  {{Name: "x", Role: RoleWorker, Secret: workerSecret, Resources: []string{"a*b*"}}},
+		"a bad principal": {{Name: "x", Role: RoleWorker, Secret: workerSecret, Principal: "Not A Name"}},
+		"a name with ':'": {{Name: "x:y", Role: RoleWorker, Secret: workerSecret}},
+		"an empty kind":   {{Name: "x", Role: RoleWorker, Secret: workerSecret, Kinds: []string{""}}},
+		"a spaced secret": {{Name: "x", Role: RoleWorker, Secret: workerSecret + " x"}},
+	} {
+		bad.Tokens = tokens
+		_, err := New(bad)
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "Tokens" {
+			t.Errorf("New with %s: %v, want an InvalidError naming Tokens", name, err)
+		} else if strings.Contains(err.Error(), workerSecret) {
+			t.Errorf("New with %s: the error shows the secret: %v", name, err)
+		}
 	}
+	bad = base
 	for field, mutate := range map[string]func(*Config){
 		"MaxBodyBytes":      func(c *Config) { c.MaxBodyBytes = 10 },
 		"AuthFailureLimit":  func(c *Config) { c.AuthFailureLimit = -1 },

@@ -186,17 +186,28 @@ func ParseTokens(s string) ([]Token, error) {
 			out = append(out, t)
 		}
 	}
-	seen := map[string]bool{}
-	for _, t := range out {
+	if err := CheckTokens(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CheckTokens checks tokens as New does, connecting to nothing: each
+// token's fields, and no secret configured twice (a request presenting it
+// would act as whichever token came last). An error names the token,
+// never its secret.
+func CheckTokens(tokens []Token) error {
+	seen := make(map[string]bool, len(tokens))
+	for _, t := range tokens {
 		if err := t.validate(); err != nil {
-			return nil, err
+			return err
 		}
 		if seen[t.Secret] {
-			return nil, fmt.Errorf("admin: token %q: the same secret is configured twice", t.Name)
+			return fmt.Errorf("admin: token %q: the same secret is configured twice", t.Name)
 		}
 		seen[t.Secret] = true
 	}
-	return out, nil
+	return nil
 }
 
 // scopeFields moves the optional scope fields of the line format from the

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,10 +118,8 @@ func (c Config) validate() error {
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return fenceerr.Invalid("TLSCertFile", "and TLSKeyFile go together")
 	}
-	for _, t := range c.Tokens {
-		if err := t.validate(); err != nil {
-			return err
-		}
+	if err := CheckTokens(c.Tokens); err != nil {
+		return fenceerr.Invalid("Tokens", "%s", strings.TrimPrefix(err.Error(), "admin: "))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -36,7 +37,8 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 		return invalid("AdminTLSCert", "and AdminTLSKey: %s", errmap.OneLine(tlsErr.Err.Error()))
 	}
 	if err != nil {
-		return invalid("Tokens", "%s", errmap.OneLine(err.Error()))
+		// Validate checked the tokens and the TLS files already.
+		return fmt.Errorf("gateway: admin server: %w", err)
 	}
 	ln, err := srv.Listen(cfg.AdminAddr)
 	if err != nil {

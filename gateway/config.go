@@ -317,6 +317,11 @@ func (c *Config) checkMetrics() error {
 
 // checkAdmin checks the admin server's fields.
 func (c *Config) checkAdmin() error {
+	// Tokens given are checked whether or not the admin server runs, like
+	// every value given.
+	if err := admin.CheckTokens(c.Tokens); err != nil {
+		return invalid("Tokens", "%s", strings.TrimPrefix(errmap.OneLine(err.Error()), "admin: "))
+	}
 	if c.AdminAddr == "" {
 		return nil
 	}

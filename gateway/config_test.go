@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
+	"github.com/fencegate/fencegate/admin"
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/fenceerr"
@@ -46,6 +47,13 @@ func TestConfigRules(t *testing.T) {
 		{"ping interval", Config{Dispatcher: relay, NATSPingInterval: -time.Second}, "NATSPingInterval"},
 		{"namespace", Config{Dispatcher: relay, Namespace: "Not A Namespace"}, "Namespace"},
 		{"admin without tokens off loopback", Config{Dispatcher: relay, AdminAddr: "0.0.0.0:8080"}, "AdminAddr"},
+		// Tokens are checked by Validate, before anything connects (not
+		// only when the admin server is made), whether or not it runs.
+		{"a token's role", Config{Dispatcher: relay, AdminAddr: "127.0.0.1:0", Tokens: []admin.Token{{Name: "ops", Role: "root", Secret: strongSecret}}}, "Tokens"},
+		{"a weak token", Config{Dispatcher: relay, Tokens: []admin.Token{{Name: "ops", Role: admin.RoleOperator, Secret: "short"}}}, "Tokens"},
+		{"a secret twice", Config{Dispatcher: relay, AdminAddr: "127.0.0.1:0", Tokens: []admin.Token{
+			{Name: "ops", Role: admin.RoleOperator, Secret: strongSecret}, {Name: "job", Role: admin.RoleWorker, Secret: strongSecret}}}, "Tokens"},
+		{"tokens", Config{Dispatcher: relay, AdminAddr: "127.0.0.1:0", Tokens: []admin.Token{{Name: "ops", Role: admin.RoleOperator, Secret: strongSecret}}}, ""},
 		{"schema", Config{Dispatcher: relay, Schema: "Bad-Schema"}, "Schema"},
 		{"a part's schema", Config{Dispatcher: relay, Idempotency: idempotency.Config{Schema: "other"}}, "Idempotency.Schema"},
 	}
@@ -66,6 +74,9 @@ func TestConfigRules(t *testing.T) {
 	}
 	t.Logf("%d configurations checked", checked)
 }
+
+// strongSecret passes the admin tokens' strength rule.
+const strongSecret = "gq7Rk2Lw9ZpX4vNt8YcB3mHs6JdF5aQe"
 
 // noop is an executor of kind that does nothing.
 type noop string
