@@ -933,6 +933,7 @@ func TestConfigErrors(t *testing.T) {
 	ob := coretest.Outbox(t, pool)
 	base := Config{Pool: pool, Outbox: ob, Issuer: coretest.Issuer(pool)}
 	bad := base
+	refused := 0
 	for name, tokens := range map[string][]Token{
 		"a bad role":      {{Name: "x", Role: "root", Secret: workerSecret}},
 		"a weak secret":   {{Name: "x", Role: RoleWorker, Secret: "short"}},
@@ -950,8 +951,14 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("New with %s: %v, want an InvalidError naming Tokens", name, err)
 		} else if strings.Contains(err.Error(), workerSecret) {
 			t.Errorf("New with %s: the error shows the secret: %v", name, err)
+		} else {
+			refused++
 		}
 	}
+	if refused == 0 {
+		t.Fatal("no bad token list was refused")
+	}
+	t.Logf("%d bad token lists refused, naming Tokens; the secret in none of the errors", refused)
 	bad = base
 	for field, mutate := range map[string]func(*Config){
 		"MaxBodyBytes":      func(c *Config) { c.MaxBodyBytes = 10 },
