@@ -256,6 +256,11 @@ func (c *Config) Validate() error {
 			return invalid("Namespace", "%s", err)
 		}
 	}
+	// The outbox's other fields are the adapters' specs (checkAdapters)
+	// and the schema (above).
+	if _, err := outbox.ParseKeyScope(string(c.KeyScope)); err != nil {
+		return invalid("KeyScope", "%s", err)
+	}
 	if err := c.checkMetrics(); err != nil {
 		return err
 	}

@@ -46,6 +46,8 @@ func TestConfigRules(t *testing.T) {
 		{"retention", Config{Dispatcher: relay, Retention: outbox.SweeperConfig{MaxAge: time.Hour}}, "Retention.MaxAge"},
 		{"ping interval", Config{Dispatcher: relay, NATSPingInterval: -time.Second}, "NATSPingInterval"},
 		{"namespace", Config{Dispatcher: relay, Namespace: "Not A Namespace"}, "Namespace"},
+		{"key scope", Config{Dispatcher: relay, KeyScope: "tenant"}, "KeyScope"},
+		{"key scope resource", Config{Dispatcher: relay, KeyScope: outbox.KeyScopeResource}, ""},
 		{"admin without tokens off loopback", Config{Dispatcher: relay, AdminAddr: "0.0.0.0:8080"}, "AdminAddr"},
 		// Tokens are checked by Validate, before anything connects (not
 		// only when the admin server is made), whether or not it runs.
