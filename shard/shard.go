@@ -22,11 +22,11 @@ package shard
 import (
 	"bytes"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -69,27 +69,32 @@ type Config struct {
 }
 
 // New returns a router over shards (at least one; names unique and not
-// empty).
+// empty). Bad input is a *fenceerr.InvalidError naming the argument or
+// the field ("shards[1].Name", "Outbox.KeyScope"), refused before any
+// shard's outbox is made.
 func New(shards []Shard, cfg Config) (*Router, error) {
 	if len(shards) == 0 {
-		return nil, errors.New("shard: at least one shard is required")
+		return nil, invalid("shards", "at least one shard is required")
 	}
 	if cfg.Outbox.Schema == "" {
 		cfg.Outbox.Schema = cfg.Schema
 	}
 	if cfg.Outbox.Schema != cfg.Schema {
-		return nil, fmt.Errorf("shard: Outbox.Schema %q is not Schema %q", cfg.Outbox.Schema, cfg.Schema)
+		return nil, invalid("Outbox.Schema", "%q is not Schema %q", cfg.Outbox.Schema, cfg.Schema)
+	}
+	if err := cfg.Outbox.Validate(); err != nil {
+		return nil, fmt.Errorf("shard: %w", fenceerr.Within("Outbox", err))
 	}
 	r := &Router{}
 	seen := map[string]bool{}
-	for _, s := range shards {
+	for i, s := range shards {
 		switch {
 		case s.Name == "":
-			return nil, errors.New("shard: a shard needs a name")
+			return nil, invalid(fmt.Sprintf("shards[%d].Name", i), "a shard needs a name")
 		case seen[s.Name]:
-			return nil, fmt.Errorf("shard: two shards named %q", s.Name)
+			return nil, invalid(fmt.Sprintf("shards[%d].Name", i), "two shards named %q", s.Name)
 		case s.Pool == nil && (s.Outbox == nil || s.Issuer == nil):
-			return nil, fmt.Errorf("shard %q: a pool is required", s.Name)
+			return nil, invalid(fmt.Sprintf("shards[%d].Pool", i), "shard %q: a pool is required (or both an Outbox and an Issuer)", s.Name)
 		}
 		seen[s.Name] = true
 		if s.Outbox == nil {
@@ -105,6 +110,11 @@ func New(shards []Shard, cfg Config) (*Router, error) {
 		r.shards = append(r.shards, &s)
 	}
 	return r, nil
+}
+
+// invalid is bad input: a *fenceerr.InvalidError naming field.
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("shard: %w", fenceerr.Invalid(field, format, args...))
 }
 
 // For returns the shard of resource: the one its lease, its intents and

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/adapters/file"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -63,11 +64,33 @@ func TestAssignmentIsStable(t *testing.T) {
 	if moved < n*25/100 || moved > n*42/100 {
 		t.Errorf("adding a third shard moved %d of %d resources, want about a third", moved, n)
 	}
-	for _, bad := range [][]shard.Shard{nil, {{Name: "", Pool: pool}}, {{Name: "a", Pool: pool}, {Name: "a", Pool: pool}}, {{Name: "a"}}} {
-		if _, err := shard.New(bad, shard.Config{}); err == nil {
-			t.Errorf("shard.New(%v) accepted", bad)
+	// Bad input is a *fenceerr.InvalidError naming the argument or field.
+	one := []shard.Shard{{Name: "a", Pool: pool}}
+	refused := 0
+	for _, c := range []struct {
+		shards []shard.Shard
+		cfg    shard.Config
+		field  string
+	}{
+		{nil, shard.Config{}, "shards"},
+		{[]shard.Shard{{Name: "", Pool: pool}}, shard.Config{}, "shards[0].Name"},
+		{[]shard.Shard{{Name: "a", Pool: pool}, {Name: "a", Pool: pool}}, shard.Config{}, "shards[1].Name"},
+		{[]shard.Shard{{Name: "a", Pool: pool}, {Name: "b"}}, shard.Config{}, "shards[1].Pool"},
+		{one, shard.Config{Schema: "fencegate", Outbox: outbox.Config{Schema: "other"}}, "Outbox.Schema"},
+		{one, shard.Config{Outbox: outbox.Config{KeyScope: "tenant"}}, "Outbox.KeyScope"},
+	} {
+		_, err := shard.New(c.shards, c.cfg)
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || inv.Field != c.field {
+			t.Errorf("shard.New with a bad %s: %v, want an InvalidError naming it", c.field, err)
+			continue
 		}
+		refused++
 	}
+	if refused == 0 {
+		t.Fatal("no bad input refused")
+	}
+	t.Logf("%d bad inputs refused, each naming its field", refused)
 }
 
 // Two primaries (two databases, each its own epoch authority and
