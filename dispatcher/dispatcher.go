@@ -91,10 +91,14 @@ type Dispatcher struct {
 
 // New returns a Dispatcher relaying the intents of the database behind pool
 // (the primary) over nc. It creates its own JetStream context on nc; the
-// caller keeps ownership of pool and nc and closes them after Stop.
+// caller keeps ownership of pool and nc and closes them after Stop. A nil
+// pool or nc, or a bad cfg field, is a *fenceerr.InvalidError naming it.
 func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Dispatcher, error) {
-	if pool == nil || nc == nil {
-		return nil, errors.New("dispatcher: a pool and a NATS connection are required")
+	switch {
+	case pool == nil:
+		return nil, invalidConfig("pool", "must not be nil")
+	case nc == nil:
+		return nil, invalidConfig("nc", "a NATS connection is required")
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

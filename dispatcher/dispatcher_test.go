@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testhook"
 	"github.com/fencegate/fencegate/internal/testkit/metricstest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
@@ -401,4 +403,27 @@ func TestPublishFailureReturnsClaims(t *testing.T) {
 	if n := metricValue(t, reg, "fencegate_dispatcher_publish_errors_total"); n < 1 {
 		t.Errorf("publish_errors_total = %v, want ≥ 1", n)
 	}
+}
+
+// A missing pool or NATS connection is bad input naming the argument, like
+// a bad Config field.
+func TestNewRequiresPoolAndConn(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	refused := 0
+	for arg, call := range map[string]func() error{
+		"pool": func() error { _, err := dispatcher.New(nil, e.nc, dispatcher.Config{}); return err },
+		"nc":   func() error { _, err := dispatcher.New(e.pool, nil, dispatcher.Config{}); return err },
+	} {
+		var inv *fenceerr.InvalidError
+		if err := call(); !errors.As(err, &inv) || inv.Field != arg {
+			t.Errorf("New without %s = %v, want an InvalidError naming it", arg, err)
+			continue
+		}
+		refused++
+	}
+	if refused == 0 {
+		t.Fatal("no missing argument refused")
+	}
+	t.Logf("%d missing arguments refused, each named", refused)
 }

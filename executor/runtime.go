@@ -296,26 +296,37 @@ type Runtime struct {
 }
 
 // NewRuntime returns a runtime. store is the idempotency store; ob reads
-// intents.
+// intents. All four are required; a missing one, or a bad cfg field, is a
+// *fenceerr.InvalidError naming it (pool, nc, store, ob; Concurrency, …).
 func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob *outbox.Client, cfg Config) (*Runtime, error) {
+	// Each is used by every message: refused now, naming the argument,
+	// rather than met as a nil pointer by the first one.
+	switch {
+	case pool == nil:
+		return nil, invalidConfig("pool", "must not be nil")
+	case nc == nil:
+		return nil, invalidConfig("nc", "a NATS connection is required")
+	case store == nil:
+		return nil, invalidConfig("store", "an idempotency store is required")
+	case ob == nil:
+		return nil, invalidConfig("ob", "an outbox client is required")
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if store != nil && cfg.KeyLockTimeout != 0 && cfg.KeyLockTimeout != store.Config().LockTimeout {
+	if cfg.KeyLockTimeout != 0 && cfg.KeyLockTimeout != store.Config().LockTimeout {
 		return nil, invalidConfig("KeyLockTimeout", "(%s) is not the idempotency store's LockTimeout (%s)", cfg.KeyLockTimeout, store.Config().LockTimeout)
 	}
 	m, err := newRuntimeMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	if ob != nil {
-		if cfg.Schema == "" {
-			cfg.Schema = ob.Schema()
-		}
-		if cfg.Schema != ob.Schema() {
-			return nil, invalidConfig("Schema", "%q is not the outbox client's schema %q", cfg.Schema, ob.Schema())
-		}
+	if cfg.Schema == "" {
+		cfg.Schema = ob.Schema()
+	}
+	if cfg.Schema != ob.Schema() {
+		return nil, invalidConfig("Schema", "%q is not the outbox client's schema %q", cfg.Schema, ob.Schema())
 	}
 	schema, err := pgschema.Parse(cfg.Schema)
 	if err != nil {

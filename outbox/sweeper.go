@@ -3,7 +3,6 @@ package outbox
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -135,10 +134,11 @@ type Sweeper struct {
 	life startstop.Lifecycle
 }
 
-// NewSweeper returns a Sweeper of the outbox behind pool, not started.
+// NewSweeper returns a Sweeper of the outbox behind pool, not started. A
+// nil pool, or a bad cfg field, is a *fenceerr.InvalidError naming it.
 func NewSweeper(pool *pgxpool.Pool, cfg SweeperConfig) (*Sweeper, error) {
 	if pool == nil {
-		return nil, errors.New("outbox: sweeper needs a pool")
+		return nil, invalidSweeper("pool", "must not be nil")
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -200,4 +202,26 @@ func TestSweepQueryUsesIndex(t *testing.T) {
 	if !strings.Contains(plan, "intents_sweep_idx") {
 		t.Fatalf("the sweep query does not use intents_sweep_idx:\n%s", plan)
 	}
+}
+
+// A missing pool is bad input naming the argument (outbox.New,
+// outbox.NewSweeper), not a nil pointer met by the first call.
+func TestNewRequiresPool(t *testing.T) {
+	t.Parallel()
+	refused := 0
+	for name, call := range map[string]func() error{
+		"New":        func() error { _, err := outbox.New(nil, outbox.Config{}); return err },
+		"NewSweeper": func() error { _, err := outbox.NewSweeper(nil, outbox.SweeperConfig{}); return err },
+	} {
+		var inv *fenceerr.InvalidError
+		if err := call(); !errors.As(err, &inv) || inv.Field != "pool" {
+			t.Errorf("%s without a pool = %v, want an InvalidError naming pool", name, err)
+			continue
+		}
+		refused++
+	}
+	if refused == 0 {
+		t.Fatal("no missing pool refused")
+	}
+	t.Logf("%d constructors refused a missing pool, naming it", refused)
 }
