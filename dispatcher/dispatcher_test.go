@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -18,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/dispatcher"
-	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testhook"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/metricstest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -410,20 +409,8 @@ func TestPublishFailureReturnsClaims(t *testing.T) {
 func TestNewRequiresPoolAndConn(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	refused := 0
-	for arg, call := range map[string]func() error{
+	coretest.Refused(t, map[string]func() error{
 		"pool": func() error { _, err := dispatcher.New(nil, e.nc, dispatcher.Config{}); return err },
 		"nc":   func() error { _, err := dispatcher.New(e.pool, nil, dispatcher.Config{}); return err },
-	} {
-		var inv *fenceerr.InvalidError
-		if err := call(); !errors.As(err, &inv) || inv.Field != arg {
-			t.Errorf("New without %s = %v, want an InvalidError naming it", arg, err)
-			continue
-		}
-		refused++
-	}
-	if refused == 0 {
-		t.Fatal("no missing argument refused")
-	}
-	t.Logf("%d missing arguments refused, each named", refused)
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/startstop"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -582,22 +583,10 @@ func TestNewRuntimeConfigErrors(t *testing.T) {
 	// A missing argument is refused when the runtime is made, naming it,
 	// not met as a nil pointer by the first message.
 	cfg := executor.Config{Executors: []adapters.Executor{testExec{e.dest}}}
-	refused := 0
-	for arg, call := range map[string]func() error{
+	coretest.Refused(t, map[string]func() error{
 		"pool":  func() error { _, err := executor.NewRuntime(nil, e.NC, e.Store, e.Client, cfg); return err },
 		"nc":    func() error { _, err := executor.NewRuntime(e.Pool, nil, e.Store, e.Client, cfg); return err },
 		"store": func() error { _, err := executor.NewRuntime(e.Pool, e.NC, nil, e.Client, cfg); return err },
 		"ob":    func() error { _, err := executor.NewRuntime(e.Pool, e.NC, e.Store, nil, cfg); return err },
-	} {
-		var inv *fenceerr.InvalidError
-		if err := call(); !errors.As(err, &inv) || inv.Field != arg {
-			t.Errorf("NewRuntime without %s = %v, want an InvalidError naming it", arg, err)
-			continue
-		}
-		refused++
-	}
-	if refused == 0 {
-		t.Fatal("no missing argument refused")
-	}
-	t.Logf("%d missing arguments refused, each named", refused)
+	})
 }

@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -208,20 +207,10 @@ func TestSweepQueryUsesIndex(t *testing.T) {
 // outbox.NewSweeper), not a nil pointer met by the first call.
 func TestNewRequiresPool(t *testing.T) {
 	t.Parallel()
-	refused := 0
-	for name, call := range map[string]func() error{
-		"New":        func() error { _, err := outbox.New(nil, outbox.Config{}); return err },
-		"NewSweeper": func() error { _, err := outbox.NewSweeper(nil, outbox.SweeperConfig{}); return err },
+	for _, call := range []func() error{
+		func() error { _, err := outbox.New(nil, outbox.Config{}); return err },
+		func() error { _, err := outbox.NewSweeper(nil, outbox.SweeperConfig{}); return err },
 	} {
-		var inv *fenceerr.InvalidError
-		if err := call(); !errors.As(err, &inv) || inv.Field != "pool" {
-			t.Errorf("%s without a pool = %v, want an InvalidError naming pool", name, err)
-			continue
-		}
-		refused++
+		coretest.Refused(t, map[string]func() error{"pool": call})
 	}
-	if refused == 0 {
-		t.Fatal("no missing pool refused")
-	}
-	t.Logf("%d constructors refused a missing pool, naming it", refused)
 }

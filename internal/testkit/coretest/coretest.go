@@ -2,7 +2,8 @@
 // client, the idempotency store and the lease issuer on a test's pool, in
 // the test schema (testdb.Schema), so that a test of a package built on
 // the core sets them up in one line each and never names the schema
-// itself.
+// itself; and Refused, the check that bad input is refused in the core's
+// error vocabulary.
 package coretest
 
 import (
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
@@ -83,4 +85,24 @@ func Records(ob *outbox.Client, ids []int64) (map[int64]*outbox.Record, error) {
 		maps.Copy(out, m)
 	}
 	return out, nil
+}
+
+// Refused checks that each call returns a *fenceerr.InvalidError whose
+// Field is the call's key (the field or argument that is wrong), logs how
+// many did, and fails the test when one did not or none was checked.
+func Refused(t testing.TB, calls map[string]func() error) {
+	t.Helper()
+	refused := 0
+	for field, call := range calls {
+		var inv *fenceerr.InvalidError
+		if err := call(); !errors.As(err, &inv) || inv.Field != field {
+			t.Errorf("with a bad %s: %v, want an InvalidError naming it", field, err)
+			continue
+		}
+		refused++
+	}
+	if refused == 0 {
+		t.Fatal("no bad input was refused")
+	}
+	t.Logf("%d of %d bad inputs refused, each naming its field", refused, len(calls))
 }
