@@ -179,15 +179,14 @@ func (c *Client) countStale(err error) {
 	}
 }
 
-// New returns a Client over pool, which must point at the primary. A nil
-// pool, or a bad cfg field, is a *fenceerr.InvalidError naming it.
+// New returns a Client over pool, which must point at the primary. A bad
+// cfg field is a *fenceerr.InvalidError naming it. pool may be nil for a
+// client that only checks intents (Validate, Kinds), touching no
+// database: `gateway enqueue` checks its input so before it connects.
 func New(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if pool == nil {
-		return nil, invalidConfig("pool", "must not be nil")
 	}
 	c := &Client{pool: pool, schema: pgschema.MustParse(cfg.Schema), cfg: cfg, stale: fencemetrics.StaleRejections(cfg.Registerer).WithLabelValues(fencemetrics.WhereEnqueue)}
 	c.notify = newNotifier(pool, cfg)
