@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unicode"
@@ -86,6 +88,10 @@ func TestIDsRefuseControlAndFormatCharacters(t *testing.T) {
 				t.Errorf("SQL acquire, %s %q: accepted", f, bad)
 			} else if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != f {
 				t.Errorf("SQL acquire, %s %q: %+v (%v); want ZF004 naming %s", f, bad, e, err, f)
+			} else if cp := fmt.Sprintf("got %U", []rune(c)[0]); !strings.HasSuffix(err.Error(), cp+" (SQLSTATE ZF004)") {
+				// The character's code point as Go's %U writes it (5
+				// and 6 hex digits above U+FFFF, not cut to 4).
+				t.Errorf("SQL acquire, %s %q: %v; want the message to end %q", f, bad, err, cp)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package migrations_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/policy"
 )
 
 // pinnedPath is the search_path of every function of fencegate's: the
@@ -862,4 +864,205 @@ func TestUpRefusesSchemaOthersCanCreateIn(t *testing.T) {
 		t.Fatalf("%d of %d schema cases checked", checked, len(cases))
 	}
 	t.Logf("%d of %d schema cases checked", checked, len(cases))
+}
+
+// overloadTypes are the argument types a hostile overload of one of
+// fencegate's own functions puts in one position. A call inside a body
+// whose argument there is an untyped literal (NULL, '{}') goes to an
+// overload taking text (PostgreSQL prefers the string category for an
+// unknown literal); one whose argument needs an implicit cast (integer to
+// bigint, name or varchar to text) goes to the overload taking its exact
+// type. Naming the function with its schema does not prevent either: the
+// overload is in that schema.
+var overloadTypes = []string{"text", "varchar", "name", "integer", "bigint", "numeric", "jsonb", "json", "boolean", "interval", "timestamptz"}
+
+// With --allow-unsafe-schema, a role that may create in fencegate's
+// schema adds, beside each of fencegate's functions, an overload for every
+// argument position and every type of overloadTypes (each one takes from
+// a sequence of the role's and raises), then calls the interface on every
+// path it has. None of them runs: every call inside fencegate's bodies
+// matches its function's signature exactly (typed NULLs and literals;
+// three calls passed an untyped NULL or '{}', and an overload taking text
+// there ran with the owner's rights). A fresh install and one upgraded
+// from before the function files.
+func TestHostileOverloadsOfOwnFunctionsNeverRun(t *testing.T) {
+	t.Parallel()
+	for _, from := range []int64{0, lastWithoutFunctionFiles} {
+		t.Run(fmt.Sprintf("from %d", from), func(t *testing.T) {
+			t.Parallel()
+			hostileOverloadsNeverRun(t, testdb.Schema(), from)
+		})
+	}
+}
+
+func hostileOverloadsNeverRun(t *testing.T, schema string, from int64) {
+	ctx := context.Background()
+	s := pgschema.MustParse(schema)
+	role, password := testdb.Role(t, nil, "hostile_"), testdb.RolePassword
+	dbURL := testdb.NewEmptyURL(t)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if from > 0 {
+		if err := migrations.UpVersioned(ctx, pool, schema, from); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, s.SQL(fmt.Sprintf(`
+		GRANT USAGE, CREATE ON SCHEMA %[2]s TO %[1]s;
+		GRANT USAGE, CREATE ON SCHEMA public TO %[1]s;
+		GRANT EXECUTE ON FUNCTION fencegate.enqueue(text, bigint, text, text, jsonb, text, text) TO %[1]s;
+		GRANT EXECUTE ON FUNCTION fencegate.acquire(text, text, interval, bigint),
+		                          fencegate.renew(text, text, bigint, interval),
+		                          fencegate.release(text, text, bigint) TO %[1]s;`, role, s.Name()))); err != nil {
+		t.Fatal(err)
+	}
+	// Every function of the schema, by its input argument types.
+	rows, err := pool.Query(ctx, `SELECT p.proname, p.proargtypes::regtype[]::text[] FROM pg_proc p
+		WHERE p.pronamespace = $1::regnamespace AND p.pronargs > 0 AND p.prokind = 'f' ORDER BY 1, 2`, s.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type fn struct {
+		name string
+		args []string
+	}
+	fns, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fn, error) {
+		var f fn
+		return f, r.Scan(&f.name, &f.args)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := map[string]bool{}
+	for _, f := range fns {
+		exists[f.name+"("+strings.Join(f.args, ",")+")"] = true
+	}
+
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, password)
+	hostile, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostile.Close(ctx)
+	const fired = "public.hostile_overload_fired"
+	if _, err := hostile.Exec(ctx, `CREATE SEQUENCE `+fired+`; GRANT USAGE ON SEQUENCE `+fired+` TO PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for _, f := range fns {
+		// Not the interface's own entry points: an overload of those is in
+		// the way of the caller's call (resolved in the caller's session,
+		// run with the caller's rights), not of a call inside fencegate's
+		// bodies; docs/sql.md tells callers to name their arguments.
+		if slices.Contains([]string{"enqueue", "acquire", "renew", "release", "interface_version"}, f.name) {
+			continue
+		}
+		for i := range f.args {
+			for _, typ := range overloadTypes {
+				args := slices.Clone(f.args)
+				args[i] = typ
+				sig := f.name + "(" + strings.Join(args, ",") + ")"
+				if exists[sig] {
+					continue
+				}
+				exists[sig] = true
+				stmt := fmt.Sprintf(`CREATE FUNCTION %s.%s(%s) RETURNS void LANGUAGE plpgsql AS $h$
+					BEGIN PERFORM nextval('%s'); RAISE EXCEPTION 'hostile overload %s ran' USING ERRCODE = 'ZH001'; END $h$`,
+					s.Name(), f.name, strings.Join(args, ", "), fired, sig)
+				if _, err := hostile.Exec(ctx, stmt); err != nil {
+					t.Fatalf("as %s: %s: %v", role, stmt, err)
+				}
+				made = append(made, sig)
+			}
+		}
+	}
+
+	var epoch int64
+	if err := hostile.QueryRow(ctx, s.SQL(`SELECT epoch FROM fencegate.acquire('r', 'H', interval '1 minute')`)).Scan(&epoch); err != nil {
+		t.Fatalf("as %s: acquire: %v", role, err)
+	}
+	calls := 1
+	for _, c := range hostileCalls(epoch) {
+		calls++
+		_, err := hostile.Exec(ctx, s.SQL(c.sql), c.args...)
+		got := "ok"
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			got = pe.Code
+		} else if err != nil {
+			t.Fatalf("as %s: %s: %v", role, c.name, err)
+		}
+		if want := cmp.Or(c.code, "ok"); got != want {
+			t.Errorf("as %s: %s: %s (%v); want %s", role, c.name, got, err, want)
+		}
+	}
+	// Under a rule set (policy.sql's functions on every call), the role
+	// mapped to a principal confined to r* and email.
+	doc, err := policy.Parse([]byte(fmt.Sprintf(`{"principals": [{"name": "h", "role": "worker", "resources": ["r*"], "kinds": ["email"], "key_scope": "resource", "sql_roles": [%q]}]}`, role)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Apply(ctx, pool, schema, doc); err != nil {
+		t.Fatalf("policy apply beside the overloads: %v", err)
+	}
+	const acq = `SELECT epoch FROM fencegate.acquire($1, $2, $3::interval)`
+	if err := hostile.QueryRow(ctx, s.SQL(acq), "r-policy", "H", "1 minute").Scan(&epoch); err != nil {
+		t.Fatalf("as %s under a rule set: acquire: %v", role, err)
+	}
+	const enq = `SELECT outcome FROM fencegate.enqueue(resource => $1, epoch => $2, operation_id => $3, kind => $4, payload => $5::jsonb)`
+	for _, c := range []hostileCall{
+		{"rule set: enqueue", enq, []any{"r-policy", epoch, "op-p", "email", mail}, ""},
+		{"rule set: enqueue again", enq, []any{"r-policy", epoch, "op-p", "email", mail}, ""},
+		{"rule set: enqueue a file", enq, []any{"r-policy", epoch, "op-f", "file", `{"target":"a","content":"x"}`}, "ZF007"},
+		{"rule set: acquire outside", acq, []any{"x", "H", "1 minute"}, "ZF007"},
+		{"rule set: acquire with a jump", `SELECT epoch FROM fencegate.acquire($1, $2, $3::interval, $4::bigint)`, []any{"r-policy", "H", "1 minute", int64(5)}, "ZF007"},
+		{"rule set: renew", `SELECT fencegate.renew($1, $2, $3::bigint, $4::interval)`, []any{"r-policy", "H", epoch, "1 minute"}, ""},
+		{"rule set: release", `SELECT fencegate.release($1, $2, $3::bigint)`, []any{"r-policy", "H", epoch}, ""},
+	} {
+		calls++
+		_, err := hostile.Exec(ctx, s.SQL(c.sql), c.args...)
+		got := "ok"
+		if code, _, _ := pgCode(err); code != "" {
+			got = code
+		} else if err != nil {
+			t.Fatalf("as %s: %s: %v", role, c.name, err)
+		}
+		if want := cmp.Or(c.code, "ok"); got != want {
+			t.Errorf("as %s: %s: %s (%v); want %s", role, c.name, got, err, want)
+		}
+	}
+	var taken bool
+	if err := pool.QueryRow(ctx, `SELECT last_value IS NOT NULL FROM pg_sequences WHERE schemaname = 'public' AND sequencename = 'hostile_overload_fired'`).Scan(&taken); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("schema %s: %d overloads of %d functions, %d calls of the interface", s.Name(), len(made), len(fns), calls)
+	if taken {
+		t.Errorf("the interface ran a hostile overload of one of fencegate's functions, with its owner's rights")
+	}
+	if len(made) < 100 || calls < 50 {
+		t.Fatalf("%d overloads, %d calls: the check tried too little", len(made), calls)
+	}
+	// Called by name, an overload runs (else the check above proves nothing).
+	_, err = hostile.Exec(ctx, fmt.Sprintf(`SELECT %s.%s`, s.Name(), strings.ReplaceAll(strings.ReplaceAll(made[0], ",", ", NULL::"), "(", "(NULL::")))
+	if code, _, _ := pgCode(err); code != "ZH001" {
+		t.Fatalf("calling the overload %s by name: %v; want it to run (ZH001)", made[0], err)
+	}
+}
+
+func pgCode(err error) (code, column, message string) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code, pe.ColumnName, pe.Message
+	}
+	return "", "", ""
 }

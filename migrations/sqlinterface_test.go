@@ -675,6 +675,113 @@ func TestSQLLease(t *testing.T) {
 	}
 }
 
+// A lease through SQL lasts the ttl's length, as the Go issuer's duration
+// does, so the 24 h bound holds whatever units the interval is written in:
+// months, which have no fixed length, are refused naming ttl (PostgreSQL
+// compares a month as 30 days but adds calendar months: "1000 mon -30000
+// days 1 hour" was 1 h to the bound and 437 days to the expiry), and a
+// day is 24 h.
+func TestSQLLeaseTTLIsItsLength(t *testing.T) {
+	t.Parallel()
+	pool, _ := sqlSetup(t)
+	ctx := context.Background()
+	lasts := func(sql string, args ...any) (time.Duration, error) {
+		var secs float64
+		err := pool.QueryRow(ctx, testdb.SQL(sql), args...).Scan(&secs)
+		return time.Duration(secs * float64(time.Second)), err
+	}
+	const calendar = `1000 mon -30000 days 1 hour`
+	checks := 0
+	for _, c := range []string{
+		`SELECT fencegate.acquire('r', 'A', $1::interval)`,
+		`SELECT fencegate.renew('r', 'A', 1, $1::interval)`,
+	} {
+		if _, err := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.acquire('r', 'A', interval '1 minute')`)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := pool.Exec(ctx, testdb.SQL(c), calendar)
+		checks++
+		if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != "ttl" {
+			t.Errorf("%s with ttl %q: %+v; want ZF004 naming ttl", c, calendar, e)
+		}
+	}
+	if d, err := lasts(`SELECT extract(epoch FROM fencegate.renew('r', 'A', 2, interval '23 hours 60 minutes') - now())`); err != nil || d < 24*time.Hour-time.Minute || d > 24*time.Hour {
+		t.Errorf("renew with ttl 23 hours 60 minutes: lease of %s, %v; want 24h", d, err)
+	}
+	checks++
+	for _, ttl := range []string{"1 mon", "1 year -360 days", "25 hours", "1 day 1 second", "-1 hour"} {
+		_, err := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.acquire('r2', 'A', $1::interval)`), ttl)
+		checks++
+		if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != "ttl" {
+			t.Errorf("acquire with ttl %q: %+v; want ZF004 naming ttl", ttl, e)
+		}
+	}
+	d, err := lasts(`SELECT extract(epoch FROM expires_at - now()) FROM fencegate.acquire('r3', 'A', interval '1 day')`)
+	checks++
+	if err != nil || d < 24*time.Hour-time.Minute || d > 24*time.Hour {
+		t.Errorf("acquire with ttl 1 day: lease of %s, %v; want 24h", d, err)
+	}
+	t.Logf("%d ttl cases", checks)
+}
+
+// A SQL worker's transaction may carry a W3C trace context for the
+// intent (SET LOCAL fencegate.trace_context, the setting the Go client
+// uses): a JSON object of strings of at most 4096 bytes, stored with the
+// intent; anything else is ZF004 naming trace_context and stores nothing
+// (it was stored unchecked, of any size, or failed as 22P02).
+func TestSQLEnqueueTraceContext(t *testing.T) {
+	t.Parallel()
+	pool, iss := sqlSetup(t)
+	ctx := context.Background()
+	l := acquire(t, iss, "r")
+	enqueueWith := func(op, tc string) (enqueueOut, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, `SELECT set_config('fencegate.trace_context', $1, true)`, tc); err != nil {
+			t.Fatal(err)
+		}
+		out, err := sqlEnqueue(ctx, tx, enqueueArgs{resource: "r", epoch: l.Epoch, operation: op, kind: "email", payload: mail})
+		if err != nil {
+			return out, err
+		}
+		return out, tx.Commit(ctx)
+	}
+	const good = `{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`
+	out, err := enqueueWith("op-good", good)
+	if err != nil || out.Outcome != "created" {
+		t.Fatalf("enqueue with a trace context: %+v, %v", out, err)
+	}
+	var stored string
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT trace_context::text FROM fencegate.intents WHERE intent_id = $1`), out.IntentID).Scan(&stored); err != nil || !strings.Contains(stored, "4bf92f3577b34da6a3ce929d0e0e4736") {
+		t.Errorf("stored trace context %q, %v", stored, err)
+	}
+	cases := map[string]string{
+		"too large":      `{"traceparent": "` + strings.Repeat("a", 4096) + `"}`,
+		"an array":       `[1, 2, 3]`,
+		"not JSON":       `not json`,
+		"not strings":    `{"traceparent": 1}`,
+		"a nested value": `{"traceparent": {"a": "b"}}`,
+	}
+	for name, tc := range cases {
+		_, err := enqueueWith("op-"+name, tc)
+		if err == nil {
+			t.Errorf("trace context %s: accepted", name)
+			continue
+		}
+		if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != "trace_context" {
+			t.Errorf("trace context %s: %+v (%v); want ZF004 naming trace_context", name, e, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents`)).Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d intents stored (%v); want only the good one", n, err)
+	}
+	t.Logf("%d bad trace contexts refused", len(cases))
+}
+
 // Every function in the schema has its search_path pinned to the catalog
 // alone, naming fencegate's tables with the schema (TestFunctionsQualified):
 // called from a session whose search_path leads to an application's own

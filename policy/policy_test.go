@@ -431,3 +431,140 @@ func TestWorkerGrantedTheOlderTables(t *testing.T) {
 		}
 	}
 }
+
+// What the SQL interface decides with its owner's rights depends on
+// nothing a worker's session can set, and a worker confined to some
+// resources cannot steer what happens to the others: (1) the database's
+// system identifier, which the epoch authority check compares with the
+// one on record (ZF001 on a copy), is read from the server, not from a
+// session setting the caller could set first; (2) the failover jump,
+// which the first grant after a promotion applies to every resource's
+// epoch, can be chosen (other than the default) only by a principal
+// allowed to advance epochs, the right that moving epochs needs.
+func TestSQLWorkerCannotSteerTheEpochAuthority(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	q := func(sql string) string { return testdb.SQL(sql) }
+	reportsRole, opsRole := testdb.Role(t, pool, "fg_reports_", testdb.WorkerGrants()...),
+		testdb.Role(t, pool, "fg_ops_", testdb.WorkerGrants()...)
+	doc, err := policy.Parse([]byte(fmt.Sprintf(`{"principals": [
+		{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"], "sql_roles": [%q]},
+		{"name": "ops", "role": "worker", "resources": ["ops/*"], "kinds": ["email"], "epochs": true, "sql_roles": [%q]}]}`,
+		reportsRole, opsRole)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another team's resource, granted before the rule set (the test's
+	// own role is mapped to no principal).
+	iss := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()))
+	if _, err := iss.Acquire(ctx, "billing/1", "bw", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Apply(ctx, pool, testdb.Schema(), doc); err != nil {
+		t.Fatal(err)
+	}
+	billingEpoch := func() int64 {
+		t.Helper()
+		b, err := iss.Get(ctx, "billing/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Epoch
+	}
+	reports, ops := testdb.ConnectAs(t, pool, reportsRole), testdb.ConnectAs(t, pool, opsRole)
+	acquire := func(c *pgx.Conn, resource string, jump *int64) (int64, error) {
+		var epoch int64
+		err := c.QueryRow(ctx, q(`SELECT epoch FROM fencegate.acquire($1, 'h', interval '1 minute', coalesce($2::bigint, 1000000))`), resource, jump).Scan(&epoch)
+		return epoch, err
+	}
+	var realID int64
+	if err := pool.QueryRow(ctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&realID); err != nil {
+		t.Fatal(err)
+	}
+	recorded := func() (id int64, rows int) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, q(`SELECT coalesce(max(system_identifier), 0), count(*) FROM fencegate.epoch_authority`)).Scan(&id, &rows); err != nil {
+			t.Fatal(err)
+		}
+		return id, rows
+	}
+	checks := 0
+	expect := func(what string, err error, code, column string) {
+		t.Helper()
+		checks++
+		if got, col, _ := sqlState(err); got != code || col != column {
+			t.Errorf("%s: %v (SQLSTATE %q, COLUMN %q); want SQLSTATE %s naming %q", what, err, got, col, code, column)
+		}
+	}
+
+	// (1) The database on record is another one (a copy): the worker's
+	// session names that one's identifier first, and is refused anyway.
+	if _, err := pool.Exec(ctx, q(`UPDATE fencegate.epoch_authority SET system_identifier = 42`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reports.Exec(ctx, `SET fencegate.system_identifier = '42'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = acquire(reports, "reports/copy", nil)
+	expect("acquire on a copy, the session naming the recorded identifier", err, "ZF001", "")
+	// No record (an operator's DELETE, as guarantees.md says to accept a
+	// moved database): the grant records the server's identifier, not the
+	// session's.
+	if _, err := pool.Exec(ctx, q(`DELETE FROM fencegate.epoch_authority`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquire(reports, "reports/record", nil); err != nil {
+		t.Fatalf("acquire after the record was deleted: %v", err)
+	}
+	checks++
+	if id, rows := recorded(); id != realID || rows != 1 {
+		t.Errorf("epoch_authority records identifier %d (%d rows); want the server's %d, not the session's 42", id, rows, realID)
+	}
+
+	// (2) No record again: a confined worker's grant would be the first
+	// after the "promotion". A jump other than the default is refused,
+	// naming it, and nothing changes; the default applies as it must.
+	if _, err := pool.Exec(ctx, q(`DELETE FROM fencegate.epoch_authority`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reports.Exec(ctx, `RESET fencegate.system_identifier`); err != nil {
+		t.Fatal(err)
+	}
+	before := billingEpoch()
+	for _, jump := range []int64{lease.MaxEpoch - 1000, 0, 7} {
+		_, err := acquire(reports, "reports/b", &jump)
+		expect(fmt.Sprintf("a confined worker's acquire with failover_epoch_jump %d", jump), err, "ZF007", "failover_epoch_jump")
+	}
+	checks++
+	if _, rows := recorded(); rows != 0 {
+		t.Errorf("a refused jump recorded the authority (%d rows)", rows)
+	}
+	if e := billingEpoch(); e != before {
+		t.Errorf("billing/1 after refused jumps: epoch %d; want %d", e, before)
+	}
+	def := lease.DefaultFailoverEpochJump
+	if _, err := acquire(reports, "reports/b", &def); err != nil {
+		t.Fatalf("a confined worker's acquire with the default jump: %v", err)
+	}
+	checks++
+	if e := billingEpoch(); e != before+def {
+		t.Errorf("billing/1 after the default jump: epoch %d; want %d", e, before+def)
+	}
+	// A principal allowed to advance epochs may choose the jump.
+	if _, err := pool.Exec(ctx, q(`DELETE FROM fencegate.epoch_authority`)); err != nil {
+		t.Fatal(err)
+	}
+	jump := int64(5)
+	if _, err := acquire(ops, "ops/x", &jump); err != nil {
+		t.Fatalf("acquire with failover_epoch_jump 5 by a principal with epochs: %v", err)
+	}
+	checks++
+	if e := billingEpoch(); e != before+def+jump {
+		t.Errorf("billing/1 after the ops principal's jump: epoch %d; want %d", e, before+def+jump)
+	}
+	if checks < 8 {
+		t.Fatalf("only %d checks ran", checks)
+	}
+	t.Logf("%d checks of what a worker's session can steer", checks)
+}

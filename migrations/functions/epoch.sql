@@ -21,24 +21,18 @@ BEGIN
 END
 $$;
 
--- fencegate_system_identifier is the cluster's system identifier. It is
--- read from the control file once per session and kept in a session
--- setting: it cannot change under a running server, and a session talks to
--- one server for its whole life (a different server behind the same address
--- means new sessions), so later grants do not read the file again.
+-- fencegate_system_identifier is the cluster's system identifier, read
+-- from the control file on every call. It is not cached in a session
+-- setting: the SQL interface runs this check with its owner's rights, and
+-- a worker's session can set any custom setting before it calls (a copy
+-- of the database would then pass as the original, or a deleted record be
+-- replaced by a false one that refuses every later grant). Reading the
+-- file costs a few microseconds per grant (lease's BenchmarkAuthorityCheck).
 CREATE OR REPLACE FUNCTION fencegate.fencegate_system_identifier() RETURNS bigint
-LANGUAGE plpgsql
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    l_id bigint := nullif(current_setting('fencegate.system_identifier', true), '')::bigint;
-BEGIN
-    IF l_id IS NULL THEN
-        SELECT system_identifier INTO l_id FROM pg_control_system();
-        PERFORM set_config('fencegate.system_identifier', l_id::text, false);
-    END IF;
-    RETURN l_id;
-END
+    SELECT system_identifier FROM pg_control_system()
 $$;
 
 -- fencegate_timeline_id is the timeline the server writes WAL on now. Not

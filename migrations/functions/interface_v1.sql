@@ -72,7 +72,7 @@ BEGIN
         PERFORM fencegate.fencegate_invalid(p_field, format('must be at most %s bytes, got %s', p_max, octet_length(p_value)));
     ELSIF bad IS NOT NULL THEN
         PERFORM fencegate.fencegate_invalid(p_field, format('must not contain control or format characters, got U+%s',
-            upper(lpad(to_hex(ascii(bad)), 4, '0'))));
+            upper(lpad(to_hex(ascii(bad)), greatest(4, length(to_hex(ascii(bad)))), '0'))));
     END IF;
 END
 $$;
@@ -100,6 +100,8 @@ DECLARE
     r       record;
     a       record;
     l_declared text;
+    l_tc    text;
+    l_tcj   jsonb;
 BEGIN
     -- The checks of outbox.normalize. The common case passes in one
     -- expression (see fencegate_check_payload for why that matters);
@@ -132,7 +134,7 @@ BEGIN
             PERFORM fencegate.fencegate_invalid('kind', 'must not be empty');
         END IF;
         IF enqueue.kind NOT IN ('email', 'file', 'webhook', 's3') THEN
-            PERFORM fencegate.fencegate_check_payload(enqueue.kind, '{}'); -- raises: not a kind of the SQL interface
+            PERFORM fencegate.fencegate_check_payload(enqueue.kind, '{}'::jsonb); -- raises: not a kind of the SQL interface
         END IF;
         IF coalesce(enqueue.fence, '') NOT IN ('', 'commit', 'execute') THEN
             PERFORM fencegate.fencegate_invalid('fence', format('must be "commit" or "execute", got %s', to_json(enqueue.fence)));
@@ -168,6 +170,24 @@ BEGIN
             to_json(enqueue.key)));
     END IF;
     PERFORM fencegate.fencegate_check_payload(enqueue.kind, enqueue.payload);
+    -- The trace context the caller's transaction may set for the intent
+    -- (fencegate.trace_context, the setting the Go client sets; the
+    -- column's default reads it): a W3C carrier, a JSON object of strings,
+    -- small. Checked here, not stored as given: the relay reads it again
+    -- for every intent, and a bad one would fail the insert as 22P02.
+    l_tc := nullif(current_setting('fencegate.trace_context', true), '');
+    IF l_tc IS NOT NULL THEN
+        BEGIN
+            l_tcj := l_tc::jsonb; -- the block's only statement: its errors are the cast's
+        EXCEPTION WHEN OTHERS THEN
+            l_tcj := NULL;
+        END;
+        IF octet_length(l_tc) > 4096 OR l_tcj IS NULL OR jsonb_typeof(l_tcj) <> 'object'
+           OR EXISTS (SELECT 1 FROM jsonb_each(l_tcj) e WHERE jsonb_typeof(e.value) <> 'string') THEN
+            PERFORM fencegate.fencegate_invalid('trace_context', format('must be a W3C trace context, a JSON object of strings ({"traceparent": "00-…"}) of at most 4096 bytes, got %s bytes%s',
+                octet_length(l_tc), CASE WHEN l_tcj IS NULL THEN ' that are not JSON' ELSE ' of JSON ' || jsonb_typeof(l_tcj) END));
+        END IF;
+    END IF;
 
     -- Durable when the caller's COMMIT returns, whatever the server's
     -- synchronous_commit (internal/durable): lasts until the caller's
@@ -234,6 +254,13 @@ BEGIN
             PERFORM fencegate.fencegate_invalid('epoch', format('must be at most 9007199254740992 (2^53), got %s', p_epoch));
         END IF;
     END IF;
+    -- Months first: they have no fixed length. The bound below compares as
+    -- PostgreSQL does, a month as 30 days, while now() + ttl adds calendar
+    -- months: "1000 mon -30000 days 1 hour" is 1 h to the comparison and
+    -- over a year to the expiry.
+    IF p_check_ttl AND (extract(year FROM p_ttl) <> 0 OR extract(month FROM p_ttl) <> 0) THEN
+        PERFORM fencegate.fencegate_invalid('ttl', format('must not count months or years (they have no fixed length): give days, hours, minutes or seconds, got %s', p_ttl));
+    END IF;
     IF p_check_ttl AND (p_ttl IS NULL OR p_ttl < interval '10 milliseconds' OR p_ttl > interval '24 hours') THEN
         PERFORM fencegate.fencegate_invalid('ttl', format('must be between 10ms and 24h, got %s', coalesce(p_ttl::text, 'null')));
     END IF;
@@ -295,11 +322,29 @@ DECLARE
     l_pw   text;
     a      record;
 BEGIN
-    PERFORM fencegate.fencegate_check_lease_args(acquire.resource, acquire.holder, NULL, acquire.ttl, false, true);
+    PERFORM fencegate.fencegate_check_lease_args(acquire.resource, acquire.holder, NULL::bigint, acquire.ttl, false, true);
+    -- From here the ttl is its length in seconds (fencegate_check_lease_args
+    -- refused months): a day is 24 h, as the bound just checked counted it,
+    -- not a calendar day, which now() + ttl would add in the session's time
+    -- zone (25 h across a daylight saving change).
+    acquire.ttl := make_interval(secs => extract(epoch FROM acquire.ttl));
     -- Before the control row is created or locked (policy.sql).
-    SELECT * INTO a FROM fencegate.fencegate_authorize(acquire.resource, NULL);
+    SELECT * INTO a FROM fencegate.fencegate_authorize(acquire.resource, NULL::text);
     IF acquire.failover_epoch_jump IS NULL OR acquire.failover_epoch_jump < 0 OR acquire.failover_epoch_jump > 9007199254740992 THEN
         PERFORM fencegate.fencegate_invalid('failover_epoch_jump', format('must be between 0 and 9007199254740992 (2^53), got %s', coalesce(acquire.failover_epoch_jump::text, 'null')));
+    END IF;
+    -- The jump is applied by the first grant after a promotion to every
+    -- resource's epoch, not only this one's: under a rule set, only a
+    -- principal allowed to advance epochs may choose one other than the
+    -- default (a worker confined to reports/* must not move billing/*'s
+    -- epochs to the ceiling, nor turn the failover raise off with 0).
+    IF a.principal IS NOT NULL AND acquire.failover_epoch_jump <> 1000000
+       AND NOT coalesce((SELECT p.epochs FROM fencegate.principals p WHERE p.name = a.principal), false) THEN
+        PERFORM fencegate.fencegate_count('sql_forbidden');
+        PERFORM fencegate.fencegate_raise('ZF007',
+            format('forbidden: principal %s may not choose the failover jump (%s): it raises every resource''s epoch, which needs the epochs right; omit it for the default (1000000)',
+                to_json(a.principal), acquire.failover_epoch_jump),
+            'failover_epoch_jump', jsonb_build_object('code', 'forbidden', 'field', 'failover_epoch_jump', 'principal', a.principal));
     END IF;
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
@@ -372,8 +417,9 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM fencegate.fencegate_check_lease_args(renew.resource, renew.holder, renew.epoch, renew.ttl, true, true);
+    renew.ttl := make_interval(secs => extract(epoch FROM renew.ttl)); -- as acquire's
     -- Before the control row is locked (policy.sql).
-    PERFORM fencegate.fencegate_authorize(renew.resource, NULL);
+    PERFORM fencegate.fencegate_authorize(renew.resource, NULL::text);
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
     -- One conditional update: the check and the extension are one step.
@@ -399,9 +445,9 @@ SET lock_timeout = '5s'
 AS $$
 #variable_conflict use_variable
 BEGIN
-    PERFORM fencegate.fencegate_check_lease_args(release.resource, release.holder, release.epoch, NULL, true, false);
+    PERFORM fencegate.fencegate_check_lease_args(release.resource, release.holder, release.epoch, NULL::interval, true, false);
     -- Before the control row is locked (policy.sql).
-    PERFORM fencegate.fencegate_authorize(release.resource, NULL);
+    PERFORM fencegate.fencegate_authorize(release.resource, NULL::text);
     PERFORM set_config('synchronous_commit', 'on', true)
     WHERE current_setting('synchronous_commit') IN ('off', 'local');
     UPDATE fencegate.resources r
