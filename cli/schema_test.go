@@ -29,6 +29,7 @@ func TestSchemaFlag(t *testing.T) {
 		{[]string{"GATEWAY_SCHEMA=information_schema"}, []string{"status", "1"}},
 		{nil, []string{"run", "--schema", strings.Repeat("s", 41), "--adapters", ""}},
 		{nil, []string{"ls", "--schema", "1abc"}},
+		{nil, []string{"migrate", "--schema", "user"}},
 	} {
 		r := gwEnv(t, c.env, "postgres://127.0.0.1:1/nowhere", c.args...)
 		if r.code != 2 || errorField(r) != "schema" {

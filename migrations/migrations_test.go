@@ -6,8 +6,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -80,5 +82,31 @@ func TestNoFailpointInProduction(t *testing.T) {
 	}
 	if strings.Contains(def, "fencegate.failpoint") || strings.Contains(def, "pg_advisory_lock") {
 		t.Fatalf("fencegate_enqueue has a failpoint:\n%s", def)
+	}
+}
+
+// No schema name pgschema accepts is one of the server's keywords that
+// cannot name a schema unquoted (reserved, or only a type or function
+// name): migrate would fail with a syntax error after the name was
+// accepted (exit 1, where a bad --schema is exit 2 naming schema).
+func TestSchemaNamesAreNotReservedWords(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	rows, err := pool.Query(context.Background(), `SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	words, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range words {
+		if err := pgschema.Check(w); err == nil {
+			t.Errorf("schema name %q accepted: the server's keyword cannot name a schema unquoted", w)
+		}
+	}
+	t.Logf("%d of the server's reserved words refused as schema names", len(words))
+	if len(words) < 50 {
+		t.Fatalf("the server listed %d reserved words", len(words))
 	}
 }

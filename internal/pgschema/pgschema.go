@@ -71,8 +71,8 @@ var Objects = []string{
 
 // Check reports whether name can be a schema of fencegate's: 1 to MaxLen
 // bytes of lower-case letters, digits and underscores, not starting with
-// a digit, and not one of PostgreSQL's own schemas. The error names the
-// field "schema".
+// a digit, not one of PostgreSQL's own schemas, and not a reserved word of
+// SQL. The error names the field "schema".
 func Check(name string) error {
 	switch {
 	case name == "":
@@ -83,9 +83,30 @@ func Check(name string) error {
 		return fmt.Errorf("schema: %q must be a lower-case identifier (a-z, 0-9, _; not starting with a digit)", name)
 	case strings.HasPrefix(name, "pg_") || name == "information_schema":
 		return fmt.Errorf("schema: %q is one of PostgreSQL's own schemas", name)
+	case reserved[name]:
+		return fmt.Errorf("schema: %q is a reserved word of SQL, which cannot name a schema unquoted; choose another name", name)
 	}
 	return nil
 }
+
+// reserved are PostgreSQL's keywords that cannot name a schema without
+// quotes (pg_get_keywords(), catcode R and T, of PostgreSQL 15, and
+// system_user of 16): fencegate's SQL names its schema unquoted, so
+// CREATE SCHEMA user would be a syntax error at migrate time.
+var reserved = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both
+		case cast check collate collation column concurrently constraint create cross current_catalog current_date
+		current_role current_schema current_time current_timestamp current_user default deferrable desc distinct do
+		else end except false fetch for foreign freeze from full grant group having ilike in initially inner intersect
+		into is isnull join lateral leading left like limit localtime localtimestamp natural not notnull null offset on
+		only or order outer overlaps placing primary references returning right select session_user similar some
+		symmetric system_user table tablesample then to trailing true union unique user using variadic verbose when
+		where window with`) {
+		m[w] = true
+	}
+	return m
+}()
 
 // Schema is a checked schema name. The zero value is the default schema.
 type Schema struct {

@@ -119,9 +119,19 @@ func TestRewrite(t *testing.T) {
 			t.Errorf("default SQL(%q) = %q, want it unchanged", in, got)
 		}
 	}
-	for _, bad := range []string{"", "App", "1a", "a-b", "pg_x", "information_schema", strings.Repeat("a", 41), "a;drop"} {
+	for _, bad := range []string{"", "App", "1a", "a-b", "pg_x", "information_schema", strings.Repeat("a", 41), "a;drop",
+		// SQL's reserved words, which cannot name a schema unquoted (and
+		// fencegate's SQL names it unquoted): CREATE SCHEMA user is a
+		// syntax error.
+		"user", "select", "order", "all", "left", "system_user"} {
 		if _, err := Parse(bad); bad != "" && err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+	// Keywords that may name a schema unquoted.
+	for _, good := range []string{"int", "values", "none", "schema", "app_fg"} {
+		if _, err := Parse(good); err != nil {
+			t.Errorf("Parse(%q): %v", good, err)
 		}
 	}
 	if s, err := Parse(""); err != nil || !s.IsDefault() || s.Name() != Default || s.IntentsChannel() != "fencegate_intents" || s.OutcomesChannel() != "fencegate_outcomes" {
