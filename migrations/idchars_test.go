@@ -13,6 +13,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -231,4 +233,42 @@ func minus(a, b []int32) []rune {
 		}
 	}
 	return out
+}
+
+// A refused character is named as Go names it (%U: U+ and at least four
+// hex digits), also above U+FFFF: the SQL interface's message for a file
+// target is the file kind's.
+func TestSQLNamesTheRefusedCharacterAsGo(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ctx := context.Background()
+	fileCheck := outbox.DefaultKinds()["file"].Check
+	cps := []rune{'\t', 0x7f, 0xad, 0x202e, 0xfeff, 0x110bd, 0x1d173, 0xe0001, 0xe0041, 0xe007f}
+	for _, c := range invisible {
+		r, _ := utf8.DecodeRuneInString(c)
+		cps = append(cps, r)
+	}
+	checked := 0
+	for _, r := range cps {
+		raw, _ := json.Marshal(map[string]string{"target": "a" + string(r) + "b", "content": "x"})
+		goErr := fileCheck(raw)
+		if goErr == nil {
+			t.Errorf("Go accepts the target with %U", r)
+			continue
+		}
+		_, err := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.fencegate_check_payload('file', $1::jsonb)`), string(raw))
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			t.Errorf("SQL check of the target with %U: %v; want ZF004", r, err)
+			continue
+		}
+		checked++
+		if pe.Code != "ZF004" || pe.Message != goErr.Error() {
+			t.Errorf("SQL refuses the target with %U: %s %q; want ZF004 %q", r, pe.Code, pe.Message, goErr.Error())
+		}
+	}
+	t.Logf("%d characters' messages compared", checked)
+	if checked == 0 {
+		t.Fatal("no message compared")
+	}
 }

@@ -33,8 +33,9 @@ BEGIN
     -- list fencegate_check_id has.
     bad := substring(t FROM '[\u0001-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]');
     IF bad IS NOT NULL THEN
+        -- U+ and at least four hex digits, as Go's %U (U+E0041, not U+E004).
         PERFORM fencegate.fencegate_invalid(p_field, format('must not contain control or format characters, got U+%s',
-            upper(lpad(to_hex(ascii(bad)), 4, '0'))));
+            upper(lpad(to_hex(ascii(bad)), greatest(4, length(to_hex(ascii(bad)))), '0'))));
     END IF;
     IF '..' = ANY (string_to_array(t, '/')) THEN
         PERFORM fencegate.fencegate_invalid(p_field, format('must not contain a ".." segment: %s', to_json(t)));
