@@ -389,6 +389,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 	valid := emailIntent("r", 1, "op")
 	big := `{"resource":"r","epoch":1,"operation_id":"op","kind":"email","payload":{"to":"a@example.com","from":"b@example.com","subject":"s","text":"` +
 		strings.Repeat("x", DefaultMaxBodyBytes) + `"}}`
+	checked := 0
 	for _, tc := range []struct {
 		name, body, ctype, field string
 		code                     string
@@ -414,9 +415,15 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"payload null", `{"resource":"r","epoch":1,"operation_id":"op","kind":"email","payload":null}`, "application/json", "payload", "invalid_input"},
 		{"no subject", strings.Replace(valid, `"subject":"hi",`, ``, 1), "application/json", "payload.subject", "invalid_input"},
 		{"file target escapes", `{"resource":"r","epoch":1,"operation_id":"op","kind":"file","payload":{"target":"../etc/passwd","content":"x"}}`, "application/json", "payload.target", "invalid_input"},
+		// The payload's fields are its kind's own, spelt exactly: a
+		// misspelt "Bcc" would be dropped and the message sent without it.
+		{"email payload unknown field", strings.Replace(valid, `"to":`, `"Bcc":"boss@example.com","to":`, 1), "application/json", "payload.Bcc", "invalid_input"},
+		{"email payload field name case", strings.Replace(valid, `"to":`, `"To":`, 1), "application/json", "payload.To", "invalid_input"},
+		{"file payload unknown field", `{"resource":"r","epoch":1,"operation_id":"op","kind":"file","payload":{"target":"a.txt","content":"x","extra":true}}`, "application/json", "payload.extra", "invalid_input"},
 		{"NUL in payload", strings.Replace(valid, `"body"`, `"a\u0000b"`, 1), "application/json", "payload", "invalid_input"},
 		{"too large", big, "application/json", "body", "body_too_large"},
 	} {
+		checked++
 		t.Run(tc.name, func(t *testing.T) {
 			r := doReq(t, e.ts.URL, "POST", "/api/v1/intents", workerSecret, tc.body, tc.ctype)
 			if tc.body == "" {
@@ -438,6 +445,10 @@ func TestBadInputStoresNothing(t *testing.T) {
 				t.Fatalf("field = %v, want %q: %s", r.errField("field"), tc.field, r.raw)
 			}
 		})
+	}
+	t.Logf("%d bad bodies checked", checked)
+	if checked == 0 {
+		t.Fatal("no bad body checked")
 	}
 	if n := e.count(`SELECT count(*) FROM fencegate.intents`); n != 0 {
 		t.Fatalf("bad input stored %d intents", n)

@@ -262,6 +262,7 @@ func TestSQLEnqueueBadInput(t *testing.T) {
 	l := acquire(t, iss, "r")
 	ok := enqueueArgs{resource: "r", epoch: l.Epoch, operation: "o", kind: "email", payload: mail}
 	long := strings.Repeat("x", 201)
+	checked := 0
 	for _, c := range []struct {
 		name  string
 		edit  func(a *enqueueArgs)
@@ -283,7 +284,11 @@ func TestSQLEnqueueBadInput(t *testing.T) {
 		{"bad recipient", func(a *enqueueArgs) { a.payload = strings.Replace(mail, "alice@example.com", "alice", 1) }, "payload.to[0]"},
 		{"no subject", func(a *enqueueArgs) { a.payload = strings.Replace(mail, "Nightly report", " ", 1) }, "payload.subject"},
 		{"file escapes", func(a *enqueueArgs) { a.kind, a.payload = "file", `{"target":"../x","content":"y"}` }, "payload.target"},
+		{"email unknown field", func(a *enqueueArgs) { a.payload = strings.Replace(mail, `"to"`, `"Bcc":"boss@example.com","to"`, 1) }, "payload.Bcc"},
+		{"email field name case", func(a *enqueueArgs) { a.payload = strings.Replace(mail, `"to"`, `"To"`, 1) }, "payload.To"},
+		{"file unknown field", func(a *enqueueArgs) { a.kind, a.payload = "file", `{"target":"a.txt","content":"y","extra":true}` }, "payload.extra"},
 	} {
+		checked++
 		a := ok
 		a.operation = "op-" + c.name
 		c.edit(&a)
@@ -295,6 +300,10 @@ func TestSQLEnqueueBadInput(t *testing.T) {
 		if e := asSQLErr(t, err); e.Code != "ZF004" || e.Field != c.field || e.Detail["field"] != c.field || e.Detail["code"] != "invalid_input" {
 			t.Errorf("%s: %+v (%v); want ZF004 naming %s", c.name, e, err, c.field)
 		}
+	}
+	t.Logf("%d bad inputs checked", checked)
+	if checked == 0 {
+		t.Fatal("no bad input checked")
 	}
 	// NULL arguments (SQL has them, Go's strings do not).
 	for field, call := range map[string]string{
@@ -359,7 +368,17 @@ func TestSQLPayloadRulesNeverLooser(t *testing.T) {
 	type tc struct{ kind, payload, field string } // field "": both accept
 	corpus := []tc{
 		{"email", mail, ""},
-		{"email", `{"to":["a@example.com","B <b@example.co.jp>"],"cc":"c+tag@x-y.example","bcc":[],"from":"Ops Team <ops@example.com>","subject":"夜間レポート","html":"<p>x</p>","extra":1}`, ""},
+		{"email", `{"to":["a@example.com","B <b@example.co.jp>"],"cc":"c+tag@x-y.example","bcc":[],"from":"Ops Team <ops@example.com>","subject":"夜間レポート","html":"<p>x</p>"}`, ""},
+		{"email", `{"to":"a@example.com","cc":null,"bcc":null,"from":"b@example.com","subject":"s","text":"t","html":null}`, ""},
+		// Only the kind's own fields, spelt exactly (JSON keys are
+		// case-sensitive; encoding/json's struct decoding is not): a
+		// misspelt field would be dropped, a "Bcc" the mail went without.
+		{"email", `{"to":"a@example.com","Bcc":"boss@example.com","from":"b@example.com","subject":"s","text":"t"}`, "payload.Bcc"},
+		{"email", `{"To":"a@example.com","from":"b@example.com","subject":"s","text":"t"}`, "payload.To"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s","text":"t","extra":null}`, "payload.extra"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s","text":"t","reply_to":"x@example.com","Cc":"c@example.com"}`, "payload.Cc"},
+		{"email", `{"to":"nobody","from":"b@example.com","subject":"s","text":"t","extra":1}`, "payload.extra"},
+		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s","text":"t","":1}`, "payload"},
 		{"email", `{"to":null,"from":"b@example.com","subject":"s","text":"t"}`, "payload.to"},
 		{"email", `{"to":[],"from":"b@example.com","subject":"s","text":"t"}`, "payload.to"},
 		{"email", `{"to":42,"from":"b@example.com","subject":"s","text":"t"}`, "payload.to"},
@@ -375,7 +394,12 @@ func TestSQLPayloadRulesNeverLooser(t *testing.T) {
 		{"email", `{"to":"a@example.com","from":"b@example.com","subject":"s","text":"","html":""}`, "payload.text"},
 		{"email", `[1]`, "payload"},
 		{"file", `{"target":"reports/2026-12-01.txt","content":"x"}`, ""},
-		{"file", `{"target":"a/b","content_base64":"aGk=","extra":true}`, ""},
+		{"file", `{"target":"a/b","content_base64":"aGk="}`, ""},
+		{"file", `{"target":"a/b","content":"x","content_base64":null}`, ""},
+		{"file", `{"target":"a/b","content_base64":"aGk=","extra":true}`, "payload.extra"},
+		{"file", `{"Target":"a/b","content":"x"}`, "payload.Target"},
+		{"file", `{"target":"a/b","content":"x","Content":"y"}`, "payload.Content"},
+		{"file", `{"target":"../x","content":"x","mode":"0600"}`, "payload.mode"},
 		{"file", `{"content":"x"}`, "payload.target"},
 		{"file", `{"target":7,"content":"x"}`, "payload.target"},
 		{"file", `{"target":"/etc/passwd","content":"x"}`, "payload.target"},
@@ -441,6 +465,10 @@ func TestSQLPayloadRulesNeverLooser(t *testing.T) {
 		{"s3", `{"key":"a","content":"x","metadata":{"a":"` + strings.Repeat("v", 1024) + `"}}`, "payload.metadata"},
 		{"s3", `{"key":"a","content":"x","content_type":"a\r\nb"}`, "payload.content_type"},
 		{"s3", `{"key":"a","content":"x","acl":"public"}`, "payload.acl"},
+	}
+	t.Logf("%d corpus payloads", len(corpus))
+	if len(corpus) == 0 {
+		t.Fatal("no corpus payload checked")
 	}
 	for _, c := range corpus {
 		gf, gok := checkGo(c.kind, c.payload)

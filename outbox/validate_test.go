@@ -82,6 +82,16 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"file both contents", file(`{"target":"x","content":"a","content_base64":"YQ=="}`), "payload.content", nil},
 		{"file bad base64", file(`{"target":"x","content_base64":"!!!"}`), "payload.content_base64", nil},
 		{"file content not string", file(`{"target":"x","content":5}`), "payload.content", nil},
+		// Only the payload's own fields, spelt exactly: a misspelt one
+		// would be dropped ("Bcc": the message goes out without it).
+		{"email unknown field", email(`{"to":"a@example.com","Bcc":"boss@example.com","from":"b@example.com","subject":"s","text":"t"}`), "payload.Bcc", nil},
+		{"email field name case", email(`{"To":"a@example.com","from":"b@example.com","subject":"s","text":"t"}`), "payload.To", nil},
+		{"file unknown field", file(`{"target":"x","content":"a","extra":true}`), "payload.extra", nil},
+		{"file field name case", file(`{"target":"x","Content":"a"}`), "payload.Content", nil},
+	}
+	t.Logf("%d bad inputs", len(cases))
+	if len(cases) == 0 {
+		t.Fatal("no bad input checked")
 	}
 	for _, tc := range cases {
 		c := b.client

@@ -26,6 +26,7 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	check := outbox.DefaultKinds()[emailkind.Name].Check
+	checked := 0
 	const ok = `"from":"b@example.com","subject":"s","text":"t"`
 	for _, tc := range []struct{ payload, field string }{
 		{`{` + ok + `}`, "payload.to"},
@@ -40,7 +41,18 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 		{`{"to":"a@example.com","from":"b@example.com","subject":"s","text":5}`, "payload.text"},
 		{`{"to":"a@example.com","from":"b@example.com","subject":"s"}`, "payload.text"},
 		{`[1]`, "payload"},
+		// Only the payload's own fields, spelt exactly: a misspelt or
+		// differently-cased field would otherwise be dropped (a "Bcc"
+		// the message went out without); encoding/json matches names
+		// without case, the payload's rules do not.
+		{`{"to":"a@example.com","Bcc":"boss@example.com",` + ok + `}`, "payload.Bcc"},
+		{`{"To":"a@example.com",` + ok + `}`, "payload.To"},
+		{`{"to":"a@example.com","TO":"b@example.com",` + ok + `}`, "payload.TO"},
+		{`{"to":"a@example.com","reply_to":"x@example.com",` + ok + `}`, "payload.reply_to"},
+		{`{"to":"a@example.com","extra":null,` + ok + `}`, "payload.extra"},
+		{`{"to":"a@example.com","":1,` + ok + `}`, "payload"},
 	} {
+		checked++
 		enqErr := check(json.RawMessage(tc.payload))
 		var inv *fenceerr.InvalidError
 		if !errors.As(enqErr, &inv) || inv.Field != tc.field {
@@ -51,6 +63,10 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 		if !adapters.IsPermanent(exErr) || !strings.Contains(exErr.Error(), enqErr.Error()) {
 			t.Errorf("execute of %s = %v, want permanent and the enqueue's error %q", tc.payload, exErr, enqErr)
 		}
+	}
+	t.Logf("%d bad payloads checked at enqueue and execute", checked)
+	if checked == 0 {
+		t.Fatal("no payload checked")
 	}
 }
 

@@ -22,6 +22,7 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	check := outbox.DefaultKinds()[filekind.Name].Check
+	checked := 0
 	for _, tc := range []struct {
 		payload, field string
 		outside        bool
@@ -54,7 +55,16 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 		{`{"target":"x","content":5}`, "payload.content", false},
 		{`{"target":"x","content_base64":"!!!"}`, "payload.content_base64", false},
 		{`"x"`, "payload", false},
+		// Only the payload's own fields, spelt exactly (encoding/json
+		// matches names without case; the payload's rules do not).
+		{`{"target":"x","content":"a","extra":1}`, "payload.extra", false},
+		{`{"Target":"x","content":"a"}`, "payload.Target", false},
+		{`{"target":"x","Content":"a"}`, "payload.Content", false},
+		{`{"target":"x","contentBase64":"YQ=="}`, "payload.contentBase64", false},
+		{`{"target":"x","content":"a","mode":null}`, "payload.mode", false},
+		{`{"target":"../x","content":"a","extra":1}`, "payload.extra", false},
 	} {
+		checked++
 		enqErr := check(json.RawMessage(tc.payload))
 		var inv *fenceerr.InvalidError
 		if !errors.As(enqErr, &inv) || inv.Field != tc.field {
@@ -71,6 +81,10 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 			t.Errorf("execute of %s = %v, want permanent, %v, and the enqueue's error %q", tc.payload, exErr, want, enqErr)
 		}
 	}
+	t.Logf("%d bad payloads checked at enqueue and execute", checked)
+	if checked == 0 {
+		t.Fatal("no payload checked")
+	}
 	if n := b.writes.Load(); n != 0 {
 		t.Errorf("%d content writes for refused payloads, want 0", n)
 	}
@@ -82,14 +96,21 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 // Data returns the content, text or base64.
 func TestTypedPayloadData(t *testing.T) {
 	t.Parallel()
+	checked := 0
 	for raw, want := range map[string]string{
-		`{"target":"a/b.txt","content":"hello"}`:       "hello",
-		`{"target":"a/b.txt","content_base64":"aGk="}`: "hi",
-		`{"target":"a/b.txt","content":"","extra":1}`:  "",
+		`{"target":"a/b.txt","content":"hello"}`:                   "hello",
+		`{"target":"a/b.txt","content_base64":"aGk="}`:             "hi",
+		`{"target":"a/b.txt","content":""}`:                        "",
+		`{"target":"a/b.txt","content":"x","content_base64":null}`: "x",
 	} {
+		checked++
 		p, err := filekind.Parse(json.RawMessage(raw))
 		if err != nil || string(p.Data()) != want {
 			t.Errorf("Parse(%s) = %q, %v; want %q", raw, p.Data(), err, want)
 		}
+	}
+	t.Logf("%d payloads checked", checked)
+	if checked == 0 {
+		t.Fatal("no payload checked")
 	}
 }

@@ -1,9 +1,10 @@
 // Package kindcheck holds the decoding steps the built-in kinds' payload
-// parsers share (kinds/emailkind, kinds/filekind): a
-// payload is one JSON object whose fields are read one by one, so that a
-// field of the wrong type is refused with an error naming it
-// ("payload.subject: must be a string") rather than encoding/json's
-// message. A JSON null is the same as an absent field. It also holds the
+// parsers share (kinds/emailkind, kinds/filekind, kinds/s3kind,
+// kinds/webhookkind): a payload is one JSON object whose fields are read
+// one by one, so that a field of the wrong type is refused with an error
+// naming it ("payload.subject: must be a string") rather than
+// encoding/json's message, and a field that is not the kind's, spelt
+// exactly, is refused naming it (Only). A JSON null is the same as an absent field. It also holds the
 // characters no identifier or path may contain (Invisible), which the
 // outbox and the lease issuer check too.
 package kindcheck
@@ -105,15 +106,36 @@ func Bytes(text, b64 *string) []byte {
 	return b
 }
 
-// Only refuses a field of obj that is not one of fields (a misspelt
-// field would otherwise be ignored), naming it.
+// Only refuses a field of obj that is not one of fields, naming it
+// ("payload.Bcc"): a misspelt field would otherwise be ignored, and a mail
+// sent without the recipient it named. Names are compared exactly, as
+// JSON's are: "Bcc" is not "bcc" (encoding/json's struct decoding would
+// take it for it; a payload's rules do not), and the message points at
+// the field it differs from only in case. With several unknown fields
+// the first in byte order is named, as the SQL interface's
+// fencegate_payload_only does. kind is "an email", "a file", ….
 func Only(obj map[string]json.RawMessage, kind string, fields []string) error {
+	names := make([]string, 0, len(obj))
 	for name := range obj {
 		if !slices.Contains(fields, name) {
-			return fenceerr.Invalid("payload."+name, "is not a field of %s payload (fields: %s)", kind, strings.Join(fields, ", "))
+			names = append(names, name)
 		}
 	}
-	return nil
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	name := names[0]
+	list := strings.Join(fields, ", ")
+	if name == "" {
+		return fenceerr.Invalid("payload", "has a field with an empty name, which is not a field of %s payload (fields: %s)", kind, list)
+	}
+	for _, f := range fields {
+		if strings.EqualFold(f, name) {
+			return fenceerr.Invalid("payload."+name, "is not a field of %s payload: field names are case-sensitive, did you mean %q? (fields: %s)", kind, f, list)
+		}
+	}
+	return fenceerr.Invalid("payload."+name, "is not a field of %s payload (fields: %s)", kind, list)
 }
 
 // Field is a string field of a payload and where it goes.

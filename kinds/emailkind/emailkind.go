@@ -34,13 +34,21 @@ type Payload struct {
 	HTML string `json:"html,omitempty"`
 }
 
+// fields are the payload's fields, spelt exactly: no other is accepted.
+var fields = []string{"to", "cc", "bcc", "from", "subject", "text", "html"}
+
 // Parse decodes raw and validates it. Every error is a
-// *fenceerr.InvalidError naming the field ("payload.to[1]"). On an error,
-// the Payload holds what was decoded before it.
+// *fenceerr.InvalidError naming the field ("payload.to[1]"); a field that
+// is not one of the payload's, spelt exactly ("Bcc", "reply_to"), is
+// refused naming it, so that no recipient is silently dropped. On an
+// error, the Payload holds what was decoded before it.
 func Parse(raw json.RawMessage) (Payload, error) {
 	var p Payload
 	obj, err := kindcheck.Object(raw)
 	if err != nil {
+		return p, err
+	}
+	if err := kindcheck.Only(obj, "an email", fields); err != nil {
 		return p, err
 	}
 	for _, f := range []struct {

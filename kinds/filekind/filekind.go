@@ -29,13 +29,21 @@ type Payload struct {
 	ContentBase64 *string `json:"content_base64,omitempty"`
 }
 
+// fields are the payload's fields, spelt exactly: no other is accepted.
+var fields = []string{"target", "content", "content_base64"}
+
 // Parse decodes raw and validates it. Every error is a
-// *fenceerr.InvalidError naming the field ("payload.target"). On an error,
-// the Payload holds what was decoded before it.
+// *fenceerr.InvalidError naming the field ("payload.target"); a field
+// that is not one of the payload's, spelt exactly ("Target", "mode"), is
+// refused naming it. On an error, the Payload holds what was decoded
+// before it.
 func Parse(raw json.RawMessage) (Payload, error) {
 	var p Payload
 	obj, err := kindcheck.Object(raw)
 	if err != nil {
+		return p, err
+	}
+	if err := kindcheck.Only(obj, "a file", fields); err != nil {
 		return p, err
 	}
 	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "target", Dst: &p.Target}); err != nil {

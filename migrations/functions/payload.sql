@@ -72,18 +72,29 @@ END
 $$;
 
 -- fencegate_payload_only refuses a field of p that is not one of fields
--- (kindcheck.Only), naming it; what is "an s3" or "a webhook".
+-- (kindcheck.Only), naming it: names compared exactly ("Bcc" is not
+-- "bcc"), the first unknown one in byte order named, "payload" for an
+-- empty name; what is "an email", "a file", "an s3" or "a webhook".
 CREATE OR REPLACE FUNCTION fencegate.fencegate_payload_only(p jsonb, what text, fields text[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    k text;
+    k    text;
+    near text;
+    list text := array_to_string(fields, ', ');
 BEGIN
-    FOR k IN SELECT jsonb_object_keys(p) ORDER BY 1 LOOP
+    FOR k IN SELECT x FROM jsonb_object_keys(p) AS x ORDER BY x COLLATE "C" LOOP
         IF k <> ALL (fields) THEN
-            PERFORM fencegate.fencegate_invalid('payload.' || k, format('is not a field of %s payload (fields: %s)', what, array_to_string(fields, ', ')));
+            IF k = '' THEN
+                PERFORM fencegate.fencegate_invalid('payload', format('has a field with an empty name, which is not a field of %s payload (fields: %s)', what, list));
+            END IF;
+            SELECT f INTO near FROM unnest(fields) AS f WHERE lower(f) = lower(k) LIMIT 1;
+            IF near IS NOT NULL THEN
+                PERFORM fencegate.fencegate_invalid('payload.' || k, format('is not a field of %s payload: field names are case-sensitive, did you mean %s? (fields: %s)', what, to_json(near), list));
+            END IF;
+            PERFORM fencegate.fencegate_invalid('payload.' || k, format('is not a field of %s payload (fields: %s)', what, list));
         END IF;
     END LOOP;
 END
@@ -145,6 +156,7 @@ BEGIN
     -- 0.3 ms more than the Go client's without this). Everything accepted
     -- here the checks below accept too; whatever is not, they judge.
     IF p_kind = 'email'
+       AND p - ARRAY['to', 'from', 'subject', 'text', 'html'] = '{}'::jsonb
        AND jsonb_typeof(p -> 'to') = 'string' AND fencegate.fencegate_email_address_ok(p ->> 'to')
        AND p -> 'cc' IS NULL AND p -> 'bcc' IS NULL
        AND jsonb_typeof(p -> 'from') = 'string' AND fencegate.fencegate_email_address_ok(p ->> 'from')
@@ -156,6 +168,7 @@ BEGIN
         RETURN;
     END IF;
     IF p_kind = 'file'
+       AND p - ARRAY['target', 'content', 'content_base64'] = '{}'::jsonb
        AND jsonb_typeof(p -> 'target') = 'string'
        -- segments that start with a letter, a digit or '_': none empty,
        -- '.', '..', a dotfile (so none reserved) or an option ('-'), not
@@ -169,8 +182,9 @@ BEGIN
     END IF;
     CASE p_kind
     WHEN 'email' THEN
-        -- emailkind.Parse: the address lists, then from, subject, text,
-        -- html as strings, then Validate.
+        -- emailkind.Parse: only its fields, then the address lists, then
+        -- from, subject, text, html as strings, then Validate.
+        PERFORM fencegate.fencegate_payload_only(p, 'an email', ARRAY['to', 'cc', 'bcc', 'from', 'subject', 'text', 'html']);
         FOREACH l IN ARRAY lists LOOP
             PERFORM fencegate.fencegate_payload_strings(p, l, 'an address');
         END LOOP;
@@ -209,7 +223,9 @@ BEGIN
             PERFORM fencegate.fencegate_invalid('payload.text', 'text or html is required');
         END IF;
     WHEN 'file' THEN
-        -- filekind.Parse: target, content, content_base64.
+        -- filekind.Parse: only its fields, then target, content,
+        -- content_base64.
+        PERFORM fencegate.fencegate_payload_only(p, 'a file', ARRAY['target', 'content', 'content_base64']);
         s := fencegate.fencegate_payload_string(p, 'target', 'payload.target');
         PERFORM fencegate.fencegate_payload_string(p, 'content', 'payload.content'),
                 fencegate.fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
