@@ -418,6 +418,15 @@ func TestSQLPayloadRulesNeverLooser(t *testing.T) {
 		{"file", `{"target":"tag\udb40\udc01x","content":"x"}`, "payload.target"},
 		{"file", `{"target":"-rf","content":"x"}`, "payload.target"},
 		{"file", `{"target":"reports/-n.txt","content":"x"}`, "payload.target"},
+		// Names a file system takes (255 bytes; the file's own 235, for
+		// the adapter's .<name>.fencegate.json.tmp beside it), in both
+		// the one-expression path (ASCII) and the checks (not ASCII).
+		{"file", `{"target":"` + strings.Repeat("d", 255) + `/` + strings.Repeat("n", 235) + `","content":"x"}`, ""},
+		{"file", `{"target":"` + strings.Repeat("d", 256) + `/x","content":"x"}`, "payload.target"},
+		{"file", `{"target":"` + strings.Repeat("n", 236) + `","content":"x"}`, "payload.target"},
+		{"file", `{"target":"d/` + strings.Repeat("é", 117) + `","content":"x"}`, ""},
+		{"file", `{"target":"d/` + strings.Repeat("é", 118) + `","content":"x"}`, "payload.target"},
+		{"file", `{"target":"` + strings.Repeat("é", 128) + `/x","content":"x"}`, "payload.target"},
 		{"file", `{"target":"reports/a-b/c-.txt","content":"x"}`, ""},
 		{"file", `{"target":"x"}`, "payload.content"},
 		{"file", `{"target":"x","content":null}`, "payload.content"},

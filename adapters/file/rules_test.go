@@ -63,6 +63,11 @@ func TestEnqueueAndExecuteShareOneRuleSet(t *testing.T) {
 		{`{"target":"x","contentBase64":"YQ=="}`, "payload.contentBase64", false},
 		{`{"target":"x","content":"a","mode":null}`, "payload.mode", false},
 		{`{"target":"../x","content":"a","extra":1}`, "payload.extra", false},
+		// Names a file system refuses (255 bytes), the file's own shorter
+		// by the adapter's side files (.<name>.fencegate.staged).
+		{`{"target":"` + strings.Repeat("d", 256) + `/x","content":"a"}`, "payload.target", false},
+		{`{"target":"` + strings.Repeat("n", filekind.MaxFileName+1) + `","content":"a"}`, "payload.target", false},
+		{`{"target":"d/` + strings.Repeat("é", 119) + `","content":"a"}`, "payload.target", false},
 	} {
 		checked++
 		enqErr := check(json.RawMessage(tc.payload))
@@ -112,5 +117,30 @@ func TestTypedPayloadData(t *testing.T) {
 	t.Logf("%d payloads checked", checked)
 	if checked == 0 {
 		t.Fatal("no payload checked")
+	}
+}
+
+// The longest names the file kind accepts publish: a directory name of 255
+// bytes and a file name of filekind.MaxFileName, whose side files
+// (.<name>.fencegate.staged, .lock, .json, .json.tmp) are at most 255
+// bytes.
+func TestLongestNamesPublish(t *testing.T) {
+	t.Parallel()
+	longest := max(len(stagedSuffix), len(lockSuffix), len(manifestSuffix+tmpSuffix))
+	if n := len(".") + filekind.MaxFileName + longest; n != filekind.MaxName {
+		t.Fatalf("the longest side file of a %d-byte name is %d bytes; want filekind.MaxFileName to make it %d", filekind.MaxFileName, n, filekind.MaxName)
+	}
+	b := setup(t)
+	target := strings.Repeat("d", 255) + "/" + strings.Repeat("n", filekind.MaxFileName)
+	payload, _ := json.Marshal(map[string]string{"target": target, "content": "x"})
+	if err := outbox.DefaultKinds()[filekind.Name].Check(payload); err != nil {
+		t.Fatalf("enqueue check: %v", err)
+	}
+	req := adapters.Request{IntentID: 1, Epoch: 1, IdempotencyKey: "k-long", Fence: outbox.FenceExecute, Payload: payload}
+	if _, err := b.a.Execute(context.Background(), req); err != nil {
+		t.Fatalf("execute of a %d-byte file name in a 255-byte directory: %v", filekind.MaxFileName, err)
+	}
+	if got, err := os.ReadFile(b.root + "/" + target); err != nil || string(got) != "x" {
+		t.Fatalf("published file: %q, %v", got, err)
 	}
 }

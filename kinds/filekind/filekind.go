@@ -56,10 +56,24 @@ func Parse(raw json.RawMessage) (Payload, error) {
 	return p, p.Validate()
 }
 
-// Validate checks p: a valid Target (ValidateTarget) and exactly one of
-// Content and ContentBase64, the latter valid base64.
+// MaxName is the most bytes a file system takes in one name (NAME_MAX);
+// MaxFileName the most a target's file name may have: the adapter keeps
+// files beside it (.<name>.fencegate.staged, .lock, .json, and
+// .<name>.fencegate.json.tmp while it writes the manifest, the longest),
+// and those must fit MaxName too.
+const (
+	MaxName     = 255
+	MaxFileName = MaxName - len(".") - len(".fencegate.json.tmp")
+)
+
+// Validate checks p: a valid Target (ValidateTarget) whose names a file
+// system takes (ValidateNameLengths), and exactly one of Content and
+// ContentBase64, the latter valid base64.
 func (p Payload) Validate() error {
 	if err := ValidateTarget(p.Target); err != nil {
+		return err
+	}
+	if err := ValidateNameLengths(p.Target); err != nil {
 		return err
 	}
 	if err := kindcheck.Content(p.Content, p.ContentBase64); err != nil {
@@ -106,6 +120,24 @@ func ValidateTarget(target string) error {
 		}
 		if Reserved(seg) {
 			return bad("segment %q is reserved for the adapter's own files (.<name>.fencegate.*, in any case)", seg)
+		}
+	}
+	return nil
+}
+
+// ValidateNameLengths checks that a file system takes target's names: each
+// directory name at most MaxName bytes, the file name at most MaxFileName.
+// Not part of ValidateTarget: an s3 key, checked with ValidateTarget too,
+// has no such limit. Checked at enqueue, so that a target no publication
+// can write is refused naming payload.target, not failed at execute.
+func ValidateNameLengths(target string) error {
+	segs := strings.Split(target, "/")
+	for i, seg := range segs {
+		switch {
+		case i < len(segs)-1 && len(seg) > MaxName:
+			return fenceerr.Invalid("payload.target", "directory name %d is %d bytes; a file system takes at most %d", i+1, len(seg), MaxName)
+		case i == len(segs)-1 && len(seg) > MaxFileName:
+			return fenceerr.Invalid("payload.target", "the file name is %d bytes; at most %d (the adapter keeps .<name>.fencegate.json.tmp beside it, and a file system takes %d)", len(seg), MaxFileName, MaxName)
 		}
 	}
 	return nil

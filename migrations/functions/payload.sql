@@ -173,7 +173,8 @@ BEGIN
        -- segments that start with a letter, a digit or '_': none empty,
        -- '.', '..', a dotfile (so none reserved) or an option ('-'), not
        -- absolute, no control or format character
-       AND (p ->> 'target') ~ '^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$'
+       -- (ASCII: the bounds are bytes; filekind.ValidateNameLengths)
+       AND (p ->> 'target') ~ '^([A-Za-z0-9_][A-Za-z0-9._-]{0,254}/)*[A-Za-z0-9_][A-Za-z0-9._-]{0,234}$'
        AND ((jsonb_typeof(p -> 'content') = 'string' AND p -> 'content_base64' IS NULL)
             OR (jsonb_typeof(p -> 'content_base64') = 'string' AND p -> 'content' IS NULL
                 AND fencegate.fencegate_base64_ok(p ->> 'content_base64')))
@@ -230,6 +231,20 @@ BEGIN
         PERFORM fencegate.fencegate_payload_string(p, 'content', 'payload.content'),
                 fencegate.fencegate_payload_string(p, 'content_base64', 'payload.content_base64');
         PERFORM fencegate.fencegate_check_target('payload.target', s);
+        -- filekind.ValidateNameLengths: names a file system takes, the
+        -- file's own 235 bytes for the adapter's side files beside it.
+        SELECT format(CASE WHEN x.n < x.total
+                           THEN 'directory name %s is %s bytes; a file system takes at most 255'
+                           ELSE 'the file name is %2$s bytes; at most 235 (the adapter keeps .<name>.fencegate.json.tmp beside it, and a file system takes 255)' END,
+                      x.n, octet_length(x.seg))
+        INTO k
+        FROM (SELECT seg, n, count(*) OVER () AS total
+              FROM unnest(string_to_array(s, '/')) WITH ORDINALITY AS u(seg, n)) x
+        WHERE octet_length(x.seg) > CASE WHEN x.n < x.total THEN 255 ELSE 235 END
+        ORDER BY x.n LIMIT 1;
+        IF k IS NOT NULL THEN
+            PERFORM fencegate.fencegate_invalid('payload.target', k);
+        END IF;
         PERFORM fencegate.fencegate_check_content(p);
     WHEN 's3' THEN
         -- s3kind.Parse: only its fields, then bucket, key, content_type,
