@@ -551,7 +551,8 @@ func (a *Adapter) parse(req adapters.Request) (webhookkind.Payload, *url.URL, ma
 func (a *Adapter) request(ctx context.Context, req adapters.Request, method string, u *url.URL, headers map[string]string, body []byte, ctype string) (*http.Request, error) {
 	hr, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
-		return nil, err
+		// A parse error's text is the whole URL: without it.
+		return nil, clientErr(err)
 	}
 	if len(body) > 0 {
 		hr.Body, hr.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
@@ -593,9 +594,12 @@ func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (Result,
 	resp, err := client.Do(hr)
 	sent, replayed := st.state()
 	if err != nil {
+		// Without the *url.Error around it, whose text is the whole URL,
+		// query included; the messages name the URL redacted.
+		err = clientErr(err)
 		switch {
 		case !sent && errors.Is(err, ErrInternalAddress):
-			return Result{}, 0, nil, adapters.PermanentError(err)
+			return Result{}, 0, nil, adapters.PermanentError(fmt.Errorf("webhook: %s %s: %w", hr.Method, redact(hr.URL), err))
 		case !sent:
 			return Result{}, 0, nil, adapters.RetryableError(fmt.Errorf("webhook: %s %s: not sent: %w", hr.Method, redact(hr.URL), err))
 		case write && replayed:
@@ -697,6 +701,22 @@ func excerpt(res Result) string {
 // path, without the query (where API keys travel) or credentials.
 func redact(u *url.URL) string {
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+// clientErr is an error of http.Client.Do without the *url.Error around
+// it: that error's text is the request's whole URL, query included (where
+// API keys travel), and wrapped after a redacted prefix it would put the
+// query into last_error, the attempt history and logs. The errors inside
+// keep what callers test: errors.Is (context.DeadlineExceeded,
+// ErrInternalAddress, …) and net.Error's Timeout.
+func clientErr(err error) error {
+	for {
+		ue, ok := err.(*url.Error)
+		if !ok || ue.Err == nil {
+			return err
+		}
+		err = ue.Err
+	}
 }
 
 func redactRaw(s string) string {
