@@ -424,6 +424,23 @@ func redactURL(raw string) string {
 	if err != nil || u.Host == "" {
 		return "(configured URL)"
 	}
+	return redactParsed(u)
+}
+
+// redactLocation is a Location header's URL, absolute or relative, without
+// its credentials; one that does not parse is not shown.
+func redactLocation(loc string) string {
+	u, err := url.Parse(loc)
+	if err != nil {
+		return "(an unparsable Location)"
+	}
+	return redactParsed(u)
+}
+
+// redactParsed is u as it may be shown: without the userinfo password (a
+// NATS token user name too) and with every secret query parameter's value
+// replaced.
+func redactParsed(u *url.URL) string {
 	// A NATS token travels as the user name alone (nats://TOKEN@host).
 	if u.User != nil {
 		_, hasPass := u.User.Password()
@@ -432,8 +449,10 @@ func redactURL(raw string) string {
 		}
 	}
 	// libpq takes credentials as parameters too (?password=, ?sslpassword=).
-	if q := u.Query(); len(q) > 0 {
-		changed := false
+	// A pair that does not parse (password=PW%zz) is dropped by
+	// ParseQuery: such a query is shown re-encoded, without it, never raw.
+	if q, err := url.ParseQuery(u.RawQuery); len(q) > 0 || err != nil {
+		changed := err != nil
 		for k := range q {
 			if secretParam(k) {
 				q.Set(k, "xxxxx")

@@ -29,7 +29,9 @@ const probeBodyLimit = 300
 // 0 on a 2xx answer, with {"url","status"} on stdout; exit 1 on anything
 // else — no answer within --timeout, a refused connection, a non-2xx
 // status, a redirect (not followed: the probe checks the URL it is given) —
-// with the error object on stdout and one line on stderr saying why; exit
+// with the error object on stdout (with "url" and "status" when an answer
+// came) and one line on stderr saying why; every URL printed is redacted
+// (redactURL), and a URL refused is never echoed as given; exit
 // 2 on a bad URL or flag. https URLs are verified against the system's
 // roots, or against --tls-ca (e.g. the admin server's own --tls-cert).
 // It reads no environment and connects to nothing but URL.
@@ -52,7 +54,15 @@ func cmdProbe(ctx context.Context, a *app, args []string) int {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return a.fail(badInput("url", fmt.Sprintf("%q is not an http:// or https:// URL with a host", raw)))
+		// Never the text as given: a URL that does not parse may have
+		// split its password anywhere (a '/' in it ends the host), and
+		// the parser's error quotes it. One that parses is shown
+		// redacted.
+		what := "the URL"
+		if err == nil && u.Host != "" {
+			what = redactURL(raw)
+		}
+		return a.fail(badInput("url", what+" is not an http:// or https:// URL with a host, e.g. http://127.0.0.1:9090/healthz"))
 	}
 	if *timeout <= 0 {
 		return a.fail(badInput("timeout", "--timeout must be positive, a duration such as 2s"))
@@ -76,12 +86,18 @@ func cmdProbe(ctx context.Context, a *app, args []string) int {
 			return http.ErrUseLastResponse
 		},
 	}
-	shown := u.Redacted()
+	// Every URL printed, in the result and in errors, is shown without its
+	// password and ?password=-style parameters (docs/operations.md).
+	shown := redactURL(raw)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return a.fail(badInput("url", err.Error()))
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text is the whole URL
+		}
+		return a.fail(badInput("url", fmt.Sprintf("probe %s: %v", shown, err)))
 	}
 	req.Header.Set("User-Agent", "fencegate-probe")
 	res, err := client.Do(req)
@@ -97,23 +113,34 @@ func cmdProbe(ctx context.Context, a *app, args []string) int {
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, probeBodyLimit+1))
+	// An answer that is not healthy still says, as the success object
+	// does, which URL answered and its status: a reader of the JSON tells
+	// a 503 from no answer.
+	answered := func(msg string) int {
+		e := unavailable(msg)
+		e.Extra = map[string]any{"url": shown, "status": res.StatusCode}
+		return a.fail(e)
+	}
 	if err != nil && res.StatusCode/100 == 2 {
 		// A 2xx whose body did not arrive whole within --timeout is a
 		// process too slow to count as healthy.
-		return a.fail(unavailable(fmt.Sprintf("probe %s: %d, then reading the body: %v", shown, res.StatusCode, err)))
+		return answered(fmt.Sprintf("probe %s: %d, then reading the body: %v", shown, res.StatusCode, err))
 	}
 	if res.StatusCode/100 != 2 {
 		msg := fmt.Sprintf("probe %s: %s", shown, res.Status)
-		if loc := res.Header.Get("Location"); res.StatusCode/100 == 3 && loc != "" {
-			msg += " to " + loc + " (not followed)"
+		redirect := res.StatusCode/100 == 3
+		if loc := res.Header.Get("Location"); redirect && loc != "" {
+			msg += " to " + redactLocation(loc) + " (not followed)"
 		}
-		if b := strings.TrimSpace(string(body)); b != "" {
+		// A redirect's body repeats its Location (net/http's <a href>),
+		// credentials and all: the Location, redacted, says it.
+		if b := strings.TrimSpace(string(body)); b != "" && !redirect {
 			if len(b) > probeBodyLimit {
 				b = b[:probeBodyLimit] + "…"
 			}
 			msg += ": " + b
 		}
-		return a.fail(unavailable(msg))
+		return answered(msg)
 	}
 	a.writeJSON(map[string]any{"url": shown, "status": res.StatusCode})
 	return exitOK

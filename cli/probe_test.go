@@ -125,3 +125,84 @@ func TestProbeGatewayRun(t *testing.T) {
 	p.stop(t)
 	expectProbeFailure(t, gw(t, "", "probe", base+"/healthz"), 1, "unavailable", "connection refused")
 }
+
+// gateway probe never prints a URL's credentials, on stdout or stderr, in
+// success or failure (docs/operations.md: every URL in any output is shown
+// without its password, also ?password=-style parameters): the userinfo
+// password, secret query parameters, a redirect's Location, and the text
+// of a URL it refuses (which is never echoed raw: a URL that does not
+// parse may split a password anywhere).
+func TestProbeHidesURLCredentials(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("/down", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://u:PWLOC1@127.0.0.1/ok?token=PWLOC2", http.StatusFound)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	dead := closed.URL
+	closed.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	cases := []struct {
+		url     string
+		code    int
+		errCode string
+		secrets []string
+		shows   string // on stdout or stderr: the URL, redacted
+	}{
+		{"http://u:PWOK1@" + host + "/ok?password=PWOK2&api_key=PWOK3&n=1", 0, "", []string{"PWOK1", "PWOK2", "PWOK3"}, "/ok?api_key=xxxxx&n=1&password=xxxxx"},
+		{srv.URL + "/ok?password=PWBAD%zz&n=2", 0, "", []string{"PWBAD"}, "/ok?n=2"},
+		{srv.URL + "/down?password=PWDOWN", 1, "unavailable", []string{"PWDOWN"}, "/down?password=xxxxx"},
+		{srv.URL + "/moved?token=PWMOVED", 1, "unavailable", []string{"PWMOVED", "PWLOC1", "PWLOC2"}, "not followed"},
+		{dead + "/x?password=PW1", 1, "unavailable", []string{"PW1"}, "connection refused"},
+		{"ftp://u:PWFTP@127.0.0.1/", 2, "invalid_input", []string{"PWFTP"}, "not an http:// or https:// URL"},
+		{"http://u:PW/BAD@127.0.0.1/", 2, "invalid_input", []string{"PW/BAD", "PW"}, "not an http:// or https:// URL"},
+		{"http://127.0.0.1:x/?password=PWPORT", 2, "invalid_input", []string{"PWPORT"}, "not an http:// or https:// URL"},
+	}
+	for i, tc := range cases {
+		r := gw(t, "", "probe", "--timeout", "3s", tc.url)
+		expectCode(t, r, tc.code, tc.errCode)
+		out := r.stdout + r.stderr
+		for _, s := range tc.secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("case %d: probe prints %s: stdout %s stderr %s", i, s, r.stdout, r.stderr)
+			}
+		}
+		if !strings.Contains(out, tc.shows) {
+			t.Errorf("case %d: stdout %s stderr %s, want %q", i, r.stdout, r.stderr, tc.shows)
+		}
+	}
+	t.Logf("checked %d URLs", len(cases))
+	if len(cases) == 0 {
+		t.Fatal("no URL checked")
+	}
+}
+
+// A non-2xx answer is exit 1 with the error object, which still says the
+// status (numeric) and the URL, as the success object does: a healthcheck
+// reading the JSON tells a 503 from no answer.
+func TestProbeNon2xxSaysStatus(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/down", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	mux.HandleFunc("/gone", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) })
+	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	cases := map[string]int{"/down": 503, "/gone": 404, "/moved": 302}
+	for path, status := range cases {
+		r := gw(t, "", "probe", srv.URL+path)
+		expectCode(t, r, 1, "unavailable")
+		e := r.obj["error"].(map[string]any)
+		if e["status"] != float64(status) || e["url"] != srv.URL+path {
+			t.Errorf("probe %s: error object %s, want status %d and url %s", path, r.stdout, status, srv.URL+path)
+		}
+	}
+	t.Logf("checked %d answers", len(cases))
+	if len(cases) == 0 {
+		t.Fatal("no answer checked")
+	}
+}
