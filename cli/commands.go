@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/deployment"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/pgschema"
@@ -29,7 +30,7 @@ import (
 func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("migrate")
 	allowFsyncOff := a.fsyncFlag(fs)
-	moveFrom := fs.String("move-from", "", "first move an install from this schema (public: an install from before schemas) into --schema, in one transaction; stop every gateway process and worker of the database first")
+	moveFrom := fs.String("move-from", "", "first move an install from this schema (public: an install from before schemas) into --schema, in one transaction; stop every gateway process and worker of the database first. A schema without an install is refused (exit 2 naming move_from), with nothing moved or created")
 	allowUnsafe := fs.Bool("allow-unsafe-schema", false, "install even where roles other than this one can create objects in --schema (refused otherwise, exit 2 naming schema): only when every such role is trusted as much as this one, since fencegate's SQL functions run with this role's rights")
 	nsFlag := fs.String("namespace", "", "record this as the deployment's namespace on NATS (default $GATEWAY_NAMESPACE, else the recorded one, first derived from the cluster's system identifier and the database's name); unique per NATS: a-z, 0-9, '-', '_', at most 32")
 	if code, ok := a.parseOnly(fs, args); !ok {
@@ -58,7 +59,20 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 		if *moveFrom == a.schema() {
 			return a.fail(badInput("move_from", fmt.Sprintf("--move-from %s is --schema itself", *moveFrom)))
 		}
+		// Before Up: Move refuses a --move-from without an install (and a
+		// --schema holding one) with nothing created, and Up, which would
+		// install afresh where a typo pointed, must not run then.
 		if moved, err = migrations.Move(ctx, pool, *moveFrom, a.schema()); err != nil {
+			var inv *fenceerr.InvalidError
+			if errors.As(err, &inv) {
+				// Move names its arguments; the command, its flags.
+				switch inv.Field {
+				case "from":
+					return a.fail(badInput("move_from", "--move-from: "+inv.Message))
+				case "to":
+					return a.fail(badInput("schema", "--schema: "+inv.Message))
+				}
+			}
 			return a.fail(err)
 		}
 		fmt.Fprintf(a.stderr, "gateway migrate: moved %d objects from schema %s to %s\n", len(moved), *moveFrom, a.schema())

@@ -85,6 +85,66 @@ func TestMigrateMoveFromPublic(t *testing.T) {
 	}
 }
 
+// gateway migrate --move-from refuses, exit 2 naming the input and with
+// nothing moved or created: a --move-from naming a schema that holds no
+// install (a typo must not end in a fresh, empty install, which would
+// hand out epochs again), and a --schema that holds an install already.
+func TestMigrateMoveFromRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewEmptyURL(t)
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	schemaExists := func(name string) bool {
+		t.Helper()
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	installedIn := func(name string) bool {
+		t.Helper()
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name+".fencegate_schema_version").Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	checked := 0
+	// No install anywhere: neither a missing schema nor public (which
+	// exists, empty) is something to move from.
+	for _, from := range []string{"nosuch", "public"} {
+		r := gw(t, db, "migrate", "--schema", "audit3", "--move-from", from)
+		checked++
+		if r.code != 2 || errorField(r) != "move_from" || !strings.Contains(r.stdout, "no fencegate install in schema "+from) {
+			t.Errorf("migrate --schema audit3 --move-from %s: exit %d %s; want exit 2 naming move_from", from, r.code, r.stdout)
+		}
+		if schemaExists("audit3") {
+			t.Fatalf("the refused migrate --move-from %s created schema audit3", from)
+		}
+	}
+	// An install in the target, and one in public: the move is refused
+	// naming schema; both stay where they are.
+	expectCode(t, gw(t, db, "migrate", "--schema", "occupied"), 0, "")
+	expectCode(t, gw(t, db, "migrate", "--schema", "public", "--allow-unsafe-schema"), 0, "")
+	r := gw(t, db, "migrate", "--schema", "occupied", "--move-from", "public")
+	checked++
+	if r.code != 2 || errorField(r) != "schema" || !strings.Contains(r.stdout, "holds an install already") {
+		t.Errorf("migrate --schema occupied --move-from public: exit %d %s; want exit 2 naming schema", r.code, r.stdout)
+	}
+	if !installedIn("public") || !installedIn("occupied") {
+		t.Errorf("after the refused move: install in public %t, in occupied %t; want both", installedIn("public"), installedIn("occupied"))
+	}
+	t.Logf("checked %d refusals", checked)
+	if checked == 0 {
+		t.Fatal("no refusal checked")
+	}
+}
+
 // gateway migrate into a schema another role can create in is exit 2
 // naming schema (the role named, and the way out), and installs nothing;
 // --allow-unsafe-schema installs.

@@ -30,6 +30,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/pgschema"
 )
 
@@ -481,8 +482,16 @@ func Version(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, err
 // before schemas: "public") into schema to, in one transaction: every
 // table (with its indexes, constraints, triggers and owned sequences),
 // sequence and function of fencegate's (pgschema.Objects) found in from.
-// Nothing else in from is touched. It returns the objects moved; none when
-// from holds no install. Run Up afterwards (gateway migrate --move-from
+// Nothing else in from is touched. It returns the objects moved.
+//
+// It refuses, with a *fenceerr.InvalidError naming the argument and
+// nothing moved or created (not even schema to): a from that holds no
+// install (no version table there: a schema that does not exist, a typo,
+// which must not end in a fresh, empty install in to that hands out
+// epochs again), a to that holds one already, a from that is to, and a
+// bad name ("from", "to").
+//
+// Run Up afterwards (gateway migrate --move-from
 // does both): the moved functions' bodies still name the old schema, and
 // fail, until Up redefines them from the function files.
 //
@@ -493,14 +502,14 @@ func Version(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, err
 // (catalog updates only, no data is copied).
 func Move(ctx context.Context, pool *pgxpool.Pool, from, to string) ([]string, error) {
 	if err := pgschema.Check(from); err != nil {
-		return nil, fmt.Errorf("migrations: move from: %w", err)
+		return nil, fenceerr.Invalid("from", "%v", err)
 	}
 	dst, err := pgschema.Parse(to)
 	if err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
+		return nil, fenceerr.Invalid("to", "%v", err)
 	}
 	if from == dst.Name() {
-		return nil, fmt.Errorf("migrations: move from: %q is the schema itself", from)
+		return nil, fenceerr.Invalid("from", "%q is the schema moved into itself", from)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -529,7 +538,19 @@ func Move(ctx context.Context, pool *pgxpool.Pool, from, to string) ([]string, e
 			AND NOT EXISTS (SELECT 1 FROM `+dst.Qualify("intents")+`)`).Scan(&empty); err != nil {
 			return nil, fmt.Errorf("migrations: move: %w", err)
 		}
-		return nil, fmt.Errorf("migrations: move: schema %s holds an install already (empty: %t); drop it first (DROP SCHEMA %s CASCADE) if it is not in use", dst.Name(), empty, dst.Name())
+		return nil, fenceerr.Invalid("to", "schema %s holds an install already (empty: %t); nothing was moved; drop it first (DROP SCHEMA %s CASCADE) if it is not in use", dst.Name(), empty, dst.Name())
+	}
+	// Checked before the schema is created, in the transaction that
+	// would create it: a from without an install (a typo) is refused with
+	// nothing created, and the caller's Up, which would install afresh,
+	// never runs. The version table is what Up and Installed take for an
+	// install.
+	var source bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{from, versionTable}.Sanitize()).Scan(&source); err != nil {
+		return nil, fmt.Errorf("migrations: move: %w", err)
+	}
+	if !source {
+		return nil, fenceerr.Invalid("from", "no fencegate install in schema %s (no %s table there); nothing was moved or created", from, versionTable)
 	}
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+dst.Name()); err != nil {
 		return nil, fmt.Errorf("migrations: create schema %s: %w", dst.Name(), err)

@@ -996,6 +996,50 @@ func TestMoveFromPublic(t *testing.T) {
 	}
 }
 
+// Move refuses, with an InvalidError naming the argument, and creates
+// nothing: a from that holds no install (a schema that does not exist,
+// or public without one: a typo must not end in a fresh, empty install
+// in to), a to that holds an install already (both stay where they are),
+// and bad names.
+func TestMoveRefusals(t *testing.T) {
+	t.Parallel()
+	pool := emptyDatabase(t)
+	ctx := context.Background()
+	move := func(from, to string) func() error {
+		return func() error { _, err := migrations.Move(ctx, pool, from, to); return err }
+	}
+	exists := func(q string, args ...any) bool {
+		t.Helper()
+		var ok bool
+		if err := pool.QueryRow(ctx, q, args...).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	schemaExists := func(name string) bool {
+		return exists(`SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, name)
+	}
+	installedIn := func(name string) bool {
+		return exists(`SELECT to_regclass($1) IS NOT NULL`, name+".fencegate_schema_version")
+	}
+	coretest.Refused(t, map[string]func() error{"from": move("nosuch", "moved_to")})
+	coretest.Refused(t, map[string]func() error{"from": move("public", "moved_to")})
+	coretest.Refused(t, map[string]func() error{"from": move("Bad-Name", "moved_to"), "to": move("public", "Bad-Name")})
+	coretest.Refused(t, map[string]func() error{"from": move("moved_to", "moved_to")})
+	if schemaExists("moved_to") {
+		t.Fatal("a refused Move created its target schema")
+	}
+	for _, s := range []string{"occupied", "public"} {
+		if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coretest.Refused(t, map[string]func() error{"to": move("public", "occupied")})
+	if !installedIn("public") || !installedIn("occupied") {
+		t.Errorf("after the refused move: an install in public %t, in occupied %t; want both", installedIn("public"), installedIn("occupied"))
+	}
+}
+
 // Two schemas of one database are two deployments: epochs of their own,
 // notifications on channels of their own, namespaces of their own.
 func TestTwoSchemasOneDatabase(t *testing.T) {
