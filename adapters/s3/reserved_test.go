@@ -359,6 +359,8 @@ func TestConfigValidate(t *testing.T) {
 		{s3.Config{Bucket: "reports", ReceiptSecrets: []string{"short"}}, "ReceiptSecrets"},
 		{s3.Config{Bucket: "reports", ReceiptPrefix: "receipts/"}, "ReceiptPrefix"},
 		{s3.Config{Bucket: "reports", Endpoint: "127.0.0.1:9000"}, "Endpoint"},
+		{s3.Config{Bucket: "reports", Endpoint: "ftp://u:SECRETPW@127.0.0.1:9000"}, "Endpoint"},
+		{s3.Config{Bucket: "reports", Endpoint: "http://u:SECRETPW@exa mple.com"}, "Endpoint"},
 		{s3.Config{Bucket: "reports", LookupSettle: -time.Second}, "LookupSettle"},
 		{s3.Config{Bucket: "reports", Concurrency: -1}, "Concurrency"},
 	} {
@@ -366,6 +368,9 @@ func TestConfigValidate(t *testing.T) {
 		var inv *fenceerr.InvalidError
 		if tc.field == "" && err != nil || tc.field != "" && (!errors.As(err, &inv) || inv.Field != tc.field) {
 			t.Errorf("Validate(%+v) = %v, want an InvalidError naming %q", tc.cfg, err, tc.field)
+		}
+		if err != nil && strings.Contains(err.Error(), "SECRETPW") {
+			t.Errorf("Validate's error shows the endpoint's password: %v", err)
 		}
 		if tc.field != "" {
 			if _, err := s3.New(context.Background(), tc.cfg); !errors.As(err, &inv) || inv.Field != tc.field {

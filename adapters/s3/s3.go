@@ -159,7 +159,8 @@ func (c Config) parse() (allowed map[string]bool, secrets [][]byte, err error) {
 	if c.Endpoint != "" {
 		u, err := url.Parse(c.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, nil, fenceerr.Invalid("Endpoint", "must be an http:// or https:// URL, got %q", c.Endpoint)
+			// Not echoed: an endpoint may carry a password.
+			return nil, nil, fenceerr.Invalid("Endpoint", "must be an http:// or https:// URL with a host")
 		}
 	}
 	switch {
