@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -148,11 +147,28 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 	if code, ok := a.parse(fs, args); !ok {
 		return code, false
 	}
+	if err := a.setFromEnv(fs, func(name string) bool { return !slices.Contains(except, name) }); err != nil {
+		return a.fail(err), false
+	}
+	if err := pgschema.Check(a.schema()); err != nil {
+		return a.fail(badInput("schema", "--"+err.Error())), false
+	}
+	return 0, true
+}
+
+// setFromEnv sets each flag of fs that the command line did not give and
+// that read accepts from its GATEWAY_<NAME> variable, when set: what
+// parseWithEnv does for every flag of run and dev, and the other commands
+// for the flags they share with run whose variable they take too
+// (--failover-epoch-jump, --allow-fsync-off). A value that does not parse
+// is bad input naming the flag's field and the variable, never echoing
+// the value.
+func (a *app) setFromEnv(fs *flag.FlagSet, read func(name string) bool) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var bad *cliError
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || bad != nil || slices.Contains(except, f.Name) {
+		if given[f.Name] || bad != nil || !read(f.Name) {
 			return
 		}
 		env := EnvName(f.Name)
@@ -169,10 +185,20 @@ func (a *app) parseWithEnv(fs *flag.FlagSet, args []string, except ...string) (i
 		}
 	})
 	if bad != nil {
-		return a.fail(bad), false
+		return bad
 	}
-	if err := pgschema.Check(a.schema()); err != nil {
-		return a.fail(badInput("schema", "--"+err.Error())), false
+	return nil
+}
+
+// parseOnlyWithEnv is parseOnly for a command that shares flags with run
+// and takes their variables too (env: those flags' names), as
+// parseWithEnv reads them.
+func (a *app) parseOnlyWithEnv(fs *flag.FlagSet, args []string, env ...string) (int, bool) {
+	if code, ok := a.parseOnly(fs, args); !ok {
+		return code, false
+	}
+	if err := a.setFromEnv(fs, func(name string) bool { return slices.Contains(env, name) }); err != nil {
+		return a.fail(err), false
 	}
 	return 0, true
 }
@@ -395,10 +421,12 @@ func withOperator[T any](ctx context.Context, a *app, dbURL string, do func(*ope
 }
 
 // fsyncFlag adds --allow-fsync-off to a command that starts on a database
-// (run, migrate, dev); $GATEWAY_ALLOW_FSYNC_OFF=true sets its default.
+// (run, migrate, dev); $GATEWAY_ALLOW_FSYNC_OFF=true sets it when the
+// command line does not: run and dev read it as every flag's variable,
+// migrate with parseOnlyWithEnv, so that a value that is not a boolean is
+// exit 2 naming allow_fsync_off for each of them.
 func (a *app) fsyncFlag(fs *flag.FlagSet) *bool {
-	def, _ := strconv.ParseBool(a.getenv("GATEWAY_ALLOW_FSYNC_OFF"))
-	return fs.Bool("allow-fsync-off", def, "start even when PostgreSQL runs with fsync=off (throwaway test servers only: a crash can then lose acknowledged grants and intents) (default $GATEWAY_ALLOW_FSYNC_OFF)")
+	return fs.Bool("allow-fsync-off", false, "start even when PostgreSQL runs with fsync=off (throwaway test servers only: a crash can then lose acknowledged grants and intents) (default $GATEWAY_ALLOW_FSYNC_OFF)")
 }
 
 // requireFsync refuses a server running with fsync=off unless allowed:

@@ -33,7 +33,7 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	moveFrom := fs.String("move-from", "", "first move an install from this schema (public: an install from before schemas) into --schema, in one transaction; stop every gateway process and worker of the database first. A schema without an install is refused (exit 2 naming move_from), with nothing moved or created")
 	allowUnsafe := fs.Bool("allow-unsafe-schema", false, "install even where roles other than this one can create objects in --schema (refused otherwise, exit 2 naming schema): only when every such role is trusted as much as this one, since fencegate's SQL functions run with this role's rights")
 	nsFlag := fs.String("namespace", "", "record this as the deployment's namespace on NATS (default $GATEWAY_NAMESPACE, else the recorded one, first derived from the cluster's system identifier and the database's name); unique per NATS: a-z, 0-9, '-', '_', at most 32")
-	if code, ok := a.parseOnly(fs, args); !ok {
+	if code, ok := a.parseOnlyWithEnv(fs, args, "allow-fsync-off"); !ok {
 		return code
 	}
 	var ns wire.Namespace
@@ -139,11 +139,16 @@ func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
 }
 
 // failoverJumpFlag adds --failover-epoch-jump, how far the first grant
-// after a failover raises every epoch (lease.WithFailoverEpochJump).
+// after a failover raises every epoch (lease.WithFailoverEpochJump). Every
+// command that has it reads $GATEWAY_FAILOVER_EPOCH_JUMP when the command
+// line does not give it (run as every flag's variable; lease acquire and
+// epoch advance with parseOnlyWithEnv), so that every issuer of a
+// database can be given the same value in one place.
 func failoverJumpFlag(fs *flag.FlagSet) *int64 {
 	return fs.Int64("failover-epoch-jump", lease.DefaultFailoverEpochJump,
 		"after a failover (the database's timeline grew), the first grant raises every resource's epoch by this much, "+
-			"past anything the old primary can have granted: grants/s × the longest replication lag in seconds × a safety factor; 0: no raise (synchronous replication)")
+			"past anything the old primary can have granted: grants/s × the longest replication lag in seconds × a safety factor; 0: no raise (synchronous replication); "+
+			"give every issuer of the database the same value (default $GATEWAY_FAILOVER_EPOCH_JUMP, else "+strconv.FormatInt(lease.DefaultFailoverEpochJump, 10)+")")
 }
 
 // checkFailoverJump checks a --failover-epoch-jump flag: 0 to
@@ -219,7 +224,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	default:
 		return a.fail(badInput("command", fmt.Sprintf("unknown lease command %q; want acquire, renew, release or history", sub)))
 	}
-	if code, ok := a.parseOnly(fs, args[1:]); !ok {
+	if code, ok := a.parseOnlyWithEnv(fs, args[1:], "failover-epoch-jump"); !ok {
 		return code
 	}
 	var epochErr error
@@ -285,7 +290,7 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	lockTimeout := lockTimeoutFlag(fs)
 	jump := failoverJumpFlag(fs)
 	principal := a.principalFlag(fs)
-	if code, ok := a.parseOnly(fs, args[1:]); !ok {
+	if code, ok := a.parseOnlyWithEnv(fs, args[1:], "failover-epoch-jump"); !ok {
 		return code
 	}
 	for _, err := range []error{checkResource(*resource), checkEpoch(*epoch), checkLockTimeout(*lockTimeout), checkFailoverJump(*jump), checkPrincipal(*principal)} {

@@ -88,3 +88,28 @@ func TestRefusesFsyncOff(t *testing.T) {
 		t.Fatalf("an allowed fsync=off should warn on stderr, got %q", r.stderr)
 	}
 }
+
+// $GATEWAY_ALLOW_FSYNC_OFF that is not a boolean is exit 2 naming
+// allow_fsync_off before connecting, for migrate as for run and dev:
+// never read as false (or true).
+func TestFsyncOffVariableIsChecked(t *testing.T) {
+	t.Parallel()
+	commands := [][]string{
+		{"migrate"},
+		{"run", "--adapters", "", "--dispatcher=false"},
+		{"dev", "--database-url", unreachableDB, "--nats-url", "nats://127.0.0.1:1"},
+	}
+	for _, args := range commands {
+		r := gwEnv(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=bogus"}, unreachableDB, args...)
+		expectInvalid(t, r, "allow_fsync_off")
+		if msg := r.obj["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "$GATEWAY_ALLOW_FSYNC_OFF") {
+			t.Errorf("%v: message %q should name the variable", args, msg)
+		}
+	}
+	if len(commands) == 0 {
+		t.Fatal("nothing checked")
+	}
+	t.Logf("%d commands checked", len(commands))
+	// The command line wins: the variable is not read.
+	expectCode(t, gwEnv(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=bogus"}, unreachableDB, "migrate", "--allow-fsync-off=false"), 1, "unavailable")
+}

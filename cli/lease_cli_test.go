@@ -212,3 +212,55 @@ func TestCLICountsRefusalsInDatabase(t *testing.T) {
 	}
 	t.Logf("%d counters checked of %d", len(want), len(got))
 }
+
+// $GATEWAY_FAILOVER_EPOCH_JUMP is read by lease acquire and epoch advance
+// as by run (every issuer of a database takes the same value from one
+// place): a value that is not 0 to 2^53 is exit 2 naming
+// failover_epoch_jump before connecting, one that does not parse never
+// echoed; the command line wins over it; the value reaches the issuer.
+func TestCLIFailoverEpochJumpFromEnv(t *testing.T) {
+	t.Parallel()
+	const unparsable = "jump-Q7x"
+	commands := [][]string{
+		{"lease", "acquire", "--resource", "r", "--holder", "A"},
+		{"epoch", "advance", "--resource", "r", "--epoch", "3"},
+	}
+	checked := 0
+	for _, args := range commands {
+		for _, v := range []string{unparsable, "-5", "9007199254740993"} {
+			r := gwEnv(t, []string{"GATEWAY_FAILOVER_EPOCH_JUMP=" + v}, unreachableDB, args...)
+			expectInvalid(t, r, "failover_epoch_jump")
+			if strings.Contains(r.stdout+r.stderr, unparsable) {
+				t.Fatalf("%v: the variable's value is echoed: %s", args, r.stdout)
+			}
+			checked++
+		}
+		// The command line wins: the variable is not read.
+		r := gwEnv(t, []string{"GATEWAY_FAILOVER_EPOCH_JUMP=" + unparsable}, unreachableDB, append(args, "--failover-epoch-jump", "0")...)
+		expectCode(t, r, 1, "unavailable")
+	}
+	if checked == 0 {
+		t.Fatal("nothing checked")
+	}
+	t.Logf("%d bad values refused", checked)
+
+	db, pool := migratedDB(t)
+	expectCode(t, gw(t, db, "lease", "acquire", "--resource", "old", "--holder", "A"), 0, "")
+	if _, err := pool.Exec(context.Background(), testdb.SQL(`DELETE FROM fencegate.epoch_authority`)); err != nil {
+		t.Fatal(err)
+	}
+	r := gwEnv(t, []string{"GATEWAY_FAILOVER_EPOCH_JUMP=50"}, db, "lease", "acquire", "--resource", "new", "--holder", "A")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 51.0 {
+		t.Fatalf("acquire after the raise = %s; want epoch 51 (floor 50 from $GATEWAY_FAILOVER_EPOCH_JUMP, + 1)", r.stdout)
+	}
+	if _, err := pool.Exec(context.Background(), testdb.SQL(`DELETE FROM fencegate.epoch_authority`)); err != nil {
+		t.Fatal(err)
+	}
+	// Raised by 1000, not the default 1000000: 2000 is above the raise.
+	r = gwEnv(t, []string{"GATEWAY_FAILOVER_EPOCH_JUMP=1000"}, db, "epoch", "advance", "--resource", "old", "--epoch", "2000")
+	expectCode(t, r, 0, "")
+	if r.obj["epoch"] != 2000.0 {
+		t.Fatalf("advance after a raise of 1000 from $GATEWAY_FAILOVER_EPOCH_JUMP = %s; want epoch 2000", r.stdout)
+	}
+}
