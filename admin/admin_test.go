@@ -1259,6 +1259,19 @@ func TestBulkActions(t *testing.T) {
 	} {
 		expectField(t, e.do("POST", "/api/v1/intents/bulk", operatorSecret, b), field)
 	}
+	// A dry run refuses the outcome the run refuses.
+	dryRuns := []string{
+		`{"action":"resolve","status":"unknown","outcome":"bogus","dry_run":true}`,
+		`{"action":"retry","status":"failed","outcome":"succeeded","dry_run":true}`,
+		`{"action":"cancel","status":"failed","outcome":"failed","dry_run":true}`,
+	}
+	for _, b := range dryRuns {
+		expectField(t, e.do("POST", "/api/v1/intents/bulk", operatorSecret, b), "outcome")
+	}
+	if len(dryRuns) == 0 {
+		t.Fatal("no dry run checked")
+	}
+	t.Logf("%d dry runs with a bad outcome refused", len(dryRuns))
 	expect(t, e.do("POST", "/api/v1/intents/bulk", workerSecret, body+`}`), http.StatusForbidden, "forbidden")
 }
 

@@ -188,3 +188,52 @@ func TestBulkDryRunListsIDsCLI(t *testing.T) {
 		t.Fatalf("retry --yes = %s; want 3 applied, no ids", r.stdout)
 	}
 }
+
+// A bulk action's input is checked before connecting, with the rules of
+// the run whether or not it is a dry run (a dry run must not plan what
+// --yes refuses): exit 2 naming the field against a database that answers
+// and one that does not, no intent changed.
+func TestBulkChecksBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	db, conn := migratedDB(t)
+	acquireLease(t, db, "r")
+	for _, op := range []string{"f", "u"} {
+		enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", op, "--kind", "file", "--payload", `{"target":"`+op+`.txt","content":"x"}`)
+	}
+	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET completed_at = now(),
+		status = CASE operation_id WHEN 'f' THEN 'failed' ELSE 'unknown' END`)); err != nil {
+		t.Fatal(err)
+	}
+	cases := []invalidArgs{
+		{[]string{"retry", "--status", "bogus"}, "status"},
+		{[]string{"retry"}, "status"},
+		{[]string{"cancel", "--status", "succeeded", "--yes"}, "status"},
+		{[]string{"retry", "--status", "failed", "--since", "yesterday"}, "since"},
+		{[]string{"cancel", "--status", "failed", "--until", "later", "--yes"}, "until"},
+		{[]string{"resolve", "--status", "unknown", "--outcome", "bogus"}, "outcome"},
+		{[]string{"resolve", "--status", "unknown", "--outcome", "bogus", "--yes"}, "outcome"},
+		{[]string{"resolve", "--status", "unknown", "--outcome", "unknown"}, "outcome"},
+		{[]string{"resolve", "--status", "unknown"}, "outcome"},
+		{[]string{"retry", "--status", "failed", "--outcome", "succeeded"}, "outcome"},
+		{[]string{"cancel", "--status", "failed", "--outcome", "failed"}, "outcome"},
+		{[]string{"retry", "--status", "failed", "--note", strings.Repeat("n", 4097)}, "note"},
+	}
+	checked := 0
+	for _, c := range cases {
+		for _, url := range []string{db, unreachableDB} {
+			r := gw(t, url, c.args...)
+			if r.code != exitBadInput || errorField(r) != c.field {
+				t.Errorf("%.80v: exit %d %s; want exit 2 naming %s", c.args, r.code, r.stdout, c.field)
+				continue
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no case checked")
+	}
+	t.Logf("%d refusals checked (%d command lines, each with and without a database)", checked, len(cases))
+	if n := testdb.Int(t, conn, `SELECT count(*) FROM fencegate.intents WHERE status IN ('failed', 'unknown')`); n != 2 {
+		t.Fatalf("refused bulk actions changed intents: %d failed or unknown, want 2", n)
+	}
+}

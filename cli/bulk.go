@@ -46,6 +46,15 @@ func bulkCommand(action operator.Action) command {
 		if len(ids) > 0 {
 			return a.actionIDs(ctx, fs, *dbURL, ids, operator.ActionRequest{Action: action, Actor: req.Actor, Outcome: req.Outcome, Note: req.Note, Force: req.Force})
 		}
+		// Bad input is refused before connecting (exit 2 whatever the
+		// database), with the rules of the run whether or not this is a
+		// dry run: a dry run must not plan what --yes would refuse.
+		if action == operator.ActionResolve && req.Outcome == "" {
+			return a.fail(badInput("outcome", "gateway resolve needs --outcome succeeded or failed: what you found at the destination"))
+		}
+		if err := req.Validate(); err != nil {
+			return a.fail(err)
+		}
 		res, err := withOperator(ctx, a, *dbURL, func(op *operator.Operator) (operator.BulkResult, error) { return op.Bulk(ctx, req) })
 		if err != nil {
 			return a.fail(err)

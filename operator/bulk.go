@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,20 +118,30 @@ func (r *BulkRequest) where(now time.Time) (sqlWhere, error) {
 	if r.IDs != nil {
 		w.add("intent_id = ANY($%d)", r.IDs)
 	}
-	if r.Action == ActionResolve && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed && !r.DryRun {
-		return sqlWhere{}, inputErr("outcome", "resolve needs an outcome: succeeded or failed")
+	// The action on each intent: Apply's rules (outcome, force, note), so
+	// that a dry run refuses what the run would. Only a dry run's resolve
+	// may leave the outcome out (it counts, and records nothing), and only
+	// a run records an actor.
+	one := ActionRequest{IntentID: 1, Action: r.Action, Actor: r.Actor, Outcome: r.Outcome, Note: r.Note, Force: r.Force}
+	if r.DryRun {
+		one.Actor = cmp.Or(one.Actor, "dry run")
+		if r.Action == ActionResolve && r.Outcome == "" {
+			one.Outcome = outbox.StatusSucceeded
+		}
 	}
-	if r.Force && r.Action != ActionRetry {
-		return sqlWhere{}, inputErr("force", "only retry takes force (accepting a second effect); %s of an intent whose effect may have happened is refused whatever, "+
-			"and resolve records what the operator found at the destination", r.Action)
-	}
-	if len(r.Note) > MaxNoteLen {
-		return sqlWhere{}, inputErr("note", "must be at most %d bytes", MaxNoteLen)
-	}
-	if r.Force && len(r.Note) > maxForcedNoteLen {
-		return sqlWhere{}, inputErr("note", "must be at most %d bytes with force (the event's note begins with %q)", maxForcedNoteLen, ForcedNote)
+	if err := one.validate(); err != nil {
+		return sqlWhere{}, err
 	}
 	return w, nil
+}
+
+// Validate checks the request without reading anything: what Bulk
+// refuses as bad input before it begins (the filter, and the action's
+// outcome, force and note as Apply checks them, on a dry run too), so
+// that a caller can refuse it before connecting.
+func (r BulkRequest) Validate() error {
+	_, err := r.where(time.Now())
+	return err
 }
 
 func parseWhen(raw string, now time.Time) (time.Time, error) {

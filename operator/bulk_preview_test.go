@@ -2,10 +2,12 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 
+	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -52,4 +54,59 @@ func TestBulkDryRunListsIDs(t *testing.T) {
 		t.Fatalf("cancel = %+v; want %d applied, no ids", res, len(failed))
 	}
 	t.Logf("dry runs listed %d, 0 and %d ids", BulkPreviewIDs, len(unknown))
+}
+
+// A dry run refuses what the run refuses, before it reads anything: an
+// outcome on retry or cancel, a resolve's outcome that is neither
+// succeeded nor failed, a note Apply would refuse, a bad filter — each an
+// InvalidError naming its field, no intent touched. Only a dry run's
+// resolve may leave the outcome out (it counts; the run needs one).
+// (The CLI refuses the same before connecting, with Validate:
+// cli's TestBulkChecksBeforeConnecting.)
+func TestBulkDryRunRefusesWhatTheRunRefuses(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	unknown := e.seed("unknown", outbox.StatusUnknown, "lost")
+	failed := e.seed("failed", outbox.StatusFailed, "boom")
+	cases := []struct {
+		field string
+		req   BulkRequest
+	}{
+		{"outcome", BulkRequest{Action: ActionResolve, Status: outbox.StatusUnknown, Outcome: "bogus"}},
+		{"outcome", BulkRequest{Action: ActionResolve, Status: outbox.StatusUnknown, Outcome: outbox.StatusUnknown}},
+		{"outcome", BulkRequest{Action: ActionRetry, Status: outbox.StatusFailed, Outcome: outbox.StatusSucceeded}},
+		{"outcome", BulkRequest{Action: ActionCancel, Status: outbox.StatusFailed, Outcome: outbox.StatusFailed}},
+		{"note", BulkRequest{Action: ActionRetry, Status: outbox.StatusFailed, Note: "a\x00b"}},
+		{"note", BulkRequest{Action: ActionCancel, Status: outbox.StatusFailed, Note: "\xff"}},
+		{"force", BulkRequest{Action: ActionResolve, Status: outbox.StatusUnknown, Outcome: outbox.StatusFailed, Force: true}},
+		{"status", BulkRequest{Action: ActionRetry, Status: "bogus"}},
+		{"since", BulkRequest{Action: ActionRetry, Status: outbox.StatusFailed, Since: "yesterday"}},
+	}
+	checked := 0
+	for _, c := range cases {
+		for _, dry := range []bool{true, false} {
+			req := c.req
+			req.DryRun, req.Actor = dry, "t"
+			_, err := e.op.Bulk(ctx, req)
+			var inv *fenceerr.InvalidError
+			if !errors.As(err, &inv) || inv.Field != c.field {
+				t.Errorf("%+v: %v; want an InvalidError naming %s", req, err, c.field)
+				continue
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no case checked")
+	}
+	t.Logf("%d refusals checked (%d cases, dry run and run)", checked, len(cases))
+	for id, want := range map[int64]outbox.Status{unknown: outbox.StatusUnknown, failed: outbox.StatusFailed} {
+		if st := e.status(id); st != want {
+			t.Fatalf("intent %d is %s after refused bulk actions, want %s", id, st, want)
+		}
+	}
+	res, err := e.op.Bulk(ctx, BulkRequest{Action: ActionResolve, Status: outbox.StatusUnknown, DryRun: true, Actor: "t"})
+	if err != nil || res.Matched != 1 {
+		t.Fatalf("dry run of a resolve without an outcome = %+v, %v; want it counted", res, err)
+	}
 }
