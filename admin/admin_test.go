@@ -575,6 +575,10 @@ func TestPagination(t *testing.T) {
 	} {
 		expectField(t, e.do("GET", "/api/v1/intents?"+tc.query, operatorSecret, ""), tc.field)
 	}
+	// The message quotes the limit given, 0 included.
+	if msg, _ := e.do("GET", "/api/v1/intents?limit=0", operatorSecret, "").errField("message").(string); !strings.Contains(msg, `got "0"`) {
+		t.Errorf("limit=0: message %q, want it to quote the 0 given", msg)
+	}
 	expect(t, e.do("GET", "/api/v1/intents?limit=500", operatorSecret, ""), http.StatusOK, "")
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testkit/coretest"
@@ -55,4 +57,23 @@ func TestLs(t *testing.T) {
 		{[]string{"ls", "--cursor", "x"}, "cursor"},
 		{[]string{"ls", "extra"}, "args"},
 	})
+}
+
+// `gateway ls --limit N` outside 1 to 500 is exit 2 naming limit, before
+// connecting, and the message quotes the N given (0 included: it is not
+// the default).
+func TestLsLimitMessageQuotesValue(t *testing.T) {
+	t.Parallel()
+	values := []string{"0", "-1", "501", "x"}
+	for _, v := range values {
+		r := gw(t, unreachableDB, "ls", "--limit", v)
+		expectInvalid(t, r, "limit")
+		if msg, _ := r.obj["error"].(map[string]any)["message"].(string); !strings.Contains(msg, strconv.Quote(v)) {
+			t.Errorf("ls --limit %s: message %q, want it to quote %q", v, msg, v)
+		}
+	}
+	if len(values) == 0 {
+		t.Fatal("no value checked")
+	}
+	t.Logf("%d limits checked", len(values))
 }

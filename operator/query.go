@@ -56,12 +56,11 @@ type ListFilter struct {
 func ParseListFilter(resource, status, kind, limit, cursor string) (ListFilter, error) {
 	f := ListFilter{Resource: resource, Status: outbox.Status(status), Kind: kind, Cursor: cursor}
 	if limit != "" {
+		// An explicit 0 is an error, not the default; the message quotes
+		// what was given.
 		n, err := strconv.Atoi(limit)
-		if err != nil {
+		if err != nil || n < 1 || n > MaxListLimit {
 			return ListFilter{}, inputErr("limit", "must be an integer from 1 to %d, got %q", MaxListLimit, limit)
-		}
-		if n == 0 {
-			n = -1 // an explicit 0 is an error, not the default
 		}
 		f.Limit = n
 	}

@@ -3,6 +3,8 @@ package operator
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
@@ -94,5 +96,29 @@ func TestGetTraceID(t *testing.T) {
 	untraced := e.seed("untraced", outbox.StatusPending, "")
 	if d, err := e.op.Get(context.Background(), untraced); err != nil || d.TraceID != "" {
 		t.Fatalf("untraced intent: trace_id %q, %v; want none", d.TraceID, err)
+	}
+}
+
+// A list's limit outside 1 to MaxListLimit is refused naming limit, and
+// the message quotes the value given (an explicit 0 included: it is not
+// the default).
+func TestParseListFilterLimitQuotesValue(t *testing.T) {
+	t.Parallel()
+	values := []string{"0", "-3", "501", "99999999999999999999", "x", "1.5"}
+	for _, v := range values {
+		_, err := ParseListFilter("", "", "", v, "")
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "limit" || !strings.Contains(inv.Message, strconv.Quote(v)) {
+			t.Errorf("limit %q: %v; want an InvalidError naming limit, quoting %q", v, err, v)
+		}
+	}
+	if len(values) == 0 {
+		t.Fatal("no value checked")
+	}
+	t.Logf("%d limits checked", len(values))
+	for _, v := range []string{"1", "500"} {
+		if _, err := ParseListFilter("", "", "", v, ""); err != nil {
+			t.Errorf("limit %s: %v", v, err)
+		}
 	}
 }
