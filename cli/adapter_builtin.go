@@ -28,8 +28,10 @@ type builtinAdapter struct {
 	flags func(fs *flag.FlagSet) adapterFlags
 	// enqueueSpec, when set, is the kind's intake rules for gateway
 	// enqueue, from the environment `gateway run` reads its flags from
-	// (ok false: the kind's default rules).
-	enqueueSpec func(getenv func(string) string) (spec outbox.KindSpec, ok bool)
+	// (ok false: none set, the kind's default rules). A variable set to
+	// what run would refuse is an error, bad input naming its flag's field
+	// (envError): the default rules in its place would fail open.
+	enqueueSpec func(getenv func(string) string) (spec outbox.KindSpec, ok bool, err error)
 }
 
 // adapterFlags are one built-in adapter's flags, parsed.

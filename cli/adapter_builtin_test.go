@@ -86,7 +86,7 @@ func TestNewBuiltinAdapterIsOneFileAndOneLine(t *testing.T) {
 			memo = &memoFlags{note: fs.String("memo-note", "", "the note the memo adapter records")}
 			return memo
 		},
-		enqueueSpec: func(func(string) string) (outbox.KindSpec, bool) { return memoSpec, true }})
+		enqueueSpec: func(func(string) string) (outbox.KindSpec, bool, error) { return memoSpec, true, nil }})
 	t.Cleanup(func() { builtinAdapters = saved })
 
 	cli := func(ctx context.Context, stderr io.Writer, args ...string) (int, map[string]any) {

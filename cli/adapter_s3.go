@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/kinds/s3kind"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -112,15 +113,23 @@ func (f *s3Flags) registration(ctx context.Context, env adapterEnv) (adapters.Re
 
 // s3EnqueueSpec: where the gateway's buckets are known to gateway enqueue
 // too ($GATEWAY_S3_BUCKET, $GATEWAY_S3_ALLOW, as the gateway's), enqueue
-// refuses a payload naming another bucket.
-func s3EnqueueSpec(getenv func(string) string) (outbox.KindSpec, bool) {
+// refuses a payload naming another bucket. A variable that gateway run
+// would refuse is bad input naming its flag's field (s3_bucket,
+// s3_allow): never the kind's default rules in its place, which would let
+// any bucket through.
+func s3EnqueueSpec(getenv func(string) string) (outbox.KindSpec, bool, error) {
 	bucket, allow := getenv("GATEWAY_S3_BUCKET"), webhook.SplitList(getenv("GATEWAY_S3_ALLOW"))
 	if bucket == "" && len(allow) == 0 {
-		return outbox.KindSpec{}, false
+		return outbox.KindSpec{}, false, nil
+	}
+	if bucket != "" {
+		if err := s3kind.CheckBucket("Bucket", bucket); err != nil {
+			return outbox.KindSpec{}, false, envError("GATEWAY_S3_BUCKET", s3Fields.flagError(err))
+		}
 	}
 	spec, err := s3.IntakeSpec(bucket, allow)
 	if err != nil {
-		return outbox.KindSpec{}, false
+		return outbox.KindSpec{}, false, envError("GATEWAY_S3_ALLOW", s3Fields.flagError(err))
 	}
-	return spec, true
+	return spec, true, nil
 }

@@ -95,26 +95,33 @@ func (f *webhookFlags) registration(_ context.Context, env adapterEnv) (adapters
 // known to gateway enqueue too ($GATEWAY_WEBHOOK_ALLOW,
 // $GATEWAY_WEBHOOK_HEADER_SECRET, as the gateway's), enqueue refuses a URL
 // to a host not on the list, and a header naming a secret not given. Only
-// the secrets' names are used: their files are not read.
-func webhookEnqueueSpec(getenv func(string) string) (outbox.KindSpec, bool) {
+// the secrets' names are used: their files are not read. A variable that
+// gateway run would refuse is bad input naming its flag's field
+// (webhook_allow, webhook_header_secret): never the kind's default rules
+// in its place, which would let any destination through.
+func webhookEnqueueSpec(getenv func(string) string) (outbox.KindSpec, bool, error) {
 	allow, secrets := getenv("GATEWAY_WEBHOOK_ALLOW"), getenv("GATEWAY_WEBHOOK_HEADER_SECRET")
 	if allow == "" && secrets == "" {
-		return outbox.KindSpec{}, false
+		return outbox.KindSpec{}, false, nil
 	}
 	var names []string // nil: not known, not checked
 	if secrets != "" {
 		var f headerSecretsFlag
 		_ = f.Set(secrets) // takes any text; check judges it
-		if f.check() != nil {
-			return outbox.KindSpec{}, false
+		if err := f.check(); err != nil {
+			return outbox.KindSpec{}, false, envError("GATEWAY_WEBHOOK_HEADER_SECRET", err)
 		}
 		names = f.names()
 	}
 	in, err := webhook.NewIntake(webhook.SplitList(allow), names)
 	if err != nil {
-		return outbox.KindSpec{}, false
+		env := "GATEWAY_WEBHOOK_ALLOW"
+		if fieldOf(webhookFields.flagError(err)) == "webhook_header_secret" {
+			env = "GATEWAY_WEBHOOK_HEADER_SECRET"
+		}
+		return outbox.KindSpec{}, false, envError(env, webhookFields.flagError(err))
 	}
-	return in.KindSpec(), true
+	return in.KindSpec(), true, nil
 }
 
 // maxHeaderSecret is the largest header secret file read, in bytes.

@@ -345,7 +345,13 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	if _, err := outbox.ParseKeyScope(a.getenv("GATEWAY_KEY_SCOPE")); err != nil {
 		return a.fail(badInput("key_scope", "$GATEWAY_KEY_SCOPE "+err.Error()))
 	}
-	cfg := a.outboxConfig()
+	// The kinds' rules from the gateway's environment ($GATEWAY_S3_ALLOW,
+	// $GATEWAY_WEBHOOK_ALLOW, …): one run would refuse is exit 2, not the
+	// kind's default rules.
+	cfg, err := a.outboxConfig()
+	if err != nil {
+		return a.fail(err)
+	}
 	cfg.Principal = *principal
 	client, err := outbox.New(nil, cfg)
 	if err != nil {
@@ -441,7 +447,8 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	defer pool.Close()
-	ocfg := a.outboxConfig()
+	// gateway status checks no payload: the kinds' rules do not matter.
+	ocfg, _ := a.outboxConfig()
 	if *wait > 0 {
 		// Behind a pooler in transaction mode, Wait LISTENs on
 		// --database-direct-url or re-reads every second.

@@ -30,13 +30,15 @@ import (
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/cli/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
+	"github.com/fencegate/fencegate/internal/errmap"
 	"github.com/fencegate/fencegate/operator"
 	"github.com/fencegate/fencegate/outbox"
 )
 
 // kindNames lists the kinds this program knows, sorted.
 func (a *app) kindNames() string {
-	return strings.Join(slices.Sorted(maps.Keys(a.outboxConfig().Kinds)), ", ")
+	cfg, _ := a.outboxConfig() // the kinds' names, whatever their rules
+	return strings.Join(slices.Sorted(maps.Keys(cfg.Kinds)), ", ")
 }
 
 // app carries what every command needs; tests build one with buffers.
@@ -136,14 +138,23 @@ func Main(ctx context.Context, args []string, opts Options) int {
 // outboxConfig is the outbox configuration of the CLI's commands: the
 // built-in kinds, with the rules the environment gives them as it gives
 // `gateway run` its flags (builtinAdapter.enqueueSpec), and the program's
-// own (Options.Adapters).
-func (a *app) outboxConfig() outbox.Config {
+// own (Options.Adapters). The error is the first variable of those rules
+// that run would refuse (bad input naming its flag's field); the
+// configuration then has that kind's default rules, good only for a
+// command that checks no payload (gateway status, the help's kind list):
+// gateway enqueue refuses it before connecting.
+func (a *app) outboxConfig() (outbox.Config, error) {
 	kinds := outbox.DefaultKinds()
+	var first error
 	for _, b := range builtinAdapters {
 		if b.enqueueSpec == nil {
 			continue
 		}
-		if spec, ok := b.enqueueSpec(a.getenv); ok {
+		spec, ok, err := b.enqueueSpec(a.getenv)
+		if err != nil && first == nil {
+			first = err
+		}
+		if ok {
 			kinds[b.kind] = spec
 		}
 	}
@@ -154,5 +165,19 @@ func (a *app) outboxConfig() outbox.Config {
 	// so that gateway enqueue stores the key the intake would.
 	// A value outside global|resource makes outbox.New fail; gateway
 	// enqueue checks it first (exit 2 naming key_scope).
-	return outbox.Config{Schema: a.schema(), Kinds: kinds, KeyScope: outbox.KeyScope(a.getenv("GATEWAY_KEY_SCOPE"))}
+	return outbox.Config{Schema: a.schema(), Kinds: kinds, KeyScope: outbox.KeyScope(a.getenv("GATEWAY_KEY_SCOPE"))}, first
 }
+
+// envError is err, an error of a flag's value that came from the flag's
+// variable env (bad input naming the flag's field), with a message that
+// says the variable.
+func envError(env string, err error) error {
+	ce := classify(err)
+	if ce.Code != errmap.InvalidInput {
+		return err
+	}
+	return badInput(ce.Field, "$"+env+": "+ce.Message)
+}
+
+// fieldOf is the field err names, if it is bad input.
+func fieldOf(err error) string { return classify(err).Field }

@@ -170,3 +170,55 @@ func TestRunS3ReceiptSecretNotPrinted(t *testing.T) {
 		t.Fatalf("the secret was printed: %s", out.String())
 	}
 }
+
+// gateway enqueue takes the kinds' intake rules from the gateway's
+// environment; a variable gateway run would refuse ($GATEWAY_S3_ALLOW,
+// $GATEWAY_S3_BUCKET, $GATEWAY_WEBHOOK_ALLOW, $GATEWAY_WEBHOOK_HEADER_SECRET)
+// is exit 2 naming its flag's field, before connecting, nothing stored —
+// never the kind's default rules in its place, which would let any bucket
+// or destination through. A header secret's entry is never echoed.
+func TestEnqueueRefusesBadIntakeEnv(t *testing.T) {
+	t.Parallel()
+	db, conn := migratedDB(t)
+	acquireLease(t, db, "r")
+	const leak = "hs-enq-Q7c2"
+	s3Args := []string{"enqueue", "--resource", "r", "--epoch", "1", "--op", "s3", "--kind", "s3", "--payload", `{"key":"a/b","content":"x","bucket":"other-bucket"}`}
+	hookArgs := []string{"enqueue", "--resource", "r", "--epoch", "1", "--op", "hook", "--kind", "webhook", "--payload", `{"url":"https://h.example/x"}`}
+	cases := []struct {
+		env   []string
+		args  []string
+		field string
+	}{
+		{[]string{"GATEWAY_S3_ALLOW=b1", "GATEWAY_S3_BUCKET=good-bucket"}, s3Args, "s3_allow"},
+		{[]string{"GATEWAY_S3_ALLOW=b1"}, s3Args, "s3_allow"},
+		{[]string{"GATEWAY_S3_BUCKET=b0"}, s3Args, "s3_bucket"},
+		{[]string{"GATEWAY_S3_ALLOW=b1", "GATEWAY_S3_BUCKET=b0"}, s3Args, "s3_bucket"},
+		{[]string{"GATEWAY_WEBHOOK_ALLOW=https://h.example"}, hookArgs, "webhook_allow"},
+		{[]string{"GATEWAY_WEBHOOK_HEADER_SECRET=Bearer " + leak}, hookArgs, "webhook_header_secret"},
+		{[]string{"GATEWAY_WEBHOOK_ALLOW=h.example", "GATEWAY_WEBHOOK_HEADER_SECRET=a b=/x"}, hookArgs, "webhook_header_secret"},
+	}
+	checked := 0
+	for _, c := range cases {
+		for _, url := range []string{db, unreachableDB} {
+			r := gwEnv(t, c.env, url, c.args...)
+			if r.code != exitBadInput || errorField(r) != c.field {
+				t.Errorf("%v: exit %d %s; want exit 2 naming %s", c.env, r.code, r.stdout, c.field)
+				continue
+			}
+			if strings.Contains(r.stdout+r.stderr, leak) {
+				t.Fatalf("%v: a header secret's entry is echoed: %s", c.env, r.stdout)
+			}
+			if msg, _ := r.obj["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "$GATEWAY_") {
+				t.Errorf("%v: message %q should name the variable", c.env, msg)
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no case checked")
+	}
+	t.Logf("%d refusals checked (%d environments, with and without a database)", checked, len(cases))
+	if n := testdb.Int(t, conn, `SELECT count(*) FROM fencegate.intents`); n != 0 {
+		t.Fatalf("%d intents stored by refused enqueues", n)
+	}
+}
