@@ -406,21 +406,18 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	op := fs.String("op", "", "operation id (with --resource)")
 	wait := fs.Duration("wait", 0, "wait up to this long for a final status (woken by PostgreSQL's notification), then print the intent as it is")
 	output := outputFlag(fs)
-	// Accept the intent id before or after the flags.
-	var id string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
-	}
-	if code, ok := a.parse(fs, args); !ok {
+	// The intent id may come before, between or after the flags, as the
+	// ids of retry, cancel and resolve.
+	pos, code, ok := a.parseInterleaved(fs, args)
+	if !ok {
 		return code
 	}
-	if id == "" && fs.NArg() > 0 {
-		id = fs.Arg(0)
-		if fs.NArg() > 1 {
-			return a.fail(badInput("args", fmt.Sprintf("unexpected argument %q", fs.Arg(1))))
-		}
-	} else if err := noArgs(fs); err != nil {
-		return a.fail(err)
+	if len(pos) > 1 {
+		return a.fail(badInput("args", fmt.Sprintf("unexpected argument %q", pos[1])))
+	}
+	var id string
+	if len(pos) == 1 {
+		id = pos[0]
 	}
 	var intentID int64
 	switch {

@@ -163,3 +163,32 @@ func TestBulkRetryEffectPossibleCLI(t *testing.T) {
 		t.Fatalf("event note %q %v", note, err)
 	}
 }
+
+// `gateway status` takes its flags before, between or after the intent
+// id, as retry, cancel and resolve take theirs; a second id is exit 2
+// naming args.
+func TestStatusFlagsAroundID(t *testing.T) {
+	t.Parallel()
+	db, _ := migratedDB(t)
+	acquireLease(t, db, "r")
+	id := jsonNum(enqueue(t, db, "--resource", "r", "--epoch", "1", "--op", "o", "--kind", "file", "--payload", `{"target":"x.txt","content":"x"}`))
+	lines := [][]string{
+		{"status", "--wait", "100ms", id, "-o", "json"},
+		{"status", id, "-o", "json", "--wait", "100ms"},
+		{"status", "-o", "json", id, "--wait", "100ms"},
+		{"status", "-o", "json", "--wait", "100ms", id},
+	}
+	for _, args := range lines {
+		r := gw(t, db, args...)
+		expectCode(t, r, 0, "")
+		if jsonNum(r.obj["intent_id"]) != id {
+			t.Fatalf("%v: %s, want intent %s", args, r.stdout, id)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatal("nothing checked")
+	}
+	t.Logf("%d command lines checked", len(lines))
+	expectInvalid(t, gw(t, unreachableDB, "status", "--wait", "1s", "1", "-o", "json", "2"), "args")
+	expectInvalid(t, gw(t, unreachableDB, "status", "--wait", "-1s", "1", "-o", "json"), "wait")
+}
