@@ -572,6 +572,9 @@ func TestPagination(t *testing.T) {
 	for _, tc := range []struct{ query, field string }{
 		{"limit=0", "limit"}, {"limit=501", "limit"}, {"limit=x", "limit"}, {"limit=-3", "limit"},
 		{"status=done", "status"}, {"cursor=abc", "cursor"}, {"cursor=0", "cursor"}, {"sort=asc", "sort"},
+		// Text PostgreSQL cannot take: 400 naming it, not the server's
+		// encoding error as a 500.
+		{"kind=%00", "kind"}, {"resource=%ff", "resource"}, {"resource=a%00", "resource"},
 	} {
 		expectField(t, e.do("GET", "/api/v1/intents?"+tc.query, operatorSecret, ""), tc.field)
 	}

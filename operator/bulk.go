@@ -91,6 +91,9 @@ func (r *BulkRequest) where(now time.Time) (sqlWhere, error) {
 	if !ok {
 		return sqlWhere{}, inputErr("status", "%s applies to intents that are %s, not %s", r.Action, joinStatuses(allowedFrom[r.Action]), r.Status)
 	}
+	if err := checkText("kind", r.Kind, "resource_prefix", r.ResourcePrefix, "search", r.Search); err != nil {
+		return sqlWhere{}, err
+	}
 	var w sqlWhere
 	w.add("status = $%d", string(r.Status))
 	if r.Kind != "" {

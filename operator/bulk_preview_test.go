@@ -110,3 +110,48 @@ func TestBulkDryRunRefusesWhatTheRunRefuses(t *testing.T) {
 		t.Fatalf("dry run of a resolve without an outcome = %+v, %v; want it counted", res, err)
 	}
 }
+
+// A filter's text that PostgreSQL cannot take (a NUL, bytes that are not
+// UTF-8) is bad input naming the field, in a list, the resources index and
+// a bulk action alike, before any statement runs: it was sent to the
+// server, whose encoding error came back as a 500 with its text.
+func TestFilterTextMustBeUTF8WithoutNUL(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.seed("failed", outbox.StatusFailed, "boom")
+	bad := map[string]string{"NUL": "a\x00b", "not UTF-8": "a\xffb"}
+	checked := 0
+	expect := func(what, field string, err error) {
+		t.Helper()
+		checked++
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || inv.Field != field {
+			t.Errorf("%s: %v; want an InvalidError naming %s", what, err, field)
+		}
+	}
+	for name, v := range bad {
+		for field, f := range map[string]ListFilter{"resource": {Resource: v}, "kind": {Kind: v}, "search": {Search: v}} {
+			_, err := e.op.List(ctx, f)
+			expect("list with a "+name+" "+field, field, err)
+			expect("ListFilter.Validate with a "+name+" "+field, field, f.Validate())
+		}
+		_, err := e.op.Resources(ctx, ResourceFilter{Prefix: v})
+		expect("resources with a "+name+" prefix", "prefix", err)
+		for field, req := range map[string]BulkRequest{
+			"kind":            {Kind: v},
+			"resource_prefix": {ResourcePrefix: v},
+			"search":          {Search: v},
+		} {
+			req.Action, req.Status, req.Actor = ActionRetry, outbox.StatusFailed, "t"
+			for _, dry := range []bool{true, false} {
+				req.DryRun = dry
+				_, err := e.op.Bulk(ctx, req)
+				expect(fmt.Sprintf("bulk (dry run %t) with a %s %s", dry, name, field), field, err)
+			}
+		}
+	}
+	t.Logf("%d filters with bad text checked", checked)
+	if checked == 0 {
+		t.Fatal("no filter checked")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,4 +55,18 @@ func (o *Operator) ReadingFrom(q Querier) *Operator {
 
 func inputErr(field, format string, args ...any) error {
 	return &fenceerr.InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// checkText refuses a filter's text PostgreSQL cannot take: a NUL, or
+// bytes that are not UTF-8. Sent as a query argument it fails on the
+// server with an encoding error (SQLSTATE 22021), which is no answer for
+// bad input; checked here, it names the field. The first bad field of
+// fields (name, value pairs) is named.
+func checkText(fields ...string) error {
+	for i := 0; i+1 < len(fields); i += 2 {
+		if v := fields[i+1]; !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return inputErr(fields[i], "must be valid UTF-8 without NUL characters")
+		}
+	}
+	return nil
 }

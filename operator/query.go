@@ -75,6 +75,9 @@ func (f ListFilter) Validate() error {
 	if f.Limit < 0 || f.Limit > MaxListLimit {
 		return inputErr("limit", "must be from 1 to %d, got %d", MaxListLimit, f.Limit)
 	}
+	if err := checkText("resource", f.Resource, "kind", f.Kind, "search", f.Search); err != nil {
+		return err
+	}
 	if len(f.Resource) > outbox.MaxResourceLen {
 		return inputErr("resource", "must be at most %d bytes", outbox.MaxResourceLen)
 	}

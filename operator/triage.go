@@ -174,6 +174,9 @@ type ResourcePage struct {
 // resource an epoch was ever issued for) with their epoch, lease and
 // intents counted by status, in id order, keyset-paged on the id.
 func (o *Operator) Resources(ctx context.Context, f ResourceFilter) (ResourcePage, error) {
+	if err := checkText("prefix", f.Prefix, "cursor", f.Cursor); err != nil {
+		return ResourcePage{}, err
+	}
 	switch {
 	case len(f.Prefix) > outbox.MaxResourceLen:
 		return ResourcePage{}, inputErr("prefix", "must be at most %d bytes", outbox.MaxResourceLen)
