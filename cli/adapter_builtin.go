@@ -54,6 +54,18 @@ type lastChecker interface {
 	checkLast(env adapterEnv, runs bool) error
 }
 
+// intakeRuler is implemented by adapter flags that give intake rules
+// without the adapter (an allow-list, a policy): gateway run applies them
+// to the intake of a process that does not run the adapter, when any of
+// those flags is given (set reports a flag given on the command line or in
+// the environment), so that a relay serving the intake with the
+// deployment's shared settings refuses what the adapter's process would,
+// naming the field, instead of storing an intent that fails at execute.
+// ok false: none given, the kind's own rules.
+type intakeRuler interface {
+	intake(set func(flag string) bool) (spec outbox.KindSpec, ok bool, err error)
+}
+
 // optIn is implemented by adapter flags that run their adapter when
 // --adapters is not given (the webhook adapter's --webhook-allow).
 type optIn interface {

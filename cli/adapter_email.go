@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/email"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // Defaults of the email adapter's flags.
@@ -59,6 +60,15 @@ func newEmailFlags(fs *flag.FlagSet) adapterFlags {
 		mailLookup:      fs.String("mail-lookup", mailLookupNone, "result lookup of sent email: none or mailpit"),
 		mailpitURL:      fs.String("mailpit-url", "", "Mailpit's web root for --mail-lookup mailpit, e.g. http://127.0.0.1:8025"),
 	}
+}
+
+// intake: the mail policy, when any of it is given (its flags were
+// checked with the others).
+func (f *emailFlags) intake(set func(string) bool) (outbox.KindSpec, bool, error) {
+	if !set("mail-from-allow") && !set("mail-rcpt-allow") && !set("mail-max-recipients") {
+		return outbox.KindSpec{}, false, nil
+	}
+	return email.PolicyKindSpec(f.policy()), true, nil
 }
 
 // policy is the mail policy the flags give, the adapter's and the

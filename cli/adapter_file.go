@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/file"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // defaultFileRoot is --file-root's default.
@@ -47,6 +48,19 @@ var fileFields = fieldFlags{
 	{path: "Allow", flag: "file-allow"},
 	{path: "FileMode", flag: "file-mode"},
 	{path: "MaxBytes", flag: "file-max-bytes"},
+}
+
+// intake: the target policy (--file-allow, --file-allow-dotfiles,
+// --file-max-bytes), when any of it is given.
+func (f *fileFlags) intake(set func(string) bool) (outbox.KindSpec, bool, error) {
+	if !set("file-allow") && !set("file-allow-dotfiles") && !set("file-max-bytes") {
+		return outbox.KindSpec{}, false, nil
+	}
+	spec, err := file.IntakeSpec(file.Config{Allow: webhook.SplitList(*f.allow), AllowDotfiles: *f.dots, MaxBytes: *f.maxBytes})
+	if err != nil {
+		return outbox.KindSpec{}, false, fileFields.flagError(err)
+	}
+	return spec, true, nil
 }
 
 // config is the adapter's Config the flags give.

@@ -111,6 +111,23 @@ func (f *s3Flags) registration(ctx context.Context, env adapterEnv) (adapters.Re
 	return reg, nil
 }
 
+// intake: the default bucket and the allow-list, when given.
+func (f *s3Flags) intake(set func(string) bool) (outbox.KindSpec, bool, error) {
+	if !set("s3-bucket") && !set("s3-allow") {
+		return outbox.KindSpec{}, false, nil
+	}
+	if *f.bucket != "" {
+		if err := s3kind.CheckBucket("Bucket", *f.bucket); err != nil {
+			return outbox.KindSpec{}, false, s3Fields.flagError(err)
+		}
+	}
+	spec, err := s3.IntakeSpec(*f.bucket, webhook.SplitList(*f.allow))
+	if err != nil {
+		return outbox.KindSpec{}, false, s3Fields.flagError(err)
+	}
+	return spec, true, nil
+}
+
 // s3EnqueueSpec: where the gateway's buckets are known to gateway enqueue
 // too ($GATEWAY_S3_BUCKET, $GATEWAY_S3_ALLOW, as the gateway's), enqueue
 // refuses a payload naming another bucket. A variable that gateway run

@@ -91,6 +91,18 @@ func (f *webhookFlags) registration(_ context.Context, env adapterEnv) (adapters
 	return w.Registration(), nil
 }
 
+// intake: the allow-list and the header secrets' names, when given.
+func (f *webhookFlags) intake(set func(string) bool) (outbox.KindSpec, bool, error) {
+	if !set("webhook-allow") && !set("webhook-header-secret") {
+		return outbox.KindSpec{}, false, nil
+	}
+	in, err := webhook.NewIntake(webhook.SplitList(*f.allow), f.headerSecrets.names())
+	if err != nil {
+		return outbox.KindSpec{}, false, webhookFields.flagError(err)
+	}
+	return in.KindSpec(), true, nil
+}
+
 // webhookEnqueueSpec: where the allow-list or the header secrets are
 // known to gateway enqueue too ($GATEWAY_WEBHOOK_ALLOW,
 // $GATEWAY_WEBHOOK_HEADER_SECRET, as the gateway's), enqueue refuses a URL

@@ -216,6 +216,23 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if h := a.runHooks; h != nil {
 		cfg.Adapters = append(cfg.Adapters, h.Adapters...)
 	}
+	// The built-in adapters this process does not run, whose intake rules
+	// its flags give (a relay serving the intake with the deployment's
+	// shared settings): intake only, no executor (intakeRuler). After the
+	// stand-ins, which keep their places at the start.
+	for i, b := range builtinAdapters {
+		r, ok := adapterFlags[i].(intakeRuler)
+		if runs[i] || !ok || slices.ContainsFunc(cfg.Adapters, func(reg adapters.Registration) bool { return reg.Kind == b.kind }) {
+			continue
+		}
+		spec, given, err := r.intake(func(name string) bool { return flagSet(fs, name) })
+		if err != nil {
+			return a.fail(err)
+		}
+		if given {
+			cfg.Adapters = append(cfg.Adapters, adapters.Registration{Kind: b.kind, Spec: spec})
+		}
+	}
 	if err := checkLockTimeout(*leaseLockTO); err != nil {
 		return a.fail(err)
 	}

@@ -83,12 +83,29 @@ func checkPatterns(patterns []string) error {
 // KindSpec is the file kind as the gateway's own intake registers it: the
 // payload rules (filekind) and this adapter's target policy, so that a
 // target outside it is refused at enqueue, naming the field.
-func (a *Adapter) KindSpec() outbox.KindSpec {
+func (a *Adapter) KindSpec() outbox.KindSpec { return policySpec(a.cfg) }
+
+// IntakeSpec is KindSpec for an intake that has the adapter's target
+// policy (Config.Allow, AllowDotfiles, MaxBytes) but not the adapter: a
+// gateway that serves the intake and runs the file adapter in another
+// process. Root is not needed. The error is a *fenceerr.InvalidError
+// naming the Config field.
+func IntakeSpec(cfg Config) (outbox.KindSpec, error) {
+	if err := checkPatterns(cfg.Allow); err != nil {
+		return outbox.KindSpec{}, err
+	}
+	if cfg.MaxBytes < 0 {
+		return outbox.KindSpec{}, fenceerr.Invalid("MaxBytes", "must not be negative, got %d", cfg.MaxBytes)
+	}
+	return policySpec(cfg), nil
+}
+
+func policySpec(cfg Config) outbox.KindSpec {
 	return outbox.KindSpec{DefaultFence: outbox.FenceExecute, Check: func(raw json.RawMessage) error {
 		p, err := filekind.Parse(raw)
 		if err != nil {
 			return err
 		}
-		return a.cfg.allowed(p.Target, len(p.Data()))
+		return cfg.allowed(p.Target, len(p.Data()))
 	}}
 }
