@@ -66,6 +66,11 @@ func (p *gatewayProc) stop(t *testing.T) {
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.stderr.String())
 	}
+	// A clean stop warns of nothing (its own NATS Close was logged as a
+	// disconnection with error=<nil>).
+	if strings.Contains(p.stderr.String(), `NATS disconnected" component=gateway error=<nil>`) {
+		t.Errorf("a clean stop logged a NATS disconnection:\n%s", p.stderr.String())
+	}
 }
 
 // waitAdmin waits until the admin server on addr answers /healthz 200

@@ -135,7 +135,10 @@ func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logge
 		// tried in turn.
 		nats.PingInterval(ping),
 		nats.MaxPingsOutstanding(2),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if err == nil && c.IsClosed() {
+				return // the gateway's own Close, at stop: nothing went wrong
+			}
 			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
