@@ -92,12 +92,7 @@ func TestMigrateMoveFromPublic(t *testing.T) {
 func TestMigrateMoveFromRefusals(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.NewEmptyURL(t)
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	db, conn := emptyDB(t)
 	schemaExists := func(name string) bool {
 		t.Helper()
 		var ok bool
@@ -151,12 +146,7 @@ func TestMigrateMoveFromRefusals(t *testing.T) {
 func TestMigrateRefusesSchemaOthersCanCreateIn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.NewEmptyURL(t)
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	db, conn := emptyDB(t)
 	role := testdb.Role(t, nil, "fg_hostile_cli_")
 	if _, err := conn.Exec(ctx, "GRANT CREATE ON SCHEMA public TO "+role); err != nil {
 		t.Fatal(err)
@@ -175,4 +165,17 @@ func TestMigrateRefusesSchemaOthersCanCreateIn(t *testing.T) {
 	if r.obj["schema"] != "public" {
 		t.Fatalf("migrate --allow-unsafe-schema: %s", r.stdout)
 	}
+}
+
+// emptyDB is a database of its own with nothing installed, and a
+// connection to it (closed at the test's end).
+func emptyDB(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	db := testdb.NewEmptyURL(t)
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return db, conn
 }

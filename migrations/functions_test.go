@@ -232,15 +232,7 @@ func TestFunctionFiles(t *testing.T) {
 	if len(definedIn) == 0 {
 		t.Fatal("no function defined in the function files")
 	}
-	pool := testdb.New(t)
-	rows, err := pool.Query(context.Background(), `SELECT p.proname FROM pg_proc p WHERE p.pronamespace = $1::regnamespace`, testdb.Schema())
-	if err != nil {
-		t.Fatal(err)
-	}
-	installed, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	installed := testdb.Strings(t, testdb.New(t), `SELECT p.proname FROM pg_proc p WHERE p.pronamespace = $1::regnamespace`, testdb.Schema())
 	for _, f := range installed {
 		if len(definedIn[f]) != 1 {
 			t.Errorf("function %s is defined in %d function files %q; want exactly one", f, len(definedIn[f]), definedIn[f])

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/pgschema"
@@ -91,15 +90,7 @@ func TestNoFailpointInProduction(t *testing.T) {
 // accepted (exit 1, where a bad --schema is exit 2 naming schema).
 func TestSchemaNamesAreNotReservedWords(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t)
-	rows, err := pool.Query(context.Background(), `SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	words, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	words := testdb.Strings(t, testdb.New(t), `SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T')`)
 	for _, w := range words {
 		if err := pgschema.Check(w); err == nil {
 			t.Errorf("schema name %q accepted: the server's keyword cannot name a schema unquoted", w)

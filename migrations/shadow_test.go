@@ -548,19 +548,24 @@ func TestHostileRoleCannotShadow(t *testing.T) {
 	}
 }
 
-func hostileRoleCannotShadow(t *testing.T, schema string, from int64) {
+// hostileSetup is a database migrated into schema (fresh, or upgraded from
+// versioned migration from), a pool on it, and a connection as a role of
+// the cluster granted what docs/sql.md grants a worker, and CREATE where
+// it should never have it: fencegate's schema and public. Everything is
+// closed or dropped at the test's end.
+func hostileSetup(t *testing.T, schema string, from int64) (pgschema.Schema, *pgxpool.Pool, string, *pgx.Conn) {
+	t.Helper()
 	ctx := context.Background()
 	s := pgschema.MustParse(schema)
 	// The role is the cluster's, dropped after the database (made first,
 	// its cleanup runs last).
 	role, password := testdb.Role(t, nil, "hostile_"), testdb.RolePassword
-
 	dbURL := testdb.NewEmptyURL(t)
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	if from > 0 {
 		if err := migrations.UpVersioned(ctx, pool, schema, from); err != nil {
 			t.Fatal(err)
@@ -569,8 +574,6 @@ func hostileRoleCannotShadow(t *testing.T, schema string, from int64) {
 	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
-	// docs/sql.md's grants to a worker, and CREATE where it should never
-	// have it.
 	if _, err := pool.Exec(ctx, s.SQL(fmt.Sprintf(`
 		GRANT USAGE, CREATE ON SCHEMA %[2]s TO %[1]s;
 		GRANT USAGE, CREATE ON SCHEMA public TO %[1]s;
@@ -580,11 +583,6 @@ func hostileRoleCannotShadow(t *testing.T, schema string, from int64) {
 		                          fencegate.release(text, text, bigint) TO %[1]s;`, role, s.Name()))); err != nil {
 		t.Fatal(err)
 	}
-	var superuser bool
-	if err := pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&superuser); err != nil {
-		t.Fatal(err)
-	}
-
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -594,7 +592,18 @@ func hostileRoleCannotShadow(t *testing.T, schema string, from int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hostile.Close(ctx)
+	// Closed before the pool (cleanups run last first).
+	t.Cleanup(func() { _ = hostile.Close(context.Background()) })
+	return s, pool, role, hostile
+}
+
+func hostileRoleCannotShadow(t *testing.T, schema string, from int64) {
+	ctx := context.Background()
+	s, pool, role, hostile := hostileSetup(t, schema, from)
+	var superuser bool
+	if err := pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&superuser); err != nil {
+		t.Fatal(err)
+	}
 	const rec = "public.hostile_calls"
 	if _, err := hostile.Exec(ctx, `CREATE TABLE `+rec+` (who text NOT NULL, what text NOT NULL);
 		GRANT INSERT ON `+rec+` TO PUBLIC`); err != nil {
@@ -619,15 +628,8 @@ func hostileRoleCannotShadow(t *testing.T, schema string, from int64) {
 	// taken from (on a path rolled back, the row is gone).
 	fired := func() []string {
 		out := records(t, pool, rec)
-		rows, err := pool.Query(ctx, `SELECT sequencename FROM pg_sequences
+		seqs := testdb.Strings(t, pool, `SELECT sequencename FROM pg_sequences
 			WHERE schemaname = 'public' AND sequencename LIKE 'hostile\_fired\_%' AND last_value IS NOT NULL`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, name := range seqs {
 			var i int
 			if _, err := fmt.Sscanf(name, "hostile_fired_%d", &i); err != nil || i >= len(labels) {
@@ -897,31 +899,7 @@ func TestHostileOverloadsOfOwnFunctionsNeverRun(t *testing.T) {
 
 func hostileOverloadsNeverRun(t *testing.T, schema string, from int64) {
 	ctx := context.Background()
-	s := pgschema.MustParse(schema)
-	role, password := testdb.Role(t, nil, "hostile_"), testdb.RolePassword
-	dbURL := testdb.NewEmptyURL(t)
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if from > 0 {
-		if err := migrations.UpVersioned(ctx, pool, schema, from); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := migrations.Up(ctx, pool, migrations.Config{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, s.SQL(fmt.Sprintf(`
-		GRANT USAGE, CREATE ON SCHEMA %[2]s TO %[1]s;
-		GRANT USAGE, CREATE ON SCHEMA public TO %[1]s;
-		GRANT EXECUTE ON FUNCTION fencegate.enqueue(text, bigint, text, text, jsonb, text, text) TO %[1]s;
-		GRANT EXECUTE ON FUNCTION fencegate.acquire(text, text, interval, bigint),
-		                          fencegate.renew(text, text, bigint, interval),
-		                          fencegate.release(text, text, bigint) TO %[1]s;`, role, s.Name()))); err != nil {
-		t.Fatal(err)
-	}
+	s, pool, role, hostile := hostileSetup(t, schema, from)
 	// Every function of the schema, by its input argument types.
 	rows, err := pool.Query(ctx, `SELECT p.proname, p.proargtypes::regtype[]::text[] FROM pg_proc p
 		WHERE p.pronamespace = $1::regnamespace AND p.pronargs > 0 AND p.prokind = 'f' ORDER BY 1, 2`, s.Name())
@@ -944,16 +922,6 @@ func hostileOverloadsNeverRun(t *testing.T, schema string, from int64) {
 		exists[f.name+"("+strings.Join(f.args, ",")+")"] = true
 	}
 
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(role, password)
-	hostile, err := pgx.Connect(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hostile.Close(ctx)
 	const fired = "public.hostile_overload_fired"
 	if _, err := hostile.Exec(ctx, `CREATE SEQUENCE `+fired+`; GRANT USAGE ON SEQUENCE `+fired+` TO PUBLIC`); err != nil {
 		t.Fatal(err)

@@ -34,6 +34,16 @@ func Object(raw json.RawMessage) (map[string]json.RawMessage, error) {
 	return obj, nil
 }
 
+// Fields decodes raw as one JSON object (Object) whose every field is one
+// of fields, spelt exactly (Only): the start of each kind's Parse.
+func Fields(raw json.RawMessage, kind string, fields []string) (map[string]json.RawMessage, error) {
+	obj, err := Object(raw)
+	if err != nil {
+		return nil, err
+	}
+	return obj, Only(obj, kind, fields)
+}
+
 func present(obj map[string]json.RawMessage, name string) (json.RawMessage, bool) {
 	v, ok := obj[name]
 	if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {

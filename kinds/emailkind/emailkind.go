@@ -44,11 +44,8 @@ var fields = []string{"to", "cc", "bcc", "from", "subject", "text", "html"}
 // error, the Payload holds what was decoded before it.
 func Parse(raw json.RawMessage) (Payload, error) {
 	var p Payload
-	obj, err := kindcheck.Object(raw)
+	obj, err := kindcheck.Fields(raw, "an email", fields)
 	if err != nil {
-		return p, err
-	}
-	if err := kindcheck.Only(obj, "an email", fields); err != nil {
 		return p, err
 	}
 	for _, f := range []struct {

@@ -39,11 +39,8 @@ var fields = []string{"target", "content", "content_base64"}
 // before it.
 func Parse(raw json.RawMessage) (Payload, error) {
 	var p Payload
-	obj, err := kindcheck.Object(raw)
+	obj, err := kindcheck.Fields(raw, "a file", fields)
 	if err != nil {
-		return p, err
-	}
-	if err := kindcheck.Only(obj, "a file", fields); err != nil {
 		return p, err
 	}
 	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "target", Dst: &p.Target}); err != nil {

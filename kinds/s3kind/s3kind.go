@@ -55,11 +55,8 @@ var fields = []string{"bucket", "key", "content", "content_base64", "content_typ
 // what was decoded before it.
 func Parse(raw json.RawMessage) (Payload, error) {
 	var p Payload
-	obj, err := kindcheck.Object(raw)
+	obj, err := kindcheck.Fields(raw, "an s3", fields)
 	if err != nil {
-		return p, err
-	}
-	if err := kindcheck.Only(obj, "an s3", fields); err != nil {
 		return p, err
 	}
 	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "bucket", Dst: &p.Bucket}, kindcheck.Field{Name: "key", Dst: &p.Key},

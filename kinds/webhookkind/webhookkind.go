@@ -202,11 +202,8 @@ func ParseStored(raw json.RawMessage) (Payload, error) {
 
 func decode(raw json.RawMessage) (Payload, error) {
 	var p Payload
-	obj, err := kindcheck.Object(raw)
+	obj, err := kindcheck.Fields(raw, "a webhook", fields)
 	if err != nil {
-		return p, err
-	}
-	if err := kindcheck.Only(obj, "a webhook", fields); err != nil {
 		return p, err
 	}
 	if err := kindcheck.ReadStrings(obj, kindcheck.Field{Name: "url", Dst: &p.URL}, kindcheck.Field{Name: "method", Dst: &p.Method},

@@ -247,6 +247,22 @@ func Int(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
 	return n
 }
 
+// Strings returns the one text column of the rows query returns, the
+// statement written for the default schema (see SQL); the test fails on an
+// error.
+func Strings(t testing.TB, pool *pgxpool.Pool, query string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), SQL(query), args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return out
+}
+
 // IndexPlan returns the plan PostgreSQL makes for query (written for the
 // default schema, see SQL) with sequential scans disabled, so that a
 // missing index shows as a Seq Scan; the test fails on an error.
