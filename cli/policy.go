@@ -138,6 +138,9 @@ func cmdPolicyInit(a *app, args []string) int {
 		}
 		d.Principals = append(d.Principals, p)
 	}
+	if len(d.Principals) == 0 {
+		return a.fail(badInput("tokens", "no admin API tokens (--tokens-file, $"+admin.EnvTokens+") to derive principals from: a rule set needs at least one (write it by hand, see docs/policy.md)"))
+	}
 	list := func(env string) []string {
 		return strings.FieldsFunc(a.getenv(env), func(r rune) bool { return r == ',' || r == ' ' })
 	}

@@ -286,4 +286,18 @@ func TestPolicyInitFromFlags(t *testing.T) {
 	if r.code != 2 || errorField(r) != "from_flags" {
 		t.Fatalf("policy init without --from-flags: exit %d %s", r.code, r.stdout)
 	}
+	// No tokens, no principal: a document apply would refuse (it would
+	// refuse every worker, SQL role and token) is not printed.
+	r = gwEnv(t, []string{"GATEWAY_WEBHOOK_ALLOW=hooks.example.com"}, "", "policy", "init", "--from-flags")
+	if r.code != 2 || errorField(r) != "tokens" {
+		t.Fatalf("policy init --from-flags without tokens: exit %d %s; want exit 2 naming tokens", r.code, r.stdout)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	if err := os.WriteFile(empty, []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = gw(t, db, "policy", "apply", empty)
+	if r.code != 2 || errorField(r) != "principals" {
+		t.Fatalf("policy apply {}: exit %d %s; want exit 2 naming principals", r.code, r.stdout)
+	}
 }

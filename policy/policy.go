@@ -249,6 +249,11 @@ func (d Document) Validate() error {
 	if err := d.Destinations.validate(); err != nil {
 		return err
 	}
+	if len(d.Principals) == 0 {
+		// Applied, it would refuse every worker, SQL role and token, and a
+		// rule set stays in force until another is applied.
+		return fenceerr.Invalid("principals", "must list at least one principal: a rule set without any refuses every worker, SQL role and token")
+	}
 	names := map[string]bool{}
 	roles := map[string]string{}
 	for i, p := range d.Principals {

@@ -249,6 +249,10 @@ func TestParse(t *testing.T) {
 		{`{"principals": [{"name": 7}]}`, "principals[0].name"},
 		{`{"principal": []}`, "principal"},
 		{`{"principals": []} {}`, "document"},
+		// No principal: every way in refused (a rule set stays in force).
+		{`{}`, "principals"},
+		{`{"principals": []}`, "principals"},
+		{`{"principals": null, "destinations": {"webhook": {"hosts": ["h.example.com"]}}}`, "principals"},
 		{`not json`, "document"},
 	} {
 		_, err := policy.Parse([]byte(c.doc))
