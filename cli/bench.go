@@ -47,6 +47,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	// throwaway cluster unless told otherwise.
 	dbFlag := fs.Lookup("database-url")
 	dbFlag.DefValue, _ = "", dbFlag.Value.Set("")
+	dbFlag.Usage = "PostgreSQL URL of a running server to measure on (default: a throwaway cluster; $GATEWAY_DATABASE_URL is not read)"
 	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
 	}

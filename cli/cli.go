@@ -399,6 +399,17 @@ var queryModes = map[string]pgx.QueryExecMode{
 	"simple_protocol": pgx.QueryExecModeSimpleProtocol,
 }
 
+// queryModeName is mode as --database-query-mode spells it (pgx's own
+// String is "cache statement"), for the logs.
+func queryModeName(mode pgx.QueryExecMode) string {
+	for name, m := range queryModes {
+		if m == mode {
+			return name
+		}
+	}
+	return mode.String()
+}
+
 // queryMode is the command's --database-query-mode.
 func (a *app) queryMode() (pgx.QueryExecMode, error) {
 	v := queryModeDefault

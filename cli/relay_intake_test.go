@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
@@ -22,7 +24,7 @@ func TestRelayIntakeAppliesTheAdaptersRules(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t)
 	admin, bare := freeAddr(t), freeAddr(t)
-	e.run(t, []string{"GATEWAY_MAIL_FROM_ALLOW=reports@example.com", "GATEWAY_FILE_ALLOW=reports/**"},
+	p := e.run(t, []string{"GATEWAY_MAIL_FROM_ALLOW=reports@example.com", "GATEWAY_FILE_ALLOW=reports/**"},
 		"--adapters", "", "--admin-addr", admin, "--webhook-allow", "hooks.example.com",
 		"--s3-bucket", "fg-reports", "--s3-allow", "fg-archive", "--poll-interval", "200ms")
 	e.run(t, nil, "--adapters", "", "--admin-addr", bare, "--poll-interval", "200ms")
@@ -81,4 +83,12 @@ func TestRelayIntakeAppliesTheAdaptersRules(t *testing.T) {
 		}
 	}
 	t.Logf("%d refused and %d allowed by the relay's intake, %d taken without the flags", len(refused), len(allowed), 3)
+	// The running line spells the query mode as its flag does.
+	pollUntil(t, 30*time.Second, "the running line", func() (bool, string) {
+		s := p.stderr.String()
+		return strings.Contains(s, "gateway: running"), s
+	})
+	if s := p.stderr.String(); !strings.Contains(s, "database_query_mode=cache_statement") {
+		t.Errorf("the running line does not spell the query mode as --database-query-mode does: %s", s)
+	}
 }

@@ -325,7 +325,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 
 	logger.Info("gateway: running", "component", "gateway", "dispatcher", cfg.Dispatcher != nil,
 		"adapters", strings.Join(running, ","), "nats_url", redactNATS(cfg.NATSURL),
-		"db_max_conns", pool.Config().MaxConns, "database_query_mode", pool.Config().ConnConfig.DefaultQueryExecMode.String(),
+		"db_max_conns", pool.Config().MaxConns, "database_query_mode", queryModeName(pool.Config().ConnConfig.DefaultQueryExecMode),
 		"listen", listenSource(cfg))
 	select {
 	case <-ctx.Done():
