@@ -42,9 +42,9 @@ type Attempt struct {
 	// attempt was counted).
 	Number int
 	// Elapsed is how long the attempt ran, measured by its process on the
-	// monotonic clock; the row's started_at is PostgreSQL's clock at the
-	// write less Elapsed, so every time in an intent's history is
-	// PostgreSQL's.
+	// monotonic clock; the row's started_at is the writing transaction's
+	// time (PostgreSQL's now()) less Elapsed, so every time in an intent's
+	// history is PostgreSQL's.
 	Elapsed time.Duration
 	// Process names the adapter process that ran it.
 	Process string
@@ -68,11 +68,15 @@ type Attempt struct {
 // attemptsSQL inserts attempts given as parallel arrays. ON CONFLICT DO
 // NOTHING: a retry of a write whose answer was lost finds its row.
 // not_before is computed as the intent's (internal/intents.Defer): now()
-// plus the delay, the same transaction's now().
+// plus the delay, the same transaction's now(). The attempt ends at now()
+// too, the time the same transaction gives the intent's completed_at and
+// events, so that the intent's timeline reads in order (clock_timestamp(),
+// the insert's own time, put the attempt's end, and start, after the
+// completion it recorded).
 const attemptsSQL = `
 	INSERT INTO fencegate.intent_attempts
 		(intent_id, attempt, started_at, ended_at, process, outcome, error_class, error, lookup, retry_after, not_before, key_token)
-	SELECT t.id, t.n, clock_timestamp() - t.el * interval '1 microsecond', clock_timestamp(), t.proc, t.outcome,
+	SELECT t.id, t.n, now() - t.el * interval '1 microsecond', now(), t.proc, t.outcome,
 	       t.class, t.err, t.lookup, CASE WHEN t.ra > 0 THEN t.ra * interval '1 microsecond' END,
 	       CASE WHEN t.delay > 0 THEN now() + t.delay * interval '1 microsecond' END, t.token
 	FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],

@@ -68,6 +68,15 @@ func TestAttemptHistory(t *testing.T) {
 				if len(got) != 1 || got[0].n != 1 || got[0].outcome != "succeeded" || got[0].process != "p1" || !got[0].started {
 					t.Fatalf("intent %d: attempts %+v, want one succeeded attempt by p1 with its start", id, got)
 				}
+				// The intent's timeline reads in order: the attempt ends
+				// no later than the intent's completion it recorded (both
+				// the writing transaction's time; the row's end was the
+				// clock at the insert, after it).
+				var inOrder bool
+				if err := f.pool.QueryRow(f.ctx, testdb.SQL(`SELECT a.started_at <= a.ended_at AND a.ended_at <= i.completed_at
+					FROM fencegate.intent_attempts a JOIN fencegate.intents i USING (intent_id) WHERE a.intent_id = $1`), id).Scan(&inOrder); err != nil || !inOrder {
+					t.Errorf("intent %d: the attempt's started_at <= ended_at <= the intent's completed_at is %t (%v)", id, inOrder, err)
+				}
 			}
 
 			// Abandoned: attempt 1 never ends; its lock expires; the
