@@ -1144,6 +1144,15 @@ func TestTokenScopes(t *testing.T) {
 	expect(t, r, http.StatusCreated, "")
 	payID := int64(num(r.obj["intent_id"]))
 	forbid(do("POST", fmt.Sprintf("/api/v1/intents/%d/cancel", payID), scopedOp, "{}"), "resource")
+	// An intent asked for by id does not tell a scoped operator the
+	// resource it is of (nor, so, which resources have intents).
+	for _, r := range []resp{do("GET", fmt.Sprintf("/api/v1/intents/%d", payID), scopedOp, ""),
+		do("POST", fmt.Sprintf("/api/v1/intents/%d/cancel", payID), scopedOp, "{}")} {
+		forbid(r, "resource")
+		if strings.Contains(r.raw, "payroll") {
+			t.Errorf("a scoped operator's refusal names the intent's resource: %s", r.raw)
+		}
+	}
 
 	// The pages apply the same scope (the operator's bearer header here;
 	// a session carries the token's scope too).
@@ -1153,7 +1162,7 @@ func TestTokenScopes(t *testing.T) {
 	pc.expect(pc.do("GET", "/intents?resource=reports/daily", nil), http.StatusOK, fmt.Sprintf(`href="/intents/%d"`, int64(id)))
 	pc.expect(pc.do("GET", "/intents?resource=payroll", nil), http.StatusForbidden, "payroll")
 	pc.expect(pc.do("GET", fmt.Sprintf("/intents/%d", int64(id)), nil), http.StatusOK, "reports/daily")
-	if r := pc.do("GET", fmt.Sprintf("/intents/%d", payID), nil); r.code != http.StatusForbidden || strings.Contains(r.body, "pay-1") {
+	if r := pc.do("GET", fmt.Sprintf("/intents/%d", payID), nil); r.code != http.StatusForbidden || strings.Contains(r.body, "pay-1") || strings.Contains(r.body, "payroll") {
 		t.Errorf("another resource's intent page: %d, want 403 without its content:\n%s", r.code, r.body)
 	}
 	pc.expect(pc.do("GET", "/resources/payroll", nil), http.StatusForbidden)

@@ -135,6 +135,16 @@ func (p principal) resource(resource string) error {
 	return forbidden("resource", "token %q may not act on resource %q (its resources: %s)", p.name, resource, strings.Join(p.scope.Resources, ", "))
 }
 
+// intentResource is resource for an intent asked for by id: the refusal
+// does not name the intent's resource, which the caller did not give (a
+// scoped operator walking ids would learn which resources have intents).
+func (p principal) intentResource(resource string) error {
+	if p.scope.Resource(resource) {
+		return nil
+	}
+	return forbidden("resource", "token %q may not act on this intent: its resource is outside the token's (%s)", p.name, strings.Join(p.scope.Resources, ", "))
+}
+
 // kind checks that p's scope covers kind.
 func (p principal) kind(kind string) error {
 	if p.scope.Kind(kind) {

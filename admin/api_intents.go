@@ -78,7 +78,7 @@ func (s *Server) getIntent(r *http.Request, p principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := p.resource(d.Resource); err != nil {
+	if err := p.intentResource(d.Resource); err != nil {
 		return 0, nil, err
 	}
 	if wait > 0 && !d.Status.Terminal() {
@@ -171,7 +171,7 @@ func (s *Server) action(a operator.Action) handlerFunc {
 			if err != nil {
 				return 0, nil, err
 			}
-			if err := p.resource(rec.Resource); err != nil {
+			if err := p.intentResource(rec.Resource); err != nil {
 				return 0, nil, err
 			}
 		}

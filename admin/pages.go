@@ -595,7 +595,7 @@ func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, st
 		s.pageFail(w, r, errors.New("admin: intent page without a viewer"))
 		return
 	}
-	if err := v.resource(det.Resource); err != nil {
+	if err := v.intentResource(det.Resource); err != nil {
 		s.pageFail(w, r, err)
 		return
 	}
@@ -664,7 +664,7 @@ func (s *Server) intentActionPost(w http.ResponseWriter, r *http.Request, v *vie
 		// The scope before the action; an intent's resource never changes.
 		rec, err := s.cfg.Outbox.Get(r.Context(), id)
 		if err == nil {
-			err = v.resource(rec.Resource)
+			err = v.intentResource(rec.Resource)
 		}
 		if err != nil {
 			s.pageFail(w, r, err)

@@ -272,7 +272,7 @@ func TestPagesSessionsAndBulkInBrowser(t *testing.T) {
 		t.Fatalf("header shows %q, want the viewer reports-ops", b.text("header .who"))
 	}
 	b.step("another resource's intent", chromedp.Navigate(fmt.Sprintf("%s/intents/%d", ts.URL, other)), chromedp.WaitVisible(chromedp.CSS("main")))
-	if body := b.text("main"); !strings.Contains(body, "may not act on resource") || strings.Contains(body, "p-1") {
+	if body := b.text("main"); !strings.Contains(body, "may not act on this intent") || strings.Contains(body, "p-1") {
 		t.Fatalf("another resource's intent page shows %q, want the refusal only", body)
 	}
 	if b.count("#bulk") != 0 {
