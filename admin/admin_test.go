@@ -422,6 +422,11 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"file payload unknown field", `{"resource":"r","epoch":1,"operation_id":"op","kind":"file","payload":{"target":"a.txt","content":"x","extra":true}}`, "application/json", "payload.extra", "invalid_input"},
 		{"NUL in payload", strings.Replace(valid, `"body"`, `"a\u0000b"`, 1), "application/json", "payload", "invalid_input"},
 		{"too large", big, "application/json", "body", "body_too_large"},
+		// One reading only: a body a proxy or an audit log could read
+		// otherwise than the server (the first of two names, or null).
+		{"null", `null`, "application/json", "body", "invalid_input"},
+		{"a name twice", strings.Replace(valid, `"resource":"r"`, `"resource":"r","resource":"s"`, 1), "application/json", "resource", "invalid_input"},
+		{"a payload name twice", strings.Replace(valid, `"to":"alice@example.com"`, `"to":"alice@example.com","to":"eve@example.com"`, 1), "application/json", "payload.to", "invalid_input"},
 	} {
 		checked++
 		t.Run(tc.name, func(t *testing.T) {
@@ -575,6 +580,8 @@ func TestPagination(t *testing.T) {
 		// Text PostgreSQL cannot take: 400 naming it, not the server's
 		// encoding error as a 500.
 		{"kind=%00", "kind"}, {"resource=%ff", "resource"}, {"resource=a%00", "resource"},
+		// A parameter given twice: which one counts is not guessed.
+		{"status=failed&status=unknown", "status"}, {"limit=1&limit=5", "limit"},
 	} {
 		expectField(t, e.do("GET", "/api/v1/intents?"+tc.query, operatorSecret, ""), tc.field)
 	}

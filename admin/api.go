@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,6 +184,13 @@ func (s *Server) api(role Role, h handlerFunc) http.Handler {
 			writeError(w, toAPIError(err))
 			return
 		}
+		// A query parameter given twice: which one counts is not guessed.
+		for name, vs := range r.URL.Query() {
+			if len(vs) > 1 {
+				writeError(w, toAPIError(badRequest(name, "is given %d times; give it once", len(vs))))
+				return
+			}
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		status, body, err := h(r, p)
 		if err != nil {
@@ -248,6 +256,16 @@ func decodeBody(r *http.Request, dst any, optional bool) error {
 		}
 		return badRequest("body", "unexpected data after the JSON object")
 	}
+	// One object, each name once at every depth: a body that a proxy or an
+	// audit log could read otherwise than the server (null as {}, the
+	// first of two "resource"s where encoding/json takes the last) is
+	// refused.
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return badRequest("body", "the body must be a JSON object")
+	}
+	if path, ok := repeatedName(raw); ok {
+		return badRequest(path, "is given twice in one JSON object; give each name once")
+	}
 	// encoding/json matches keys case-insensitively ("Epoch" fills epoch);
 	// a strict API takes only the exact names, so check them first.
 	var keys map[string]json.RawMessage
@@ -269,6 +287,59 @@ func decodeBody(r *http.Request, dst any, optional bool) error {
 		return decodeError(err, optional)
 	}
 	return nil
+}
+
+// repeatedName finds a name given twice in one object of the JSON value
+// raw (valid JSON), at any depth, and returns its path as fields are named
+// ("resource", "payload.to", "payload.to[1]" for an element's).
+func repeatedName(raw json.RawMessage) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var walk func(path string) (string, bool, error)
+	walk = func(path string) (string, bool, error) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false, err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return "", false, err
+				}
+				name, _ := k.(string)
+				at := name
+				switch {
+				case name == "":
+					at = path // an empty name: no name to point at, its object's
+				case path != "":
+					at = path + "." + name
+				}
+				if seen[name] {
+					return at, true, nil
+				}
+				seen[name] = true
+				if p, ok, err := walk(at); ok || err != nil {
+					return p, ok, err
+				}
+			}
+			_, err = dec.Token() // }
+			return "", false, err
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if p, ok, err := walk(fmt.Sprintf("%s[%d]", path, i)); ok || err != nil {
+					return p, ok, err
+				}
+			}
+			_, err = dec.Token() // ]
+			return "", false, err
+		}
+		return "", false, nil
+	}
+	p, ok, err := walk("")
+	return cmp.Or(p, "body"), ok && err == nil
 }
 
 // jsonFields returns the JSON names of the fields of the struct dst points
