@@ -290,17 +290,6 @@ func (a *app) connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) 
 // (0: pgxpool's default). A pool_max_conns in the URL wins over maxConns:
 // it is the operator's explicit choice for this one database.
 func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := a.poolConfig(dbURL)
-	if err != nil {
-		return nil, err
-	}
-	return a.open(ctx, cfg, dbURL, maxConns)
-}
-
-// poolConfig checks the command's --database-query-mode and dbURL and
-// returns the pool configuration connectSized opens, connecting to
-// nothing: bad input naming database_query_mode or database_url.
-func (a *app) poolConfig(dbURL string) (*pgxpool.Config, error) {
 	mode, err := a.queryMode()
 	if err != nil {
 		return nil, err
@@ -315,24 +304,13 @@ func (a *app) poolConfig(dbURL string) (*pgxpool.Config, error) {
 	if !urlSets(dbURL, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = mode
 	}
-	return cfg, nil
+	return a.open(ctx, cfg, dbURL, maxConns)
 }
 
 // connectDirect opens a pool of maxConns on --database-direct-url, with
 // pgx's default query mode (it is PostgreSQL itself), or returns nil
 // when no direct URL is given.
 func (a *app) connectDirect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := a.directConfig()
-	if cfg == nil || err != nil {
-		return nil, err
-	}
-	return a.open(ctx, cfg, *a.dbDirectURL, maxConns)
-}
-
-// directConfig checks --database-direct-url and returns the pool
-// configuration connectDirect opens (nil when none is given), connecting
-// to nothing.
-func (a *app) directConfig() (*pgxpool.Config, error) {
 	if a.dbDirectURL == nil || *a.dbDirectURL == "" {
 		return nil, nil
 	}
@@ -340,7 +318,7 @@ func (a *app) directConfig() (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, badInput("database_direct_url", "cannot parse --database-direct-url: "+redactErr(err))
 	}
-	return cfg, nil
+	return a.open(ctx, cfg, *a.dbDirectURL, maxConns)
 }
 
 // open opens a pool from cfg (parsed from dbURL) and checks it reaches a

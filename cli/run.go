@@ -123,7 +123,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		newLogger   = a.logFlags(fs)
 
 		allowFsyncOff = a.fsyncFlag(fs)
-		printConfig   = fs.Bool("print-config", false, "check the configuration as run does before connecting (a bad value: exit 2 naming it) and print it, effective (command line, environment, defaults), as one JSON object, secrets redacted, and exit without connecting")
+		printConfig   = fs.Bool("print-config", false, "print the effective configuration (command line, environment, defaults) as one JSON object, secrets redacted, and exit")
 		dbMaxConns    = fs.Int("db-max-conns", 0, "connections of the database pool at most; 0 sizes it from what the process runs (see gateway.Config.PoolSize; 35 with the defaults); a pool_max_conns in the database URL wins")
 	)
 	// Each built-in adapter's flags, defined in its own file (adapter_*.go).
@@ -136,6 +136,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	if err := noArgs(fs); err != nil {
 		return a.fail(err)
+	}
+	if *printConfig {
+		return a.printConfig(fs)
 	}
 	logger, err := newLogger()
 	if err != nil {
@@ -261,19 +264,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 				return a.fail(err)
 			}
 		}
-	}
-	// The database URLs and the query mode, as connecting checks them.
-	if _, err := a.poolConfig(*dbURL); err != nil {
-		return a.fail(err)
-	}
-	if _, err := a.directConfig(); err != nil {
-		return a.fail(err)
-	}
-	// Every check run makes before connecting is made: --print-config
-	// prints a configuration run would start with, and a bad one is the
-	// same exit 2 as run's.
-	if *printConfig {
-		return a.printConfig(fs)
 	}
 	pool, err := a.connectSized(ctx, *dbURL, cmp.Or(int32(min(*dbMaxConns, math.MaxInt32)), cfg.PoolSize()))
 	if err != nil {

@@ -78,7 +78,7 @@ func TestPrintConfigRedactsEveryURL(t *testing.T) {
 		"GATEWAY_MAILPIT_URL=http://mp-user:mailpit-pass-s3cret@mailpit.example:8025",
 		"GATEWAY_S3_ENDPOINT=https://AKIDEXAMPLE:s3-pass-s3cret@s3.example:9000",
 	}
-	r := gwEnv(t, env, "postgres://app:db-pass-s3cret@db.example/app", "run", "--print-config", "--adapters", "",
+	r := gwEnv(t, env, "postgres://app:db-pass-s3cret@db.example/app", "run", "--print-config",
 		"--nats-url", "nats://u:nats-pass-s3cret@n1.example:4222,nats://u:nats-pass-s3cret@n2.example:4222")
 	expectCode(t, r, 0, "")
 	cfg, _ := r.obj["config"].(map[string]any)
@@ -87,7 +87,7 @@ func TestPrintConfigRedactsEveryURL(t *testing.T) {
 			t.Errorf("config[%s] = %q, want the URL with its password redacted", flag, v)
 		}
 	}
-	r2 := gwEnv(t, env, "postgres://app:db-pass-s3cret@db.example/app", "run", "--print-config", "--adapters", "",
+	r2 := gwEnv(t, env, "postgres://app:db-pass-s3cret@db.example/app", "run", "--print-config",
 		"--mailpit-url", "http://mp-user:mailpit-pass-s3cret@mailpit.example:8025", "--s3-endpoint", "https://AK:s3-pass-s3cret@s3.example")
 	expectCode(t, r2, 0, "")
 	cmd := exec.Command(gatewayBin, "run", "--help")
