@@ -213,7 +213,7 @@ func TestBulkChecksBeforeConnecting(t *testing.T) {
 		{[]string{"resolve", "--status", "unknown", "--outcome", "bogus"}, "outcome"},
 		{[]string{"resolve", "--status", "unknown", "--outcome", "bogus", "--yes"}, "outcome"},
 		{[]string{"resolve", "--status", "unknown", "--outcome", "unknown"}, "outcome"},
-		{[]string{"resolve", "--status", "unknown"}, "outcome"},
+		{[]string{"resolve", "--status", "unknown", "--yes"}, "outcome"},
 		{[]string{"retry", "--status", "failed", "--outcome", "succeeded"}, "outcome"},
 		{[]string{"cancel", "--status", "failed", "--outcome", "failed"}, "outcome"},
 		{[]string{"retry", "--status", "failed", "--note", strings.Repeat("n", 4097)}, "note"},
@@ -233,6 +233,13 @@ func TestBulkChecksBeforeConnecting(t *testing.T) {
 		t.Fatal("no case checked")
 	}
 	t.Logf("%d refusals checked (%d command lines, each with and without a database)", checked, len(cases))
+	// A dry run's resolve may leave --outcome out: it counts, as the
+	// API's and the pages' preview does.
+	r := gw(t, db, "resolve", "--status", "unknown")
+	expectCode(t, r, 0, "")
+	if r.obj["dry_run"] != true || r.obj["matched"] != 1.0 {
+		t.Errorf("a dry run's resolve without --outcome: %s; want a dry run matching 1", r.stdout)
+	}
 	if n := testdb.Int(t, conn, `SELECT count(*) FROM fencegate.intents WHERE status IN ('failed', 'unknown')`); n != 2 {
 		t.Fatalf("refused bulk actions changed intents: %d failed or unknown, want 2", n)
 	}

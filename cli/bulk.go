@@ -48,8 +48,10 @@ func bulkCommand(action operator.Action) command {
 		}
 		// Bad input is refused before connecting (exit 2 whatever the
 		// database), with the rules of the run whether or not this is a
-		// dry run: a dry run must not plan what --yes would refuse.
-		if action == operator.ActionResolve && req.Outcome == "" {
+		// dry run: a dry run must not plan what --yes would refuse. Only a
+		// dry run's resolve may leave --outcome out (it counts, as the
+		// API's and the pages' preview does); with --yes it is required.
+		if action == operator.ActionResolve && req.Outcome == "" && !req.DryRun {
 			return a.fail(badInput("outcome", "gateway resolve needs --outcome succeeded or failed: what you found at the destination"))
 		}
 		if err := req.Validate(); err != nil {
