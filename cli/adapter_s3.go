@@ -12,7 +12,6 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/internal/errmap"
-	"github.com/fencegate/fencegate/kinds/s3kind"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -116,11 +115,6 @@ func (f *s3Flags) intake(set func(string) bool) (outbox.KindSpec, bool, error) {
 	if !set("s3-bucket") && !set("s3-allow") {
 		return outbox.KindSpec{}, false, nil
 	}
-	if *f.bucket != "" {
-		if err := s3kind.CheckBucket("Bucket", *f.bucket); err != nil {
-			return outbox.KindSpec{}, false, s3Fields.flagError(err)
-		}
-	}
 	spec, err := s3.IntakeSpec(*f.bucket, webhook.SplitList(*f.allow))
 	if err != nil {
 		return outbox.KindSpec{}, false, s3Fields.flagError(err)
@@ -139,14 +133,14 @@ func s3EnqueueSpec(getenv func(string) string) (outbox.KindSpec, bool, error) {
 	if bucket == "" && len(allow) == 0 {
 		return outbox.KindSpec{}, false, nil
 	}
-	if bucket != "" {
-		if err := s3kind.CheckBucket("Bucket", bucket); err != nil {
-			return outbox.KindSpec{}, false, envError("GATEWAY_S3_BUCKET", s3Fields.flagError(err))
-		}
-	}
 	spec, err := s3.IntakeSpec(bucket, allow)
 	if err != nil {
-		return outbox.KindSpec{}, false, envError("GATEWAY_S3_ALLOW", s3Fields.flagError(err))
+		err = s3Fields.flagError(err)
+		env := "GATEWAY_S3_ALLOW"
+		if fieldOf(err) == "s3_bucket" {
+			env = "GATEWAY_S3_BUCKET"
+		}
+		return outbox.KindSpec{}, false, envError(env, err)
 	}
 	return spec, true, nil
 }

@@ -759,6 +759,9 @@ func TestSQLLeaseTTLIsItsLength(t *testing.T) {
 		t.Errorf("acquire with ttl 1 day: lease of %s, %v; want 24h", d, err)
 	}
 	t.Logf("%d ttl cases", checks)
+	if checks < 8 {
+		t.Fatalf("only %d ttl cases checked", checks)
+	}
 }
 
 // A SQL worker's transaction may carry a W3C trace context for the

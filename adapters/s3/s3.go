@@ -260,10 +260,16 @@ func (a *Adapter) SignsReceipts() bool { return len(a.secrets) > 0 }
 func (a *Adapter) KindSpec() outbox.KindSpec { return kindSpec(a.allowed) }
 
 // IntakeSpec is KindSpec for an intake that has the gateway's settings but
-// not its adapter (gateway enqueue with the gateway's environment): the
-// default bucket and the allow-list. An empty bucket and allow-list: the
-// payload's rules only.
+// not its adapter (gateway enqueue with the gateway's environment, a relay
+// serving the intake): the default bucket and the allow-list, each checked
+// (an *fenceerr.InvalidError naming Bucket or Allow). An empty bucket and
+// allow-list: the payload's rules only.
 func IntakeSpec(bucket string, allow []string) (outbox.KindSpec, error) {
+	if bucket != "" {
+		if err := s3kind.CheckBucket("Bucket", bucket); err != nil {
+			return outbox.KindSpec{}, err
+		}
+	}
 	set, err := allowSet(bucket, allow)
 	if err != nil {
 		return outbox.KindSpec{}, err
