@@ -176,6 +176,16 @@ func checkLockTimeout(d time.Duration) error {
 	return nil
 }
 
+// outboxLockTimeout is --lock-timeout as outbox.Config.LockTimeout, where
+// 0 is the default and a negative value waits without a bound (the flag's
+// 0).
+func outboxLockTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // principalFlag adds --principal: who a grant or an enqueue is made as,
 // under the rule set (docs/policy.md).
 func (a *app) principalFlag(fs *flag.FlagSet) *string {
@@ -326,10 +336,14 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&fence, "fence", "", "fence policy: commit or execute (default per kind)")
 	fs.StringVar(&payload, "payload", "", "payload JSON object, or @path to read it from a file")
 	principal := a.principalFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs)
 	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
 	}
 	if err := checkPrincipal(*principal); err != nil {
+		return a.fail(err)
+	}
+	if err := checkLockTimeout(*lockTimeout); err != nil {
 		return a.fail(err)
 	}
 	in.Fence = outbox.Fence(fence)
@@ -353,6 +367,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	cfg.Principal = *principal
+	cfg.LockTimeout = outboxLockTimeout(*lockTimeout)
 	client, err := outbox.New(nil, cfg)
 	if err != nil {
 		return a.fail(err)

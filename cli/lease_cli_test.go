@@ -74,9 +74,10 @@ func TestCLIEpochCeiling(t *testing.T) {
 	}
 }
 
-// A grant waits for the control-row lock at most --lock-timeout: with a
-// worker paused inside EnqueueTx it exits 1 with code busy and says why;
-// once the transaction ends, the takeover works.
+// A grant, or an enqueue of the same resource, waits for the control-row
+// lock at most --lock-timeout: with a worker paused inside EnqueueTx it
+// exits 1 with code busy and says why; once the transaction ends, the
+// takeover works.
 func TestCLIBusy(t *testing.T) {
 	t.Parallel()
 	db, pool := migratedDB(t)
@@ -97,6 +98,8 @@ func TestCLIBusy(t *testing.T) {
 		{"epoch", "advance", "--resource", "R", "--epoch", "50", "--lock-timeout", "200ms"},
 		{"lease", "renew", "--resource", "R", "--holder", "A", "--epoch", "1", "--lock-timeout", "200ms"},
 		{"lease", "release", "--resource", "R", "--holder", "A", "--epoch", "1", "--lock-timeout", "200ms"},
+		// An enqueue of the same resource waits for the same lock.
+		{"enqueue", "--resource", "R", "--epoch", "1", "--op", "behind", "--kind", "email", "--payload", cliEmail, "--lock-timeout", "200ms"},
 	} {
 		r := gw(t, db, args...)
 		expectCode(t, r, 1, "busy")

@@ -66,8 +66,8 @@ const defaultAdapters = "email,file"
 // e.g. 127.0.0.1:8080), with the tokens of --tokens-file, else of
 // $GATEWAY_TOKENS. Without tokens it binds loopback addresses only: any
 // other address is exit 2 naming admin_addr. --lock-timeout (default 5s)
-// bounds how long the intake's grants wait for a resource's control-row
-// lock (then 503 busy). --failover-epoch-jump (default 1,000,000) is how
+// bounds how long the intake's grants and enqueues wait for a resource's
+// control-row lock (then 503 busy). --failover-epoch-jump (default 1,000,000) is how
 // far the intake's first grant after a failover raises every epoch
 // (lease.WithFailoverEpochJump).
 //
@@ -243,6 +243,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	cfg.IssuerOptions = []lease.Option{lease.WithLockTimeout(*leaseLockTO), lease.WithFailoverEpochJump(*failoverJmp)}
+	cfg.EnqueueLockTimeout = outboxLockTimeout(*leaseLockTO)
 	if *dbMaxConns < 0 {
 		return a.fail(badInput("db_max_conns", "--db-max-conns must be 0 (sized automatically) or more"))
 	}

@@ -9,8 +9,9 @@
 //	var inv *fenceerr.InvalidError
 //	errors.As(err, &inv) // inv.Field names the input that is wrong
 //
-// Errors that belong to one package only (lease.HeldError, lease.BusyError,
-// outbox.ConflictError, idempotency.OwnershipError, …) stay there.
+// Errors that belong to one package only (lease.HeldError,
+// outbox.ConflictError, idempotency.OwnershipError, …) stay there; so do
+// lease.BusyError and outbox.BusyError, which both match ErrBusy.
 package fenceerr
 
 import (
@@ -31,6 +32,13 @@ var ErrInvalid = errors.New("invalid input")
 // ErrNotFound is matched by every package's own not-found error (made by
 // NotFound): no intent, resource or key matches.
 var ErrNotFound = errors.New("not found")
+
+// ErrBusy is matched by every package's busy error (lease.BusyError,
+// outbox.BusyError): a grant or an enqueue gave up waiting for a lock it
+// needed, the resource's control row held by an open transaction (a worker
+// paused inside outbox.EnqueueTx, a lease grant), after its lock timeout.
+// Nothing was granted, changed or stored; retry.
+var ErrBusy = errors.New("resource busy: its control row is locked")
 
 // StaleEpochError names the resource, the epoch supplied and the current
 // one. Nothing was stored or changed.

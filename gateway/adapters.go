@@ -35,7 +35,7 @@ func (s *Gateway) clients(cfg Config, log *slog.Logger, reg *prometheus.Registry
 	for _, r := range cfg.Adapters {
 		kinds[r.Kind] = r.Spec
 	}
-	ob, err := outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema, Kinds: kinds, KeyScope: cfg.KeyScope, Logger: log, Registerer: s.registry,
+	ob, err := outbox.New(cfg.Pool, outbox.Config{Schema: cfg.Schema, Kinds: kinds, KeyScope: cfg.KeyScope, LockTimeout: cfg.EnqueueLockTimeout, Logger: log, Registerer: s.registry,
 		ListenPool: cfg.ListenPool, DisableListen: cfg.TransactionPooler})
 	if err != nil {
 		return err

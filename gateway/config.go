@@ -139,6 +139,11 @@ type Config struct {
 	// IssuerOptions configure the admin intake's lease.Issuer (e.g.
 	// lease.WithLockTimeout from --lock-timeout).
 	IssuerOptions []lease.Option
+	// EnqueueLockTimeout bounds how long the admin intake's enqueues wait
+	// for a resource's control-row lock (outbox.Config.LockTimeout), then
+	// 503 busy. Default outbox.DefaultLockTimeout (5s); negative: no
+	// bound.
+	EnqueueLockTimeout time.Duration
 	// Registry receives every component's metrics. Nil: a new registry
 	// with the Go and process collectors.
 	Registry *prometheus.Registry

@@ -84,8 +84,9 @@ type StaleEpochError = fenceerr.StaleEpochError
 // ErrBusy is returned (wrapped in *BusyError) when a grant (Acquire, Renew,
 // Release, Advance) gave up waiting for the resource's control-row lock
 // after the issuer's lock timeout (WithLockTimeout). Nothing was granted or
-// changed; retry.
-var ErrBusy = errors.New("resource busy: its control row is locked")
+// changed; retry. It is fenceerr.ErrBusy, which an enqueue that gave up
+// (outbox.BusyError) matches too.
+var ErrBusy = fenceerr.ErrBusy
 
 // BusyError names the resource whose control row stayed locked, the grant
 // that gave up and how long it waited.

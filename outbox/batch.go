@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/policy"
 )
 
@@ -38,7 +38,7 @@ type BatchResult struct {
 // batches to hundreds of intents, not millions.
 func (c *Client) EnqueueBatch(ctx context.Context, intents []Intent) ([]BatchResult, error) {
 	notify := c.notify.claim()
-	res, inserted, err := c.enqueueBatch(ctx, c.pool, intents, c.principal(ctx), notify)
+	res, inserted, err := c.enqueueBatch(ctx, c.pool, intents, c.principal(ctx), notify, true)
 	if !notify && (inserted || (err != nil && !isServerError(err))) {
 		c.notify.suppressed()
 	}
@@ -52,7 +52,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, intents []Intent) ([]BatchRes
 // holds the control rows of the batch's resources locked until it ends. See
 // EnqueueTx.
 func (c *Client) EnqueueBatchTx(ctx context.Context, tx pgx.Tx, intents []Intent) ([]BatchResult, error) {
-	res, _, err := c.enqueueBatch(ctx, tx, intents, c.principal(ctx), !c.cfg.DisableNotify)
+	res, _, err := c.enqueueBatch(ctx, tx, intents, c.principal(ctx), !c.cfg.DisableNotify, false)
 	for _, r := range res {
 		c.countStale(r.Err)
 	}
@@ -62,20 +62,6 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx pgx.Tx, intents []Intent
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
-
-// enqueueBatchSQL calls the fenced batch enqueue; its arguments come from
-// batchArgs.
-const enqueueBatchSQL = `SELECT ord, outcome, intent_id, status, current_epoch
-	FROM fencegate.fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8)
-	WHERE ` + durable.Where
-
-// enqueueBatchAsSQL is enqueueBatchSQL made as principal $9: the
-// transaction's setting, which the intents record and the rule set's
-// check reads (see tracedEnqueueSQL).
-const enqueueBatchAsSQL = `WITH p AS MATERIALIZED (SELECT set_config('` + PrincipalSetting + `', $9, true) AS v)
-	SELECT b.ord, b.outcome, b.intent_id, b.status, b.current_epoch
-	FROM p, LATERAL fencegate.fencegate_enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8 AND p.v IS NOT NULL) b
-	WHERE ` + durable.Where
 
 // batchArgs holds the column arrays of fencegate_enqueue_batch.
 type batchArgs struct {
@@ -98,8 +84,10 @@ func (b *batchArgs) args(notify bool) []any {
 }
 
 // enqueueBatch validates intents and runs the valid ones through
-// fencegate_enqueue_batch; inserted reports whether any was inserted.
-func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, principal string, notify bool) (results []BatchResult, inserted bool, err error) {
+// fencegate_enqueue_batch; inserted reports whether any was inserted. own
+// says the statement is its own transaction (q is the pool), which takes
+// the client's LockTimeout.
+func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, principal string, notify, own bool) (results []BatchResult, inserted bool, err error) {
 	results = make([]BatchResult, len(intents))
 	valid := make([]Intent, 0, len(intents))
 	index := make([]int, 0, len(intents)) // position in intents of valid[i]
@@ -115,7 +103,7 @@ func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, 
 	if len(valid) == 0 {
 		return results, false, nil
 	}
-	answers, err := c.runBatch(ctx, q, valid, principal, notify)
+	answers, err := c.runBatch(ctx, q, valid, principal, notify, own)
 	if err != nil {
 		return nil, false, err
 	}
@@ -130,18 +118,25 @@ func (c *Client) enqueueBatch(ctx context.Context, q querier, intents []Intent, 
 
 // runBatch runs validated intents in one call of fencegate_enqueue_batch and
 // returns one answer per intent, in order.
-func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, principal string, notify bool) ([]BatchResult, error) {
+func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, principal string, notify, own bool) ([]BatchResult, error) {
 	var a batchArgs
 	for _, in := range valid {
 		a.add(in)
 	}
-	sql, args := enqueueBatchSQL, a.args(notify)
+	args := a.args(notify)
+	as := 0
 	if principal != "" {
-		sql, args = enqueueBatchAsSQL, append(args, principal)
+		// Made as principal: the transaction's setting, which the intents
+		// record and the rule set's check reads.
+		as, args = 1, append(args, principal)
 	}
-	rows, err := q.Query(ctx, c.schema.SQL(sql), args...)
+	bounded, waited := c.lockBound(own)
+	if bounded == 1 {
+		args = append(args, lockTimeoutSetting(waited))
+	}
+	rows, err := q.Query(ctx, c.schema.SQL(enqueueBatchStatements[as][bounded]), args...)
 	if err != nil {
-		return nil, batchError(err)
+		return nil, batchError(err, waited)
 	}
 	answers := make([]BatchResult, len(valid))
 	seen := 0
@@ -168,7 +163,7 @@ func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, princi
 		return struct{}{}, nil
 	})
 	if err != nil {
-		return nil, batchError(err)
+		return nil, batchError(err, waited)
 	}
 	if seen != len(valid) {
 		return nil, fmt.Errorf("outbox: enqueue batch: %d answers for %d intents", seen, len(valid))
@@ -176,11 +171,16 @@ func (c *Client) runBatch(ctx context.Context, q querier, valid []Intent, princi
 	return answers, nil
 }
 
-func batchError(err error) error {
+// batchError is a failed batch statement's error for the caller; waited
+// is the lock_timeout it ran under (0: none of ours).
+func batchError(err error, waited time.Duration) error {
 	if f := policy.Refusal(err); f != err {
 		// The whole batch is refused (nothing committed); the PostgreSQL
 		// error stays in the chain, so isServerError still says so.
 		return f
+	}
+	if b, ok := busy(err, "", waited); ok {
+		return b
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {

@@ -72,7 +72,7 @@ func (g *grouper) run(ctx context.Context, intents []Intent) []group.Result[Resu
 	out := make([]group.Result[Result], len(intents))
 	alone := func(i int) {
 		n := c.notify.claim()
-		out[i].Value, out[i].Err = c.enqueueTraced(ctx, c.pool, intents[i], n, "")
+		out[i].Value, out[i].Err = c.enqueueTraced(ctx, c.pool, intents[i], n, "", true)
 		if !n && mayHaveInserted(out[i].Value, out[i].Err) {
 			c.notify.suppressed()
 		}
@@ -84,7 +84,7 @@ func (g *grouper) run(ctx context.Context, intents []Intent) []group.Result[Resu
 	}
 	notify := c.notify.claim()
 	// Every intent here is made as Config.Principal (enqueueCommitted).
-	answers, err := c.runBatch(ctx, c.pool, intents, c.cfg.Principal, notify)
+	answers, err := c.runBatch(ctx, c.pool, intents, c.cfg.Principal, notify, true)
 	switch {
 	case err == nil:
 		inserted := false

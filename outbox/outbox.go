@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fenceerr"
-	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/policy"
@@ -30,6 +29,7 @@ const (
 	DefaultGroupMaxBatch = 128
 	DefaultGroupFlushers = 2
 	DefaultGroupTimeout  = 30 * time.Second
+	DefaultLockTimeout   = 5 * time.Second
 )
 
 // Config configures a Client.
@@ -96,6 +96,19 @@ type Config struct {
 	// GroupTimeout bounds one shared transaction (it is detached from the
 	// callers' contexts, which only stop their own wait). Default: 30s.
 	GroupTimeout time.Duration
+	// LockTimeout bounds how long the client's own transactions (Enqueue,
+	// EnqueueBatch, group commits) wait for a lock the enqueue needs:
+	// the resource's control row, which an open transaction holds while a
+	// worker sits inside EnqueueTx for the same resource, and every lease
+	// grant holds briefly. Past it the call fails with a *BusyError
+	// (ErrBusy), nothing stored, instead of waiting as long as the other
+	// transaction stays open. It is set for the enqueue's statement only
+	// (PostgreSQL's lock_timeout, transaction-local), rounded up to whole
+	// milliseconds. EnqueueTx and EnqueueBatchTx run in the caller's
+	// transaction and keep its lock_timeout (SET LOCAL lock_timeout = '5s'
+	// there; running into it is a *BusyError too). Default:
+	// DefaultLockTimeout (5s, as a lease grant's); negative: no bound.
+	LockTimeout time.Duration
 	// Registerer receives the stale-epoch rejection counter. Nil: not
 	// registered.
 	Registerer prometheus.Registerer
@@ -111,6 +124,7 @@ func (c Config) WithDefaults() Config {
 	c.GroupMaxBatch = cmp.Or(c.GroupMaxBatch, DefaultGroupMaxBatch)
 	c.GroupFlushers = cmp.Or(c.GroupFlushers, DefaultGroupFlushers)
 	c.GroupTimeout = cmp.Or(c.GroupTimeout, DefaultGroupTimeout)
+	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
 	if c.Kinds == nil {
 		c.Kinds = DefaultKinds()
 	} else {
@@ -244,7 +258,7 @@ func (c *Client) enqueueCommitted(ctx context.Context, in Intent, tc string) (Re
 	// locks, checks and inserts inside it, so it commits or not as a whole.
 	// So when it returns, it has committed: the notifier may follow up.
 	notify := c.notify.claim()
-	res, err := c.enqueueTraced(ctx, c.pool, in, notify, tc)
+	res, err := c.enqueueTraced(ctx, c.pool, in, notify, tc, true)
 	if !notify && mayHaveInserted(res, err) {
 		c.notify.suppressed()
 	}
@@ -269,7 +283,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (Result, e
 	ctx, span, tc := startEnqueueSpan(ctx, in)
 	// Always notify here: the trailing NOTIFY of the coalescing notifier
 	// could run before the caller commits, and then wake nobody in time.
-	res, err := c.enqueueTraced(ctx, tx, in, !c.cfg.DisableNotify, tc)
+	res, err := c.enqueueTraced(ctx, tx, in, !c.cfg.DisableNotify, tc, false)
 	endEnqueueSpan(span, res, err)
 	c.countStale(err)
 	return res, err
@@ -279,33 +293,54 @@ type queryer interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// enqueueSQL calls the fenced enqueue. Its arguments come from
-// enqueueArgs, so a new parameter is added in these two places only.
-const enqueueSQL = `SELECT outcome, intent_id, status, current_epoch, existing_epoch
-	FROM fencegate.fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8)
-	WHERE ` + durable.Where
-
+// enqueueArgs are the first eight parameters of every enqueue statement
+// (statement.go), so a new parameter is added in these two places only.
 func enqueueArgs(in Intent, notify bool) []any {
 	return []any{in.Resource, in.Epoch, in.OperationID, in.Kind, in.IdempotencyKey, string(in.Fence), string(in.Payload), notify}
 }
 
-// enqueueTraced is enqueue storing the W3C trace context tc with the intent
-// (nothing extra when tc is empty).
-func (c *Client) enqueueTraced(ctx context.Context, q queryer, in Intent, notify bool, tc string) (Result, error) {
-	p := c.principal(ctx)
-	if tc == "" && p == "" {
-		return c.enqueue(ctx, q, in, notify)
+// enqueueTraced runs the fenced enqueue of a validated intent, storing the
+// W3C trace context tc with it (nothing extra when tc is empty); notify
+// says whether its transaction sends the NOTIFY, own that the statement is
+// its own transaction (q is the pool), which takes the client's
+// LockTimeout.
+func (c *Client) enqueueTraced(ctx context.Context, q queryer, in Intent, notify bool, tc string, own bool) (Result, error) {
+	args := enqueueArgs(in, notify)
+	as := 0
+	if p := c.principal(ctx); tc != "" || p != "" {
+		as, args = 1, append(args, tc, p)
 	}
-	return c.run(ctx, q, in, tracedEnqueueSQL, append(enqueueArgs(in, notify), tc, p))
+	bounded, waited := c.lockBound(own)
+	if bounded == 1 {
+		args = append(args, lockTimeoutSetting(waited))
+	}
+	return c.run(ctx, q, in, enqueueStatements[as][bounded], args, waited)
 }
 
-// enqueue runs the fenced enqueue of a validated intent; notify says whether
-// its transaction sends the NOTIFY.
-func (c *Client) enqueue(ctx context.Context, q queryer, in Intent, notify bool) (Result, error) {
-	return c.run(ctx, q, in, enqueueSQL, enqueueArgs(in, notify))
+// lockBound says whether a statement sets lock_timeout (1) and to what:
+// the client's own transactions do, when LockTimeout is positive.
+func (c *Client) lockBound(own bool) (int, time.Duration) {
+	if own && c.cfg.LockTimeout > 0 {
+		return 1, c.cfg.LockTimeout
+	}
+	return 0, 0
 }
 
-func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args []any) (Result, error) {
+// busy is err as a *BusyError when the statement gave up waiting for a
+// lock (SQLSTATE 55P03, lock_not_available: our lock_timeout, or the
+// caller's inside EnqueueTx); resource is "" for a batch.
+func busy(err error, resource string, waited time.Duration) (*BusyError, bool) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		// The PostgreSQL error stays in the chain: a group commit retries
+		// each call alone when the shared statement failed at the server
+		// (isServerError).
+		return &BusyError{Resource: resource, Waited: waited, cause: err}, true
+	}
+	return nil, false
+}
+
+func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args []any, waited time.Duration) (Result, error) {
 	var (
 		outcome       string
 		status        *string
@@ -317,6 +352,9 @@ func (c *Client) run(ctx context.Context, q queryer, in Intent, sql string, args
 	if err != nil {
 		if f := policy.Refusal(err); f != err {
 			return Result{}, f
+		}
+		if b, ok := busy(err, in.Resource, waited); ok {
+			return Result{}, b
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {

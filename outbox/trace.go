@@ -9,8 +9,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/fencegate/fencegate/internal/durable"
 )
 
 // tracerName is the instrumentation scope of the outbox's spans.
@@ -19,16 +17,6 @@ const tracerName = "github.com/fencegate/fencegate/outbox"
 // TraceContextSetting is the transaction-local PostgreSQL setting the
 // intents table's trace_context column takes its default from.
 const TraceContextSetting = "fencegate.trace_context"
-
-// tracedEnqueueSQL sets the trace context for this transaction and runs the
-// fenced enqueue in one statement: the MATERIALIZED CTE is evaluated before
-// the LATERAL call that depends on it, so the insert inside the function
-// sees the setting (is_local=true: it ends with the transaction).
-const tracedEnqueueSQL = `WITH tc AS MATERIALIZED (SELECT set_config('` + TraceContextSetting + `', $9, true) AS v,
-		set_config('` + PrincipalSetting + `', $10, true) AS p)
-	SELECT e.outcome, e.intent_id, e.status, e.current_epoch, e.existing_epoch
-	FROM tc, LATERAL fencegate.fencegate_enqueue($1, $2, $3, $4, $5, $6, $7, $8 AND tc.v IS NOT NULL AND tc.p IS NOT NULL) e
-	WHERE ` + durable.Where
 
 // PrincipalSetting is the transaction-local setting the intent's
 // principal column defaults to (migration 00017).

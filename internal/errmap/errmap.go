@@ -50,8 +50,8 @@ const (
 	// action (the admin API's per-intent actions, 409, and the CLI's,
 	// exit 5: a conflict with the intent's state).
 	InvalidState Code = "invalid_state"
-	// Busy: a grant gave up waiting for a locked control row (resource);
-	// nothing was granted, retry.
+	// Busy: a grant or an enqueue gave up waiting for a locked control row
+	// (resource); nothing was granted or stored, retry.
 	Busy Code = "busy"
 	// Unavailable: PostgreSQL (or another dependency) cannot be reached or
 	// is a standby.
@@ -204,6 +204,7 @@ func Map(err error) *Error {
 		stale *fenceerr.StaleEpochError
 		held  *lease.HeldError
 		busy  *lease.BusyError
+		obusy *outbox.BusyError
 		auth  *lease.AuthorityError
 		conf  *outbox.ConflictError
 		inv   *fenceerr.InvalidError
@@ -224,6 +225,14 @@ func Map(err error) *Error {
 		// Retryable, nothing granted: the control row stayed locked by an
 		// open transaction (a paused worker) past the lock timeout.
 		return &Error{Code: Busy, Message: err.Error(), RetryAfter: 1, Extra: map[string]any{"resource": busy.Resource}}
+	case errors.As(err, &obusy):
+		// Retryable, nothing stored: an enqueue gave up on a lock the
+		// same way (outbox.Config.LockTimeout). A batch names no resource.
+		e := &Error{Code: Busy, Message: OneLine(err.Error()), RetryAfter: 1}
+		if obusy.Resource != "" {
+			e.Extra = map[string]any{"resource": obusy.Resource}
+		}
+		return e
 	case errors.As(err, &auth):
 		// Not retryable: the database may lack grants the authority made
 		// (docs/guarantees.md, "After a failover").

@@ -119,6 +119,10 @@ func TestMapRealErrors(t *testing.T) {
 	_, err = ob.EnqueueTx(ctx, tx, emailIntent("r", b.Epoch, "paused", emailPayload))
 	must(err)
 	_, busy := iss.Renew(ctx, "r", "B", b.Epoch, time.Hour)
+	bounded, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), LockTimeout: 50 * time.Millisecond})
+	must(err)
+	_, enqueueBusy := bounded.Enqueue(ctx, emailIntent("r", b.Epoch, "behind", emailPayload))
+	_, batchBusy := bounded.EnqueueBatch(ctx, []outbox.Intent{emailIntent("r", b.Epoch, "behind", emailPayload)})
 	must(tx.Rollback(ctx))
 
 	// unavailable: nothing listens, a deadline passed, a standby, no NATS.
@@ -183,6 +187,8 @@ func TestMapRealErrors(t *testing.T) {
 		{"resource not found", resourceMissing, errmap.NotFound, 2, 404, "", nil},
 		{"key not found", keyMissing, errmap.NotFound, 2, 404, "", nil},
 		{"busy", busy, errmap.Busy, 1, 503, "", fields{"resource": "r"}},
+		{"enqueue busy", enqueueBusy, errmap.Busy, 1, 503, "", fields{"resource": "r"}},
+		{"enqueue batch busy", batchBusy, errmap.Busy, 1, 503, "", nil},
 		{"authority changed", authority, errmap.AuthorityChanged, 1, 503, "",
 			fields{"resource": "r", "reason": lease.ReasonTimelineBackwards, "recorded_timeline": tli + 1, "timeline": tli}},
 		{"connection refused", refused, errmap.Unavailable, 1, 503, "", nil},
