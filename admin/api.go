@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/jsonnames"
 	"github.com/fencegate/fencegate/operator"
 )
 
@@ -293,53 +294,11 @@ func decodeBody(r *http.Request, dst any, optional bool) error {
 // raw (valid JSON), at any depth, and returns its path as fields are named
 // ("resource", "payload.to", "payload.to[1]" for an element's).
 func repeatedName(raw json.RawMessage) (string, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var walk func(path string) (string, bool, error)
-	walk = func(path string) (string, bool, error) {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false, err
-		}
-		switch tok {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return "", false, err
-				}
-				name, _ := k.(string)
-				at := name
-				switch {
-				case name == "":
-					at = path // an empty name: no name to point at, its object's
-				case path != "":
-					at = path + "." + name
-				}
-				if seen[name] {
-					return at, true, nil
-				}
-				seen[name] = true
-				if p, ok, err := walk(at); ok || err != nil {
-					return p, ok, err
-				}
-			}
-			_, err = dec.Token() // }
-			return "", false, err
-		case json.Delim('['):
-			for i := 0; dec.More(); i++ {
-				if p, ok, err := walk(fmt.Sprintf("%s[%d]", path, i)); ok || err != nil {
-					return p, ok, err
-				}
-			}
-			_, err = dec.Token() // ]
-			return "", false, err
-		}
-		return "", false, nil
+	p, err := jsonnames.Check(raw, nil)
+	if p == nil || err != nil {
+		return "", false
 	}
-	p, ok, err := walk("")
-	return cmp.Or(p, "body"), ok && err == nil
+	return cmp.Or(p.Path, "body"), true
 }
 
 // jsonFields returns the JSON names of the fields of the struct dst points

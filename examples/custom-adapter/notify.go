@@ -39,8 +39,8 @@ func (p Payload) Validate() error {
 }
 
 // KindSpec is the kind's intake rules: fence commit, the payload parsed
-// with outbox.ParsePayload[Payload] (strict JSON, then Validate), the same
-// parse Execute does.
+// with outbox.ParsePayload[Payload] (strict JSON, names matched exactly,
+// then Validate), the same parse Execute does.
 func KindSpec() outbox.KindSpec {
 	return outbox.TypedKind[Payload](outbox.FenceCommit)
 }
