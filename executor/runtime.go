@@ -193,6 +193,12 @@ func (c Config) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, e := range c.Executors {
+		if e == nil {
+			return invalidConfig("Executors", "an executor is nil")
+		}
+		if err := outbox.ValidateKindName("Executors", e.Kind()); err != nil {
+			return fmt.Errorf("adapters: %w", err)
+		}
 		if seen[e.Kind()] {
 			return invalidConfig("Executors", "two executors for kind %q", e.Kind())
 		}

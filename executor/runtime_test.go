@@ -38,6 +38,14 @@ type testExec struct{ d *destination }
 
 func (e testExec) Kind() string { return "test" }
 
+// kindExec is testExec serving another kind.
+type kindExec struct {
+	testExec
+	kind string
+}
+
+func (e kindExec) Kind() string { return e.kind }
+
 func (e testExec) Execute(ctx context.Context, req adapters.Request) (adapters.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return adapters.Outcome{}, adapters.RetryableError(err)
@@ -569,11 +577,21 @@ func TestRuntimeLifecycle(t *testing.T) {
 func TestNewRuntimeConfigErrors(t *testing.T) {
 	t.Parallel()
 	e := setup(t, opts{})
-	for field, cfg := range map[string]executor.Config{
-		"Schema":         {Schema: "elsewhere"},
-		"KeyLockTimeout": {KeyLockTimeout: e.Store.Config().LockTimeout + time.Second},
+	for _, c := range []struct {
+		field string
+		cfg   executor.Config
+	}{
+		{"Schema", executor.Config{Schema: "elsewhere"}},
+		{"KeyLockTimeout", executor.Config{KeyLockTimeout: e.Store.Config().LockTimeout + time.Second}},
+		// A nil executor, and a kind that is no NATS token (its consumer
+		// could never be made).
+		{"Executors", executor.Config{Executors: []adapters.Executor{nil}}},
+		{"Executors", executor.Config{Executors: []adapters.Executor{kindExec{testExec{e.dest}, "a.b"}}}},
 	} {
-		cfg.Executors = []adapters.Executor{testExec{e.dest}}
+		field, cfg := c.field, c.cfg
+		if cfg.Executors == nil {
+			cfg.Executors = []adapters.Executor{testExec{e.dest}}
+		}
 		_, err := executor.NewRuntime(e.Pool, e.NC, e.Store, e.Client, cfg)
 		var inv *fenceerr.InvalidError
 		if !errors.As(err, &inv) || inv.Field != field {

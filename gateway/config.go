@@ -202,9 +202,10 @@ func (c *Config) checkAdapters() error {
 	seen := map[string]bool{}
 	for i, r := range c.Adapters {
 		field := fmt.Sprintf("Adapters[%d]", i)
+		if err := outbox.ValidateKindName(field, r.Kind); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 		switch {
-		case r.Kind == "" || len(r.Kind) > outbox.MaxKindLen:
-			return invalid(field, "the kind must be 1 to %d bytes, got %q", outbox.MaxKindLen, r.Kind)
 		case seen[r.Kind]:
 			return invalid(field, "kind %q is registered twice", r.Kind)
 		case r.Spec.DefaultFence != outbox.FenceCommit && r.Spec.DefaultFence != outbox.FenceExecute:

@@ -195,6 +195,8 @@ func TestNewStartOnce(t *testing.T) {
 		"kind twice":          {{Kind: "notify", Spec: spec, Executor: own}, {Kind: "notify", Spec: spec}},
 		"no spec":             {{Kind: "notify", Executor: own}},
 		"another kind's exec": {{Kind: "sms", Spec: spec, Executor: own}},
+		"kind not a token":    {{Kind: "a b", Spec: spec}},
+		"kind with a dot":     {{Kind: "x.y", Spec: spec}},
 	} {
 		_, err := New(pool, nil, Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}, Adapters: regs})
 		var inv *fenceerr.InvalidError

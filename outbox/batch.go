@@ -23,15 +23,21 @@ type BatchResult struct {
 // EnqueueBatch commits many intents in one transaction and one round trip.
 // Each intent is validated, fenced by its own epoch and deduplicated by its
 // own operation id exactly as Enqueue would do it: a stale, conflicting or
-// invalid intent is rejected alone, in its BatchResult, and the others
-// commit. Intents with the same resource and operation id in one batch are
-// handled as if enqueued one after the other, in slice order.
+// invalid intent (Validate's checks) is rejected alone, in its
+// BatchResult, and the others commit. Intents with the same resource and
+// operation id in one batch are handled as if enqueued one after the
+// other, in slice order.
 //
 // The results are in the order of intents. The error is non-nil only when
 // the batch as a whole failed; then nothing of it committed, unless the
 // error hides whether the commit happened (a lost connection), in which
 // case retrying the batch is safe: committed intents come back as
-// duplicates.
+// duplicates. Under a rule set (package policy) an intent the principal
+// may not make — a resource or kind outside its scope
+// (*fenceerr.ForbiddenError), a destination outside its rules
+// (*ValidationError naming the payload's field) — refuses the whole batch,
+// which does not say which intent it was; a *BusyError (LockTimeout) does
+// too.
 //
 // The batch locks the control rows of all its resources until it commits,
 // in resource id order (see migrations/functions/enqueue.sql): keep

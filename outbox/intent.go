@@ -92,6 +92,26 @@ const (
 	DefaultMaxPayloadBytes = 256 << 10
 )
 
+// ValidateKindName checks a kind's name (a Config.Kinds key, an adapter's
+// registration, an executor's Kind): 1 to MaxKindLen bytes of ASCII
+// letters, digits, '_' and '-'. The name is a token of the NATS subject
+// its intents are relayed on and of the JetStream consumer that takes
+// them, where a space, '.', '*' or '>' is not allowed or means something
+// else: an intent of kind "a b" could never be published, and the relay
+// retried its batch, ahead of every other intent, until an operator
+// cancelled it. The error is a *ValidationError naming field.
+func ValidateKindName(field, name string) error {
+	if name == "" || len(name) > MaxKindLen {
+		return invalid(field, "kind name %q must be 1 to %d bytes", name, MaxKindLen)
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return invalid(field, "kind name %q may hold only ASCII letters, digits, '_' and '-' (it is a token of a NATS subject), not %q", name, rune(c))
+		}
+	}
+	return nil
+}
+
 // Intent is a side effect a worker asks for.
 type Intent struct {
 	// Resource is the fenced resource the worker holds a lease on.
@@ -145,8 +165,10 @@ type Record struct {
 	UpdatedAt   time.Time  `json:"updated_at"`
 	RelayedAt   *time.Time `json:"relayed_at"`
 	CompletedAt *time.Time `json:"completed_at"`
-	// Principal is who enqueued it through the admin API (a token's name,
-	// or "anonymous"); empty for the CLI, Go workers and SQL.
+	// Principal is who it was enqueued as (docs/policy.md): the admin API
+	// token's name ("anonymous" without tokens), the Go client's
+	// Config.Principal or WithPrincipal, gateway enqueue's --principal, a
+	// SQL worker's; empty when none was named.
 	Principal string `json:"principal,omitempty"`
 	// TraceContext is the W3C trace context of the enqueue span, if any
 	// (see ContextFromTrace).

@@ -157,8 +157,8 @@ func (c Config) validate() error {
 		return invalidConfig("Schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
 	}
 	for name, k := range c.Kinds {
-		if name == "" || len(name) > MaxKindLen {
-			return invalidConfig("Kinds", "kind name %q must be 1 to %d bytes", name, MaxKindLen)
+		if err := ValidateKindName("Kinds", name); err != nil {
+			return fmt.Errorf("outbox: %w", err)
 		}
 		if k.DefaultFence != FenceCommit && k.DefaultFence != FenceExecute {
 			return invalidConfig("Kinds", "kind %q: default fence must be commit or execute", name)

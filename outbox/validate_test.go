@@ -137,6 +137,24 @@ func TestConfigRejectsBadKinds(t *testing.T) {
 	if _, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{"x": {DefaultFence: "sometimes"}}}); err == nil {
 		t.Fatal("a kind with a bad default fence was accepted")
 	}
+	// A kind's name is a token of a NATS subject and consumer name: an
+	// intent of kind "a b" could never be published, and held up the
+	// relay of every other intent.
+	spec := outbox.KindSpec{DefaultFence: outbox.FenceCommit}
+	bad := []string{"", "a b", "*", ">", "x.y", "a/b", "é", "tab\t", strings.Repeat("k", outbox.MaxKindLen+1)}
+	for _, name := range bad {
+		_, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{name: spec}})
+		var inv *outbox.ValidationError
+		if !errors.As(err, &inv) || inv.Field != "Kinds" {
+			t.Errorf("kind name %q: %v, want an error naming Kinds", name, err)
+		}
+	}
+	for _, name := range []string{"notify", "my_kind-2", "SMS", strings.Repeat("k", outbox.MaxKindLen)} {
+		if _, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{name: spec}}); err != nil {
+			t.Errorf("kind name %q refused: %v", name, err)
+		}
+	}
+	t.Logf("checked %d bad and 4 good kind names", len(bad))
 	c, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{"noop": {DefaultFence: outbox.FenceCommit}}})
 	if err != nil {
 		t.Fatal(err)

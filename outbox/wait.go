@@ -81,7 +81,9 @@ func (c *Client) Wait(ctx context.Context, intentID int64) (*Record, error) {
 		case <-wake:
 		case <-poll:
 		case <-ctx.Done():
-			return rec, context.Cause(ctx)
+			// Read again: rec may be a second (polling) or 10 s
+			// (listening, a notification lost) old.
+			return current()
 		}
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/internal/intents"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
@@ -104,5 +107,80 @@ func TestWaitForAnOutcome(t *testing.T) {
 	}
 	if _, err := ob.Wait(ctx, 999999); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("Wait on no intent: %v, want ErrNotFound", err)
+	}
+}
+
+// A wait that ends with its context returns the intent as it is then, read
+// again, not as the waiter last read it (with no notification it re-reads
+// only every second, or 10 s while listening): an intent relayed meanwhile
+// is answered relayed. The old code answered the first read (pending).
+func TestWaitEndsWithTheIntentAsItIsThen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "wait", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ob.Enqueue(ctx, outbox.Intent{Resource: "wait", Epoch: l.Epoch, OperationID: "op", Kind: "file",
+		Payload: []byte(`{"target":"x.txt","content":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's client has a pool of its own, which nothing else uses
+	// (it polls, it sends no NOTIFY): a connection going back to it is the
+	// signal that the waiter's first read is done.
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan struct{}, 64)
+	cfg.AfterRelease = func(*pgx.Conn) bool {
+		select {
+		case released <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	wpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wpool.Close()
+	waiter, err := outbox.New(wpool, outbox.Config{Schema: testdb.Schema(), DisableListen: true, DisableNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		rec *outbox.Record
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+		defer cancel()
+		rec, err := waiter.Wait(wctx, res.IntentID)
+		done <- answer{rec, err}
+	}()
+	select {
+	case <-released: // the waiter's first read
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not read its intent")
+	}
+	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.intents SET status = 'relayed' WHERE intent_id = $1`), res.IntentID); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if !errors.Is(a.err, context.DeadlineExceeded) || a.rec == nil || a.rec.Status != outbox.StatusRelayed {
+		t.Fatalf("Wait until its deadline: %+v, %v; want the intent as it is then (relayed) and DeadlineExceeded", a.rec, a.err)
 	}
 }

@@ -50,7 +50,7 @@ type Options struct {
 	// Executors run in the env's runtime. Without any, no runtime is
 	// started (start one with StartRuntime or StartProcess).
 	Executors []adapters.Executor
-	// Kinds are intent kinds besides outbox.DefaultKinds (email, file).
+	// Kinds are intent kinds besides outbox.DefaultKinds (email, file, webhook, s3).
 	Kinds map[string]outbox.KindSpec
 	// Runtime is the runtime's configuration; Executors is filled in.
 	// Zero RetryBase and RetryMax are 20ms and 100ms here, so retries in
