@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,27 +49,16 @@ func TestRunIntakeEnqueueBusy(t *testing.T) {
 	}
 	intent := fmt.Sprintf(`{"resource":"R","epoch":%v,"operation_id":"op","kind":"email","payload":%s}`, l["epoch"], cliEmail)
 
-	ctx := context.Background()
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = 'R' FOR UPDATE`)); err != nil {
-		t.Fatal(err)
-	}
+	unlock := testdb.LockControlRow(t, e.pool, "R")
 	code, obj, hdr := post("/api/v1/intents", intent)
 	e1, _ := obj["error"].(map[string]any)
 	if code != http.StatusServiceUnavailable || e1["code"] != "busy" || e1["resource"] != "R" || hdr.Get("Retry-After") == "" {
 		t.Fatalf("enqueue behind a locked control row: %d %v (Retry-After %q); want 503 busy naming R, with Retry-After", code, obj, hdr.Get("Retry-After"))
 	}
-	var n int
-	if err := e.pool.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM fencegate.intents WHERE resource_id = 'R'`)).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("%d intents stored by the refused enqueue (%v), want 0", n, err)
+	if n := testdb.Int(t, e.pool, `SELECT count(*) FROM fencegate.intents WHERE resource_id = 'R'`); n != 0 {
+		t.Fatalf("%d intents stored by the refused enqueue, want 0", n)
 	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	if code, obj, _ := post("/api/v1/intents", intent); code != http.StatusCreated {
 		t.Fatalf("enqueue after the transaction ended: %d %v, want 201", code, obj)
 	}

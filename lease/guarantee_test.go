@@ -77,7 +77,7 @@ func TestHoldAgainAfterLostGetsNewEpoch(t *testing.T) {
 	old := k1.Epoch()
 
 	// Block renewals: keep the control row locked until the Keeper gives up.
-	unlock := lockControlRow(t, pool, "job")
+	unlock := testdb.LockControlRow(t, pool, "job")
 	if err := keeperEnds(t, k1, 30*time.Second, "renewals blocked"); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("keeper cause = %v; want ErrLeaseLost", err)
 	}

@@ -47,27 +47,6 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() (bool, erro
 	}
 }
 
-// lockControlRow locks resource's control row in a transaction of its own,
-// so that renewals and grants on it block, until unlock or the test's end.
-func lockControlRow(t *testing.T, pool *pgxpool.Pool, resource string) (unlock func()) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = $1 FOR UPDATE`), resource); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		t.Helper()
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // keeperEnds waits at most d for k's context to end and returns its cause;
 // still trusting the lease after d fails the test, saying what it waited for.
 func keeperEnds(t *testing.T, k *lease.Keeper, d time.Duration, what string) error {

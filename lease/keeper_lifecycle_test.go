@@ -50,7 +50,7 @@ func TestKeeperLifecycle(t *testing.T) {
 		}
 		// Block renewals on the control row's lock and wait until one is
 		// waiting for it: Stop must then wait for that renewal to end.
-		lockControlRow(t, pool, "life-stop")
+		testdb.LockControlRow(t, pool, "life-stop")
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			var waiting int
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity

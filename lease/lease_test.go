@@ -269,7 +269,7 @@ func TestKeeperDeadlineWithoutRenewals(t *testing.T) {
 	}
 	defer k.Stop()
 	// Hold the control row locked so renewals block.
-	lockControlRow(t, pool, "d")
+	testdb.LockControlRow(t, pool, "d")
 	err = keeperEnds(t, k, 5*time.Second, "renewals blocked")
 	if el := time.Since(start); el > ttl {
 		t.Fatalf("lease distrusted after %s; want before the TTL %s", el, ttl)

@@ -6,31 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
 )
-
-// holdControlRow locks resource's control row in an open transaction, as a
-// worker paused inside EnqueueTx (or a lease grant) holds it, until the
-// returned release is called (or the test ends).
-func holdControlRow(t *testing.T, pool *pgxpool.Pool, resource string) (release func()) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	var n int
-	if err := tx.QueryRow(ctx, testdb.SQL(`SELECT count(*) FROM (SELECT 1 FROM fencegate.resources WHERE resource_id = $1 FOR UPDATE) l`), resource).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("lock the control row of %s: %d rows, %v", resource, n, err)
-	}
-	return func() { _ = tx.Rollback(ctx) }
-}
 
 // TestEnqueueGivesUpOnALockedControlRow: Enqueue, EnqueueBatch and group
 // commits (the client's own transactions) wait at most Config.LockTimeout
@@ -46,8 +26,7 @@ func TestEnqueueGivesUpOnALockedControlRow(t *testing.T) {
 	ctx := context.Background()
 	l := b.acquire(t, "locked", "w1", time.Minute)
 	other := b.acquire(t, "free", "w2", time.Minute)
-	release := holdControlRow(t, b.pool, "locked")
-	defer release()
+	release := testdb.LockControlRow(t, b.pool, "locked")
 
 	const bound = 200 * time.Millisecond
 	newClient := func(cfg outbox.Config) *outbox.Client {

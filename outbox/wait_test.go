@@ -117,32 +117,15 @@ func TestWaitForAnOutcome(t *testing.T) {
 func TestWaitEndsWithTheIntentAsItIsThen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testdb.NewURL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema())).Acquire(ctx, "wait", "w", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := ob.Enqueue(ctx, outbox.Intent{Resource: "wait", Epoch: l.Epoch, OperationID: "op", Kind: "file",
-		Payload: []byte(`{"target":"x.txt","content":"x"}`)})
+	b := setup(t)
+	res, err := b.client.Enqueue(ctx, emailIntent("wait", b.acquire(t, "wait", "w", time.Minute).Epoch, "op"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The waiter's client has a pool of its own, which nothing else uses
 	// (it polls, it sends no NOTIFY): a connection going back to it is the
 	// signal that the waiter's first read is done.
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := b.pool.Config().Copy()
 	released := make(chan struct{}, 64)
 	cfg.AfterRelease = func(*pgx.Conn) bool {
 		select {
@@ -176,7 +159,7 @@ func TestWaitEndsWithTheIntentAsItIsThen(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not read its intent")
 	}
-	if _, err := pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.intents SET status = 'relayed' WHERE intent_id = $1`), res.IntentID); err != nil {
+	if _, err := b.pool.Exec(ctx, testdb.SQL(`UPDATE fencegate.intents SET status = 'relayed' WHERE intent_id = $1`), res.IntentID); err != nil {
 		t.Fatal(err)
 	}
 	a := <-done

@@ -247,6 +247,31 @@ func Int(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
 	return n
 }
 
+// LockControlRow locks resource's control row in an open transaction, as a
+// worker paused inside outbox.EnqueueTx (or a lease grant) holds it, so
+// that grants and enqueues of the resource wait, until unlock or the
+// test's end. The row must exist (a lease was granted): a lock on nothing
+// would make the test that relies on it vacuous.
+func LockControlRow(t testing.TB, pool *pgxpool.Pool, resource string) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	var n int
+	if err := tx.QueryRow(ctx, SQL(`SELECT count(*) FROM (SELECT 1 FROM fencegate.resources WHERE resource_id = $1 FOR UPDATE) l`), resource).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("lock the control row of %q: %d rows, %v", resource, n, err)
+	}
+	return func() {
+		t.Helper()
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Strings returns the one text column of the rows query returns, the
 // statement written for the default schema (see SQL); the test fails on an
 // error.
