@@ -244,6 +244,13 @@ func TestVersion(t *testing.T) {
 	if _, ok := r.obj["commit"]; !ok {
 		t.Fatalf("no commit field: %s", r.stdout)
 	}
+	// An argument after it is bad input naming it, not "unknown command
+	// --version".
+	r = gw(t, "", "--version", "extra")
+	expectInvalid(t, r, "command")
+	if !strings.Contains(r.stdout, `takes no arguments, got \"extra\"`) {
+		t.Fatalf("--version extra: %s", r.stdout)
+	}
 }
 
 // gateway run --print-config prints the effective configuration — the

@@ -82,7 +82,10 @@ func commands() map[string]command {
 }
 
 func (a *app) main(ctx context.Context, args []string) int {
-	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
+	if len(args) >= 1 && (args[0] == "--version" || args[0] == "version") {
+		if len(args) > 1 {
+			return a.fail(badInput("command", fmt.Sprintf("%s takes no arguments, got %q", args[0], args[1])))
+		}
 		a.writeJSON(buildinfo.Get())
 		return exitOK
 	}

@@ -156,10 +156,13 @@ func writeIntentTable(w io.Writer, r *outbox.Record, attempts []operator.Attempt
 			lookup = *a.Lookup
 		}
 		if a.Error != nil {
-			msg = cell(*a.Error, 200)
-			if a.ErrorClass != nil {
+			msg = *a.Error
+			// The class, unless the error already starts with it (the
+			// runtime writes "permanent: …"): said once.
+			if a.ErrorClass != nil && !strings.HasPrefix(msg, *a.ErrorClass+":") {
 				msg = *a.ErrorClass + ": " + msg
 			}
+			msg = cell(msg, 200)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, when(a.StartedAt, now), took, a.Outcome, lookup, msg)
 	}

@@ -12,10 +12,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/operator"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // ttyResult is what a gateway process wrote with its stdout on a
@@ -183,4 +186,23 @@ func TestTablesOnATerminal(t *testing.T) {
 
 func ttyResultOf(r cliResult) ttyResult {
 	return ttyResult{code: r.code, stdout: r.stdout, stderr: r.stderr}
+}
+
+// The attempts table says an error's class once: the runtime's errors
+// already start with it ("permanent: webhook: …"), which the table showed
+// as "permanent: permanent: webhook: …"; an error without it gets it.
+func TestAttemptsTableSaysTheClassOnce(t *testing.T) {
+	t.Parallel()
+	str := func(s string) *string { return &s }
+	attempts := []operator.Attempt{
+		{Attempt: 1, Outcome: "failed", Error: str("permanent: webhook: 404 Not Found"), ErrorClass: str("permanent")},
+		{Attempt: 2, Outcome: "unknown", Error: str("connection reset"), ErrorClass: str("unknown")},
+	}
+	var buf bytes.Buffer
+	writeIntentTable(&buf, &outbox.Record{IntentID: 7, Status: outbox.StatusUnknown}, attempts, time.Now())
+	out := buf.String()
+	if strings.Contains(out, "permanent: permanent:") || !strings.Contains(out, "permanent: webhook: 404 Not Found") ||
+		!strings.Contains(out, "unknown: connection reset") {
+		t.Fatalf("attempts table:\n%s\nwant each class said once", out)
+	}
 }
