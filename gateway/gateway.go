@@ -83,6 +83,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 type Gateway struct {
 	cfg     Config
 	started bool // under mu
+	// stoppedFirst: Stop was called before Start (under mu); Start then
+	// fails (startstop.ErrStoppedBeforeStart).
+	stoppedFirst bool
 	// startDone: Start returned (under mu), for /readyz.
 	startDone bool
 	log       *slog.Logger
@@ -117,16 +120,21 @@ type Gateway struct {
 // idempotency sweeper, adapter runtime — and returns once they run. The
 // adapter runtime waits for the stream (which a dispatcher creates) until
 // ctx ends. On error, whatever was started is stopped again and the Gateway
-// is done. A second Start is an error (startstop.ErrStarted).
+// is done. A second Start is an error (startstop.ErrStarted); so is a Start
+// after a Stop that came first: the Gateway was stopped before it started
+// (startstop.ErrStoppedBeforeStart).
 //
 // ctx only bounds starting: the components run until Stop, so that
 // Stopped means a component died, never that ctx ended.
 func (s *Gateway) Start(ctx context.Context) error {
 	s.mu.Lock()
-	started := s.started
+	started, stoppedFirst := s.started, s.stoppedFirst
 	s.started = true
 	s.mu.Unlock()
-	if started {
+	switch {
+	case stoppedFirst:
+		return fmt.Errorf("gateway: %w", startstop.ErrStoppedBeforeStart)
+	case started:
 		return fmt.Errorf("gateway: %w", startstop.ErrStarted)
 	}
 	err := s.start(ctx)
@@ -272,7 +280,9 @@ func (s *Gateway) startRelay(ctx context.Context, cfg Config, dcfg dispatcher.Co
 // (if the gateway dialled it) closes. Safe to call more than once.
 func (s *Gateway) Stop() {
 	s.mu.Lock()
-	s.started = true // no Start after Stop
+	if !s.started {
+		s.stoppedFirst = true // no Start after Stop
+	}
 	s.mu.Unlock()
 	s.parts.StopAll()
 }

@@ -237,8 +237,9 @@ func TestNewStartOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	g2.Stop()
-	if err := g2.Start(context.Background()); !errors.Is(err, startstop.ErrStarted) {
-		t.Fatalf("Start after Stop: %v, want ErrStarted", err)
+	g2.Stop()
+	if err := g2.Start(context.Background()); !errors.Is(err, startstop.ErrStoppedBeforeStart) {
+		t.Fatalf("Start after Stop: %v, want ErrStoppedBeforeStart", err)
 	}
 }
 

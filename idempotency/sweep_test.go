@@ -137,10 +137,16 @@ func TestSweeper(t *testing.T) {
 	}
 	w.Stop() // idempotent
 
-	// Never started: Stop returns at once.
+	// Never started: Stop returns at once, and again (a second Stop once
+	// panicked on a nil cancel func); a Start then says it was stopped.
 	idle := idempotency.NewSweeper(f.store)
 	idle.Stop()
 	<-idle.Stopped()
+	idle.Stop()
+	err := idle.Start(f.ctx)
+	if err == nil || !strings.Contains(err.Error(), "stopped before it was started") || strings.Contains(err.Error(), "already started") {
+		t.Fatalf("Start after Stop = %v, want it to say the sweeper was stopped", err)
+	}
 }
 
 // Completing a key can be a HOT update (a new row version on its page and

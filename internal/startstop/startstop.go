@@ -32,16 +32,25 @@ import (
 // Stop the same way.
 var ErrStopped = fmt.Errorf("startstop: stopped: %w", context.Canceled)
 
-// ErrStarted is matched by the error of a second Start.
+// ErrStarted is matched by the error of a second Start, and of a Start
+// after a Stop that came after a Start.
 var ErrStarted = errors.New("startstop: already started")
+
+// ErrStoppedBeforeStart is matched by the error of a Start after a Stop
+// that came first: the component was stopped before it ever ran, and a
+// stopped component does not start.
+var ErrStoppedBeforeStart = errors.New("startstop: stopped before it was started")
 
 // Lifecycle tracks one component's start and stop. Safe for concurrent use.
 type Lifecycle struct {
 	mu      sync.Mutex
-	started bool
-	cancel  context.CancelCauseFunc
-	once    sync.Once
-	stopped chan struct{}
+	started bool // Start succeeded: cancel is set
+	// stoppedFirst: Stop was called before any Start succeeded; a later
+	// Start fails (ErrStoppedBeforeStart).
+	stoppedFirst bool
+	cancel       context.CancelCauseFunc
+	once         sync.Once
+	stopped      chan struct{}
 }
 
 func (l *Lifecycle) stoppedLocked() chan struct{} {
@@ -53,12 +62,16 @@ func (l *Lifecycle) stoppedLocked() chan struct{} {
 
 // Start marks the component started and returns the context its work runs
 // under: derived from parent and cancelled, with the cause ErrStopped, by
-// Stop. A second Start — or a Start after Stop — fails (ErrStarted), and so
-// does a Start with a parent already done. A component whose Start fails
-// after this call must call Done.
+// Stop. A second Start — or a Start after Start and Stop — fails
+// (ErrStarted); a Start after a Stop that came first fails
+// (ErrStoppedBeforeStart), and so does a Start with a parent already done.
+// A component whose Start fails after this call must call Done.
 func (l *Lifecycle) Start(parent context.Context, name string) (context.Context, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stoppedFirst {
+		return nil, fmt.Errorf("%s: %w", name, ErrStoppedBeforeStart)
+	}
 	if l.started {
 		return nil, fmt.Errorf("%s: %w", name, ErrStarted)
 	}
@@ -83,12 +96,15 @@ func (l *Lifecycle) Done() {
 
 // Stop cancels the component's context (cause ErrStopped) and waits until
 // its work has ended (Done). Before Start it marks the component stopped:
-// a later Start fails. Idempotent, and safe to call concurrently.
+// a later Start fails. Idempotent — before Start as after it — and safe to
+// call concurrently.
 func (l *Lifecycle) Stop() {
 	l.mu.Lock()
 	ch := l.stoppedLocked()
 	if !l.started {
-		l.started = true
+		// Never started, so there is no context to cancel (cancel is nil):
+		// mark it stopped, once or again.
+		l.stoppedFirst = true
 		l.mu.Unlock()
 		l.Done()
 		return

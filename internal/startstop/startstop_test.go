@@ -3,6 +3,7 @@ package startstop
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -40,12 +41,41 @@ func TestStartStop(t *testing.T) {
 	l.Stop() // idempotent
 }
 
+// Stop before Start marks the component stopped, and is idempotent: a
+// second Stop (once panicked on the nil cancel func) returns at once, and
+// so do concurrent ones. A Start then says the component was stopped, not
+// that it already started.
 func TestStopBeforeStart(t *testing.T) {
 	var l Lifecycle
 	l.Stop()
 	<-l.Stopped()
+	l.Stop()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(l.Stop)
+	}
+	wg.Wait()
+	_, err := l.Start(context.Background(), "c")
+	if !errors.Is(err, ErrStoppedBeforeStart) || errors.Is(err, ErrStarted) {
+		t.Fatalf("Start after Stop = %v, want ErrStoppedBeforeStart", err)
+	}
+	if want := "c: startstop: stopped before it was started"; err.Error() != want {
+		t.Fatalf("Start after Stop = %q, want %q", err, want)
+	}
+	l.Stop()
+}
+
+// A Start after Start and Stop says it already started.
+func TestStartAfterStop(t *testing.T) {
+	var l Lifecycle
+	if _, err := l.Start(context.Background(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	go l.Done()
+	l.Stop()
+	l.Stop()
 	if _, err := l.Start(context.Background(), "c"); !errors.Is(err, ErrStarted) {
-		t.Fatalf("Start after Stop = %v, want ErrStarted", err)
+		t.Fatalf("Start after Start and Stop = %v, want ErrStarted", err)
 	}
 }
 
