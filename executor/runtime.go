@@ -197,7 +197,7 @@ func (c Config) validate() error {
 			return invalidConfig("Executors", "an executor is nil")
 		}
 		if err := outbox.ValidateKindName("Executors", e.Kind()); err != nil {
-			return fmt.Errorf("adapters: %w", err)
+			return fmt.Errorf("executor: %w", err)
 		}
 		if seen[e.Kind()] {
 			return invalidConfig("Executors", "two executors for kind %q", e.Kind())
@@ -255,7 +255,7 @@ func (c Config) checkSettings() error {
 
 // invalidConfig is a bad Config field: a *fenceerr.InvalidError naming it.
 func invalidConfig(field, format string, args ...any) error {
-	return fmt.Errorf("adapters: %w", fenceerr.Invalid(field, format, args...))
+	return fmt.Errorf("executor: %w", fenceerr.Invalid(field, format, args...))
 }
 
 // Runtime consumes relayed intents from JetStream and executes them through
@@ -336,7 +336,7 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	}
 	schema, err := pgschema.Parse(cfg.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("adapters: %w", err)
+		return nil, fmt.Errorf("executor: %w", err)
 	}
 	r := &Runtime{pool: pool, nc: nc, cfg: cfg, store: store, outbox: ob, m: m, ns: wire.Namespace(cfg.Namespace), caps: map[string]adapters.Capabilities{},
 		schema: schema, intents: intents.In(schema)}
@@ -382,7 +382,7 @@ func (r *Runtime) epochBatch(ctx context.Context, resources []string) []group.Re
 // The runtime runs until Stop, not until ctx ends (in-flight effects are
 // not cut short); a second Start is an error.
 func (r *Runtime) Start(ctx context.Context) (err error) {
-	runCtx, err := r.life.Start(context.WithoutCancel(ctx), "adapters")
+	runCtx, err := r.life.Start(context.WithoutCancel(ctx), "executor: runtime")
 	if err != nil {
 		return err
 	}
@@ -395,7 +395,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	}()
 	js, err := jetstream.New(r.nc)
 	if err != nil {
-		return fmt.Errorf("adapters: jetstream: %w", err)
+		return fmt.Errorf("executor: jetstream: %w", err)
 	}
 	var stream jetstream.Stream
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
@@ -406,7 +406,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		r.cfg.Logger.Info("adapters: waiting for stream", "stream", r.ns.Stream(), "error", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("adapters: stream %s: %w", r.ns.Stream(), err)
+			return fmt.Errorf("executor: stream %s: %w", r.ns.Stream(), err)
 		case <-time.After(wait):
 		}
 	}
@@ -430,7 +430,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			for _, c := range consumers {
 				c.Stop()
 			}
-			return fmt.Errorf("adapters: consumer for %s: %w", ex.Kind(), err)
+			return fmt.Errorf("executor: consumer for %s: %w", ex.Kind(), err)
 		}
 		sem := make(chan struct{}, n)
 		cc, err := cons.Consume(func(msg jetstream.Msg) {
@@ -451,7 +451,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			for _, c := range consumers {
 				c.Stop()
 			}
-			return fmt.Errorf("adapters: consume %s: %w", ex.Kind(), err)
+			return fmt.Errorf("executor: consume %s: %w", ex.Kind(), err)
 		}
 		consumers = append(consumers, cc)
 		r.cfg.Logger.Info("adapters: consuming", "kind", ex.Kind(), "durable", r.Durable(ex.Kind()), "concurrency", n)

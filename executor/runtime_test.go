@@ -572,6 +572,16 @@ func TestRuntimeLifecycle(t *testing.T) {
 	e.Runtime.Stop()
 }
 
+// A bad setting is refused by Validate naming the field, prefixed by the
+// package that refuses it (it said "adapters: ").
+func TestConfigValidateNamesThePackage(t *testing.T) {
+	t.Parallel()
+	err := executor.Config{MaxAttempts: -1}.Validate()
+	if want := "executor: MaxAttempts: must be at least 1"; err == nil || err.Error() != want {
+		t.Fatalf("Validate = %v, want %q", err, want)
+	}
+}
+
 // A Config the runtime refuses names the field: a Schema that is not the
 // outbox client's, a KeyLockTimeout that is not the store's.
 func TestNewRuntimeConfigErrors(t *testing.T) {
@@ -596,6 +606,9 @@ func TestNewRuntimeConfigErrors(t *testing.T) {
 		var inv *fenceerr.InvalidError
 		if !errors.As(err, &inv) || inv.Field != field {
 			t.Errorf("NewRuntime(%+v) = %v, want an InvalidError naming %s", cfg, err, field)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "executor: "+field+": ") {
+			t.Errorf("NewRuntime(%+v) = %q, want it prefixed by its package, executor", cfg, err)
 		}
 	}
 	// A missing argument is refused when the runtime is made, naming it,
