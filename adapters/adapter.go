@@ -101,10 +101,19 @@ func (r Request) WithOwnerCheck(check func(ctx context.Context) error) Request {
 // Outcome is what an executor reports, to be recorded on the intent and
 // under its idempotency key.
 type Outcome struct {
-	// Status is outbox.StatusSucceeded, or outbox.StatusSuperseded when the
-	// destination itself fenced the intent out (an older epoch).
+	// Status is outbox.StatusSucceeded (the default when empty), or
+	// outbox.StatusSuperseded when the destination itself fenced the
+	// intent out (an older epoch). Execute returning another status with
+	// a nil error is an adapter bug: the runtime takes it as an unknown
+	// outcome (the effect may have happened), never as failed; a failure
+	// is a PermanentError. (Looker.Lookup may also return
+	// outbox.StatusUnknown; see Looker.)
 	Status outbox.Status
-	// Result is a JSON object describing the effect (message id, path, …).
+	// Result is a JSON object describing the effect (message id, path, …);
+	// empty or null: none. Anything else is an adapter bug: the runtime
+	// records the status reported with the result replaced by an object
+	// saying so ({"invalid_result": "<its first bytes>", …}) and logs it
+	// at ERROR.
 	Result json.RawMessage
 }
 
@@ -171,6 +180,13 @@ type RequestCapabilities struct {
 // looked up where the destination can (Capabilities.Lookup), held for an
 // operator otherwise. Never as a failure: a request that may have reached
 // the destination must not be recorded as one that did not.
+//
+// A panic in Execute is recovered by the runtime and taken the same way,
+// as an unknown outcome (the attempt had begun the key, so the effect may
+// have happened): looked up where the executor declares Lookup, held
+// unknown (effect possible) otherwise, with last_error "adapter panicked:
+// <value>" and the stack logged at ERROR. The process and its other
+// adapters go on. A panic in Lookup is a failed lookup. Both are bugs.
 type Executor interface {
 	// Kind is the intent kind this executor serves ("email", "file").
 	Kind() string

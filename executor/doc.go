@@ -27,7 +27,12 @@
 //     instead of executing twice.
 //   - An error the executor did not classify is taken as an unknown
 //     outcome, never as a failure: a request that may have reached the
-//     destination is never recorded as one that did not.
+//     destination is never recorded as one that did not. So is a panic in
+//     Execute (recovered; last_error "adapter panicked: …", the stack
+//     logged at ERROR) and a status Execute may not return with no error
+//     (failed, unknown). A result that is not a JSON object is recorded
+//     replaced by one saying so ({"invalid_result": …}), with the status
+//     the adapter reported.
 //   - A lookup that finds nothing is trusted as proof that the effect did
 //     not happen only once the settle window (Config.LookupSettle,
 //     adapters.Capabilities.LookupSettle) has passed since the last I/O

@@ -854,8 +854,20 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 		return 0, 0, fmt.Errorf("await proof: %w", err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
-	out, found, err := l.Lookup(lctx, req)
+	out, found, err := r.callLookup(lctx, ex, l, req, log)
 	cancel()
+	if found && err == nil {
+		// A result that is not a JSON object would be refused when
+		// recorded, and the key left owned: recorded replaced (see
+		// checkOutcome), the status the lookup found standing.
+		res, ok := objectResult(out.Result)
+		if !ok {
+			log.Error("adapters: adapter bug: Lookup returned a result that is not a JSON object; recording it replaced by invalid_result",
+				"status", out.Status, "result", head(out.Result))
+			r.m.outcomes.WithLabelValues(ex.Kind(), "adapter_bad_outcome").Inc()
+		}
+		out.Result = res
+	}
 	r.m.lookups.WithLabelValues(ex.Kind(), lookupResult(found, err)).Inc()
 	noteLookup(ctx, found, err)
 	if err != nil {
@@ -980,30 +992,42 @@ func (r *Runtime) notRecorded(kind string, yes bool, log *slog.Logger) {
 func (r *Runtime) execute(ctx context.Context, ex adapters.Executor, req adapters.Request, d idempotency.Decision, log *slog.Logger) (verdict, time.Duration, error) {
 	ectx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
 	start := time.Now()
-	out, err := ex.Execute(ectx, req)
+	// A panic is recovered as an unknown outcome (callExecute).
+	out, err := r.callExecute(ectx, ex, req, log)
 	cancel()
+	// An outcome that breaks the SPI is recorded truthfully (checkOutcome):
+	// a bad result replaced, and noted; a status Execute may not return is
+	// an unknown outcome.
+	var note string
+	if err == nil {
+		out, note, err = r.checkOutcome(ex, req, out, log)
+	}
 	noteCause(ctx, err)
 	r.m.duration.WithLabelValues(ex.Kind()).Observe(time.Since(start).Seconds())
 	if h := r.hooks.AfterEffect; h != nil {
 		h(req.IntentID)
 	}
 	failpoint.Inject(failpoint.AfterEffectBeforeRecord) // no-op unless built with -tags failpoints
+	var bug *adapterBugError
 	switch {
 	case err == nil:
-		out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)
 		r.m.outcomes.WithLabelValues(ex.Kind(), string(out.Status)).Inc()
 		// Debug: the outcome of every intent is in PostgreSQL (status,
 		// history); a line per effect at info costs a formatted write per
 		// intent at thousands a second.
 		log.Debug("adapters: executed", "status", out.Status, "attempt", req.Attempt)
-		return r.record(ctx, req, d, out, "", true)
+		return r.record(ctx, req, d, out, note, true)
 	case adapters.IsUnknown(err) || (!adapters.IsRetryable(err) && !adapters.IsPermanent(err)):
 		// Explicitly unknown, or not classified at all: an error the
 		// adapter did not classify may come after the request reached the
-		// destination, so it is never taken as "did not happen".
-		if adapters.IsUnknown(err) {
+		// destination, so it is never taken as "did not happen". So is an
+		// adapter's bug met after the key was begun (a panic, a status
+		// Execute may not return), already logged at ERROR.
+		switch {
+		case errors.As(err, &bug):
+		case adapters.IsUnknown(err):
 			log.Warn("adapters: outcome unknown", "error", err)
-		} else {
+		default:
 			log.Warn("adapters: executor error not classified (RetryableError, PermanentError or UnknownError); taken as an unknown outcome", "error", err)
 		}
 		if l, ok := r.canLookup(ex, req); ok {

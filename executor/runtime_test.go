@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -73,6 +75,23 @@ func (e testExec) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		// destination (the effect happened).
 		e.d.effects[req.IdempotencyKey]++
 		return adapters.Outcome{}, fmt.Errorf("post: %w", errors.New("connection reset by peer"))
+	case "bad-result":
+		// The effect happens; the result is not a JSON object (an adapter
+		// bug that adaptertest's ExecuteReturnsJSONObject catches).
+		e.d.effects[req.IdempotencyKey]++
+		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: json.RawMessage("not json")}, nil
+	case "array-result":
+		e.d.effects[req.IdempotencyKey]++
+		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: json.RawMessage(`[1,2]`)}, nil
+	case "failed-status":
+		// The effect happens; the adapter reports "failed" with no error,
+		// a status Execute may not return.
+		e.d.effects[req.IdempotencyKey]++
+		return adapters.Outcome{Status: outbox.StatusFailed}, nil
+	case "panic":
+		// The effect happens, then the adapter panics.
+		e.d.effects[req.IdempotencyKey]++
+		panic("adapter bug")
 	case "lost-response":
 		// The effect happens, the answer is lost.
 		if e.d.effects[req.IdempotencyKey] == 0 {
@@ -116,6 +135,8 @@ type opts struct {
 	lockTimeout    time.Duration
 	// settle is the runtime's LookupSettle (zero: its default).
 	settle time.Duration
+	// logs, when set, receives the runtime's log (text, debug and up).
+	logs *toolbin.SyncBuffer
 }
 
 var testKinds = map[string]outbox.KindSpec{"test": {DefaultFence: outbox.FenceCommit}}
@@ -123,10 +144,14 @@ var testKinds = map[string]outbox.KindSpec{"test": {DefaultFence: outbox.FenceCo
 func setup(t *testing.T, o opts) *env {
 	t.Helper()
 	dest := &destination{effects: map[string]int{}, lookup: o.lookup, dedups: o.dedups}
+	var logger *slog.Logger
+	if o.logs != nil {
+		logger = slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors:   []adapters.Executor{testExec{dest}},
 		Kinds:       testKinds,
-		Runtime:     executor.Config{MaxAttempts: 3, Unknown: o.unknown, LookupSettle: o.settle},
+		Runtime:     executor.Config{MaxAttempts: 3, Unknown: o.unknown, LookupSettle: o.settle, Logger: logger},
 		LockTimeout: o.lockTimeout,
 	})
 	return &env{Env: e, dest: dest}
@@ -288,6 +313,94 @@ func TestPlainErrorIsUnknown(t *testing.T) {
 		t.Parallel()
 		e := setup(t, opts{lookup: true})
 		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"plain"}`), "k")
+	})
+}
+
+// An adapter's result that is not a JSON object, after the effect
+// happened, is recorded at once as the adapter reported the effect
+// (succeeded), the result replaced by an object saying what it was and
+// last_error naming the adapter bug. It was refused when recorded, so the
+// intent stayed relayed with effect none until the key's lock expired and
+// was then held as "abandoned".
+func TestBadResultRecordedAsReported(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ mode, invalid string }{
+		{"bad-result", "not json"},
+		{"array-result", "[1,2]"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			var logs toolbin.SyncBuffer
+			e := setup(t, opts{logs: &logs})
+			rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"`+tc.mode+`"}`), outbox.StatusSucceeded, "k", 1)
+			if out := logs.String(); !strings.Contains(out, `level=ERROR msg="adapters: adapter bug: Execute returned a result that is not a JSON object`) {
+				t.Fatalf("no ERROR naming the adapter bug in the log:\n%s", out)
+			}
+			var res map[string]any
+			if err := json.Unmarshal(rec.Result, &res); err != nil || res["invalid_result"] != tc.invalid {
+				t.Fatalf("result = %s; want an object with invalid_result %q", rec.Result, tc.invalid)
+			}
+			if rec.Effect != outbox.EffectDone || rec.LastError == nil || !strings.Contains(*rec.LastError, "adapter bug: Execute returned a result that is not a JSON object") {
+				t.Fatalf("record = %+v; want effect done, last_error naming the adapter bug", rec)
+			}
+			if k := e.Key(t, "test", "k"); k.State != idempotency.StateCompleted || k.Status != outbox.StatusSucceeded {
+				t.Fatalf("key = %+v; want completed succeeded", k)
+			}
+		})
+	}
+}
+
+// An Outcome whose Status Execute may not return (failed, with no error)
+// is an unknown outcome, never a failure: the key was begun, the effect
+// may have happened (here it did). Without a lookup it is held unknown,
+// effect possible, last_error naming the adapter bug; with one it is
+// looked up and found. It was recorded failed, effect none.
+func TestFailedStatusWithoutErrorIsUnknown(t *testing.T) {
+	t.Parallel()
+	t.Run("no lookup: held", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, opts{})
+		rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"failed-status"}`), outbox.StatusUnknown, "k", 1)
+		if rec.Effect != outbox.EffectPossible || rec.LastError == nil || !strings.Contains(*rec.LastError, `adapter bug: Execute returned status "failed" and no error`) {
+			t.Fatalf("record = %+v; want effect possible, last_error naming the adapter bug", rec)
+		}
+		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
+			t.Fatalf("key state %s, want held", k.State)
+		}
+	})
+	t.Run("lookup: recovered", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, opts{lookup: true})
+		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"failed-status"}`), "k")
+	})
+}
+
+// A panic in an adapter's Execute is recovered by the runtime and taken
+// as an unknown outcome (the key was begun): held, last_error "adapter
+// panicked: <value>", without a lookup; looked up and found with one. The
+// runtime goes on: the next intent executes. It killed the process.
+func TestExecutePanicIsUnknown(t *testing.T) {
+	t.Parallel()
+	t.Run("no lookup: held", func(t *testing.T) {
+		t.Parallel()
+		var logs toolbin.SyncBuffer
+		e := setup(t, opts{logs: &logs})
+		rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"panic"}`), outbox.StatusUnknown, "k", 1)
+		if out := logs.String(); !strings.Contains(out, `level=ERROR msg="adapters: the executor's Execute panicked`) || !strings.Contains(out, "stack=") {
+			t.Fatalf("no ERROR with the panic's stack in the log:\n%s", out)
+		}
+		if rec.Effect != outbox.EffectPossible || rec.LastError == nil || *rec.LastError != "adapter panicked: adapter bug" {
+			t.Fatalf("record = %+v; want effect possible, last_error \"adapter panicked: adapter bug\"", rec)
+		}
+		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
+			t.Fatalf("key state %s, want held", k.State)
+		}
+		e.wantEnd(t, e.enqueue(t, "op2", "k2", `{"mode":"ok"}`), outbox.StatusSucceeded, "k2", 1)
+	})
+	t.Run("lookup: recovered", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, opts{lookup: true})
+		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"panic"}`), "k")
 	})
 }
 
