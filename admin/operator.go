@@ -175,11 +175,7 @@ var ErrResourceNotFound = operator.ErrResourceNotFound
 
 // reader returns an Operator whose reads run on q.
 func reader(q Querier, schema string) (*operator.Operator, error) {
-	op, err := operator.New(nil, schema)
-	if err != nil {
-		return nil, err
-	}
-	return op.ReadingFrom(q), nil
+	return operator.NewReader(q, schema)
 }
 
 // ListIntents returns a page of intents matching f, newest first.

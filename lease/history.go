@@ -230,8 +230,8 @@ func (i *Issuer) recordGrant(ctx context.Context, tx pgx.Tx, g *Grant) error {
 // them (limit 0: DefaultHistoryLimit). An unknown resource has no grants.
 // It only reads, so it also works against a standby (which may lag).
 func (i *Issuer) History(ctx context.Context, resource string, limit int) ([]Grant, error) {
-	if i.schemaErr != nil {
-		return nil, i.schemaErr
+	if err := i.usable(); err != nil {
+		return nil, err
 	}
 	if err := ValidateResource(resource); err != nil {
 		return nil, err

@@ -124,6 +124,9 @@ type Keeper struct {
 // previous epoch are fenced out from then on). The Keeper extends the lease
 // with Renew, which keeps the epoch.
 func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperConfig) (*Keeper, error) {
+	if err := i.usable(); err != nil {
+		return nil, err
+	}
 	cfg, hist, err := cfg.prepare()
 	if err != nil {
 		return nil, err
@@ -141,6 +144,9 @@ func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperCo
 // reading; it does when it comes from time.Now). With ctx already done it
 // starts nothing and returns ctx's error (so does Hold).
 func (i *Issuer) Keep(ctx context.Context, l Lease, grantedAt time.Time, cfg KeeperConfig) (*Keeper, error) {
+	if err := i.usable(); err != nil {
+		return nil, err
+	}
 	cfg, hist, err := cfg.prepare()
 	if err != nil {
 		return nil, err
@@ -191,8 +197,27 @@ func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg Keep
 // Context is cancelled, with cause ErrLeaseLost (wrapped), as soon as the
 // lease can no longer be trusted; when the Keeper is stopped (the cause
 // then matches context.Canceled); or when the context given to Hold or Keep
-// ends (with its cause).
-func (k *Keeper) Context() context.Context { return k.ctx }
+// ends (with its cause). A Keeper that Hold or Keep did not make (a zero
+// Keeper{}) trusts no lease: its Context is done, its cause the
+// *fenceerr.InvalidError that Err returns.
+func (k *Keeper) Context() context.Context {
+	if k.ctx == nil {
+		return unstartedKeeper
+	}
+	return k.ctx
+}
+
+// errUnstartedKeeper is the cause of a Keeper's context when Hold or Keep
+// did not make it: it keeps no lease, so it must never look live.
+var errUnstartedKeeper = &InvalidError{Field: "keeper", Message: "keeps no lease: a Keeper is made by Issuer.Hold or Issuer.Keep"}
+
+// unstartedKeeper is the Context of a Keeper that Hold or Keep did not
+// make: done, with errUnstartedKeeper as its cause.
+var unstartedKeeper = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errUnstartedKeeper)
+	return ctx
+}()
 
 // Lease returns the lease as last renewed.
 func (k *Keeper) Lease() Lease {
@@ -207,8 +232,9 @@ func (k *Keeper) Epoch() int64 { return k.Lease().Epoch }
 // Err returns why the Keeper's context ended (its context.Cause), or nil
 // while it is live: an error wrapping ErrLeaseLost for a lost lease, one
 // matching context.Canceled after Stop, the parent's cause when the parent
-// ended first.
-func (k *Keeper) Err() error { return context.Cause(k.ctx) }
+// ended first. A Keeper that Hold or Keep did not make (a zero Keeper{})
+// returns a *fenceerr.InvalidError naming keeper: it keeps no lease.
+func (k *Keeper) Err() error { return context.Cause(k.Context()) }
 
 // Stop stops renewing, cancels the context and waits until the Keeper's
 // goroutines, a renewal in flight included, have exited. It does not

@@ -178,7 +178,9 @@ type Issuer struct {
 }
 
 // NewIssuer returns an issuer over pool, which must point at the primary
-// (see RequirePrimary).
+// (see RequirePrimary). A nil pool (and an Issuer that NewIssuer did not
+// make, such as a zero Issuer{}) grants nothing: every call returns a
+// *fenceerr.InvalidError naming pool.
 func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
 	o := options{lockTimeout: DefaultLockTimeout, failoverJump: DefaultFailoverEpochJump}
 	for _, opt := range opts {
@@ -190,6 +192,16 @@ func NewIssuer(pool *pgxpool.Pool, opts ...Option) *Issuer {
 		i.schemaErr = &InvalidError{Field: "schema", Message: strings.TrimPrefix(i.schemaErr.Error(), "schema: ")}
 	}
 	return i
+}
+
+// usable is the refusal every call of an issuer that cannot run returns
+// first: no pool (NewIssuer(nil), a zero or nil Issuer, which has no
+// metrics either), or a bad schema (WithSchema). Nil when it can run.
+func (i *Issuer) usable() error {
+	if i == nil || i.pool == nil {
+		return &InvalidError{Field: "pool", Message: "must not be nil (an Issuer is made by NewIssuer with a pool)"}
+	}
+	return i.schemaErr
 }
 
 // ValidateResource checks a resource id: not empty, at most
@@ -354,7 +366,7 @@ func (i *Issuer) lockResource(ctx context.Context, tx pgx.Tx, resource string, j
 // returns an *InvalidError naming "epoch" (its epochs are exhausted); a
 // control row locked past the lock timeout returns a *BusyError.
 func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.Duration) (Lease, error) {
-	if err := firstErr(i.schemaErr, ValidateResource(resource), validateHolder(holder), validateTTL(ttl)); err != nil {
+	if err := firstErr(i.usable(), ValidateResource(resource), validateHolder(holder), validateTTL(ttl)); err != nil {
 		return Lease{}, err
 	}
 	var l Lease
@@ -410,7 +422,7 @@ func (i *Issuer) Acquire(ctx context.Context, resource, holder string, ttl time.
 // renewed. Otherwise it returns a *StaleEpochError. Renew waits for the
 // control-row lock at most the issuer's lock timeout (then *BusyError).
 func (i *Issuer) Renew(ctx context.Context, resource, holder string, epoch int64, ttl time.Duration) (Lease, error) {
-	if err := firstErr(i.schemaErr, ValidateResource(resource), validateHolder(holder), validateEpoch(epoch), validateTTL(ttl)); err != nil {
+	if err := firstErr(i.usable(), ValidateResource(resource), validateHolder(holder), validateEpoch(epoch), validateTTL(ttl)); err != nil {
 		return Lease{}, err
 	}
 	l := Lease{Resource: resource, Holder: holder, Epoch: epoch}
@@ -475,7 +487,7 @@ func (i *Issuer) staleError(ctx context.Context, resource, holder string, epoch 
 // Acquire gets epoch+1. Releasing an already released lease of the current
 // epoch succeeds. Otherwise it returns a *StaleEpochError.
 func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int64) error {
-	if err := firstErr(i.schemaErr, ValidateResource(resource), validateHolder(holder), validateEpoch(epoch)); err != nil {
+	if err := firstErr(i.usable(), ValidateResource(resource), validateHolder(holder), validateEpoch(epoch)); err != nil {
 		return err
 	}
 	var released int64
@@ -504,7 +516,7 @@ func (i *Issuer) Release(ctx context.Context, resource, holder string, epoch int
 // MaxEpoch an *InvalidError naming "epoch". The resource is created on first
 // use.
 func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Resource, error) {
-	if err := firstErr(i.schemaErr, ValidateResource(resource), validateEpoch(epoch)); err != nil {
+	if err := firstErr(i.usable(), ValidateResource(resource), validateEpoch(epoch)); err != nil {
 		return Resource{}, err
 	}
 	var r Resource
@@ -545,7 +557,7 @@ func (i *Issuer) Advance(ctx context.Context, resource string, epoch int64) (Res
 
 // Get returns the resource's control row.
 func (i *Issuer) Get(ctx context.Context, resource string) (Resource, error) {
-	if err := firstErr(i.schemaErr, ValidateResource(resource)); err != nil {
+	if err := firstErr(i.usable(), ValidateResource(resource)); err != nil {
 		return Resource{}, err
 	}
 	r := Resource{Resource: resource}

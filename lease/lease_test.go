@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 )
@@ -277,4 +278,41 @@ func TestKeeperDeadlineWithoutRenewals(t *testing.T) {
 	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("cause = %v; want ErrLeaseLost", err)
 	}
+}
+
+// An issuer without a pool — NewIssuer(nil), a zero Issuer{}, a nil
+// *Issuer — grants nothing: every call is refused, naming pool, where it
+// panicked on a nil pointer. A Keeper that Hold or Keep did not make
+// keeps no lease: Err names keeper and its Context is done, where Err
+// panicked.
+func TestWithoutPoolRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := lease.KeeperConfig{TTL: time.Minute}
+	for name, iss := range map[string]*lease.Issuer{"NewIssuer(nil)": lease.NewIssuer(nil), "Issuer{}": {}, "nil": nil} {
+		calls := map[string]func() error{
+			"Acquire": func() error { _, err := iss.Acquire(ctx, "r", "A", time.Minute); return err },
+			"Renew":   func() error { _, err := iss.Renew(ctx, "r", "A", 1, time.Minute); return err },
+			"Release": func() error { return iss.Release(ctx, "r", "A", 1) },
+			"Advance": func() error { _, err := iss.Advance(ctx, "r", 2); return err },
+			"Get":     func() error { _, err := iss.Get(ctx, "r"); return err },
+			"History": func() error { _, err := iss.History(ctx, "r", 0); return err },
+			"Hold":    func() error { _, err := iss.Hold(ctx, "r", "A", cfg); return err },
+			"Keep": func() error {
+				_, err := iss.Keep(ctx, lease.Lease{Resource: "r", Holder: "A", Epoch: 1}, time.Now(), cfg)
+				return err
+			},
+		}
+		for call, f := range calls {
+			t.Run(name+"."+call, func(t *testing.T) {
+				coretest.Refused(t, map[string]func() error{"pool": f})
+			})
+		}
+	}
+	var k lease.Keeper
+	coretest.Refused(t, map[string]func() error{"keeper": k.Err})
+	if k.Context().Err() == nil || !errors.Is(context.Cause(k.Context()), k.Err()) {
+		t.Fatalf("a zero Keeper's Context is live (%v, cause %v)", k.Context().Err(), context.Cause(k.Context()))
+	}
+	k.Stop()
 }

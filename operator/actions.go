@@ -216,6 +216,9 @@ type ActionResult struct {
 // effect is possible, for a cancel or a retry without Force: Effect), and
 // a *fenceerr.InvalidError for bad requests.
 func (o *Operator) Apply(ctx context.Context, req ActionRequest) (ActionResult, error) {
+	if err := o.actor(); err != nil {
+		return ActionResult{}, err
+	}
 	if err := req.validate(); err != nil {
 		return ActionResult{}, err
 	}

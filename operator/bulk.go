@@ -162,6 +162,9 @@ func parseWhen(raw string, now time.Time) (time.Time, error) {
 // (retry without Force, cancel).
 func (o *Operator) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error) {
 	res := BulkResult{Action: req.Action, DryRun: req.DryRun, Skipped: map[string]int{}}
+	if err := o.actor(); err != nil {
+		return res, err
+	}
 	w, err := req.where(time.Now())
 	if err != nil {
 		return res, err

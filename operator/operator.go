@@ -33,14 +33,52 @@ type Operator struct {
 
 // New returns an Operator over pool, which must point at the primary (the
 // actions write), for the tables in schema ("" is the default schema). A
-// schema that is not a valid name is a *fenceerr.InvalidError naming the
-// field schema.
+// nil pool, or a schema that is not a valid name, is a
+// *fenceerr.InvalidError naming it (pool, schema). An Operator that only
+// reads, on a transaction of the caller's, is NewReader's.
 func New(pool *pgxpool.Pool, schema string) (*Operator, error) {
-	sch, err := pgschema.Parse(schema)
+	if pool == nil {
+		return nil, inputErr("pool", "must not be nil (an Operator that only reads, on a transaction of yours, is NewReader's)")
+	}
+	sch, err := parseSchema(schema)
 	if err != nil {
-		return nil, inputErr("schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
+		return nil, err
 	}
 	return &Operator{pool: pool, sch: sch, q: pool, issuer: lease.NewIssuer(pool, lease.WithSchema(schema))}, nil
+}
+
+// NewReader returns an Operator whose reads (List, Get, History,
+// Resource, …) run on q, a pool or a transaction, for the tables in
+// schema, and that has no pool to act with: its Apply, Bulk and Epochs
+// return a *fenceerr.InvalidError naming pool. A nil q, or a schema that
+// is not a valid name, is a *fenceerr.InvalidError naming it (q, schema).
+func NewReader(q Querier, schema string) (*Operator, error) {
+	if q == nil {
+		return nil, inputErr("q", "must not be nil")
+	}
+	sch, err := parseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Operator{sch: sch, q: q, issuer: lease.NewIssuer(nil, lease.WithSchema(schema))}, nil
+}
+
+// parseSchema checks schema, naming the field schema.
+func parseSchema(schema string) (pgschema.Schema, error) {
+	sch, err := pgschema.Parse(schema)
+	if err != nil {
+		return sch, inputErr("schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
+	}
+	return sch, nil
+}
+
+// actor is the refusal of an action by an Operator without a pool
+// (NewReader's): nil when it has one.
+func (o *Operator) actor() error {
+	if o.pool == nil {
+		return inputErr("pool", "this Operator has none: it only reads (NewReader); make one with New to act")
+	}
+	return nil
 }
 
 // ReadingFrom returns an Operator whose reads (List, Get, History,

@@ -90,13 +90,52 @@ func (e *env) key(id int64) *idempotency.Key {
 	return coretest.Key(e.t, e.ob, e.store, id)
 }
 
-// New refuses a schema that is not a schema's name, naming the field.
+// New and NewReader refuse a schema that is not a schema's name, naming
+// the field.
 func TestNewRefusesBadSchema(t *testing.T) {
+	pool := testdb.New(t)
 	for _, schema := range []string{"Bad-Schema", "pg_catalog", `a"b`} {
-		op, err := New(nil, schema)
+		op, err := New(pool, schema)
 		var ie *fenceerr.InvalidError
 		if op != nil || !errors.As(err, &ie) || ie.Field != "schema" {
 			t.Errorf("New(%q) = %v, %v; want an invalid-input error naming schema", schema, op, err)
 		}
+		if op, err := NewReader(pool, schema); op != nil || !errors.As(err, &ie) || ie.Field != "schema" {
+			t.Errorf("NewReader(%q) = %v, %v; want an invalid-input error naming schema", schema, op, err)
+		}
+	}
+}
+
+// New refuses a nil pool, naming it: it made an Operator that panicked at
+// its first call. An Operator that only reads (NewReader) reads, and
+// refuses to act, naming pool.
+func TestNilPoolRefused(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	id := e.seed("op", outbox.StatusFailed, "boom")
+	r, err := NewReader(e.pool, testdb.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := r.Get(ctx, id); err != nil || d.Status != outbox.StatusFailed {
+		t.Fatalf("a reader's Get = %+v, %v", d, err)
+	}
+	for name, call := range map[string]func() error{
+		"New(nil)": func() error { _, err := New(nil, ""); return err },
+		"Apply": func() error {
+			_, err := r.Apply(ctx, ActionRequest{IntentID: id, Action: ActionRetry, Actor: "t"})
+			return err
+		},
+		"Bulk": func() error {
+			_, err := r.Bulk(ctx, BulkRequest{Action: ActionRetry, Status: outbox.StatusFailed, Actor: "t"})
+			return err
+		},
+		"Epochs": func() error { _, err := r.Epochs(ctx, "r", 0); return err },
+	} {
+		t.Run(name, func(t *testing.T) { coretest.Refused(t, map[string]func() error{"pool": call}) })
+	}
+	coretest.Refused(t, map[string]func() error{"q": func() error { _, err := NewReader(nil, ""); return err }})
+	if d, _ := e.op.Get(ctx, id); d.Status != outbox.StatusFailed {
+		t.Fatalf("the refused actions changed the intent: %+v", d)
 	}
 }

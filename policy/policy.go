@@ -399,8 +399,12 @@ type Applied struct {
 
 // Apply replaces the rule set of schema with d, in one transaction, and
 // records d in the history, applied by the database role it runs as
-// (session_user). It returns the new version.
+// (session_user). It returns the new version. A nil pool is a
+// *fenceerr.InvalidError naming pool.
 func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (int64, error) {
+	if pool == nil {
+		return 0, nilPool()
+	}
 	s, err := pgschema.Parse(schema)
 	if err != nil {
 		return 0, err
@@ -456,6 +460,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (
 	return version, nil
 }
 
+// nilPool is the refusal of a nil pool.
+func nilPool() error { return fenceerr.Invalid("pool", "must not be nil") }
+
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -464,8 +471,12 @@ func nonNil(s []string) []string {
 }
 
 // Current returns the rule set in force in schema: the last document
-// applied. ok is false when none was ever applied.
+// applied. ok is false when none was ever applied. A nil pool is a
+// *fenceerr.InvalidError naming pool.
 func Current(ctx context.Context, pool *pgxpool.Pool, schema string) (a Applied, ok bool, err error) {
+	if pool == nil {
+		return Applied{}, false, nilPool()
+	}
 	s, err := pgschema.Parse(schema)
 	if err != nil {
 		return Applied{}, false, err

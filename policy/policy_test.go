@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/outbox"
@@ -571,4 +572,17 @@ func TestSQLWorkerCannotSteerTheEpochAuthority(t *testing.T) {
 		t.Fatalf("only %d checks ran", checks)
 	}
 	t.Logf("%d checks of what a worker's session can steer", checks)
+}
+
+// Apply and Current refuse a nil pool, naming it (Apply panicked on a nil
+// pointer).
+func TestNilPoolRefused(t *testing.T) {
+	t.Parallel()
+	d, err := policy.Parse([]byte(`{"principals":[{"name":"reports","role":"worker","resources":["reports/*"],"kinds":["email"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	coretest.Refused(t, map[string]func() error{"pool": func() error { _, err := policy.Apply(ctx, nil, testdb.Schema(), d); return err }})
+	coretest.Refused(t, map[string]func() error{"pool": func() error { _, _, err := policy.Current(ctx, nil, testdb.Schema()); return err }})
 }
