@@ -45,8 +45,14 @@ func TestSchemaFlag(t *testing.T) {
 func TestMigrateMoveFromPublic(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewEmptyURL(t)
+	// Nothing migrated anywhere: run names schema, as every command does
+	// (docs/cli.md; it named database_url).
+	r := gwEnv(t, []string{"GATEWAY_SCHEMA=app_fencegate"}, db, "run", "--adapters", "", "--nats-url", "nats://127.0.0.1:1", "--allow-fsync-off")
+	if r.code != 2 || errorField(r) != "schema" || !strings.Contains(r.stdout, "not migrated") {
+		t.Fatalf("run in a database never migrated: exit %d %s; want exit 2 naming schema", r.code, r.stdout)
+	}
 	// The old install: everything in public.
-	r := gw(t, db, "migrate", "--schema", "public")
+	r = gw(t, db, "migrate", "--schema", "public")
 	expectCode(t, r, 0, "")
 	if r.obj["schema"] != "public" {
 		t.Fatalf("migrate --schema public: %s", r.stdout)

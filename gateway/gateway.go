@@ -50,7 +50,8 @@ import (
 // New checks cfg and returns a Gateway to Start, on pool (required; not
 // closed by Stop) and nc (nil: Start dials cfg.NATSURL and Stop closes the
 // connection; a given nc is not closed). It connects to nothing. A bad
-// Config is a *fenceerr.InvalidError naming the field's path (Validate).
+// Config, or no pool (pool nil and Config.Pool nil), is a
+// *fenceerr.InvalidError naming the field's path (Validate; Pool).
 func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	if pool != nil {
 		cfg.Pool = pool
@@ -59,7 +60,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		cfg.NC = nc
 	}
 	if cfg.Pool == nil {
-		return nil, errors.New("gateway: no pool")
+		return nil, invalid("Pool", "is required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -220,7 +221,13 @@ func (s *Gateway) resolveNamespace(ctx context.Context, cfg Config, log *slog.Lo
 		if _, ierr := migrations.Installed(ctx, cfg.Pool, cfg.Schema); ierr != nil {
 			return invalid("Schema", "%s", ierr)
 		}
-		return invalid("Pool", "%s", err)
+		// The schema is what is wrong (not migrated, or not the one
+		// fencegate was migrated into), not the pool.
+		var nm *deployment.NotMigratedError
+		if errors.As(err, &nm) {
+			return invalid("Schema", "%q is not migrated in this database (it has no namespace yet): run gateway migrate --schema %s, or name the schema fencegate was migrated into", nm.Schema, nm.Schema)
+		}
+		return invalid("Schema", "%s", err)
 	}
 	if err != nil {
 		return err

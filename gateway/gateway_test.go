@@ -204,8 +204,19 @@ func TestNewStartOnce(t *testing.T) {
 			t.Errorf("%s: New = %v, want bad input naming Adapters[i]", name, err)
 		}
 	}
-	if _, err := New(nil, nil, Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}}); err == nil {
-		t.Fatal("New accepted no pool")
+	// No pool: bad input naming Pool (it was a plain error), by New and
+	// Start.
+	if _, err := New(nil, nil, Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}}); !isInvalid(err, "Pool") {
+		t.Fatalf("New with no pool = %v, want an InvalidError naming Pool", err)
+	}
+	if _, err := Start(context.Background(), Config{Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}}); !isInvalid(err, "Pool") {
+		t.Fatalf("Start with no pool = %v, want an InvalidError naming Pool", err)
+	}
+	// A schema fencegate was never migrated into: the Schema is what is
+	// wrong, not the Pool (it named Pool).
+	if _, err := Start(context.Background(), Config{Pool: pool, Schema: "nosuchschema", Dispatcher: &dispatcher.Config{}}); !isInvalid(err, "Schema") ||
+		!strings.Contains(err.Error(), `"nosuchschema" is not migrated`) {
+		t.Fatalf("Start with an unmigrated Schema = %v, want an InvalidError naming Schema", err)
 	}
 	nc, err := nats.Connect(srv.URL)
 	if err != nil {
@@ -286,4 +297,10 @@ func TestAdapterProbeAndIntakeOnlyKind(t *testing.T) {
 	if !slices.Contains(g.Outbox().Kinds(), "notify") || !slices.Contains(g.Outbox().Kinds(), file.Kind) {
 		t.Fatalf("the intake's kinds %v lack notify or the built-in ones", g.Outbox().Kinds())
 	}
+}
+
+// isInvalid reports whether err is a *fenceerr.InvalidError naming field.
+func isInvalid(err error, field string) bool {
+	var inv *fenceerr.InvalidError
+	return errors.As(err, &inv) && inv.Field == field
 }

@@ -59,18 +59,22 @@ func (c KeeperConfig) WithDefaults() KeeperConfig {
 	return c
 }
 
+// validate checks c, defaults applied. An error is a *fenceerr.InvalidError
+// naming the Go field (TTL, RenewEvery, Margin, PauseLogFraction), each
+// judged by its own rule: Margin before RenewEvery, whose bound depends on
+// it, so that a bad Margin is reported as Margin.
 func (c KeeperConfig) validate() error {
-	if err := validateTTL(c.TTL); err != nil {
-		return err
-	}
-	if c.RenewEvery <= 0 || c.RenewEvery >= c.TTL-c.Margin {
-		return &InvalidError{Field: "renew_every", Message: fmt.Sprintf("must be positive and below ttl-margin (%s), got %s", c.TTL-c.Margin, c.RenewEvery)}
+	if c.TTL < MinTTL || c.TTL > MaxTTL {
+		return &InvalidError{Field: "TTL", Message: fmt.Sprintf("must be between %s and %s, got %s", MinTTL, MaxTTL, c.TTL)}
 	}
 	if c.Margin < 0 || c.Margin >= c.TTL {
-		return &InvalidError{Field: "margin", Message: "must be at least 0 and below the ttl"}
+		return &InvalidError{Field: "Margin", Message: fmt.Sprintf("must be at least 0 and below TTL (%s), got %s", c.TTL, c.Margin)}
+	}
+	if c.RenewEvery <= 0 || c.RenewEvery >= c.TTL-c.Margin {
+		return &InvalidError{Field: "RenewEvery", Message: fmt.Sprintf("must be positive and below TTL-Margin (%s), got %s", c.TTL-c.Margin, c.RenewEvery)}
 	}
 	if c.PauseLogFraction < 0 {
-		return &InvalidError{Field: "pause_log_fraction", Message: fmt.Sprintf("must be positive, got %g", c.PauseLogFraction)}
+		return &InvalidError{Field: "PauseLogFraction", Message: fmt.Sprintf("must be positive, got %g", c.PauseLogFraction)}
 	}
 	return nil
 }

@@ -316,3 +316,34 @@ func TestWithoutPoolRefused(t *testing.T) {
 	}
 	k.Stop()
 }
+
+// A bad KeeperConfig is refused by Hold (before it grants an epoch) and
+// Keep naming the Go field — TTL, Margin, RenewEvery, PauseLogFraction —
+// and a bad Margin as Margin (it named "ttl", "renew_every", "margin", and
+// a Margin longer than the TTL as renew_every).
+func TestKeeperConfigNamesTheField(t *testing.T) {
+	t.Parallel()
+	iss, _ := setup(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		field string
+		cfg   lease.KeeperConfig
+	}{
+		{"TTL", lease.KeeperConfig{}},
+		{"TTL", lease.KeeperConfig{TTL: 48 * time.Hour}},
+		{"Margin", lease.KeeperConfig{TTL: time.Second, Margin: 2 * time.Second}},
+		{"Margin", lease.KeeperConfig{TTL: time.Second, Margin: -time.Millisecond}},
+		{"RenewEvery", lease.KeeperConfig{TTL: time.Second, RenewEvery: time.Second}},
+		{"RenewEvery", lease.KeeperConfig{TTL: time.Second, RenewEvery: -time.Millisecond}},
+		{"PauseLogFraction", lease.KeeperConfig{TTL: time.Second, PauseLogFraction: -1}},
+	} {
+		coretest.Refused(t, map[string]func() error{c.field: func() error { _, err := iss.Hold(ctx, "kc", "A", c.cfg); return err }})
+		coretest.Refused(t, map[string]func() error{c.field: func() error {
+			_, err := iss.Keep(ctx, lease.Lease{Resource: "kc", Holder: "A", Epoch: 1, ExpiresAt: time.Now().Add(time.Minute)}, time.Now(), c.cfg)
+			return err
+		}})
+	}
+	if r, err := iss.Get(ctx, "kc"); err != nil || r.Epoch != 0 {
+		t.Fatalf("resource after refused Holds = %+v, %v; want no epoch granted", r, err)
+	}
+}
