@@ -110,11 +110,18 @@ type Keeper struct {
 	lost context.CancelCauseFunc
 	wg   sync.WaitGroup
 
-	mu       sync.Mutex
-	lease    Lease
-	lastOK   time.Time // monotonic reading at the start of the last successful grant/renewal
-	pauses   PauseStats
-	lostOnce sync.Once
+	mu     sync.Mutex
+	lease  Lease
+	lastOK time.Time // monotonic reading at the start of the last successful grant/renewal
+	// capAt, until the first successful renewal, ends the trust sooner
+	// than lastOK+TTL-Margin: the lease given to Keep expires sooner than
+	// TTL after its grant (zero: no cap).
+	capAt time.Time
+	// firstRenew is when the first renewal is due: RenewEvery after the
+	// grant, or sooner with capAt. Set before the loop starts.
+	firstRenew time.Time
+	pauses     PauseStats
+	lostOnce   sync.Once
 
 	pauseHist prometheus.Histogram
 }
@@ -147,15 +154,53 @@ func (i *Issuer) Hold(ctx context.Context, resource, holder string, cfg KeeperCo
 // reading taken just before the Acquire call (it must carry a monotonic
 // reading; it does when it comes from time.Now). With ctx already done it
 // starts nothing and returns ctx's error (so does Hold).
+//
+// The lease is trusted until cfg.TTL-Margin after grantedAt, and never past
+// its own expiry: Keep reads, by PostgreSQL's clock (which set it), how
+// long l.ExpiresAt is away, and while that ends sooner — a lease granted
+// for less than cfg.TTL — the Keeper trusts it until then, less the
+// Margin, and renews it (for cfg.TTL) halfway there. A lease without its
+// resource, holder, epoch or expiry (a zero Lease) is a
+// *fenceerr.InvalidError naming the field; PostgreSQL unreachable, the
+// error.
 func (i *Issuer) Keep(ctx context.Context, l Lease, grantedAt time.Time, cfg KeeperConfig) (*Keeper, error) {
-	if err := i.usable(); err != nil {
+	if err := firstErr(i.usable(), ValidateResource(l.Resource), validateHolder(l.Holder), validateEpoch(l.Epoch)); err != nil {
 		return nil, err
+	}
+	if l.ExpiresAt.IsZero() {
+		return nil, &InvalidError{Field: "expires_at", Message: "must be set: the lease as Acquire returned it"}
 	}
 	cfg, hist, err := cfg.prepare()
 	if err != nil {
 		return nil, err
 	}
-	return i.keep(ctx, l, grantedAt, cfg, hist)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Before the query: PostgreSQL's now() comes later, so start plus what
+	// it says is left ends no later than the lease does.
+	start := time.Now()
+	var left int64 // microseconds, by PostgreSQL's clock
+	if err := i.pool.QueryRow(ctx, `SELECT (extract(epoch FROM $1::timestamptz - now()) * 1000000)::bigint`, l.ExpiresAt).Scan(&left); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, i.wrap(ctx, "keep: read the lease's time left", err)
+	}
+	return i.keepFor(ctx, l, grantedAt, cfg, hist, start, time.Duration(left)*time.Microsecond)
+}
+
+// keepFor is keep for a lease known to expire left after start (Keep):
+// when that is sooner than cfg.TTL after grantedAt, the Keeper trusts it
+// until start+left-Margin at most, and renews it halfway there, if its
+// own schedule (RenewEvery after grantedAt) comes later.
+func (i *Issuer) keepFor(parent context.Context, l Lease, grantedAt time.Time, cfg KeeperConfig, hist prometheus.Histogram, start time.Time, left time.Duration) (*Keeper, error) {
+	var capAt, renewAt time.Time
+	if start.Add(left).Before(grantedAt.Add(cfg.TTL)) {
+		capAt = start.Add(left - cfg.Margin)
+		renewAt = start.Add(max(left-cfg.Margin, 0) / 2)
+	}
+	return i.keepCapped(parent, l, grantedAt, cfg, hist, capAt, renewAt)
 }
 
 // prepare applies cfg's defaults, checks it and makes its pause histogram:
@@ -171,7 +216,18 @@ func (cfg KeeperConfig) prepare() (KeeperConfig, prometheus.Histogram, error) {
 }
 
 func (i *Issuer) keep(parent context.Context, l Lease, start time.Time, cfg KeeperConfig, hist prometheus.Histogram) (*Keeper, error) {
-	k := &Keeper{issuer: i, cfg: cfg, lease: l, lastOK: start, pauseHist: hist}
+	return i.keepCapped(parent, l, start, cfg, hist, time.Time{}, time.Time{})
+}
+
+// keepCapped starts a Keeper for l granted at start; capAt, when set, is
+// the end of its trust before its first renewal (the lease's own expiry
+// less the margin, Keep), and renewAt when that renewal is due at the
+// latest.
+func (i *Issuer) keepCapped(parent context.Context, l Lease, start time.Time, cfg KeeperConfig, hist prometheus.Histogram, capAt, renewAt time.Time) (*Keeper, error) {
+	k := &Keeper{issuer: i, cfg: cfg, lease: l, lastOK: start, pauseHist: hist, capAt: capAt, firstRenew: start.Add(cfg.RenewEvery)}
+	if !renewAt.IsZero() && renewAt.Before(k.firstRenew) {
+		k.firstRenew = renewAt
+	}
 	ctx, err := k.life.Start(parent, "lease: keeper")
 	if err != nil {
 		return nil, err // parent already done
@@ -252,7 +308,11 @@ func (k *Keeper) Stopped() <-chan struct{} { return k.life.Stopped() }
 func (k *Keeper) trustedUntil() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.lastOK.Add(k.cfg.TTL - k.cfg.Margin)
+	t := k.lastOK.Add(k.cfg.TTL - k.cfg.Margin)
+	if !k.capAt.IsZero() && k.capAt.Before(t) {
+		return k.capAt
+	}
+	return t
 }
 
 // lose cancels the context with ErrLeaseLost. Both the renew loop and the
@@ -275,7 +335,7 @@ func (k *Keeper) loop() {
 	// or Keep long after it) would get its first renewal after its
 	// deadline and lose a healthy lease. An overdue one starts at once.
 	k.mu.Lock()
-	first := time.Until(k.lastOK.Add(k.cfg.RenewEvery))
+	first := time.Until(k.firstRenew)
 	k.mu.Unlock()
 	renew := time.NewTimer(max(first, 0))
 	defer renew.Stop()
@@ -295,7 +355,7 @@ func (k *Keeper) loop() {
 				deadline.Reset(time.Until(k.trustedUntil()))
 				continue
 			}
-			k.lose(fmt.Errorf("no successful renewal within %s", k.cfg.TTL-k.cfg.Margin))
+			k.lose(k.deadlineError())
 			return
 		case <-renew.C:
 			if renewing {
@@ -314,7 +374,9 @@ func (k *Keeper) loop() {
 				nl, err := k.issuer.Renew(ctx, l.Resource, l.Holder, l.Epoch, k.cfg.TTL)
 				if err == nil {
 					k.mu.Lock()
-					k.lease, k.lastOK = nl, started
+					// Renewed for TTL from started: the lease's own
+					// shorter expiry no longer bounds the trust.
+					k.lease, k.lastOK, k.capAt = nl, started, time.Time{}
 					k.mu.Unlock()
 				}
 				results <- err
@@ -338,4 +400,15 @@ func (k *Keeper) loop() {
 			renew.Reset(next)
 		}
 	}
+}
+
+// deadlineError is the cause of a loss by the trust deadline.
+func (k *Keeper) deadlineError() error {
+	k.mu.Lock()
+	capped := !k.capAt.IsZero() && k.capAt.Before(k.lastOK.Add(k.cfg.TTL-k.cfg.Margin))
+	k.mu.Unlock()
+	if capped {
+		return fmt.Errorf("no successful renewal before the lease's own expiry (less the margin %s): it was granted for less than TTL %s", k.cfg.Margin, k.cfg.TTL)
+	}
+	return fmt.Errorf("no successful renewal within %s", k.cfg.TTL-k.cfg.Margin)
 }

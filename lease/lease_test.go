@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -346,4 +347,84 @@ func TestKeeperConfigNamesTheField(t *testing.T) {
 	if r, err := iss.Get(ctx, "kc"); err != nil || r.Epoch != 0 {
 		t.Fatalf("resource after refused Holds = %+v, %v; want no epoch granted", r, err)
 	}
+}
+
+// Keep never trusts a lease past its own expiry: given a KeeperConfig
+// whose TTL is longer than the time the lease has left, it trusts the
+// lease until that ends (by PostgreSQL's clock, less the Margin) and
+// renews it before then. A lease granted for 1 s and kept with TTL 1 h was
+// trusted for 54 min, long after the database had let it expire.
+func TestKeepTrustsNoLongerThanTheLease(t *testing.T) {
+	t.Parallel()
+	iss, pool := setup(t)
+	ctx := context.Background()
+
+	// 1 s left, a margin of 6 min (TTL/10): never trusted at all.
+	start := time.Now()
+	l, err := iss.Acquire(ctx, "short", "A", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := iss.Keep(ctx, l, start, lease.KeeperConfig{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	if err := keeperEnds(t, k, 5*time.Second, "a lease granted for 1 s, kept with TTL 1h"); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("cause = %v; want ErrLeaseLost", err)
+	}
+	if el := time.Since(start); el >= time.Second {
+		t.Fatalf("trusted for %s, past the lease's expiry (1 s)", el)
+	}
+
+	// 3 s left, a margin of 300 ms: trusted until 2.7 s at most, and
+	// renewed (for the TTL, 1 min) halfway there, long before RenewEvery
+	// (20 s) — kept, past the 3 s it was granted for.
+	cfg := lease.KeeperConfig{TTL: time.Minute, Margin: 300 * time.Millisecond, RenewEvery: 20 * time.Second, PauseTick: -1}
+	start = time.Now()
+	l, err = iss.Acquire(ctx, "renewed", "A", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := iss.Keep(ctx, l, start, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Stop()
+	select {
+	case <-k2.Context().Done():
+		t.Fatalf("lost a lease it could renew: %v", k2.Err())
+	case <-time.After(4 * time.Second):
+	}
+	if r, err := iss.Get(ctx, "renewed"); err != nil || !r.LeaseLive || r.Epoch != l.Epoch {
+		t.Fatalf("resource after 4 s = %+v, %v; want the lease live, renewed", r, err)
+	}
+
+	// The same, with renewals blocked: distrusted before the 3 s end.
+	start = time.Now()
+	l, err = iss.Acquire(ctx, "blocked", "A", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockControlRow(t, pool, "blocked")
+	k3, err := iss.Keep(ctx, l, start, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k3.Stop()
+	if err := keeperEnds(t, k3, 10*time.Second, "renewals blocked"); !errors.Is(err, lease.ErrLeaseLost) || !strings.Contains(err.Error(), "the lease's own expiry") {
+		t.Fatalf("cause = %v; want ErrLeaseLost by the lease's own expiry", err)
+	}
+	if el := time.Since(start); el >= 3*time.Second {
+		t.Fatalf("trusted for %s with renewals blocked, past the lease's expiry (3 s)", el)
+	}
+
+	// A Lease that is not one (a zero Lease) is refused, naming the field.
+	coretest.Refused(t, map[string]func() error{
+		"resource": func() error { _, err := iss.Keep(ctx, lease.Lease{}, time.Now(), cfg); return err },
+		"expires_at": func() error {
+			_, err := iss.Keep(ctx, lease.Lease{Resource: "r", Holder: "A", Epoch: 1}, time.Now(), cfg)
+			return err
+		},
+	})
 }
