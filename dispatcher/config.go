@@ -83,9 +83,9 @@ type Config struct {
 	// StreamReplicas is the stream's replica count. Default: 1 (production
 	// clusters use 3).
 	StreamReplicas int
-	// DuplicateWindow is the stream's duplicate-detection window. Keep it
-	// longer than ClaimTTL, so a message published again after an expired
-	// claim is still recognised. Default: 2m.
+	// DuplicateWindow is the stream's duplicate-detection window. Longer
+	// than ClaimTTL (a shorter one is refused), so a message published
+	// again after an expired claim is still recognised. Default: 2m.
 	DuplicateWindow time.Duration
 	// BacklogInterval is how often the pending-backlog gauge is refreshed.
 	// Default: 5s.
@@ -174,6 +174,11 @@ func (c Config) validate() error {
 		return invalidConfig("StreamReplicas", "must be 1 to 5, got %d", c.StreamReplicas)
 	case c.DuplicateWindow < time.Second:
 		return invalidConfig("DuplicateWindow", "must be at least 1s, got %s", c.DuplicateWindow)
+	case c.DuplicateWindow <= c.ClaimTTL:
+		// A message published again after an expired claim (the hung
+		// holder still publishing, another dispatcher relaying the same
+		// intent) must still be recognised as the duplicate it is.
+		return invalidConfig("DuplicateWindow", "(%s) must be longer than ClaimTTL (%s), so that a message published again after an expired claim is recognised as a duplicate", c.DuplicateWindow, c.ClaimTTL)
 	case len(c.ID) > 200:
 		return invalidConfig("ID", "is longer than 200 bytes")
 	}

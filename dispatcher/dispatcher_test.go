@@ -404,6 +404,33 @@ func TestPublishFailureReturnsClaims(t *testing.T) {
 	}
 }
 
+// DuplicateWindow must be longer than ClaimTTL (its doc said to keep it so;
+// Validate accepted 1s against the 30s default): refused naming
+// DuplicateWindow. The defaults, and either default with the other set
+// within bounds, are valid.
+func TestDuplicateWindowLongerThanClaimTTL(t *testing.T) {
+	t.Parallel()
+	coretest.Refused(t, map[string]func() error{
+		"DuplicateWindow": dispatcher.Config{DuplicateWindow: time.Second}.Validate,
+	})
+	coretest.Refused(t, map[string]func() error{
+		"DuplicateWindow": dispatcher.Config{ClaimTTL: time.Minute, DuplicateWindow: time.Minute}.Validate,
+	})
+	coretest.Refused(t, map[string]func() error{
+		"DuplicateWindow": dispatcher.Config{ClaimTTL: 5 * time.Minute}.Validate,
+	})
+	for _, c := range []dispatcher.Config{
+		{},
+		{ClaimTTL: 15 * time.Second},
+		{DuplicateWindow: 31 * time.Second},
+		{ClaimTTL: 5 * time.Minute, DuplicateWindow: 10 * time.Minute},
+	} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
+
 // A missing pool or NATS connection is bad input naming the argument, like
 // a bad Config field.
 func TestNewRequiresPoolAndConn(t *testing.T) {
