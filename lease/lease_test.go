@@ -406,7 +406,7 @@ func TestKeepTrustsNoLongerThanTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockControlRow(t, pool, "blocked")
+	testdb.LockControlRow(t, pool, "blocked")
 	k3, err := iss.Keep(ctx, l, start, cfg)
 	if err != nil {
 		t.Fatal(err)
