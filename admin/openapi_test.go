@@ -631,6 +631,11 @@ func TestOpenAPIWalk(t *testing.T) {
 	s := newServer(t, pool, walkTokens, func(c *Config) {
 		c.NATSReady = natsReady
 		c.Issuer = lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.WithLockTimeout(200*time.Millisecond))
+		ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), LockTimeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Outbox = ob
 	})
 	main := serveURL(t, s)
 	e := &env{t: t, pool: pool, srv: s, issuer: s.cfg.Issuer, ob: s.cfg.Outbox}
@@ -884,6 +889,8 @@ func TestOpenAPIWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	post(call{path: "/api/v1/leases", token: W, body: `{"resource":"walk-b","holder":"h9","ttl_ms":1000}`, schema: "valid", want: 503, wantCode: "busy"})
+	// An enqueue of that resource too.
+	post(call{path: "/api/v1/intents", token: W, body: enq("behind-the-lock", "email", email), schema: "valid", want: 503, wantCode: "busy"})
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
