@@ -13,11 +13,14 @@ of fencegate's is printed with its exception's class and typed fields.
     driver.py release RESOURCE HOLDER EPOCH
     driver.py send RESOURCE EPOCH NOTE_ID OPERATION_ID PAYLOAD_JSON
     driver.py hold RESOURCE HOLDER TTL_MS [async]
+    driver.py badargs RESOURCE EPOCH
 
 send writes a row of its own (table client_notes, made by the test) and enqueues an email in
 one transaction. hold keeps a lease with a Keeper, prints {"event":
 "held"}, and on each line "check" on its standard input reports what its
 Keeper says, then tries a write with the Keeper's epoch.
+
+badargs makes calls with arguments of the wrong type and reports each error.
 """
 
 import asyncio
@@ -138,8 +141,51 @@ async def hold_async(resource, holder, ttl_ms):
             out(report)
 
 
+def badargs(resource, epoch):
+    """Each call with one argument of the wrong type (clients_test.go's
+    badArgs names the same cases for every language): its error."""
+    fg = connect()
+    p = note_payload(1)
+    cases = {
+        "enqueue epoch 1.5": lambda: fg.enqueue(resource, 1.5, "op", "email", p),
+        "enqueue epoch true": lambda: fg.enqueue(resource, True, "op", "email", p),
+        "enqueue epoch 2^64": lambda: fg.enqueue(resource, 2 ** 64, "op", "email", p),
+        "enqueue epoch NaN": lambda: fg.enqueue(resource, float("nan"), "op", "email", p),
+        "enqueue epoch '1'": lambda: fg.enqueue(resource, str(epoch), "op", "email", p),
+        "enqueue resource 5": lambda: fg.enqueue(5, epoch, "op", "email", p),
+        "enqueue operation_id 5": lambda: fg.enqueue(resource, epoch, 5, "email", p),
+        "enqueue kind 5": lambda: fg.enqueue(resource, epoch, "op", 5, p),
+        "enqueue key 5": lambda: fg.enqueue(resource, epoch, "op", "email", p, key=5),
+        "enqueue fence true": lambda: fg.enqueue(resource, epoch, "op", "email", p, fence=True),
+        "enqueue operation_id lone surrogate": lambda: fg.enqueue(resource, epoch, "a\ud800", "email", p),
+        "enqueue resource lone surrogate": lambda: fg.enqueue("r\udc00", epoch, "op", "email", p),
+        "enqueue payload lone surrogate": lambda: fg.enqueue(resource, epoch, "op", "email", dict(p, text="a\ud800b")),
+        "enqueue payload NaN": lambda: fg.enqueue(resource, epoch, "op", "email", dict(p, to=["a@example.com", float("nan")])),
+        "acquire ttl missing": lambda: fg.acquire(resource, "w", None),
+        "acquire ttl '10s'": lambda: fg.acquire(resource, "w", "10s"),
+        "acquire ttl NaN": lambda: fg.acquire(resource, "w", float("nan")),
+        "acquire ttl Infinity": lambda: fg.acquire(resource, "w", float("inf")),
+        "acquire holder 5": lambda: fg.acquire(resource, 5, 60),
+        "acquire failover_epoch_jump 1.5": lambda: fg.acquire(resource, "w", 60, failover_epoch_jump=1.5),
+        "renew epoch 1.5": lambda: fg.renew(resource, "w", 1.5, 60),
+        "renew ttl '10s'": lambda: fg.renew(resource, "w", epoch, "10s"),
+        "release epoch true": lambda: fg.release(resource, "w", True),
+    }
+    o = {}
+    for name, call in cases.items():
+        try:
+            call()
+            o[name] = {"error": None}
+        except Exception as e:
+            o[name] = {"error": type(e).__name__, "field": getattr(e, "field", None), "message": str(e)}
+    return {"cases": o}
+
+
 def main(argv):
     cmd = argv[0]
+    if cmd == "badargs":
+        out(badargs(argv[1], int(argv[2])))
+        return
     if cmd == "hold":
         if len(argv) > 4 and argv[4] == "async":
             asyncio.run(hold_async(argv[1], argv[2], int(argv[3])))

@@ -9,6 +9,7 @@ import types
 import unittest
 
 import fencegate
+from fencegate.client import _Statements
 from fencegate.keeper import _State, _Timing
 
 
@@ -91,6 +92,47 @@ class KeeperTiming(unittest.TestCase):
         self.assertEqual(s.reason, "expired")
         self.assertIsInstance(s.error, fencegate.LeaseLost)
         self.assertIsInstance(s.error.__cause__, fencegate.LeaseExpired)
+
+
+class Recorder:
+    """A connection that records what would be sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    def execute(self, *args):
+        self.sent.append(args)
+        raise AssertionError(f"sent {args}")
+
+
+class BadArguments(unittest.TestCase):
+    def test_refused_naming_the_field_nothing_sent(self):
+        fg = fencegate.Fencegate.__new__(fencegate.Fencegate)
+        fg.conn, fg._q = Recorder(), _Statements("fencegate")
+        p = {"to": "a@example.com", "from": "b@example.com", "subject": "s", "text": "t"}
+        cases = [
+            (lambda: fg.enqueue("r", 1.5, "op", "email", p), "epoch"),
+            (lambda: fg.enqueue("r", True, "op", "email", p), "epoch"),
+            (lambda: fg.enqueue("r", 2 ** 63, "op", "email", p), "epoch"),
+            (lambda: fg.enqueue("r", 4, "a\ud800", "email", p), "operation_id"),
+            (lambda: fg.enqueue("r", 4, b"op", "email", p), "operation_id"),
+            (lambda: fg.enqueue("r", 4, "op", "email", dict(p, text="x\udc00")), "payload.text"),
+            (lambda: fg.enqueue("r", 4, "op", "email", dict(p, to=["a@example.com", float("inf")])), "payload.to[1]"),
+            (lambda: fg.enqueue("r", 4, "op", "email", {"to\ud800": 1}), "payload"),
+            (lambda: fg.acquire("r", "h", None), "ttl"),
+            (lambda: fg.acquire("r", "h", "10s"), "ttl"),
+            (lambda: fg.acquire("r", "h", float("nan")), "ttl"),
+            (lambda: fg.acquire("r", "h", 10, failover_epoch_jump=1.5), "failover_epoch_jump"),
+            (lambda: fg.renew("r", "h", 4, False), "ttl"),
+            (lambda: fg.release("r", 5, 4), "holder"),
+        ]
+        for call, field in cases:
+            with self.subTest(field=field):
+                with self.assertRaises(fencegate.InvalidInputError) as cm:
+                    call()
+                self.assertEqual(cm.exception.field, field)
+                self.assertEqual(cm.exception.sqlstate, "ZF004")
+        self.assertEqual(fg.conn.sent, [])
 
 
 if __name__ == "__main__":

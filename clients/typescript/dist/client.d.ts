@@ -60,7 +60,12 @@ export declare class Fencegate {
      * call aborts the transaction it runs in.
      */
     interfaceVersion(): Promise<number>;
-    /** Enqueues an intent in the client's transaction, fenced by epoch. */
+    /**
+     * Enqueues an intent in the client's transaction, fenced by epoch. A
+     * value of the wrong type (an epoch of 1.5, a string with a lone
+     * surrogate, a NaN in the payload) is refused before anything is sent:
+     * InvalidInputError naming the field, as the database names a bad value.
+     */
     enqueue(input: EnqueueInput): Promise<Enqueued>;
     /** A lease on resource: a new, higher epoch. Commit before using it. */
     acquire(resource: string, holder: string, ttlMs: number, opts?: {

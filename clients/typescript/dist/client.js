@@ -17,6 +17,84 @@ function checkSchema(schema) {
     }
     return schema;
 }
+// The arguments' checks, made before anything is sent: a value of the wrong
+// type is refused as the database refuses a bad value, InvalidInputError
+// (ZF004) naming the field (the SQL argument's name). node-postgres would
+// send 1.5 or true as text the database cannot read as a bigint, and encode
+// a lone surrogate as U+FFFD, so that two operation ids became one.
+function invalid(field, why) {
+    return new errors_1.InvalidInputError(`invalid input: ${field}: ${why}`, 'ZF004', { code: 'invalid_input', field }, field);
+}
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+function show(v) {
+    if (typeof v === 'string')
+        return JSON.stringify(v);
+    if (typeof v === 'bigint')
+        return `${v}n`;
+    return String(v);
+}
+/** v as a text argument: a string without lone surrogates, or null/undefined (for the database to refuse naming it when it is required). */
+function text(field, v) {
+    if (v === undefined || v === null)
+        return null;
+    if (typeof v !== 'string')
+        throw invalid(field, `must be a string, got ${typeof v} ${show(v)}`);
+    const m = LONE_SURROGATE.exec(v);
+    if (m)
+        throw invalid(field, `a lone surrogate (U+${m[0].charCodeAt(0).toString(16).toUpperCase()}) at offset ${m.index} is not text`);
+    return v;
+}
+/** v as a bigint argument: an integer number that a double holds exactly, or null/undefined. */
+function integer(field, v) {
+    if (v === undefined || v === null)
+        return null;
+    if (typeof v !== 'number' || !Number.isSafeInteger(v)) {
+        throw invalid(field, `must be an integer below 2^53, got ${typeof v} ${show(v)}`);
+    }
+    return v;
+}
+/** v as a ttl in milliseconds: a finite number (its range is the database's to check, naming ttl). */
+function ttl(v) {
+    if (typeof v !== 'number' || !Number.isFinite(v)) {
+        throw invalid('ttl', `must be a finite number of milliseconds, got ${v === undefined ? 'undefined' : `${typeof v} ${show(v)}`}`);
+    }
+    // Clamped to about 31 years either way, which the database refuses naming
+    // ttl (past an interval's range it would fail as an overflow instead).
+    return Math.max(-1e15, Math.min(1e15, v));
+}
+/**
+ * Checks a payload before it is encoded: no lone surrogate in a string or a
+ * name, and no number JSON cannot carry (NaN and ±Infinity, which
+ * JSON.stringify writes as null), naming where (`payload.to[1]`).
+ */
+function checkPayload(v, path, seen) {
+    if (typeof v === 'string') {
+        text(path, v);
+    }
+    else if (typeof v === 'number') {
+        if (!Number.isFinite(v))
+            throw invalid(path, `${v} is not a JSON number`);
+    }
+    else if (v !== null && typeof v === 'object') {
+        if (seen.has(v))
+            return; // JSON.stringify refuses the cycle itself
+        seen.add(v);
+        const j = v.toJSON;
+        if (typeof j === 'function') {
+            checkPayload(j.call(v, ''), path, seen);
+        }
+        else if (Array.isArray(v)) {
+            v.forEach((e, i) => checkPayload(e, `${path}[${i}]`, seen));
+        }
+        else {
+            for (const [k, e] of Object.entries(v)) {
+                text(path, k);
+                checkPayload(e, `${path}.${k}`, seen);
+            }
+        }
+        seen.delete(v);
+    }
+}
 // A bigint column as text, read back as a number: fencegate's epochs and ids
 // stay below 2^53.
 const n = (v) => Number(v);
@@ -59,33 +137,42 @@ class Fencegate {
             throw new errors_1.InterfaceVersionError(`${this.schema}.interface_version() cannot be called (${e.message}): is fencegate installed in schema ${JSON.stringify(this.schema)} (gateway migrate --schema), and is this role granted USAGE on it?`, this.schema, exports.INTERFACE_VERSION, undefined, { cause: e });
         }
     }
-    /** Enqueues an intent in the client's transaction, fenced by epoch. */
+    /**
+     * Enqueues an intent in the client's transaction, fenced by epoch. A
+     * value of the wrong type (an epoch of 1.5, a string with a lone
+     * surrogate, a NaN in the payload) is refused before anything is sent:
+     * InvalidInputError naming the field, as the database names a bad value.
+     */
     async enqueue(input) {
+        const args = [text('resource', input.resource), integer('epoch', input.epoch), text('operation_id', input.operationId),
+            text('kind', input.kind)];
+        checkPayload(input.payload, 'payload', new Set());
         const { rows } = await this.call(`SELECT outcome, intent_id::text, status, current_epoch::text FROM ${this.schema}.enqueue(
-         resource => $1, epoch => $2, operation_id => $3, kind => $4, payload => $5::jsonb, key => $6, fence => $7)`, [input.resource, input.epoch, input.operationId, input.kind, JSON.stringify(input.payload ?? null),
-            input.key ?? null, input.fence ?? null]);
+         resource => $1, epoch => $2, operation_id => $3, kind => $4, payload => $5::jsonb, key => $6, fence => $7)`, [...args, JSON.stringify(input.payload ?? null), text('key', input.key), text('fence', input.fence)]);
         const r = rows[0];
         return { outcome: r.outcome, intentId: n(r.intent_id), status: r.status, currentEpoch: n(r.current_epoch) };
     }
     /** A lease on resource: a new, higher epoch. Commit before using it. */
     async acquire(resource, holder, ttlMs, opts = {}) {
         const jump = opts.failoverEpochJump === undefined ? '' : ', failover_epoch_jump => $4';
-        const args = [resource, holder, ttlMs];
+        const args = [text('resource', resource), text('holder', holder), ttl(ttlMs)];
         if (opts.failoverEpochJump !== undefined)
-            args.push(opts.failoverEpochJump);
+            args.push(integer('failover_epoch_jump', opts.failoverEpochJump));
         const { rows } = await this.call(`SELECT epoch::text, expires_at FROM ${this.schema}.acquire(resource => $1, holder => $2,
          ttl => $3::float8 * interval '1 millisecond'${jump})`, args);
         return { resource, holder, epoch: n(rows[0].epoch), expiresAt: rows[0].expires_at };
     }
     /** Extends the lease by ttlMs from now, keeping its epoch; the new expiry. */
     async renew(resource, holder, epoch, ttlMs) {
+        const args = [text('resource', resource), text('holder', holder), integer('epoch', epoch), ttl(ttlMs)];
         const { rows } = await this.call(`SELECT ${this.schema}.renew(resource => $1, holder => $2, epoch => $3,
-         ttl => $4::float8 * interval '1 millisecond') AS expires_at`, [resource, holder, epoch, ttlMs]);
+         ttl => $4::float8 * interval '1 millisecond') AS expires_at`, args);
         return rows[0].expires_at;
     }
     /** Frees the lease; the next acquire gets epoch + 1. */
     async release(resource, holder, epoch) {
-        await this.call(`SELECT ${this.schema}.release(resource => $1, holder => $2, epoch => $3)`, [resource, holder, epoch]);
+        const args = [text('resource', resource), text('holder', holder), integer('epoch', epoch)];
+        await this.call(`SELECT ${this.schema}.release(resource => $1, holder => $2, epoch => $3)`, args);
     }
     async call(text, values) {
         try {

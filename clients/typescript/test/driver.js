@@ -13,11 +13,15 @@
 //   driver.js release RESOURCE HOLDER EPOCH
 //   driver.js send RESOURCE EPOCH NOTE_ID OPERATION_ID PAYLOAD_JSON
 //   driver.js hold RESOURCE HOLDER TTL_MS
+//   driver.js badargs RESOURCE EPOCH
 //
 // send writes a row of its own (table client_notes, made by the test) and
 // enqueues an email in one transaction. hold keeps a lease with a Keeper,
 // prints {"event": "held"}, and on each line "check" on its standard input
 // reports what its Keeper says, then tries a write with the Keeper's epoch.
+//
+// badargs makes calls with arguments of the wrong type and reports each
+// error.
 'use strict';
 
 const readline = require('node:readline');
@@ -120,6 +124,48 @@ async function hold(resource, holder, ttlMs) {
   await db.end();
 }
 
+// Each call with one argument of the wrong type (clients_test.go's badArgs
+// names the same cases for every language): its error.
+async function badArgs(fg, resource, epoch) {
+  const p = notePayload(1);
+  const enq = (o) => fg.enqueue({ resource, epoch, operationId: 'op', kind: 'email', payload: p, ...o });
+  const cases = {
+    'enqueue epoch 1.5': () => enq({ epoch: 1.5 }),
+    'enqueue epoch true': () => enq({ epoch: true }),
+    'enqueue epoch 2^64': () => enq({ epoch: 2 ** 64 }),
+    'enqueue epoch NaN': () => enq({ epoch: NaN }),
+    "enqueue epoch '1'": () => enq({ epoch: String(epoch) }),
+    'enqueue resource 5': () => enq({ resource: 5 }),
+    'enqueue operation_id 5': () => enq({ operationId: 5 }),
+    'enqueue kind 5': () => enq({ kind: 5 }),
+    'enqueue key 5': () => enq({ key: 5 }),
+    'enqueue fence true': () => enq({ fence: true }),
+    'enqueue operation_id lone surrogate': () => enq({ operationId: 'a\ud800' }),
+    'enqueue resource lone surrogate': () => enq({ resource: 'r\udc00' }),
+    'enqueue payload lone surrogate': () => enq({ payload: { ...p, text: 'a\ud800b' } }),
+    'enqueue payload NaN': () => enq({ payload: { ...p, to: ['a@example.com', NaN] } }),
+    'acquire ttl missing': () => fg.acquire(resource, 'w', undefined),
+    "acquire ttl '10s'": () => fg.acquire(resource, 'w', '10s'),
+    'acquire ttl NaN': () => fg.acquire(resource, 'w', NaN),
+    'acquire ttl Infinity': () => fg.acquire(resource, 'w', Infinity),
+    'acquire holder 5': () => fg.acquire(resource, 5, 60000),
+    'acquire failover_epoch_jump 1.5': () => fg.acquire(resource, 'w', 60000, { failoverEpochJump: 1.5 }),
+    'renew epoch 1.5': () => fg.renew(resource, 'w', 1.5, 60000),
+    "renew ttl '10s'": () => fg.renew(resource, 'w', epoch, '10s'),
+    'release epoch true': () => fg.release(resource, 'w', true),
+  };
+  const o = {};
+  for (const [name, call] of Object.entries(cases)) {
+    try {
+      await call();
+      o[name] = { error: null };
+    } catch (e) {
+      o[name] = { error: e.constructor.name, field: e.field ?? null, message: e.message };
+    }
+  }
+  return { cases: o };
+}
+
 async function main(argv) {
   const [cmd, ...a] = argv;
   if (cmd === 'hold') return hold(a[0], a[1], Number(a[2]));
@@ -145,6 +191,9 @@ async function main(argv) {
         break;
       case 'send':
         o = await send(fg, a[0], Number(a[1]), Number(a[2]), a[3], JSON.parse(a[4]));
+        break;
+      case 'badargs':
+        o = await badArgs(fg, a[0], Number(a[1]));
         break;
       default:
         throw new Error(`unknown command ${cmd}`);

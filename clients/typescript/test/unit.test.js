@@ -89,3 +89,30 @@ test('bad timings are refused naming the option', async () => {
   await assert.rejects(fg.Keeper.hold({ connect, resource: 'r', holder: 'h', ttlMs: 5 }), /^RangeError: ttlMs/);
   await assert.rejects(fg.Keeper.hold({ connect, resource: 'r', holder: 'h', ttlMs: 1000, renewEveryMs: 950 }), /^RangeError: renewEveryMs/);
 });
+
+test('arguments of the wrong type are refused naming the field, nothing sent', async () => {
+  const sent = [];
+  const db = { async query(text, values) { sent.push(text); return { rows: [{}] }; } };
+  const f = await fg.Fencegate.attach(db, { checkVersion: false });
+  const p = { to: 'a@example.com', from: 'b@example.com', subject: 's', text: 't' };
+  const enq = (o) => f.enqueue({ resource: 'r', epoch: 4, operationId: 'op', kind: 'email', payload: p, ...o });
+  const cases = [
+    [() => enq({ epoch: 1.5 }), 'epoch'],
+    [() => enq({ epoch: '4' }), 'epoch'],
+    [() => enq({ operationId: 'a\ud800' }), 'operation_id'],
+    [() => enq({ operationId: '\udc00b' }), 'operation_id'],
+    [() => enq({ payload: { ...p, text: 'x\ud83d' } }), 'payload.text'],
+    [() => enq({ payload: { ...p, n: NaN } }), 'payload.n'],
+    [() => enq({ payload: { ...p, to: ['a@example.com', Infinity] } }), 'payload.to[1]'],
+    [() => f.acquire('r', 'h', NaN), 'ttl'],
+    [() => f.acquire('r', 'h', '1000'), 'ttl'],
+    [() => f.renew('r', 'h', 4, undefined), 'ttl'],
+    [() => f.release('r', 'h', true), 'epoch'],
+  ];
+  for (const [call, field] of cases) {
+    await assert.rejects(call(), (e) => e instanceof fg.InvalidInputError && e.field === field && e.sqlstate === 'ZF004', field);
+  }
+  assert.deepEqual(sent, []);
+  await enq({ operationId: 'a\ud83d\ude00', payload: { ...p, text: '😀' } }); // a pair is text
+  assert.equal(sent.length, 1);
+});

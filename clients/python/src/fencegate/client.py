@@ -9,6 +9,7 @@ errors of :mod:`fencegate.errors`.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -17,7 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from .errors import InterfaceVersionError, from_psycopg
+from .errors import InterfaceVersionError, InvalidInputError, from_psycopg
 
 __all__ = [
     "INTERFACE_VERSION",
@@ -53,6 +54,76 @@ def check_schema(schema: str) -> str:
 
 def _interval(ttl: Seconds) -> _dt.timedelta:
     return ttl if isinstance(ttl, _dt.timedelta) else _dt.timedelta(seconds=float(ttl))
+
+
+# The arguments' checks, made before anything is sent: a value of the wrong
+# type is refused as the database refuses a bad value, InvalidInputError
+# (ZF004) naming the field (the SQL argument's name, as in the TypeScript
+# and Java clients). psycopg would send 1.5 as a double precision, which
+# matches no function ("function fencegate.enqueue(...) does not exist").
+
+def _invalid(field: str, why: str) -> InvalidInputError:
+    return InvalidInputError(f"invalid input: {field}: {why}", sqlstate="ZF004",
+                             detail={"code": "invalid_input", "field": field}, column=field)
+
+
+def _text(field: str, v: Any) -> Optional[str]:
+    """v as a text argument: a str that is UTF-8 (no lone surrogate), or
+    None (for the database to refuse naming it when it is required)."""
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise _invalid(field, f"must be a str, got {type(v).__name__} {v!r}")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _invalid(field, f"a lone surrogate (U+{ord(v[e.start]):04X}) at offset {e.start} is not text") from None
+    return v
+
+
+def _integer(field: str, v: Any) -> Optional[int]:
+    """v as a bigint argument: an int (not a bool), or None."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise _invalid(field, f"must be an integer, got {type(v).__name__} {v!r}")
+    v = int(v.__index__())
+    if not -(2 ** 63) <= v < 2 ** 63:
+        raise _invalid(field, f"must fit in a bigint, got {v}")
+    return v
+
+
+def _ttl(v: Any) -> _dt.timedelta:
+    """v as a ttl: a timedelta or a finite number of seconds (its range is
+    the database's to check, naming ttl)."""
+    if isinstance(v, _dt.timedelta):
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise _invalid("ttl", f"must be a timedelta or a finite number of seconds, got {type(v).__name__} {v!r}")
+    # Clamped to about 31,000 years either way, which the database refuses
+    # naming ttl (a timedelta cannot hold much more).
+    return _dt.timedelta(seconds=max(-1e12, min(1e12, float(v))))
+
+
+def _payload(v: Any, path: str = "payload") -> Any:
+    """Checks a payload before it is encoded: no lone surrogate in a
+    string or a name, and no float JSON cannot carry (NaN, ±Infinity, which
+    json writes as NaN and PostgreSQL refuses), naming where
+    (``payload.to[1]``). Returns v."""
+    if isinstance(v, str):
+        _text(path, v)
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            raise _invalid(path, f"{v} is not a JSON number")
+    elif isinstance(v, dict):
+        for k, e in v.items():
+            if isinstance(k, str):
+                _text(path, k)
+            _payload(e, f"{path}.{k}")
+    elif isinstance(v, (list, tuple)):
+        for i, e in enumerate(v):
+            _payload(e, f"{path}[{i}]")
+    return v
 
 
 @dataclass(frozen=True)
@@ -121,6 +192,12 @@ class _Statements:
         self.renew = sql.SQL("SELECT {}.renew(resource => %s, holder => %s, epoch => %s, ttl => %s)").format(s)
         self.release = sql.SQL("SELECT {}.release(resource => %s, holder => %s, epoch => %s)").format(s)
 
+    def acquire_args(self, resource: Any, holder: Any, ttl: Any, jump: Any) -> tuple:
+        args = (_text("resource", resource), _text("holder", holder), _ttl(ttl))
+        if jump is None:
+            return self.acquire, args
+        return self.acquire_jump, args + (_integer("failover_epoch_jump", jump),)
+
     def version_error(self, found: Optional[int], cause: Optional[BaseException] = None) -> InterfaceVersionError:
         if found is None:
             why = (f"{self.schema}.interface_version() cannot be called ({cause}): is fencegate installed in schema "
@@ -131,6 +208,12 @@ class _Statements:
         err = InterfaceVersionError(why, schema=self.schema, wanted=INTERFACE_VERSION, found=found)
         err.__cause__ = cause
         return err
+
+
+def _enqueue_args(resource: Any, epoch: Any, operation_id: Any, kind: Any, payload: Any, key: Any,
+                  fence: Any) -> tuple:
+    return (_text("resource", resource), _integer("epoch", epoch), _text("operation_id", operation_id),
+            _text("kind", kind), Jsonb(_payload(payload)), _text("key", key), _text("fence", fence))
 
 
 def _typed(err: BaseException) -> BaseException:
@@ -175,10 +258,13 @@ class Fencegate:
     def enqueue(self, resource: str, epoch: int, operation_id: str, kind: str, payload: Any, *,
                 key: Optional[str] = None, fence: Optional[str] = None) -> Enqueued:
         """Enqueue an intent in the connection's transaction, fenced by
-        epoch. payload is a JSON-able object (the kind's payload)."""
+        epoch. payload is a JSON-able object (the kind's payload). A value of
+        the wrong type (an epoch of 1.5, a lone surrogate in a string, a NaN
+        in the payload) is refused before anything is sent:
+        InvalidInputError naming the field."""
+        args = _enqueue_args(resource, epoch, operation_id, kind, payload, key, fence)
         try:
-            row = self.conn.execute(self._q.enqueue, (resource, epoch, operation_id, kind, Jsonb(payload), key,
-                                                     fence)).fetchone()
+            row = self.conn.execute(self._q.enqueue, args).fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
         return Enqueued(row[0], row[1], row[2], row[3])
@@ -187,12 +273,9 @@ class Fencegate:
                 failover_epoch_jump: Optional[int] = None) -> Lease:
         """A lease on resource: a new, higher epoch. Commit before using the
         epoch (a grant rolled back was never made)."""
+        q, args = self._q.acquire_args(resource, holder, ttl, failover_epoch_jump)
         try:
-            if failover_epoch_jump is None:
-                row = self.conn.execute(self._q.acquire, (resource, holder, _interval(ttl))).fetchone()
-            else:
-                row = self.conn.execute(self._q.acquire_jump, (resource, holder, _interval(ttl),
-                                                               failover_epoch_jump)).fetchone()
+            row = self.conn.execute(q, args).fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
         return Lease(resource, holder, row[0], row[1])
@@ -200,16 +283,18 @@ class Fencegate:
     def renew(self, resource: str, holder: str, epoch: int, ttl: Seconds) -> _dt.datetime:
         """Extends the lease by ttl from now, keeping its epoch; the new
         expiry (PostgreSQL's clock). StaleEpochError once taken over."""
+        args = (_text("resource", resource), _text("holder", holder), _integer("epoch", epoch), _ttl(ttl))
         try:
-            row = self.conn.execute(self._q.renew, (resource, holder, epoch, _interval(ttl))).fetchone()
+            row = self.conn.execute(self._q.renew, args).fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
         return row[0]
 
     def release(self, resource: str, holder: str, epoch: int) -> None:
         """Frees the lease; the next acquire gets epoch + 1."""
+        args = (_text("resource", resource), _text("holder", holder), _integer("epoch", epoch))
         try:
-            self.conn.execute(self._q.release, (resource, holder, epoch))
+            self.conn.execute(self._q.release, args)
         except psycopg.Error as e:
             raise _typed(e) from e
 
@@ -248,9 +333,9 @@ class AsyncFencegate:
 
     async def enqueue(self, resource: str, epoch: int, operation_id: str, kind: str, payload: Any, *,
                       key: Optional[str] = None, fence: Optional[str] = None) -> Enqueued:
+        args = _enqueue_args(resource, epoch, operation_id, kind, payload, key, fence)
         try:
-            cur = await self.conn.execute(self._q.enqueue, (resource, epoch, operation_id, kind, Jsonb(payload),
-                                                           key, fence))
+            cur = await self.conn.execute(self._q.enqueue, args)
             row = await cur.fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
@@ -258,28 +343,27 @@ class AsyncFencegate:
 
     async def acquire(self, resource: str, holder: str, ttl: Seconds, *,
                       failover_epoch_jump: Optional[int] = None) -> Lease:
+        q, args = self._q.acquire_args(resource, holder, ttl, failover_epoch_jump)
         try:
-            if failover_epoch_jump is None:
-                cur = await self.conn.execute(self._q.acquire, (resource, holder, _interval(ttl)))
-            else:
-                cur = await self.conn.execute(self._q.acquire_jump, (resource, holder, _interval(ttl),
-                                                                     failover_epoch_jump))
+            cur = await self.conn.execute(q, args)
             row = await cur.fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
         return Lease(resource, holder, row[0], row[1])
 
     async def renew(self, resource: str, holder: str, epoch: int, ttl: Seconds) -> _dt.datetime:
+        args = (_text("resource", resource), _text("holder", holder), _integer("epoch", epoch), _ttl(ttl))
         try:
-            cur = await self.conn.execute(self._q.renew, (resource, holder, epoch, _interval(ttl)))
+            cur = await self.conn.execute(self._q.renew, args)
             row = await cur.fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
         return row[0]
 
     async def release(self, resource: str, holder: str, epoch: int) -> None:
+        args = (_text("resource", resource), _text("holder", holder), _integer("epoch", epoch))
         try:
-            await self.conn.execute(self._q.release, (resource, holder, epoch))
+            await self.conn.execute(self._q.release, args)
         except psycopg.Error as e:
             raise _typed(e) from e
 

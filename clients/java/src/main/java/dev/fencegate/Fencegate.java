@@ -124,6 +124,12 @@ public final class Fencegate {
      * @throws SQLException any other error of the database or the driver
      */
     public EnqueueResult enqueue(Connection conn, Intent intent) throws SQLException {
+        text("resource", intent.resource());
+        text("operation_id", intent.operationId());
+        text("kind", intent.kind());
+        payload(intent.payload());
+        text("key", intent.key());
+        text("fence", intent.fence());
         try (PreparedStatement st = conn.prepareStatement(enqueueSql)) {
             st.setString(1, intent.resource());
             st.setLong(2, intent.epoch());
@@ -161,6 +167,8 @@ public final class Fencegate {
      */
     public Lease acquire(Connection conn, String resource, String holder, Duration ttl, long failoverEpochJump)
             throws SQLException {
+        text("resource", resource);
+        text("holder", holder);
         try (PreparedStatement st = conn.prepareStatement(acquireSql)) {
             st.setString(1, resource);
             st.setString(2, holder);
@@ -194,6 +202,8 @@ public final class Fencegate {
 
     Instant renew(Connection conn, String resource, String holder, long epoch, Duration ttl, StatementHook hook)
             throws SQLException {
+        text("resource", resource);
+        text("holder", holder);
         try (PreparedStatement st = conn.prepareStatement(renewSql)) {
             if (hook != null) {
                 hook.before(st);
@@ -225,6 +235,8 @@ public final class Fencegate {
      * @throws StaleEpochException (ZF002) the epoch is no longer current
      */
     public void release(Connection conn, String resource, String holder, long epoch) throws SQLException {
+        text("resource", resource);
+        text("holder", holder);
         try (PreparedStatement st = conn.prepareStatement(releaseSql)) {
             st.setString(1, resource);
             st.setString(2, holder);
@@ -240,6 +252,84 @@ public final class Fencegate {
     /** Releases lease. */
     public void release(Connection conn, Lease lease) throws SQLException {
         release(conn, lease.resource(), lease.holder(), lease.epoch());
+    }
+
+    /**
+     * Refuses a string with a lone surrogate (half of a pair, as cutting a
+     * string at a UTF-16 index through an emoji leaves), naming field: the
+     * driver would send it as {@code ?}, so that two operation ids became
+     * one and the second was answered "duplicate". Nothing is sent.
+     */
+    static void text(String field, String v) throws InvalidInputException {
+        int i = loneSurrogate(v);
+        if (i >= 0) {
+            throw invalid(field, String.format("a lone surrogate (U+%04X) at index %d is not text", (int) v.charAt(i), i));
+        }
+    }
+
+    /** The index of the first lone surrogate of v, or -1. */
+    static int loneSurrogate(CharSequence v) {
+        if (v == null) {
+            return -1;
+        }
+        for (int i = 0; i < v.length(); i++) {
+            char c = v.charAt(i);
+            if (Character.isHighSurrogate(c) && i + 1 < v.length() && Character.isLowSurrogate(v.charAt(i + 1))) {
+                i++;
+            } else if (Character.isSurrogate(c)) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    /**
+     * Refuses a payload whose text, or a string in it (written as a JSON
+     * escape too), has a lone surrogate, naming where
+     * ({@code payload.text}). JSON text that does not parse is left to the
+     * database (22P02).
+     */
+    static void payload(String json) throws InvalidInputException {
+        if (json == null) {
+            return;
+        }
+        boolean suspect = false;
+        for (int i = 0; i < json.length() && !suspect; i++) {
+            char c = json.charAt(i);
+            suspect = Character.isSurrogate(c)
+                    || c == '\\' && i + 2 < json.length() && json.charAt(i + 1) == 'u' && (json.charAt(i + 2) | 0x20) == 'd';
+        }
+        if (!suspect) {
+            return;
+        }
+        Object v;
+        try {
+            v = Json.parse(json);
+        } catch (IllegalArgumentException notJson) {
+            text("payload", json);
+            return;
+        }
+        walk(v, "payload");
+    }
+
+    private static void walk(Object v, String path) throws InvalidInputException {
+        if (v instanceof String s) {
+            text(path, s);
+        } else if (v instanceof java.util.Map<?, ?> m) {
+            for (java.util.Map.Entry<?, ?> e : m.entrySet()) {
+                text(path, (String) e.getKey());
+                walk(e.getValue(), path + "." + e.getKey());
+            }
+        } else if (v instanceof java.util.List<?> l) {
+            for (int i = 0; i < l.size(); i++) {
+                walk(l.get(i), path + "[" + i + "]");
+            }
+        }
+    }
+
+    static InvalidInputException invalid(String field, String why) {
+        return new InvalidInputException("invalid input: " + field + ": " + why, field,
+                java.util.Map.of("code", "invalid_input", "field", field), null);
     }
 
     private static void setText(PreparedStatement st, int i, String v) throws SQLException {

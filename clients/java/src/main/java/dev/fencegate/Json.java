@@ -95,7 +95,9 @@ public final class Json {
                 case '\r' -> b.append("\\r");
                 case '\t' -> b.append("\\t");
                 default -> {
-                    if (c < 0x20) {
+                    // A lone surrogate escaped: Fencegate.enqueue refuses it
+                    // naming where (written as it is, the driver sends "?").
+                    if (c < 0x20 || Character.isSurrogate(c) && !paired(s, i)) {
                         b.append(String.format("\\u%04x", (int) c));
                     } else {
                         b.append(c);
@@ -104,6 +106,13 @@ public final class Json {
             }
         }
         b.append('"');
+    }
+
+    /** Whether the surrogate at i is half of a pair. */
+    private static boolean paired(CharSequence s, int i) {
+        char c = s.charAt(i);
+        return Character.isHighSurrogate(c) ? i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))
+                : i > 0 && Character.isHighSurrogate(s.charAt(i - 1));
     }
 
     /**

@@ -242,4 +242,40 @@ public class ClientTest {
             assertTrue(e.detail().toString(), e.detail().get("role") instanceof String);
         }
     }
+
+    /**
+     * A lone surrogate (half of a pair, as cutting a string at a UTF-16
+     * index through an emoji leaves) is refused naming the field, nothing
+     * sent: the driver sent it as "?", so "a" + U+D800 and "a" + U+D801 were one
+     * operation id and the second was answered DUPLICATE, its effect
+     * dropped; in a payload it was stored as "?".
+     */
+    @Test
+    public void aLoneSurrogateIsRefusedNamingTheField() throws Exception {
+        Lease l = acquire(fg, c, r, "worker-a");
+        String email = TestEnv.email("a@example.com", "x");
+        Map<String, ThrowingRunnable> cases = new java.util.LinkedHashMap<>();
+        cases.put("operation_id", () -> fg.enqueue(c, Intent.of(r, l.epoch(), "a\ud800", "email", email)));
+        cases.put("resource", () -> fg.enqueue(c, Intent.of(r + "\udc00", l.epoch(), "op", "email", email)));
+        cases.put("key", () -> fg.enqueue(c, Intent.of(r, l.epoch(), "op", "email", email).withKey("k\ud83d")));
+        cases.put("payload.text", () -> fg.enqueue(c, Intent.of(r, l.epoch(), "op", "email",
+                Map.of("to", "a@example.com", "from", "b@example.com", "subject", "s", "text", "a\ud800b"))));
+        cases.put("payload.subject", () -> fg.enqueue(c, Intent.of(r, l.epoch(), "op", "email",
+                "{\"to\": \"a@example.com\", \"from\": \"b@example.com\", \"subject\": \"\\udc00\", \"text\": \"t\"}")));
+        cases.put("holder", () -> fg.acquire(c, r, "w\ud800", TTL));
+        for (Map.Entry<String, ThrowingRunnable> k : cases.entrySet()) {
+            InvalidInputException e = assertThrows(k.getKey(), InvalidInputException.class, k.getValue());
+            assertEquals(k.getKey(), k.getKey(), e.field());
+            assertEquals("ZF004", e.getSQLState());
+            assertNull("refused before anything was sent", e.getCause());
+        }
+        c.commit(); // nothing was sent: the transaction is not aborted
+        assertEquals(0, TestEnv.count("SELECT count(*) FROM fencegate.intents WHERE resource_id LIKE ?", r + "%"));
+        // A pair is text.
+        EnqueueResult ok = fg.enqueue(c, Intent.of(r, l.epoch(), "a\ud83d\ude00", "email",
+                Map.of("to", "a@example.com", "from", "b@example.com", "subject", "\ud83d\ude00", "text", "t")));
+        c.commit();
+        assertEquals(EnqueueResult.Outcome.CREATED, ok.outcome());
+        assertEquals(1, TestEnv.count("SELECT count(*) FROM fencegate.intents WHERE operation_id = ?", "a\ud83d\ude00"));
+    }
 }
