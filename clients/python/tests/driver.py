@@ -13,12 +13,16 @@ of fencegate's is printed with its exception's class and typed fields.
     driver.py release RESOURCE HOLDER EPOCH
     driver.py send RESOURCE EPOCH NOTE_ID OPERATION_ID PAYLOAD_JSON
     driver.py hold RESOURCE HOLDER TTL_MS [async]
+    driver.py context RESOURCE OPERATION_ID [raise] [async]
     driver.py badargs RESOURCE EPOCH
 
 send writes a row of its own (table client_notes, made by the test) and enqueues an email in
 one transaction. hold keeps a lease with a Keeper, prints {"event":
 "held"}, and on each line "check" on its standard input reports what its
 Keeper says, then tries a write with the Keeper's epoch.
+
+context acquires and enqueues inside `with fencegate.connect(...)` (no
+transaction of its own), raising inside the block with "raise".
 
 badargs makes calls with arguments of the wrong type and reports each error.
 """
@@ -141,6 +145,36 @@ async def hold_async(resource, holder, ttl_ms):
             out(report)
 
 
+def context(resource, operation_id, fail):
+    """An acquire and an enqueue inside `with fencegate.connect(...)`, in the
+    connection's own transaction (no `conn.transaction()`)."""
+    o = {}
+    try:
+        with fencegate.connect(URL, schema=SCHEMA) as fg:
+            lease = fg.acquire(resource, "ctx", 60)
+            r = fg.enqueue(resource, lease.epoch, operation_id, "email", note_payload(1))
+            o = {"epoch": lease.epoch, "outcome": r.outcome}
+            if fail:
+                raise RuntimeError("the block failed")
+    except RuntimeError as e:
+        o["raised"] = str(e)
+    return o
+
+
+async def context_async(resource, operation_id, fail):
+    o = {}
+    try:
+        async with await fencegate.connect_async(URL, schema=SCHEMA) as fg:
+            lease = await fg.acquire(resource, "ctx", 60)
+            r = await fg.enqueue(resource, lease.epoch, operation_id, "email", note_payload(1))
+            o = {"epoch": lease.epoch, "outcome": r.outcome}
+            if fail:
+                raise RuntimeError("the block failed")
+    except RuntimeError as e:
+        o["raised"] = str(e)
+    return o
+
+
 def badargs(resource, epoch):
     """Each call with one argument of the wrong type (clients_test.go's
     badArgs names the same cases for every language): its error."""
@@ -183,6 +217,10 @@ def badargs(resource, epoch):
 
 def main(argv):
     cmd = argv[0]
+    if cmd == "context":
+        fail, use_async = "raise" in argv[3:], "async" in argv[3:]
+        out(asyncio.run(context_async(argv[1], argv[2], fail)) if use_async else context(argv[1], argv[2], fail))
+        return
     if cmd == "badargs":
         out(badargs(argv[1], int(argv[2])))
         return

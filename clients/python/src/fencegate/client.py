@@ -9,6 +9,7 @@ errors of :mod:`fencegate.errors`.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ INTERFACE_VERSION = 1
 
 #: fencegate's schema unless told otherwise (``gateway migrate --schema``).
 DEFAULT_SCHEMA = "fencegate"
+
+_log = logging.getLogger("fencegate")
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -370,8 +373,11 @@ class AsyncFencegate:
 
 def connect(conninfo: str = "", *, schema: str = DEFAULT_SCHEMA, **kwargs: Any) -> Fencegate:
     """Opens a psycopg connection (``psycopg.connect(conninfo, **kwargs)``)
-    and checks the interface version on it; ``.conn`` is the connection
-    (close it, or use the Fencegate as a context manager)."""
+    and checks the interface version on it; ``.conn`` is the connection.
+    Close it, or use the Fencegate as a context manager, which does what
+    psycopg's ``with conn`` does: on leaving the block it commits (or, when
+    the block raised, rolls back) what the connection's transaction holds,
+    then closes it."""
     conn = psycopg.connect(conninfo, **kwargs)
     try:
         return _Owned(conn, schema=schema)
@@ -391,7 +397,9 @@ async def connect_async(conninfo: str = "", *, schema: str = DEFAULT_SCHEMA, **k
 
 
 class _Owned(Fencegate):
-    """A Fencegate on a connection of its own: closes it on exit."""
+    """A Fencegate on a connection of its own. As a context manager it ends
+    as psycopg's connection does: commit on a clean exit, roll back on an
+    exception, then close."""
 
     def close(self) -> None:
         self.conn.close()
@@ -399,17 +407,41 @@ class _Owned(Fencegate):
     def __enter__(self) -> "_Owned":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.conn.closed:
+            return
+        try:
+            if exc_type is None:
+                self.conn.commit()
+            else:
+                try:
+                    self.conn.rollback()
+                except Exception as e:  # never mask the block's own exception
+                    _log.warning("fencegate: rollback on exit failed: %s", e)
+        finally:
+            self.close()
 
 
 class _AsyncOwned(AsyncFencegate):
+    """_Owned for asyncio."""
+
     async def close(self) -> None:
         await self.conn.close()
 
     async def __aenter__(self) -> "_AsyncOwned":
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.conn.closed:
+            return
+        try:
+            if exc_type is None:
+                await self.conn.commit()
+            else:
+                try:
+                    await self.conn.rollback()
+                except Exception as e:
+                    _log.warning("fencegate: rollback on exit failed: %s", e)
+        finally:
+            await self.close()
 
