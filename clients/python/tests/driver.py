@@ -13,6 +13,7 @@ of fencegate's is printed with its exception's class and typed fields.
     driver.py release RESOURCE HOLDER EPOCH
     driver.py send RESOURCE EPOCH NOTE_ID OPERATION_ID PAYLOAD_JSON
     driver.py hold RESOURCE HOLDER TTL_MS [async]
+    driver.py keeper RESOURCE HOLDER TTL_MS [async]
     driver.py context RESOURCE OPERATION_ID [raise] [async]
     driver.py badargs RESOURCE EPOCH
 
@@ -20,6 +21,11 @@ send writes a row of its own (table client_notes, made by the test) and enqueues
 one transaction. hold keeps a lease with a Keeper, prints {"event":
 "held"}, and on each line "check" on its standard input reports what its
 Keeper says, then tries a write with the Keeper's epoch.
+
+keeper holds a lease with a Keeper whose connections ($KEEPER_DATABASE_URL,
+else $GATEWAY_DATABASE_URL) carry application_name fencegate-keeper, prints
+{"event": "held"}, and reads lines: "check" reports what the Keeper says,
+"release" releases (reporting how long it took and any error) and ends.
 
 context acquires and enqueues inside `with fencegate.connect(...)` (no
 transaction of its own), raising inside the block with "raise".
@@ -145,6 +151,59 @@ async def hold_async(resource, holder, ttl_ms):
             out(report)
 
 
+def keeper_conninfo():
+    url = os.environ.get("KEEPER_DATABASE_URL") or URL
+    return psycopg.conninfo.make_conninfo(url, application_name="fencegate-keeper")
+
+
+def keeper_report(keeper):
+    return {"event": "checked", "still_valid": keeper.still_valid(), "reason": keeper.reason,
+            "renewals": keeper.renewals, "epoch": keeper.epoch}
+
+
+def keeper_lines(resource, holder, ttl_ms):
+    keeper = fencegate.hold(keeper_conninfo(), resource, holder, ttl_ms / 1000, schema=SCHEMA)
+    out({"event": "held", "epoch": keeper.epoch})
+    for line in sys.stdin:
+        line = line.strip()
+        if line == "check":
+            out(keeper_report(keeper))
+        elif line == "release":
+            start = time.monotonic()
+            try:
+                keeper.release()
+                o = {"event": "released", "ok": True}
+            except Exception as e:
+                o = {"event": "released", "ok": False, "error": f"{type(e).__name__}: {e}"}
+            o["seconds"] = time.monotonic() - start
+            out(o)
+            return
+    keeper.close()
+
+
+async def keeper_lines_async(resource, holder, ttl_ms):
+    keeper = await fencegate.hold_async(keeper_conninfo(), resource, holder, ttl_ms / 1000, schema=SCHEMA)
+    out({"event": "held", "epoch": keeper.epoch})
+    loop = asyncio.get_running_loop()
+    while True:
+        line = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
+        if line == "check":
+            out(keeper_report(keeper))
+        elif line == "release":
+            start = time.monotonic()
+            try:
+                await keeper.release()
+                o = {"event": "released", "ok": True}
+            except Exception as e:
+                o = {"event": "released", "ok": False, "error": f"{type(e).__name__}: {e}"}
+            o["seconds"] = time.monotonic() - start
+            out(o)
+            return
+        elif not line:
+            await keeper.close()
+            return
+
+
 def context(resource, operation_id, fail):
     """An acquire and an enqueue inside `with fencegate.connect(...)`, in the
     connection's own transaction (no `conn.transaction()`)."""
@@ -217,6 +276,12 @@ def badargs(resource, epoch):
 
 def main(argv):
     cmd = argv[0]
+    if cmd == "keeper":
+        if len(argv) > 4 and argv[4] == "async":
+            asyncio.run(keeper_lines_async(argv[1], argv[2], int(argv[3])))
+        else:
+            keeper_lines(argv[1], argv[2], int(argv[3]))
+        return
     if cmd == "context":
         fail, use_async = "raise" in argv[3:], "async" in argv[3:]
         out(asyncio.run(context_async(argv[1], argv[2], fail)) if use_async else context(argv[1], argv[2], fail))

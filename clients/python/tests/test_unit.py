@@ -4,6 +4,7 @@ trust judged on the clock it is given. clients/clients_test.go runs them
 (python -m unittest) with the package installed; the database tests are
 there."""
 
+import datetime
 import json
 import types
 import unittest
@@ -92,6 +93,34 @@ class KeeperTiming(unittest.TestCase):
         self.assertEqual(s.reason, "expired")
         self.assertIsInstance(s.error, fencegate.LeaseLost)
         self.assertIsInstance(s.error.__cause__, fencegate.LeaseExpired)
+
+    def test_a_lease_granted_shorter_is_trusted_no_longer(self):
+        # A lease acquired elsewhere for 1 s, kept by a Keeper of 10 s: it
+        # expires in the database after 1 s, so it is trusted 0.9 s (its TTL
+        # less the margin, scaled), and renewed before that.
+        now = [100.0]
+        lease = fencegate.Lease("r", "h", 4, None, datetime.timedelta(seconds=1))
+        s = _State(lease, started=now[0], timing=_Timing(10, None, None), clock=lambda: now[0])
+        self.assertAlmostEqual(s.first_renewal(), 100 + 10 / 3 / 10)
+        now[0] += 0.89
+        self.assertTrue(s.valid())
+        now[0] += 0.02
+        self.assertFalse(s.valid(), "trusted past the lease it was given (1 s) as if it were the keeper's (10 s)")
+        # Once renewed (by the Keeper's ttl), the Keeper's window.
+        s.renewed(lease, None, now[0])
+        now[0] += 8.99
+        self.assertTrue(s.valid())
+        self.assertEqual(s.lease.ttl, datetime.timedelta(seconds=10))
+
+    def test_a_lease_without_its_ttl_is_refused(self):
+        made = fencegate.Lease("r", "h", 4, None)  # not acquire's: its ttl is unknown
+        with self.assertRaisesRegex(ValueError, "^lease: its ttl is unknown"):
+            fencegate.Keeper("postgresql://nowhere.invalid/x", "r", "h", 10, lease=made, granted_at=0.0)
+
+    def test_bad_timings_of_the_wrong_type(self):
+        for ttl in ("x", None, float("nan"), True):
+            with self.subTest(ttl=ttl), self.assertRaisesRegex(ValueError, "^ttl: "):
+                _Timing(ttl, None, None)
 
 
 class Recorder:

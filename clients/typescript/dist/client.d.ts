@@ -23,6 +23,8 @@ export interface Lease {
     epoch: number;
     /** PostgreSQL's clock: for people, never for deciding. */
     expiresAt: Date;
+    /** The time to live it was granted with (set by acquire): a Keeper given this lease trusts it no longer. */
+    ttlMs?: number;
 }
 export interface EnqueueInput {
     resource: string;

@@ -160,7 +160,7 @@ class Fencegate {
             args.push(integer('failover_epoch_jump', opts.failoverEpochJump));
         const { rows } = await this.call(`SELECT epoch::text, expires_at FROM ${this.schema}.acquire(resource => $1, holder => $2,
          ttl => $3::float8 * interval '1 millisecond'${jump})`, args);
-        return { resource, holder, epoch: n(rows[0].epoch), expiresAt: rows[0].expires_at };
+        return { resource, holder, epoch: n(rows[0].epoch), expiresAt: rows[0].expires_at, ttlMs };
     }
     /** Extends the lease by ttlMs from now, keeping its epoch; the new expiry. */
     async renew(resource, holder, epoch, ttlMs) {

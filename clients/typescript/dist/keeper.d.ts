@@ -7,6 +7,13 @@ export declare const monotonicNs: Clock;
 /** A connection of the Keeper's own. */
 export interface KeeperConnection extends Queryable {
     end(): Promise<void>;
+    /**
+     * node-postgres's Client is an EventEmitter that emits 'error' when its
+     * connection is lost while idle (a restart, a failover, an idle timeout,
+     * pg_terminate_backend); unheard, that ends the process. The Keeper
+     * listens on its own connections, and renews on a new one.
+     */
+    on?(event: 'error', listener: (err: Error) => void): unknown;
 }
 export interface KeeperOptions {
     /** Opens a new connection for the Keeper (e.g. `async () => { const c = new pg.Client(url); await c.connect(); return c; }`). */
@@ -22,12 +29,26 @@ export interface KeeperOptions {
     schema?: string;
     /** The monotonic clock, in nanoseconds (tests may give another). */
     clock?: Clock;
-    /** Keep a lease acquired elsewhere (with grantedAt, a clock reading taken just before its acquire) instead of acquiring one. */
+    /**
+     * Keep a lease acquired elsewhere (with grantedAt, a clock reading taken
+     * just before its acquire) instead of acquiring one: the Lease that
+     * acquire returned, whose ttlMs the first trust window is scaled to (a
+     * lease granted for 1 s is not trusted as one of ttlMs); the renewals
+     * then extend it by ttlMs.
+     */
     lease?: Lease;
     grantedAt?: bigint;
     /** Stop with the signal of an AbortController of yours too. */
     signal?: AbortSignal;
+    /**
+     * How long stop, close and release may take when the database does not
+     * answer (default 10 000 ms): past it the Keeper's connection is
+     * destroyed, and release throws (the lease then expires with its TTL).
+     */
+    releaseTimeoutMs?: number;
 }
+/** The default bound of stop, close and release. */
+export declare const DEFAULT_RELEASE_TIMEOUT_MS = 10000;
 /**
  * Holds a lease and keeps it renewed in the background, on a connection of
  * its own. `signal` is aborted as soon as the lease can no longer be trusted
@@ -55,7 +76,12 @@ export declare class Keeper {
     private readonly ttl;
     private readonly margin;
     private readonly renewEvery;
+    /** How long the lease is trusted from lastOk: TTL − margin, or less for a lease given with a shorter TTL, until it is renewed. */
+    private window;
+    private readonly releaseTimeoutMs;
     private broken;
+    /** release or close ran: a connection opened after that is not kept. */
+    private ended;
     private constructor();
     /** Acquires a lease (a new epoch; or keeps options.lease) and starts keeping it. */
     static hold(options: KeeperOptions): Promise<Keeper>;
@@ -78,12 +104,30 @@ export declare class Keeper {
     stillValid(): boolean;
     /** Throws LeaseLostError (or the signal's reason) unless stillValid(). */
     check(): void;
-    /** Stops renewing and aborts the signal; waits for a renewal in flight. Does not release. Idempotent. */
+    /**
+     * Stops renewing and aborts the signal; a renewal in flight is cancelled
+     * (its connection destroyed: the next call opens a new one). Does not
+     * release. Idempotent. Takes at most releaseTimeoutMs.
+     */
     stop(): Promise<void>;
-    /** Stops, releases the lease unless it was lost, and closes the Keeper's connection. */
+    /**
+     * Stops, releases the lease unless it was lost (a lease taken over
+     * meanwhile is nothing to release), and closes the Keeper's connection.
+     * Takes at most releaseTimeoutMs: when the database does not answer by
+     * then, the connection is destroyed and it throws (the lease expires
+     * with its TTL).
+     */
     release(): Promise<void>;
-    /** Stops and closes the Keeper's connection, without releasing. */
+    /** Stops and closes the Keeper's connection, without releasing. Takes at most releaseTimeoutMs. */
     close(): Promise<void>;
+    private releaseNow;
+    private reconnect;
+    /**
+     * conn emitted 'error': it is gone. Not a loss of the lease, which the
+     * database still holds: renew now, on a new connection, as after a failed
+     * renewal (the lease is lost if none succeeds before the deadline).
+     */
+    private connectionLost;
     [Symbol.asyncDispose](): Promise<void>;
     private expired;
     private lose;

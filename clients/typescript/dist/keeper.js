@@ -18,7 +18,7 @@
 // This is Go's lease.Keeper (lease/keeper.go) in TypeScript, without its
 // pause histogram.
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Keeper = exports.monotonicNs = void 0;
+exports.Keeper = exports.DEFAULT_RELEASE_TIMEOUT_MS = exports.monotonicNs = void 0;
 const client_1 = require("./client");
 const errors_1 = require("./errors");
 /** The default clock: monotonic, unaffected by steps of the wall clock. */
@@ -28,6 +28,44 @@ exports.monotonicNs = monotonicNs;
 // interval if that is shorter.
 const RETRY_MS = 100;
 const ms = (v) => BigInt(Math.round(v * 1e6));
+/** The default bound of stop, close and release. */
+exports.DEFAULT_RELEASE_TIMEOUT_MS = 10_000;
+const sleep = (msecs) => new Promise((resolve) => setTimeout(resolve, msecs));
+/** p's value, or timedOut when it does not settle within msecs. */
+async function within(p, msecs, timedOut) {
+    let timer;
+    const t = new Promise((resolve) => { timer = setTimeout(() => resolve(timedOut), Math.max(0, msecs)); });
+    try {
+        return await Promise.race([p, t]);
+    }
+    finally {
+        clearTimeout(timer);
+    }
+}
+const TIMED_OUT = Symbol('timed out');
+/**
+ * Destroys conn's socket (node-postgres's Client): a query waiting on it
+ * fails at once, and end() no longer waits for a server that does not
+ * answer.
+ */
+function destroy(conn) {
+    const stream = conn.connection?.stream;
+    try {
+        stream?.destroy?.();
+    }
+    catch {
+        // gone already
+    }
+}
+/** Ends conn, destroying it when that takes over msecs. */
+async function endWithin(conn, msecs) {
+    if ((await within(conn.end().catch(() => { }), msecs, TIMED_OUT)) === TIMED_OUT)
+        destroy(conn);
+}
+function number(name, v) {
+    if (typeof v !== 'number')
+        throw new TypeError(`${name}: must be a number of milliseconds, got ${typeof v} ${String(v)}`);
+}
 /**
  * Holds a lease and keeps it renewed in the background, on a connection of
  * its own. `signal` is aborted as soon as the lease can no longer be trusted
@@ -55,7 +93,12 @@ class Keeper {
     ttl;
     margin;
     renewEvery;
+    /** How long the lease is trusted from lastOk: TTL − margin, or less for a lease given with a shorter TTL, until it is renewed. */
+    window;
+    releaseTimeoutMs;
     broken = false;
+    /** release or close ran: a connection opened after that is not kept. */
+    ended = false;
     constructor(conn, fg, opts, clock, lease, grantedAt) {
         this.conn = conn;
         this.fg = fg;
@@ -66,10 +109,31 @@ class Keeper {
         this.ttl = ms(opts.ttlMs);
         this.margin = ms(opts.marginMs);
         this.renewEvery = ms(opts.renewEveryMs);
+        this.window = this.ttl - this.margin;
+        // A lease granted with a shorter TTL than the Keeper's (acquired
+        // elsewhere) expires sooner in the database: until its first renewal it
+        // is trusted, and renewed, on its own TTL's scale.
+        if (lease.ttlMs !== undefined && lease.ttlMs < opts.ttlMs) {
+            this.window = (this.window * ms(lease.ttlMs)) / this.ttl;
+        }
+        this.releaseTimeoutMs = opts.releaseTimeoutMs ?? exports.DEFAULT_RELEASE_TIMEOUT_MS;
     }
     /** Acquires a lease (a new epoch; or keeps options.lease) and starts keeping it. */
     static async hold(options) {
         const ttlMs = options.ttlMs;
+        number('ttlMs', ttlMs);
+        if (options.renewEveryMs !== undefined)
+            number('renewEveryMs', options.renewEveryMs);
+        if (options.marginMs !== undefined)
+            number('marginMs', options.marginMs);
+        if (options.releaseTimeoutMs !== undefined) {
+            number('releaseTimeoutMs', options.releaseTimeoutMs);
+            if (!(options.releaseTimeoutMs > 0))
+                throw new RangeError(`releaseTimeoutMs: must be positive, got ${options.releaseTimeoutMs}`);
+        }
+        if (options.lease !== undefined && !(typeof options.lease.ttlMs === 'number' && options.lease.ttlMs > 0)) {
+            throw new TypeError('lease: its ttlMs is unknown: give the Lease that acquire returned (the Keeper trusts a lease no longer than it was granted for)');
+        }
         const renewEveryMs = options.renewEveryMs ?? ttlMs / 3;
         const marginMs = options.marginMs ?? ttlMs / 10;
         if (!(ttlMs >= 10 && ttlMs <= 86_400_000))
@@ -81,6 +145,10 @@ class Keeper {
         }
         const clock = options.clock ?? exports.monotonicNs;
         const conn = await options.connect();
+        // Listening before anything else: a connection lost while idle emits
+        // 'error', which unheard ends the process.
+        let k;
+        conn.on?.('error', () => k?.connectionLost(conn));
         let lease = options.lease;
         let grantedAt = options.grantedAt;
         let fg;
@@ -99,11 +167,12 @@ class Keeper {
             await conn.end().catch(() => { });
             throw e;
         }
-        const k = new Keeper(conn, fg, { ...options, ttlMs, renewEveryMs, marginMs }, clock, lease, grantedAt);
-        options.signal?.addEventListener('abort', () => void k.stop(), { once: true });
-        k.armDeadline();
-        k.scheduleRenew(k.renewEvery - (clock() - k.lastOk));
-        return k;
+        const kept = new Keeper(conn, fg, { ...options, ttlMs, renewEveryMs, marginMs }, clock, lease, grantedAt);
+        k = kept;
+        options.signal?.addEventListener('abort', () => void kept.stop(), { once: true });
+        kept.armDeadline();
+        kept.scheduleRenew((kept.renewEvery * kept.window) / (kept.ttl - kept.margin) - (clock() - kept.lastOk));
+        return kept;
     }
     /** The lease as last renewed. */
     get lease() { return this.leaseNow; }
@@ -116,7 +185,7 @@ class Keeper {
     /** How many renewals succeeded. */
     get renewals() { return this.renewCount; }
     /** The monotonic reading (ns) until which the lease is trusted. */
-    trustedUntil() { return this.lastOk + this.ttl - this.margin; }
+    trustedUntil() { return this.lastOk + this.window; }
     /**
      * True while the lease can be trusted: not lost, not stopped, and the
      * monotonic deadline not passed (read now, not when a timer last ran).
@@ -134,7 +203,11 @@ class Keeper {
             throw new Error('the keeper was stopped');
         throw this.expired();
     }
-    /** Stops renewing and aborts the signal; waits for a renewal in flight. Does not release. Idempotent. */
+    /**
+     * Stops renewing and aborts the signal; a renewal in flight is cancelled
+     * (its connection destroyed: the next call opens a new one). Does not
+     * release. Idempotent. Takes at most releaseTimeoutMs.
+     */
     async stop() {
         if (!this.stopping) {
             this.stopping = true;
@@ -143,33 +216,88 @@ class Keeper {
             if (!this.controller.signal.aborted)
                 this.controller.abort(new Error('the keeper was stopped'));
         }
-        await this.renewing;
+        const renewing = this.renewing;
+        if (renewing !== undefined) {
+            this.broken = true;
+            destroy(this.conn);
+            await within(renewing, this.releaseTimeoutMs, TIMED_OUT);
+        }
     }
-    /** Stops, releases the lease unless it was lost, and closes the Keeper's connection. */
+    /**
+     * Stops, releases the lease unless it was lost (a lease taken over
+     * meanwhile is nothing to release), and closes the Keeper's connection.
+     * Takes at most releaseTimeoutMs: when the database does not answer by
+     * then, the connection is destroyed and it throws (the lease expires
+     * with its TTL).
+     */
     async release() {
+        const started = performance.now();
+        const left = () => this.releaseTimeoutMs - (performance.now() - started);
         await this.stop();
         try {
             if (this.lost === undefined) {
                 const l = this.leaseNow;
-                await this.fg.release(l.resource, l.holder, l.epoch).catch((e) => {
-                    if (!(e instanceof errors_1.StaleEpochError))
-                        throw e; // taken over meanwhile: nothing of ours
-                });
+                const done = await within(this.releaseNow(l), left(), TIMED_OUT);
+                if (done === TIMED_OUT) {
+                    this.broken = true;
+                    destroy(this.conn);
+                    throw new Error(`fencegate: the release of the lease on ${JSON.stringify(l.resource)} (epoch ${l.epoch}) got no answer within ${this.releaseTimeoutMs}ms: it expires with its TTL`);
+                }
             }
         }
         finally {
-            await this.conn.end().catch(() => { });
+            this.ended = true;
+            await endWithin(this.conn, Math.max(0, Math.min(1000, left())));
         }
     }
-    /** Stops and closes the Keeper's connection, without releasing. */
+    /** Stops and closes the Keeper's connection, without releasing. Takes at most releaseTimeoutMs. */
     async close() {
+        const started = performance.now();
         await this.stop();
-        await this.conn.end().catch(() => { });
+        this.ended = true;
+        await endWithin(this.conn, Math.max(0, Math.min(1000, this.releaseTimeoutMs - (performance.now() - started))));
+    }
+    async releaseNow(l) {
+        if (this.broken)
+            await this.reconnect(false);
+        await this.fg.release(l.resource, l.holder, l.epoch).catch((e) => {
+            if (!(e instanceof errors_1.StaleEpochError))
+                throw e; // taken over meanwhile: nothing of ours
+        });
+    }
+    // node-postgres does not reconnect a client: a new one, listened to.
+    async reconnect(forRenewal) {
+        await endWithin(this.conn, 0);
+        const conn = await this.opts.connect();
+        conn.on?.('error', () => this.connectionLost(conn));
+        if ((forRenewal && this.stopping) || this.ended) {
+            // Stopped while connecting: the renewal is abandoned, and release
+            // opens a connection of its own.
+            await endWithin(conn, 0);
+            throw new Error('the keeper was stopped');
+        }
+        this.conn = conn;
+        this.fg = await client_1.Fencegate.attach(conn, { schema: this.fg.schema, checkVersion: false });
+        this.broken = false;
+    }
+    /**
+     * conn emitted 'error': it is gone. Not a loss of the lease, which the
+     * database still holds: renew now, on a new connection, as after a failed
+     * renewal (the lease is lost if none succeeds before the deadline).
+     */
+    connectionLost(conn) {
+        if (conn !== this.conn)
+            return;
+        this.broken = true;
+        if (this.lost || this.stopping || this.renewing !== undefined)
+            return;
+        clearTimeout(this.renewTimer);
+        this.scheduleRenew(0n);
     }
     async [Symbol.asyncDispose]() { await this.release(); }
     expired() {
-        const s = (Number(this.ttl - this.margin) / 1e9).toFixed(3);
-        return new errors_1.LeaseLostError(`lease on ${JSON.stringify(this.leaseNow.resource)} (epoch ${this.leaseNow.epoch}) can no longer be trusted: no successful renewal within ${s}s (ttl less the margin) on the monotonic clock`, 'expired');
+        const s = (Number(this.window) / 1e9).toFixed(3);
+        return new errors_1.LeaseLostError(`lease on ${JSON.stringify(this.leaseNow.resource)} (epoch ${this.leaseNow.epoch}) can no longer be trusted: no successful renewal within ${s}s (its ttl less the margin) on the monotonic clock`, 'expired');
     }
     lose(err) {
         if (this.lost !== undefined || this.stopping)
@@ -205,36 +333,36 @@ class Keeper {
         this.renewTimer = setTimeout(() => {
             if (this.lost || this.stopping || this.pastDeadline())
                 return;
-            this.renewing = this.renewOnce();
+            const r = this.renewOnce();
+            this.renewing = r;
+            const settled = () => { if (this.renewing === r)
+                this.renewing = undefined; };
+            r.then(settled, settled);
         }, wait);
     }
     async renewOnce() {
         const l = this.leaseNow;
         try {
-            if (this.broken) {
-                // node-postgres does not reconnect a client: a new one.
-                await this.conn.end().catch(() => { });
-                this.conn = await this.opts.connect();
-                this.fg = await client_1.Fencegate.attach(this.conn, { schema: this.fg.schema, checkVersion: false });
-                this.broken = false;
-            }
+            if (this.broken)
+                await this.reconnect(true);
         }
         catch {
             this.scheduleRenew(ms(Math.min(this.opts.renewEveryMs, RETRY_MS)));
-            this.renewing = undefined;
             return;
         }
         const started = this.clock();
         const left = Math.max(1, Math.floor(Number(this.trustedUntil() - started) / 1e6));
+        const conn = this.conn;
         try {
             // A renewal that cannot answer before the deadline is of no use.
-            await this.conn.query('BEGIN');
-            await this.conn.query(`SELECT set_config('statement_timeout', $1, true)`, [`${left}ms`]);
+            await conn.query('BEGIN');
+            await conn.query(`SELECT set_config('statement_timeout', $1, true)`, [`${left}ms`]);
             const expiresAt = await this.fg.renew(l.resource, l.holder, l.epoch, this.opts.ttlMs);
-            await this.conn.query('COMMIT');
+            await conn.query('COMMIT');
             if (this.lost === undefined) {
-                this.leaseNow = { ...l, expiresAt };
+                this.leaseNow = { ...l, expiresAt, ttlMs: this.opts.ttlMs };
                 this.lastOk = started;
+                this.window = this.ttl - this.margin;
                 this.renewCount++;
                 if (!this.stopping) {
                     clearTimeout(this.deadlineTimer);
@@ -244,7 +372,8 @@ class Keeper {
             this.scheduleRenew(this.renewEvery);
         }
         catch (e) {
-            await this.conn.query('ROLLBACK').catch(() => { });
+            if (!this.broken)
+                await conn.query('ROLLBACK').catch(() => { });
             if (e instanceof errors_1.StaleEpochError) {
                 this.lose(new errors_1.LeaseLostError(`lease on ${JSON.stringify(l.resource)} (epoch ${l.epoch}) can no longer be trusted: ${e.message}`, 'stale_epoch', { cause: e }));
                 return;
@@ -253,9 +382,6 @@ class Keeper {
             // a new connection (this one may be gone).
             this.broken = true;
             this.scheduleRenew(ms(Math.min(this.opts.renewEveryMs, RETRY_MS)));
-        }
-        finally {
-            this.renewing = undefined;
         }
     }
 }

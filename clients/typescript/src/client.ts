@@ -30,6 +30,8 @@ export interface Lease {
   epoch: number;
   /** PostgreSQL's clock: for people, never for deciding. */
   expiresAt: Date;
+  /** The time to live it was granted with (set by acquire): a Keeper given this lease trusts it no longer. */
+  ttlMs?: number;
 }
 
 export interface EnqueueInput {
@@ -209,7 +211,7 @@ export class Fencegate {
     const { rows } = await this.call(
       `SELECT epoch::text, expires_at FROM ${this.schema}.acquire(resource => $1, holder => $2,
          ttl => $3::float8 * interval '1 millisecond'${jump})`, args);
-    return { resource, holder, epoch: n(rows[0].epoch), expiresAt: rows[0].expires_at };
+    return { resource, holder, epoch: n(rows[0].epoch), expiresAt: rows[0].expires_at, ttlMs };
   }
 
   /** Extends the lease by ttlMs from now, keeping its epoch; the new expiry. */

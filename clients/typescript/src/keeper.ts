@@ -29,6 +29,13 @@ export const monotonicNs: Clock = () => process.hrtime.bigint();
 /** A connection of the Keeper's own. */
 export interface KeeperConnection extends Queryable {
   end(): Promise<void>;
+  /**
+   * node-postgres's Client is an EventEmitter that emits 'error' when its
+   * connection is lost while idle (a restart, a failover, an idle timeout,
+   * pg_terminate_backend); unheard, that ends the process. The Keeper
+   * listens on its own connections, and renews on a new one.
+   */
+  on?(event: 'error', listener: (err: Error) => void): unknown;
 }
 
 export interface KeeperOptions {
@@ -45,17 +52,70 @@ export interface KeeperOptions {
   schema?: string;
   /** The monotonic clock, in nanoseconds (tests may give another). */
   clock?: Clock;
-  /** Keep a lease acquired elsewhere (with grantedAt, a clock reading taken just before its acquire) instead of acquiring one. */
+  /**
+   * Keep a lease acquired elsewhere (with grantedAt, a clock reading taken
+   * just before its acquire) instead of acquiring one: the Lease that
+   * acquire returned, whose ttlMs the first trust window is scaled to (a
+   * lease granted for 1 s is not trusted as one of ttlMs); the renewals
+   * then extend it by ttlMs.
+   */
   lease?: Lease;
   grantedAt?: bigint;
   /** Stop with the signal of an AbortController of yours too. */
   signal?: AbortSignal;
+  /**
+   * How long stop, close and release may take when the database does not
+   * answer (default 10 000 ms): past it the Keeper's connection is
+   * destroyed, and release throws (the lease then expires with its TTL).
+   */
+  releaseTimeoutMs?: number;
 }
 
 // A failed renewal (not a refusal) is retried this soon, or at the renewal
 // interval if that is shorter.
 const RETRY_MS = 100;
 const ms = (v: number): bigint => BigInt(Math.round(v * 1e6));
+
+/** The default bound of stop, close and release. */
+export const DEFAULT_RELEASE_TIMEOUT_MS = 10_000;
+
+const sleep = (msecs: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, msecs));
+
+/** p's value, or timedOut when it does not settle within msecs. */
+async function within<T, U>(p: Promise<T>, msecs: number, timedOut: U): Promise<T | U> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<U>((resolve) => { timer = setTimeout(() => resolve(timedOut), Math.max(0, msecs)); });
+  try {
+    return await Promise.race([p, t]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const TIMED_OUT: unique symbol = Symbol('timed out');
+
+/**
+ * Destroys conn's socket (node-postgres's Client): a query waiting on it
+ * fails at once, and end() no longer waits for a server that does not
+ * answer.
+ */
+function destroy(conn: KeeperConnection): void {
+  const stream = (conn as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream;
+  try {
+    stream?.destroy?.();
+  } catch {
+    // gone already
+  }
+}
+
+/** Ends conn, destroying it when that takes over msecs. */
+async function endWithin(conn: KeeperConnection, msecs: number): Promise<void> {
+  if ((await within(conn.end().catch(() => {}), msecs, TIMED_OUT)) === TIMED_OUT) destroy(conn);
+}
+
+function number(name: string, v: unknown): void {
+  if (typeof v !== 'number') throw new TypeError(`${name}: must be a number of milliseconds, got ${typeof v} ${String(v)}`);
+}
 
 /**
  * Holds a lease and keeps it renewed in the background, on a connection of
@@ -80,8 +140,13 @@ export class Keeper {
   private readonly ttl: bigint;
   private readonly margin: bigint;
   private readonly renewEvery: bigint;
+  /** How long the lease is trusted from lastOk: TTL − margin, or less for a lease given with a shorter TTL, until it is renewed. */
+  private window: bigint;
+  private readonly releaseTimeoutMs: number;
 
   private broken = false;
+  /** release or close ran: a connection opened after that is not kept. */
+  private ended = false;
 
   private constructor(
     private conn: KeeperConnection,
@@ -96,11 +161,29 @@ export class Keeper {
     this.ttl = ms(opts.ttlMs);
     this.margin = ms(opts.marginMs);
     this.renewEvery = ms(opts.renewEveryMs);
+    this.window = this.ttl - this.margin;
+    // A lease granted with a shorter TTL than the Keeper's (acquired
+    // elsewhere) expires sooner in the database: until its first renewal it
+    // is trusted, and renewed, on its own TTL's scale.
+    if (lease.ttlMs !== undefined && lease.ttlMs < opts.ttlMs) {
+      this.window = (this.window * ms(lease.ttlMs)) / this.ttl;
+    }
+    this.releaseTimeoutMs = opts.releaseTimeoutMs ?? DEFAULT_RELEASE_TIMEOUT_MS;
   }
 
   /** Acquires a lease (a new epoch; or keeps options.lease) and starts keeping it. */
   static async hold(options: KeeperOptions): Promise<Keeper> {
     const ttlMs = options.ttlMs;
+    number('ttlMs', ttlMs);
+    if (options.renewEveryMs !== undefined) number('renewEveryMs', options.renewEveryMs);
+    if (options.marginMs !== undefined) number('marginMs', options.marginMs);
+    if (options.releaseTimeoutMs !== undefined) {
+      number('releaseTimeoutMs', options.releaseTimeoutMs);
+      if (!(options.releaseTimeoutMs > 0)) throw new RangeError(`releaseTimeoutMs: must be positive, got ${options.releaseTimeoutMs}`);
+    }
+    if (options.lease !== undefined && !(typeof options.lease.ttlMs === 'number' && options.lease.ttlMs > 0)) {
+      throw new TypeError('lease: its ttlMs is unknown: give the Lease that acquire returned (the Keeper trusts a lease no longer than it was granted for)');
+    }
     const renewEveryMs = options.renewEveryMs ?? ttlMs / 3;
     const marginMs = options.marginMs ?? ttlMs / 10;
     if (!(ttlMs >= 10 && ttlMs <= 86_400_000)) throw new RangeError(`ttlMs: must be between 10ms and 24h, got ${ttlMs}`);
@@ -110,6 +193,10 @@ export class Keeper {
     }
     const clock = options.clock ?? monotonicNs;
     const conn = await options.connect();
+    // Listening before anything else: a connection lost while idle emits
+    // 'error', which unheard ends the process.
+    let k: Keeper | undefined;
+    conn.on?.('error', () => k?.connectionLost(conn));
     let lease = options.lease;
     let grantedAt = options.grantedAt;
     let fg: Fencegate;
@@ -126,11 +213,12 @@ export class Keeper {
       await conn.end().catch(() => {});
       throw e;
     }
-    const k = new Keeper(conn, fg, { ...options, ttlMs, renewEveryMs, marginMs }, clock, lease, grantedAt!);
-    options.signal?.addEventListener('abort', () => void k.stop(), { once: true });
-    k.armDeadline();
-    k.scheduleRenew(k.renewEvery - (clock() - k.lastOk));
-    return k;
+    const kept = new Keeper(conn, fg, { ...options, ttlMs, renewEveryMs, marginMs }, clock, lease, grantedAt!);
+    k = kept;
+    options.signal?.addEventListener('abort', () => void kept.stop(), { once: true });
+    kept.armDeadline();
+    kept.scheduleRenew((kept.renewEvery * kept.window) / (kept.ttl - kept.margin) - (clock() - kept.lastOk));
+    return kept;
   }
 
   /** The lease as last renewed. */
@@ -145,7 +233,7 @@ export class Keeper {
   get renewals(): number { return this.renewCount; }
 
   /** The monotonic reading (ns) until which the lease is trusted. */
-  trustedUntil(): bigint { return this.lastOk + this.ttl - this.margin; }
+  trustedUntil(): bigint { return this.lastOk + this.window; }
 
   /**
    * True while the lease can be trusted: not lost, not stopped, and the
@@ -163,7 +251,11 @@ export class Keeper {
     throw this.expired();
   }
 
-  /** Stops renewing and aborts the signal; waits for a renewal in flight. Does not release. Idempotent. */
+  /**
+   * Stops renewing and aborts the signal; a renewal in flight is cancelled
+   * (its connection destroyed: the next call opens a new one). Does not
+   * release. Idempotent. Takes at most releaseTimeoutMs.
+   */
   async stop(): Promise<void> {
     if (!this.stopping) {
       this.stopping = true;
@@ -171,36 +263,91 @@ export class Keeper {
       clearTimeout(this.deadlineTimer);
       if (!this.controller.signal.aborted) this.controller.abort(new Error('the keeper was stopped'));
     }
-    await this.renewing;
+    const renewing = this.renewing;
+    if (renewing !== undefined) {
+      this.broken = true;
+      destroy(this.conn);
+      await within(renewing, this.releaseTimeoutMs, TIMED_OUT);
+    }
   }
 
-  /** Stops, releases the lease unless it was lost, and closes the Keeper's connection. */
+  /**
+   * Stops, releases the lease unless it was lost (a lease taken over
+   * meanwhile is nothing to release), and closes the Keeper's connection.
+   * Takes at most releaseTimeoutMs: when the database does not answer by
+   * then, the connection is destroyed and it throws (the lease expires
+   * with its TTL).
+   */
   async release(): Promise<void> {
+    const started = performance.now();
+    const left = () => this.releaseTimeoutMs - (performance.now() - started);
     await this.stop();
     try {
       if (this.lost === undefined) {
         const l = this.leaseNow;
-        await this.fg.release(l.resource, l.holder, l.epoch).catch((e) => {
-          if (!(e instanceof StaleEpochError)) throw e; // taken over meanwhile: nothing of ours
-        });
+        const done = await within(this.releaseNow(l), left(), TIMED_OUT);
+        if (done === TIMED_OUT) {
+          this.broken = true;
+          destroy(this.conn);
+          throw new Error(`fencegate: the release of the lease on ${JSON.stringify(l.resource)} (epoch ${l.epoch}) got no answer within ${this.releaseTimeoutMs}ms: it expires with its TTL`);
+        }
       }
     } finally {
-      await this.conn.end().catch(() => {});
+      this.ended = true;
+      await endWithin(this.conn, Math.max(0, Math.min(1000, left())));
     }
   }
 
-  /** Stops and closes the Keeper's connection, without releasing. */
+  /** Stops and closes the Keeper's connection, without releasing. Takes at most releaseTimeoutMs. */
   async close(): Promise<void> {
+    const started = performance.now();
     await this.stop();
-    await this.conn.end().catch(() => {});
+    this.ended = true;
+    await endWithin(this.conn, Math.max(0, Math.min(1000, this.releaseTimeoutMs - (performance.now() - started))));
+  }
+
+  private async releaseNow(l: Lease): Promise<void> {
+    if (this.broken) await this.reconnect(false);
+    await this.fg.release(l.resource, l.holder, l.epoch).catch((e) => {
+      if (!(e instanceof StaleEpochError)) throw e; // taken over meanwhile: nothing of ours
+    });
+  }
+
+  // node-postgres does not reconnect a client: a new one, listened to.
+  private async reconnect(forRenewal: boolean): Promise<void> {
+    await endWithin(this.conn, 0);
+    const conn = await this.opts.connect();
+    conn.on?.('error', () => this.connectionLost(conn));
+    if ((forRenewal && this.stopping) || this.ended) {
+      // Stopped while connecting: the renewal is abandoned, and release
+      // opens a connection of its own.
+      await endWithin(conn, 0);
+      throw new Error('the keeper was stopped');
+    }
+    this.conn = conn;
+    this.fg = await Fencegate.attach(conn, { schema: this.fg.schema, checkVersion: false });
+    this.broken = false;
+  }
+
+  /**
+   * conn emitted 'error': it is gone. Not a loss of the lease, which the
+   * database still holds: renew now, on a new connection, as after a failed
+   * renewal (the lease is lost if none succeeds before the deadline).
+   */
+  private connectionLost(conn: KeeperConnection): void {
+    if (conn !== this.conn) return;
+    this.broken = true;
+    if (this.lost || this.stopping || this.renewing !== undefined) return;
+    clearTimeout(this.renewTimer);
+    this.scheduleRenew(0n);
   }
 
   async [Symbol.asyncDispose](): Promise<void> { await this.release(); }
 
   private expired(): LeaseLostError {
-    const s = (Number(this.ttl - this.margin) / 1e9).toFixed(3);
+    const s = (Number(this.window) / 1e9).toFixed(3);
     return new LeaseLostError(
-      `lease on ${JSON.stringify(this.leaseNow.resource)} (epoch ${this.leaseNow.epoch}) can no longer be trusted: no successful renewal within ${s}s (ttl less the margin) on the monotonic clock`,
+      `lease on ${JSON.stringify(this.leaseNow.resource)} (epoch ${this.leaseNow.epoch}) can no longer be trusted: no successful renewal within ${s}s (its ttl less the margin) on the monotonic clock`,
       'expired');
   }
 
@@ -236,36 +383,34 @@ export class Keeper {
     const wait = afterNs > 0n ? Number(afterNs) / 1e6 : 0;
     this.renewTimer = setTimeout(() => {
       if (this.lost || this.stopping || this.pastDeadline()) return;
-      this.renewing = this.renewOnce();
+      const r = this.renewOnce();
+      this.renewing = r;
+      const settled = () => { if (this.renewing === r) this.renewing = undefined; };
+      r.then(settled, settled);
     }, wait);
   }
 
   private async renewOnce(): Promise<void> {
     const l = this.leaseNow;
     try {
-      if (this.broken) {
-        // node-postgres does not reconnect a client: a new one.
-        await this.conn.end().catch(() => {});
-        this.conn = await this.opts.connect();
-        this.fg = await Fencegate.attach(this.conn, { schema: this.fg.schema, checkVersion: false });
-        this.broken = false;
-      }
+      if (this.broken) await this.reconnect(true);
     } catch {
       this.scheduleRenew(ms(Math.min(this.opts.renewEveryMs, RETRY_MS)));
-      this.renewing = undefined;
       return;
     }
     const started = this.clock();
     const left = Math.max(1, Math.floor(Number(this.trustedUntil() - started) / 1e6));
+    const conn = this.conn;
     try {
       // A renewal that cannot answer before the deadline is of no use.
-      await this.conn.query('BEGIN');
-      await this.conn.query(`SELECT set_config('statement_timeout', $1, true)`, [`${left}ms`]);
+      await conn.query('BEGIN');
+      await conn.query(`SELECT set_config('statement_timeout', $1, true)`, [`${left}ms`]);
       const expiresAt = await this.fg.renew(l.resource, l.holder, l.epoch, this.opts.ttlMs);
-      await this.conn.query('COMMIT');
+      await conn.query('COMMIT');
       if (this.lost === undefined) {
-        this.leaseNow = { ...l, expiresAt };
+        this.leaseNow = { ...l, expiresAt, ttlMs: this.opts.ttlMs };
         this.lastOk = started;
+        this.window = this.ttl - this.margin;
         this.renewCount++;
         if (!this.stopping) {
           clearTimeout(this.deadlineTimer);
@@ -274,7 +419,7 @@ export class Keeper {
       }
       this.scheduleRenew(this.renewEvery);
     } catch (e) {
-      await this.conn.query('ROLLBACK').catch(() => {});
+      if (!this.broken) await conn.query('ROLLBACK').catch(() => {});
       if (e instanceof StaleEpochError) {
         this.lose(new LeaseLostError(
           `lease on ${JSON.stringify(l.resource)} (epoch ${l.epoch}) can no longer be trusted: ${e.message}`,
@@ -285,8 +430,6 @@ export class Keeper {
       // a new connection (this one may be gone).
       this.broken = true;
       this.scheduleRenew(ms(Math.min(this.opts.renewEveryMs, RETRY_MS)));
-    } finally {
-      this.renewing = undefined;
     }
   }
 }

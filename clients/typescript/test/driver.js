@@ -13,12 +13,19 @@
 //   driver.js release RESOURCE HOLDER EPOCH
 //   driver.js send RESOURCE EPOCH NOTE_ID OPERATION_ID PAYLOAD_JSON
 //   driver.js hold RESOURCE HOLDER TTL_MS
+//   driver.js keeper RESOURCE HOLDER TTL_MS
 //   driver.js badargs RESOURCE EPOCH
 //
 // send writes a row of its own (table client_notes, made by the test) and
 // enqueues an email in one transaction. hold keeps a lease with a Keeper,
 // prints {"event": "held"}, and on each line "check" on its standard input
 // reports what its Keeper says, then tries a write with the Keeper's epoch.
+//
+// keeper holds a lease with a Keeper whose connections ($KEEPER_DATABASE_URL,
+// else $GATEWAY_DATABASE_URL) carry application_name fencegate-keeper and,
+// as a plain `new pg.Client`, no 'error' listener of their own; it prints
+// {"event": "held"} and reads lines: "check" reports what the Keeper says,
+// "release" releases (reporting how long it took and any error) and ends.
 //
 // badargs makes calls with arguments of the wrong type and reports each
 // error.
@@ -124,6 +131,41 @@ async function hold(resource, holder, ttlMs) {
   await db.end();
 }
 
+// The Keeper's connections: no 'error' listener, as a user's plain helper.
+async function connectKeeper() {
+  const client = new pg.Client({ connectionString: process.env.KEEPER_DATABASE_URL || url, application_name: 'fencegate-keeper' });
+  await client.connect();
+  return client;
+}
+
+async function keeperLines(resource, holder, ttlMs) {
+  const keeper = await fencegate.Keeper.hold({ connect: connectKeeper, resource, holder, ttlMs, schema });
+  out({ event: 'held', epoch: keeper.epoch });
+  const rl = readline.createInterface({ input: process.stdin });
+  for await (const line of rl) {
+    const cmd = line.trim();
+    if (cmd === 'check') {
+      const reason = keeper.signal.reason;
+      out({ event: 'checked', still_valid: keeper.stillValid(), renewals: keeper.renewals, epoch: keeper.epoch,
+        reason: reason instanceof fencegate.LeaseLostError ? reason.reason : null });
+    } else if (cmd === 'release') {
+      const start = performance.now();
+      const o = { event: 'released', ok: true };
+      try {
+        await keeper.release();
+      } catch (e) {
+        o.ok = false;
+        o.error = `${e.name}: ${e.message}`;
+      }
+      o.seconds = (performance.now() - start) / 1000;
+      out(o);
+      rl.close();
+      return;
+    }
+  }
+  await keeper.close();
+}
+
 // Each call with one argument of the wrong type (clients_test.go's badArgs
 // names the same cases for every language): its error.
 async function badArgs(fg, resource, epoch) {
@@ -169,6 +211,7 @@ async function badArgs(fg, resource, epoch) {
 async function main(argv) {
   const [cmd, ...a] = argv;
   if (cmd === 'hold') return hold(a[0], a[1], Number(a[2]));
+  if (cmd === 'keeper') return keeperLines(a[0], a[1], Number(a[2]));
   const db = await connect();
   let o;
   try {

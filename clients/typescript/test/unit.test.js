@@ -90,6 +90,76 @@ test('bad timings are refused naming the option', async () => {
   await assert.rejects(fg.Keeper.hold({ connect, resource: 'r', holder: 'h', ttlMs: 1000, renewEveryMs: 950 }), /^RangeError: renewEveryMs/);
 });
 
+// A stand-in for node-postgres's Client: an EventEmitter, as pg's is.
+function emittingConnection(renew) {
+  const { EventEmitter } = require('node:events');
+  return Object.assign(new EventEmitter(), fakeConnection(renew));
+}
+
+test("a connection lost while idle ('error') does not end the process: the Keeper renews on a new one", async () => {
+  const conns = [];
+  const connect = async () => {
+    const c = emittingConnection(async () => ({ rows: [{ expires_at: new Date() }] }));
+    conns.push(c);
+    return c;
+  };
+  const k = await fg.Keeper.hold({ connect, resource: 'r', holder: 'h', ttlMs: 60_000 });
+  try {
+    // node-postgres emits this on an idle client whose server went away; an
+    // EventEmitter with no listener throws it (the process ends).
+    conns[0].emit('error', Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' }));
+    const deadline = Date.now() + 5000;
+    while (k.renewals === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(conns.length, 2, 'a new connection');
+    assert.equal(k.renewals, 1, 'renewed at once on it');
+    assert.equal(k.stillValid(), true);
+    assert.equal(conns[0].ended, true);
+  } finally {
+    await k.release();
+  }
+  assert.equal(conns[1].ended, true);
+});
+
+test('a lease granted with a shorter TTL is trusted no longer than that TTL', async () => {
+  let now = 1_000_000_000n;
+  const conn = fakeConnection(() => new Promise(() => {})); // renewals never answer
+  const lease = { resource: 'r', holder: 'h', epoch: 4, expiresAt: new Date(), ttlMs: 1000 };
+  const k = await fg.Keeper.hold({ connect: async () => conn, resource: 'r', holder: 'h', ttlMs: 10_000, lease, grantedAt: now, clock: () => now });
+  try {
+    now += 890_000_000n; // 1 s less 10 %: 900 ms
+    assert.equal(k.stillValid(), true);
+    now += 20_000_000n;
+    assert.equal(k.stillValid(), false, 'trusted past the lease it was given (1 s) as if it were the keeper\'s (10 s)');
+  } finally {
+    await k.close();
+  }
+  const made = { resource: 'r', holder: 'h', epoch: 4, expiresAt: new Date() }; // no ttlMs: not acquire's
+  await assert.rejects(fg.Keeper.hold({ connect: async () => fakeConnection(), resource: 'r', holder: 'h', ttlMs: 10_000, lease: made, grantedAt: now }),
+    /^TypeError: lease: its ttlMs is unknown/);
+});
+
+test('release has a bound when the database does not answer', { timeout: 20_000 }, async () => {
+  const silent = () => new Promise(() => {});
+  const conn = fakeConnection(silent);
+  conn.query = async function (text) {
+    if (text.includes('interface_version')) return { rows: [{ v: 1 }] };
+    if (text.includes('.acquire(')) return { rows: [{ epoch: '4', expires_at: new Date() }] };
+    return silent(); // renewals and the release: no answer
+  };
+  conn.end = silent;
+  const k = await fg.Keeper.hold({ connect: async () => conn, resource: 'r', holder: 'h', ttlMs: 300, releaseTimeoutMs: 500 });
+  await new Promise((r) => setTimeout(r, 150)); // a renewal in flight (due at 100 ms)
+  const start = Date.now();
+  await assert.rejects(k.release(), /got no answer within 500ms/);
+  const took = Date.now() - start;
+  assert.ok(took < 2000, `release took ${took} ms, past its bound (500 ms)`);
+  const k2 = await fg.Keeper.hold({ connect: async () => conn, resource: 'r', holder: 'h', ttlMs: 300, releaseTimeoutMs: 500 });
+  while (!k2.signal.aborted) await new Promise((r) => setTimeout(r, 10)); // lost: expired
+  const start2 = Date.now();
+  await k2.release(); // nothing to release: only the renewal to stop
+  assert.ok(Date.now() - start2 < 2000);
+});
+
 test('arguments of the wrong type are refused naming the field, nothing sent', async () => {
   const sent = [];
   const db = { async query(text, values) { sent.push(text); return { rows: [{}] }; } };
@@ -115,4 +185,5 @@ test('arguments of the wrong type are refused naming the field, nothing sent', a
   assert.deepEqual(sent, []);
   await enq({ operationId: 'a\ud83d\ude00', payload: { ...p, text: '😀' } }); // a pair is text
   assert.equal(sent.length, 1);
+  await assert.rejects(fg.Keeper.hold({ connect: async () => fakeConnection(), resource: 'r', holder: 'h', ttlMs: '1000' }), /^TypeError: ttlMs/);
 });

@@ -158,6 +158,9 @@ class Lease:
     holder: str
     epoch: int
     expires_at: _dt.datetime  # PostgreSQL's clock: for people, never for deciding
+    #: The time to live it was granted with (set by acquire): a Keeper given
+    #: this lease trusts it no longer.
+    ttl: Optional[_dt.timedelta] = None
 
 
 def _driver_connection(conn: Any) -> Any:
@@ -281,7 +284,7 @@ class Fencegate:
             row = self.conn.execute(q, args).fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
-        return Lease(resource, holder, row[0], row[1])
+        return Lease(resource, holder, row[0], row[1], args[2])
 
     def renew(self, resource: str, holder: str, epoch: int, ttl: Seconds) -> _dt.datetime:
         """Extends the lease by ttl from now, keeping its epoch; the new
@@ -352,7 +355,7 @@ class AsyncFencegate:
             row = await cur.fetchone()
         except psycopg.Error as e:
             raise _typed(e) from e
-        return Lease(resource, holder, row[0], row[1])
+        return Lease(resource, holder, row[0], row[1], args[2])
 
     async def renew(self, resource: str, holder: str, epoch: int, ttl: Seconds) -> _dt.datetime:
         args = (_text("resource", resource), _text("holder", holder), _integer("epoch", epoch), _ttl(ttl))

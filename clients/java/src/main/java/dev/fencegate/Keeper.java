@@ -3,6 +3,7 @@ package dev.fencegate;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
+import java.sql.SQLTimeoutException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.time.Instant;
@@ -10,9 +11,13 @@ import java.util.Set;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executor;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.LongSupplier;
 
 /**
@@ -38,7 +43,10 @@ import java.util.function.LongSupplier;
  * own: a dedicated {@link Connection} (used by nothing else while the
  * keeper runs) or one from a {@link ConnectionSource} per renewal (a
  * pool's). {@link #close()} stops renewing and waits for the renewal in
- * flight; it does not release the lease ({@link #release()} does).
+ * flight; it does not release the lease ({@link #release()} does). Both
+ * take at most {@link KeeperConfig#releaseTimeout()} (10 s unless
+ * configured) when the database does not answer: the connection in use is
+ * then aborted ({@link Connection#abort}).
  *
  * <pre>{@code
  * try (Keeper keeper = Keeper.hold(fg, dataSource::getConnection, "invoices", "worker-1",
@@ -58,9 +66,11 @@ public final class Keeper implements AutoCloseable {
     private final boolean closeConnections;
     private final LongSupplier clock;
     private final long renewEvery;
+    /** The TTL it renews with: the configuration's. */
+    private final Duration ttl;
     /** TTL − margin, in nanoseconds: how long a renewal's start is trusted. */
-    private final long window;
-    private final Duration windowDuration;
+    private final long fullWindow;
+    private final Duration releaseTimeout;
     private final ScheduledThreadPoolExecutor executor;
     private final CompletableFuture<Exception> done = new CompletableFuture<>();
     /** The executor's threads: close, called on one of them, cannot wait for them. */
@@ -76,6 +86,14 @@ public final class Keeper implements AutoCloseable {
     private ScheduledFuture<?> renewTask;
     private ScheduledFuture<?> deadlineTask;
     private Statement inFlight;
+    /** The connection of the renewal in flight, aborted when it outlasts close's bound. */
+    private Connection inFlightConn;
+    /**
+     * How long the lease is trusted from lastOK: {@link #fullWindow}, or
+     * less for a lease given to {@link #keep} with a shorter TTL than the
+     * configuration's (it expires sooner in the database), until renewed.
+     */
+    private long window;
 
     private Keeper(Fencegate fg, ConnectionSource source, boolean closeConnections, Lease lease, long grantedAt,
             KeeperConfig cfg) {
@@ -84,8 +102,13 @@ public final class Keeper implements AutoCloseable {
         this.closeConnections = closeConnections;
         this.clock = cfg.clock();
         this.renewEvery = cfg.renewEvery().toNanos();
-        this.windowDuration = cfg.ttl().minus(cfg.margin());
-        this.window = windowDuration.toNanos();
+        this.ttl = cfg.ttl();
+        this.fullWindow = cfg.ttl().minus(cfg.margin()).toNanos();
+        this.releaseTimeout = cfg.releaseTimeout();
+        // A lease granted with a shorter TTL is trusted, and first renewed,
+        // on its own TTL's scale.
+        double scale = Math.min(1.0, (double) lease.ttl().toNanos() / cfg.ttl().toNanos());
+        this.window = (long) (fullWindow * scale);
         this.lease = lease;
         this.lastOK = grantedAt;
         // Two threads: a renewal blocked on a slow database must not hold up
@@ -104,7 +127,7 @@ public final class Keeper implements AutoCloseable {
             // reading precedes its request, or keep long after it) would get
             // its first renewal after its deadline and lose a healthy lease.
             // An overdue one starts at once.
-            long first = Math.max(0, grantedAt + renewEvery - clock.getAsLong());
+            long first = Math.max(0, grantedAt + (long) (renewEvery * scale) - clock.getAsLong());
             renewTask = executor.schedule(this::renewOnce, first, TimeUnit.NANOSECONDS);
             scheduleDeadlineLocked();
         }
@@ -149,7 +172,12 @@ public final class Keeper implements AutoCloseable {
      * Keeps lease, acquired (and committed) by the caller; grantedAt is the
      * keeper's clock ({@link System#nanoTime()} unless configured) read
      * just before the acquire was sent. Renews on conn, used by the keeper
-     * alone until closed.
+     * alone until closed. The lease is trusted no longer than the TTL it
+     * was granted with ({@link Lease#ttl()}, scaled as the configuration's
+     * TTL − margin) until its first renewal, which extends it by the
+     * configuration's TTL.
+     *
+     * @throws IllegalArgumentException for a bad configuration, or a lease without its ttl
      */
     public static Keeper keep(Fencegate fg, Connection conn, Lease lease, long grantedAt, KeeperConfig cfg) {
         return keep(fg, () -> conn, false, lease, grantedAt, cfg);
@@ -164,6 +192,10 @@ public final class Keeper implements AutoCloseable {
             KeeperConfig cfg) {
         KeeperConfig c = cfg.withDefaults();
         c.validate();
+        if (lease == null || lease.ttl() == null || lease.ttl().isNegative() || lease.ttl().isZero()) {
+            throw new IllegalArgumentException("lease: its ttl is unknown: give the Lease that acquire returned"
+                    + " (the keeper trusts a lease no longer than it was granted for)");
+        }
         return new Keeper(fg, source, close, lease, grantedAt, c);
     }
 
@@ -234,11 +266,17 @@ public final class Keeper implements AutoCloseable {
     }
 
     /**
-     * Stops renewing and waits (at most 30 s) for the renewal in flight,
-     * which is cancelled. Does not release the lease. Idempotent.
+     * Stops renewing and waits for the renewal in flight, which is
+     * cancelled, at most {@link KeeperConfig#releaseTimeout()}: a renewal
+     * still running then (a database that does not answer) has its
+     * connection aborted. Does not release the lease. Idempotent.
      */
     @Override
     public void close() {
+        close(System.nanoTime() + releaseTimeout.toNanos());
+    }
+
+    private void close(long deadline) {
         Exception why = new CancellationException("keeper closed");
         boolean first;
         synchronized (mu) {
@@ -255,9 +293,14 @@ public final class Keeper implements AutoCloseable {
             return; // a done() action: the threads end once it returns
         }
         try {
-            if (!executor.awaitTermination(30, TimeUnit.SECONDS)) {
-                LOG.log(System.Logger.Level.WARNING, "fencegate keeper: a renewal of {0} still runs 30 s after close",
-                        lease().resource());
+            if (!executor.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)) {
+                Connection c;
+                synchronized (mu) {
+                    c = inFlightConn;
+                }
+                LOG.log(System.Logger.Level.WARNING, "fencegate keeper: a renewal of {0} still runs {1} after close: its"
+                        + " connection is aborted", lease().resource(), releaseTimeout);
+                abort(c);
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
@@ -266,24 +309,89 @@ public final class Keeper implements AutoCloseable {
 
     /**
      * Closes the keeper and releases the lease (committed), on a connection
-     * of its own.
+     * of its own, all within {@link KeeperConfig#releaseTimeout()}. A lease
+     * lost already (its loss in {@link #err()}), or taken over meanwhile,
+     * is nothing to release: it returns without error.
      *
-     * @throws StaleEpochException the lease was taken over meanwhile
+     * @throws SQLTimeoutException the database did not answer in time (the
+     *     connection was aborted; the lease expires with its TTL)
+     * @throws SQLException the release failed otherwise
      */
     public void release() throws SQLException {
-        close();
+        long deadline = System.nanoTime() + releaseTimeout.toNanos();
+        close(deadline);
+        if (err() instanceof LeaseLostException) {
+            return; // lost: nothing of ours to release
+        }
         Lease l = lease();
-        call(source, closeConnections, conn -> {
-            fg.release(conn, l);
-            return null;
-        });
+        AtomicReference<Connection> used = new AtomicReference<>();
+        CompletableFuture<Void> f = new CompletableFuture<>();
+        Thread t = new Thread(() -> {
+            try {
+                call(() -> {
+                    Connection c = source.get();
+                    used.set(c);
+                    return c;
+                }, closeConnections, conn -> {
+                    fg.release(conn, l);
+                    return null;
+                });
+                f.complete(null);
+            } catch (StaleEpochException takenOver) {
+                f.complete(null); // taken over meanwhile: nothing of ours to release
+            } catch (Throwable e) {
+                f.completeExceptionally(e);
+            }
+        }, "fencegate-keeper release " + l.resource());
+        t.setDaemon(true);
+        t.start();
+        try {
+            f.get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+            abort(used.get());
+            throw new SQLTimeoutException("fencegate keeper: the release of the lease on " + l.resource() + " (epoch "
+                    + l.epoch() + ") got no answer within " + releaseTimeout + ": it expires with its TTL");
+        } catch (ExecutionException e) {
+            Throwable c = e.getCause();
+            if (c instanceof SQLException s) {
+                throw s;
+            }
+            if (c instanceof RuntimeException r) {
+                throw r;
+            }
+            if (c instanceof Error err) {
+                throw err;
+            }
+            throw new SQLException(c);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            abort(used.get());
+            throw new SQLException("fencegate keeper: interrupted while releasing", e);
+        }
+    }
+
+    /** Aborts c (its socket closed: a statement waiting on it fails at once), quietly. */
+    private static void abort(Connection c) {
+        if (c == null) {
+            return;
+        }
+        Executor daemon = r -> {
+            Thread t = new Thread(r, "fencegate-keeper abort");
+            t.setDaemon(true);
+            t.start();
+        };
+        try {
+            c.abort(daemon);
+        } catch (SQLException | RuntimeException e) {
+            // closed already
+        }
     }
 
     /** The loss by the clock, for a lease whose window has passed. */
     private LeaseLostException expired() {
         Lease l = lease;
         return new LeaseLostException("lease on " + l.resource() + " (epoch " + l.epoch()
-                + ") lost: no successful renewal within " + windowDuration, null);
+                + ") lost: no successful renewal within " + Duration.ofNanos(window), null);
     }
 
     /** Ends the trust with why, unless it ended already. */
@@ -376,15 +484,23 @@ public final class Keeper implements AutoCloseable {
         }
         long started = clock.getAsLong();
         try {
-            Instant exp = call(source, closeConnections,
-                    conn -> fg.renew(conn, l.resource(), l.holder(), l.epoch(), l.ttl(), this::track));
+            Instant exp = call(source, closeConnections, conn -> {
+                synchronized (mu) {
+                    inFlightConn = conn;
+                }
+                // The configuration's TTL, which the trust window is made of
+                // (not the TTL a lease given to keep was granted with).
+                return fg.renew(conn, l.resource(), l.holder(), l.epoch(), ttl, this::track);
+            });
             synchronized (mu) {
                 inFlight = null;
+                inFlightConn = null;
                 if (reason != null) {
                     return;
                 }
-                lease = new Lease(l.resource(), l.holder(), l.epoch(), exp, l.ttl());
+                lease = new Lease(l.resource(), l.holder(), l.epoch(), exp, ttl);
                 lastOK = started;
+                window = fullWindow;
                 cancel(deadlineTask);
                 scheduleDeadlineLocked();
                 cancel(renewTask);
@@ -393,11 +509,13 @@ public final class Keeper implements AutoCloseable {
         } catch (StaleEpochException e) {
             synchronized (mu) {
                 inFlight = null;
+                inFlightConn = null;
             }
             lose(new LeaseLostException("lease on " + l.resource() + " (epoch " + l.epoch() + ") lost: " + e.getMessage(), e));
         } catch (SQLException | RuntimeException e) {
             synchronized (mu) {
                 inFlight = null;
+                inFlightConn = null;
                 if (reason != null) {
                     return;
                 }

@@ -16,30 +16,46 @@ import java.util.function.LongSupplier;
  *     default {@link System#nanoTime()}, which is monotonic: a step of the
  *     wall clock (NTP, an operator, a VM restored) changes nothing. Give
  *     another only to test.
+ * @param releaseTimeout how long {@link Keeper#close()} and
+ *     {@link Keeper#release()} may take when the database does not answer;
+ *     default 10 s. Positive.
  */
-public record KeeperConfig(Duration ttl, Duration renewEvery, Duration margin, LongSupplier clock) {
+public record KeeperConfig(Duration ttl, Duration renewEvery, Duration margin, LongSupplier clock,
+        Duration releaseTimeout) {
 
     private static final Duration MIN_TTL = Duration.ofMillis(10);
     private static final Duration MAX_TTL = Duration.ofHours(24);
+    /** The default {@link #releaseTimeout()}. */
+    public static final Duration DEFAULT_RELEASE_TIMEOUT = Duration.ofSeconds(10);
+
+    /** A configuration without a release timeout of its own (the default). */
+    public KeeperConfig(Duration ttl, Duration renewEvery, Duration margin, LongSupplier clock) {
+        this(ttl, renewEvery, margin, clock, null);
+    }
 
     /** A configuration for ttl with the defaults. */
     public static KeeperConfig of(Duration ttl) {
-        return new KeeperConfig(ttl, null, null, null);
+        return new KeeperConfig(ttl, null, null, null, null);
     }
 
     /** This configuration renewing every d. */
     public KeeperConfig withRenewEvery(Duration d) {
-        return new KeeperConfig(ttl, d, margin, clock);
+        return new KeeperConfig(ttl, d, margin, clock, releaseTimeout);
     }
 
     /** This configuration with margin d. */
     public KeeperConfig withMargin(Duration d) {
-        return new KeeperConfig(ttl, renewEvery, d, clock);
+        return new KeeperConfig(ttl, renewEvery, d, clock, releaseTimeout);
     }
 
     /** This configuration measuring on clock (nanoseconds). */
     public KeeperConfig withClock(LongSupplier c) {
-        return new KeeperConfig(ttl, renewEvery, margin, c);
+        return new KeeperConfig(ttl, renewEvery, margin, c, releaseTimeout);
+    }
+
+    /** This configuration with release timeout d. */
+    public KeeperConfig withReleaseTimeout(Duration d) {
+        return new KeeperConfig(ttl, renewEvery, margin, clock, d);
     }
 
     /** This configuration with its null fields set to their defaults. */
@@ -47,7 +63,8 @@ public record KeeperConfig(Duration ttl, Duration renewEvery, Duration margin, L
         return new KeeperConfig(ttl,
                 renewEvery != null || ttl == null ? renewEvery : ttl.dividedBy(3),
                 margin != null || ttl == null ? margin : ttl.dividedBy(10),
-                clock != null ? clock : System::nanoTime);
+                clock != null ? clock : System::nanoTime,
+                releaseTimeout != null ? releaseTimeout : DEFAULT_RELEASE_TIMEOUT);
     }
 
     /** Checks a configuration with its defaults, naming the field at fault. */
@@ -62,6 +79,9 @@ public record KeeperConfig(Duration ttl, Duration renewEvery, Duration margin, L
         if (renewEvery == null || renewEvery.isNegative() || renewEvery.isZero() || renewEvery.compareTo(window) >= 0) {
             throw new IllegalArgumentException("renew_every: must be positive and below ttl-margin (" + window + "), got "
                     + renewEvery);
+        }
+        if (releaseTimeout == null || releaseTimeout.isNegative() || releaseTimeout.isZero()) {
+            throw new IllegalArgumentException("release_timeout: must be positive, got " + releaseTimeout);
         }
     }
 }

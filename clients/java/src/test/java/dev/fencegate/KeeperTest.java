@@ -249,4 +249,150 @@ public class KeeperTest {
             assertNull(k.err());
         }
     }
+
+    /**
+     * A lease acquired elsewhere for 1 s and kept by a keeper of 10 s
+     * expires in the database after 1 s: it is trusted no longer (0.9 s, its
+     * TTL less the margin, scaled), and renewed with the keeper's TTL. The
+     * keeper renewed with the lease's TTL (1 s, every 3.3 s) and trusted it
+     * 9 s.
+     */
+    @Test
+    public void aLeaseGrantedShorterIsTrustedNoLonger() throws Exception {
+        Fencegate fg = client();
+        String r = TestEnv.resource("keeper");
+        AtomicLong clock = new AtomicLong(1_000 * MINUTE);
+        Lease l;
+        try (Connection c = conn()) {
+            l = fg.acquire(c, r, "worker-a", Duration.ofSeconds(1));
+            c.commit();
+        }
+        CountDownLatch hung = new CountDownLatch(1);
+        Keeper k = Keeper.keep(fg, () -> {
+            try {
+                hung.await(30, TimeUnit.SECONDS); // renewals get no answer: trust is the clock's alone
+            } catch (InterruptedException e) {
+                throw new SQLException("interrupted", e);
+            }
+            return conn();
+        }, l, clock.get(), KeeperConfig.of(Duration.ofSeconds(10)).withClock(clock::get));
+        try {
+            clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(890));
+            assertTrue(k.stillValid());
+            clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(20));
+            assertFalse("trusted past the lease it was given (1 s) as if it were the keeper's (10 s)", k.stillValid());
+        } finally {
+            hung.countDown();
+            k.close();
+        }
+        Lease made = new Lease(r, "worker-a", l.epoch(), l.expiresAt(), null);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> Keeper.keep(fg, KeeperTest::conn, made, System.nanoTime(), KeeperConfig.of(Duration.ofSeconds(10))));
+        assertTrue(e.getMessage(), e.getMessage().startsWith("lease: "));
+    }
+
+    /** A lease kept with a longer TTL than it was granted for is renewed with the keeper's TTL, not the lease's. */
+    @Test
+    public void aKeptLeaseIsRenewedWithTheKeepersTtl() throws Exception {
+        Fencegate fg = client();
+        String r = TestEnv.resource("keeper");
+        long grantedAt = System.nanoTime();
+        Lease l;
+        try (Connection c = conn()) {
+            l = fg.acquire(c, r, "worker-a", Duration.ofSeconds(1));
+            c.commit();
+        }
+        try (Keeper k = Keeper.keep(fg, KeeperTest::conn, l, grantedAt, KeeperConfig.of(Duration.ofSeconds(6)))) {
+            await("a renewal", Duration.ofSeconds(5), () -> k.done().isDone() || !k.lease().expiresAt().equals(l.expiresAt()));
+            assertTrue("lost: " + k.err(), k.stillValid());
+            assertEquals(Duration.ofSeconds(6), k.lease().ttl());
+            assertEquals("renewed for 6 s, not the lease's 1 s", 1, TestEnv.count("SELECT count(*) FROM fencegate.resources"
+                    + " WHERE resource_id = ? AND lease_expires_at > now() + interval '3 seconds'", r));
+        }
+    }
+
+    /**
+     * release after a takeover (or after the keeper lost the lease) is
+     * nothing to do, as in Python and TypeScript: it threw
+     * StaleEpochException, after the worker's transaction had committed.
+     */
+    @Test
+    public void releaseAfterATakeoverIsNothingToDo() throws Exception {
+        Fencegate fg = client();
+        String r = TestEnv.resource("keeper");
+        AtomicLong clock = new AtomicLong();
+        Keeper k = Keeper.hold(fg, KeeperTest::conn, r, "worker-a", KeeperConfig.of(Duration.ofHours(1)).withClock(clock::get));
+        long newer;
+        try (Connection c = TestEnv.worker()) {
+            newer = fg.acquire(c, r, "worker-a", Duration.ofMinutes(1)).epoch();
+            c.commit();
+        }
+        assertTrue("not noticed yet", k.stillValid());
+        k.release(); // taken over meanwhile: nothing of ours
+        assertEquals(1, TestEnv.count("SELECT count(*) FROM fencegate.resources WHERE resource_id = ? AND epoch = ?"
+                + " AND holder = 'worker-a' AND lease_expires_at > now()", r, newer));
+
+        Keeper lost = Keeper.hold(fg, KeeperTest::conn, TestEnv.resource("keeper"), "worker-a",
+                KeeperConfig.of(Duration.ofHours(1)).withClock(clock::get));
+        clock.addAndGet(60 * MINUTE); // past its window: lost
+        assertFalse(lost.stillValid());
+        lost.release(); // lost: nothing to release
+        assertTrue(lost.err() instanceof LeaseLostException);
+    }
+
+    /**
+     * release has a bound (the release timeout, 10 s by default) when the
+     * database stops answering: a renewal that gets no connection is
+     * abandoned. close waited 30 s for it, then release waited on the
+     * source again, without a bound.
+     */
+    @Test
+    public void releaseHasABoundWhenTheDatabaseStopsAnswering() throws Exception {
+        Fencegate fg = client();
+        String r = TestEnv.resource("keeper");
+        CountDownLatch hung = new CountDownLatch(1);
+        AtomicInteger calls = new AtomicInteger();
+        Keeper k = Keeper.hold(fg, () -> {
+            if (calls.incrementAndGet() > 1) { // the acquire passes; then no answer
+                try {
+                    hung.await(60, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    throw new SQLException("interrupted", e);
+                }
+            }
+            return conn();
+        }, r, "worker-a", KeeperConfig.of(Duration.ofSeconds(1)));
+        try {
+            assertTrue(k.done().get(10, TimeUnit.SECONDS) instanceof LeaseLostException);
+            long start = System.nanoTime();
+            k.release();
+            long took = System.nanoTime() - start;
+            assertTrue("release took " + took / 1_000_000 + " ms, past its bound (10 s)", took < TimeUnit.SECONDS.toNanos(12));
+        } finally {
+            hung.countDown();
+        }
+    }
+
+    /** A release that waits on the database longer than the release timeout is abandoned: SQLTimeoutException. */
+    @Test
+    public void aReleaseWithoutAnswerTimesOut() throws Exception {
+        Fencegate fg = client();
+        String r = TestEnv.resource("keeper");
+        Keeper k = Keeper.hold(fg, KeeperTest::conn, r, "worker-a",
+                KeeperConfig.of(Duration.ofMinutes(1)).withReleaseTimeout(Duration.ofSeconds(1)));
+        try (Connection admin = java.sql.DriverManager.getConnection(TestEnv.env("FENCEGATE_TEST_ADMIN_URL"))) {
+            admin.setAutoCommit(false);
+            try (java.sql.PreparedStatement st = admin.prepareStatement(
+                    "SELECT 1 FROM \"" + TestEnv.schema() + "\".resources WHERE resource_id = ? FOR UPDATE")) {
+                st.setString(1, r);
+                st.executeQuery().close();
+            }
+            long start = System.nanoTime();
+            java.sql.SQLTimeoutException e = assertThrows(java.sql.SQLTimeoutException.class, k::release);
+            long took = System.nanoTime() - start;
+            assertTrue(e.getMessage(), e.getMessage().contains("no answer within PT1S"));
+            assertTrue("took " + took / 1_000_000 + " ms", took < TimeUnit.SECONDS.toNanos(3));
+            admin.rollback();
+        }
+    }
 }
