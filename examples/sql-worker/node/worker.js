@@ -51,6 +51,9 @@ async function send(fg, resource, epoch, invoiceId, email, rollback) {
 
 async function main(argv) {
   const db = new Client({ connectionString: process.env.GATEWAY_DATABASE_URL });
+  // A lost connection emits 'error'; with no listener it ends the process.
+  // Listened to, the next query on it fails instead.
+  db.on('error', (e) => console.error('database connection lost:', e.message));
   await db.connect();
   let out;
   try {
