@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
@@ -75,7 +77,26 @@ func startKeeper(t *testing.T, cmd []string, dbURL, keeperURL, resource string, 
 		_ = c.Process.Kill()
 		<-exited
 	})
+	if held := p.next("held", 30*time.Second); held["event"] != "held" {
+		t.Fatalf("the driver printed %v, want held", held)
+	}
 	return p
+}
+
+// renewed waits until the keeper has renewed resource's lease (its expiry
+// moves later), at most d, and returns the new expiry.
+func renewed(t *testing.T, pool *pgxpool.Pool, resource, what string, d time.Duration) time.Time {
+	t.Helper()
+	expiry := func() time.Time {
+		var at time.Time
+		if err := pool.QueryRow(context.Background(), testdb.SQL(`SELECT lease_expires_at FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	first, last := expiry(), time.Time{}
+	poll(t, what, d, func() bool { last = expiry(); return last.After(first) })
+	return last
 }
 
 func (p *keeperProc) send(line string) {
@@ -112,26 +133,14 @@ func TestKeeperAfterConnectionLoss(t *testing.T) {
 			pool, dbURL := database(t)
 			const resource = "notes"
 			p := startKeeper(t, langs[v.lang].cmd(t), dbURL, "", resource, 1500, v.extra)
-			if held := p.next("held", 30*time.Second); held["event"] != "held" {
-				t.Fatalf("the driver printed %v, want held", held)
-			}
-			expiry := func() time.Time {
-				var at time.Time
-				if err := pool.QueryRow(ctx, testdb.SQL(`SELECT lease_expires_at FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&at); err != nil {
-					t.Fatal(err)
-				}
-				return at
-			}
-			first := expiry()
-			poll(t, "a renewal by the keeper", 5*time.Second, func() bool { return expiry().After(first) })
+			renewed(t, pool, resource, "a renewal by the keeper", 5*time.Second)
 			var n int
 			if err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 				WHERE application_name = 'fencegate-keeper' AND datname = current_database()`).Scan(&n); err != nil || n == 0 {
 				t.Fatalf("terminating the keeper's connection: %d, %v", n, err)
 			}
-			lost := expiry()
 			// The next renewal, on a new connection.
-			poll(t, "a renewal after the connection was lost", 5*time.Second, func() bool { return expiry().After(lost) })
+			renewed(t, pool, resource, "a renewal after the connection was lost", 5*time.Second)
 			p.send("check")
 			got := p.next("the check after the loss", 10*time.Second)
 			if got["still_valid"] != true || got["reason"] != nil {
@@ -163,9 +172,6 @@ func TestKeeperReleaseDuringRenewal(t *testing.T) {
 			pool, dbURL := database(t)
 			const resource = "notes"
 			p := startKeeper(t, langs[v.lang].cmd(t), dbURL, "", resource, 3000, v.extra)
-			if held := p.next("held", 30*time.Second); held["event"] != "held" {
-				t.Fatalf("the driver printed %v, want held", held)
-			}
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -289,7 +295,6 @@ func TestKeeperReleaseBounded(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				ctx := context.Background()
 				pool, dbURL := database(t)
 				u, err := url.Parse(dbURL)
 				if err != nil {
@@ -299,18 +304,7 @@ func TestKeeperReleaseBounded(t *testing.T) {
 				u.Host = proxy.ln.Addr().String()
 				const resource = "notes"
 				p := startKeeper(t, langs[v.lang].cmd(t), dbURL, u.String(), resource, 2000, v.extra)
-				if held := p.next("held", 30*time.Second); held["event"] != "held" {
-					t.Fatalf("the driver printed %v, want held", held)
-				}
-				expiry := func() time.Time {
-					var at time.Time
-					if err := pool.QueryRow(ctx, testdb.SQL(`SELECT lease_expires_at FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&at); err != nil {
-						t.Fatal(err)
-					}
-					return at
-				}
-				first := expiry()
-				poll(t, "a renewal by the keeper", 5*time.Second, func() bool { return expiry().After(first) })
+				renewed(t, pool, resource, "a renewal by the keeper", 5*time.Second)
 				proxy.freeze(true)
 				if lostFirst {
 					time.Sleep(2500 * time.Millisecond)

@@ -348,11 +348,7 @@ class Keeper:
 
         def run() -> None:
             try:
-                conn = self._conn
-                if conn is None or conn.closed or conn.broken:
-                    if conn is not None:
-                        conn.close()
-                    conn = self._conn = self._open(max(1.0, deadline - time.monotonic()))
+                conn = self._connection(max(1.0, deadline - time.monotonic()))
                 try:
                     Fencegate(conn, schema=self._q.schema, check_version=False).release(
                         lease.resource, lease.holder, lease.epoch)
@@ -464,12 +460,17 @@ class Keeper:
                 self._s.renewed(lease, expires_at, started)
                 next_at = self._s.clock() + self._s.timing.renew_every
 
-    def _renew(self, lease: Lease, left: float):
+    def _connection(self, timeout: float):
+        """The keeper's own connection, opened again (within timeout) when it was lost."""
         conn = self._conn
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 conn.close()
-            conn = self._conn = self._open(left)
+            conn = self._conn = self._open(timeout)
+        return conn
+
+    def _renew(self, lease: Lease, left: float):
+        conn = self._connection(left)
         try:
             with conn.transaction():
                 # A renewal that cannot answer before the deadline is of no use.
@@ -622,12 +623,17 @@ class AsyncKeeper:
         finally:
             await self.close()
 
-    async def _release(self, l: Lease) -> None:
+    async def _connection(self):
+        """The keeper's own connection, opened again when it was lost."""
         conn = self._conn
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 await conn.close()
             conn = self._conn = await self._open()
+        return conn
+
+    async def _release(self, l: Lease) -> None:
+        conn = await self._connection()
         try:
             await AsyncFencegate(conn, schema=self._q.schema).release(l.resource, l.holder, l.epoch)
         except StaleEpochError:
@@ -702,11 +708,7 @@ class AsyncKeeper:
             next_at = self._s.clock() + self._s.timing.renew_every
 
     async def _renew(self, lease: Lease, left: float):
-        conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            if conn is not None:
-                await conn.close()
-            conn = self._conn = await self._open()
+        conn = await self._connection()
         try:
             async with conn.transaction():
                 await conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{max(1, int(left * 1000))}ms",))
