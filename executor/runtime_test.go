@@ -292,6 +292,21 @@ func TestAttemptsEnd(t *testing.T) {
 	}
 }
 
+// wantHeld enqueues an intent (op, key k) whose Execute does mode and
+// waits until it is held unknown for an operator, after one attempt:
+// effect possible, last_error containing lastErr, its key held.
+func (e *env) wantHeld(t *testing.T, mode, lastErr string) *outbox.Record {
+	t.Helper()
+	rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"`+mode+`"}`), outbox.StatusUnknown, "k", 1)
+	if rec.Effect != outbox.EffectPossible || rec.LastError == nil || !strings.Contains(*rec.LastError, lastErr) {
+		t.Fatalf("record = %+v; want effect possible, last_error containing %q", rec, lastErr)
+	}
+	if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
+		t.Fatalf("key state %s, want held", k.State)
+	}
+	return rec
+}
+
 // An error the executor did not classify is an unknown outcome, never a
 // permanent failure: without a lookup the intent is held unknown (its key
 // held, nothing executed again); with one it is looked up, found and
@@ -301,13 +316,7 @@ func TestPlainErrorIsUnknown(t *testing.T) {
 	t.Run("no lookup: held", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, opts{})
-		rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"plain"}`), outbox.StatusUnknown, "k", 1)
-		if rec.LastError == nil || !strings.Contains(*rec.LastError, "connection reset") {
-			t.Fatalf("record = %+v, want unknown with the error", rec)
-		}
-		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
-			t.Fatalf("key state %s, want held", k.State)
-		}
+		e.wantHeld(t, "plain", "connection reset")
 	})
 	t.Run("lookup: recovered", func(t *testing.T) {
 		t.Parallel()
@@ -360,13 +369,7 @@ func TestFailedStatusWithoutErrorIsUnknown(t *testing.T) {
 	t.Run("no lookup: held", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, opts{})
-		rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"failed-status"}`), outbox.StatusUnknown, "k", 1)
-		if rec.Effect != outbox.EffectPossible || rec.LastError == nil || !strings.Contains(*rec.LastError, `adapter bug: Execute returned status "failed" and no error`) {
-			t.Fatalf("record = %+v; want effect possible, last_error naming the adapter bug", rec)
-		}
-		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
-			t.Fatalf("key state %s, want held", k.State)
-		}
+		e.wantHeld(t, "failed-status", `adapter bug: Execute returned status "failed" and no error`)
 	})
 	t.Run("lookup: recovered", func(t *testing.T) {
 		t.Parallel()
@@ -385,15 +388,9 @@ func TestExecutePanicIsUnknown(t *testing.T) {
 		t.Parallel()
 		var logs toolbin.SyncBuffer
 		e := setup(t, opts{logs: &logs})
-		rec := e.wantEnd(t, e.enqueue(t, "op", "k", `{"mode":"panic"}`), outbox.StatusUnknown, "k", 1)
+		e.wantHeld(t, "panic", "adapter panicked: adapter bug")
 		if out := logs.String(); !strings.Contains(out, `level=ERROR msg="adapters: the executor's Execute panicked`) || !strings.Contains(out, "stack=") {
 			t.Fatalf("no ERROR with the panic's stack in the log:\n%s", out)
-		}
-		if rec.Effect != outbox.EffectPossible || rec.LastError == nil || *rec.LastError != "adapter panicked: adapter bug" {
-			t.Fatalf("record = %+v; want effect possible, last_error \"adapter panicked: adapter bug\"", rec)
-		}
-		if k := e.Key(t, "test", "k"); k.State != idempotency.StateHeld {
-			t.Fatalf("key state %s, want held", k.State)
 		}
 		e.wantEnd(t, e.enqueue(t, "op2", "k2", `{"mode":"ok"}`), outbox.StatusSucceeded, "k2", 1)
 	})

@@ -169,16 +169,22 @@ def keeper_lines(resource, holder, ttl_ms):
         if line == "check":
             out(keeper_report(keeper))
         elif line == "release":
-            start = time.monotonic()
+            start, err = time.monotonic(), None
             try:
                 keeper.release()
-                o = {"event": "released", "ok": True}
             except Exception as e:
-                o = {"event": "released", "ok": False, "error": f"{type(e).__name__}: {e}"}
-            o["seconds"] = time.monotonic() - start
-            out(o)
+                err = e
+            out(released(start, err))
             return
     keeper.close()
+
+
+def released(start, err):
+    """The keeper command's answer to release: ok or the error, and how long it took."""
+    o = {"event": "released", "ok": err is None, "seconds": time.monotonic() - start}
+    if err is not None:
+        o["error"] = f"{type(err).__name__}: {err}"
+    return o
 
 
 async def keeper_lines_async(resource, holder, ttl_ms):
@@ -190,14 +196,12 @@ async def keeper_lines_async(resource, holder, ttl_ms):
         if line == "check":
             out(keeper_report(keeper))
         elif line == "release":
-            start = time.monotonic()
+            start, err = time.monotonic(), None
             try:
                 await keeper.release()
-                o = {"event": "released", "ok": True}
             except Exception as e:
-                o = {"event": "released", "ok": False, "error": f"{type(e).__name__}: {e}"}
-            o["seconds"] = time.monotonic() - start
-            out(o)
+                err = e
+            out(released(start, err))
             return
         elif not line:
             await keeper.close()
