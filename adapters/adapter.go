@@ -206,9 +206,12 @@ type Executor interface {
 type Looker interface {
 	// Lookup returns the outcome of req's idempotency key at the
 	// destination, and found=false when the destination has no trace of it.
-	// An outcome with Status unknown (found) says the destination has a
-	// trace that settles nothing: the runtime holds the intent unknown for
-	// an operator (counted as held_by_lookup), never executes it again.
+	// A found outcome's Status is succeeded (the default when empty),
+	// failed or superseded. An outcome with Status unknown (found) says the
+	// destination has a trace that settles nothing: the runtime holds the
+	// intent unknown for an operator (counted as held_by_lookup), never
+	// executes it again. Another status is an adapter bug: the intent is
+	// held unknown too, with last_error naming it (adapter_bad_outcome).
 	Lookup(ctx context.Context, req Request) (out Outcome, found bool, err error)
 }
 

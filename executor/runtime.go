@@ -868,6 +868,25 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 		}
 		out.Result = res
 	}
+	// A found outcome's status is one the store records: succeeded (also
+	// when empty, as from Execute), failed, superseded, or unknown (held).
+	// Another (relayed, a typo) was refused when recorded and left the key
+	// owned and the intent relayed until the key's lock expired: it is an
+	// adapter bug, and the lookup did find a trace, so the effect may have
+	// happened: held unknown for an operator, saying so.
+	var lookupBug string
+	if found && err == nil {
+		out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)
+		switch out.Status {
+		case outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusSuperseded, outbox.StatusUnknown:
+		default:
+			lookupBug = fmt.Sprintf("adapter bug: Lookup returned status %q (a found outcome is succeeded, failed, superseded or unknown): "+
+				"held for an operator, the effect may have happened", out.Status)
+			log.Error("adapters: "+lookupBug, "result", head(out.Result))
+			r.m.outcomes.WithLabelValues(ex.Kind(), "adapter_bad_outcome").Inc()
+			out.Status = outbox.StatusUnknown
+		}
+	}
 	r.m.lookups.WithLabelValues(ex.Kind(), lookupResult(found, err)).Inc()
 	noteLookup(ctx, found, err)
 	if err != nil {
@@ -877,6 +896,9 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 		log.Warn("adapters: lookup failed; will look up again", "error", err)
 		r.recordAttempt(ctx, req, d, idempotency.AttemptLookupFailed, err.Error())
 		return wait, 0, nil
+	}
+	if found && lookupBug != "" {
+		return r.complete(ctx, req, d, out, lookupBug)
 	}
 	if found && out.Status == outbox.StatusUnknown {
 		// The destination has a trace that proves neither way (the s3

@@ -92,6 +92,11 @@ func (e testExec) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		// The effect happens, then the adapter panics.
 		e.d.effects[req.IdempotencyKey]++
 		panic("adapter bug")
+	case "lookup-bad-status":
+		// The effect happens, the answer is lost; the lookup then finds
+		// it, but reports a status a lookup may not return.
+		e.d.effects[req.IdempotencyKey]++
+		return adapters.Outcome{}, adapters.UnknownError(errors.New("connection dropped after the effect"))
 	case "lost-response":
 		// The effect happens, the answer is lost.
 		if e.d.effects[req.IdempotencyKey] == 0 {
@@ -113,6 +118,9 @@ func (e testExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	defer e.d.mu.Unlock()
 	if e.d.effects[req.IdempotencyKey] == 0 {
 		return adapters.Outcome{}, false, nil
+	}
+	if strings.Contains(string(req.Payload), `"lookup-bad-status"`) {
+		return adapters.Outcome{Status: outbox.StatusRelayed}, true, nil
 	}
 	res, _ := json.Marshal(map[string]any{"key": req.IdempotencyKey, "found_by": "lookup"})
 	return adapters.Outcome{Status: outbox.StatusSucceeded, Result: res}, true, nil
@@ -376,6 +384,17 @@ func TestFailedStatusWithoutErrorIsUnknown(t *testing.T) {
 		e := setup(t, opts{lookup: true})
 		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"failed-status"}`), "k")
 	})
+}
+
+// A lookup that finds the effect but reports a status a lookup may not
+// return (relayed) is an adapter bug: the intent is held unknown, effect
+// possible, last_error naming it, at once. The store refused the status
+// when it was recorded, so the intent stayed relayed and the key owned
+// until its lock expired.
+func TestLookupBadStatusIsHeld(t *testing.T) {
+	t.Parallel()
+	e := setup(t, opts{lookup: true})
+	e.wantHeld(t, "lookup-bad-status", `adapter bug: Lookup returned status "relayed"`)
 }
 
 // A panic in an adapter's Execute is recovered by the runtime and taken
