@@ -39,7 +39,8 @@ type Config struct {
 	Schema string
 	// MaxPayloadBytes limits a payload's size. Default: 256 KiB.
 	MaxPayloadBytes int
-	// Kinds are the intent kinds accepted, by name. Default: DefaultKinds().
+	// Kinds are the intent kinds accepted, by name. Default (nil):
+	// DefaultKinds(); an empty map is refused (it would refuse every intent).
 	// Pass DefaultKinds() plus your own to add a kind.
 	Kinds map[string]KindSpec
 	// KeyScope confines idempotency keys. KeyScopeGlobal (the default): a
@@ -155,6 +156,11 @@ func (c Config) validate() error {
 	}
 	if _, err := pgschema.Parse(c.Schema); err != nil {
 		return invalidConfig("Schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
+	}
+	if len(c.Kinds) == 0 {
+		// An empty map, not nil (nil is DefaultKinds()): a client that
+		// would refuse every intent.
+		return invalidConfig("Kinds", "holds no kind, so every intent would be refused; nil means DefaultKinds()")
 	}
 	for name, k := range c.Kinds {
 		if err := ValidateKindName("Kinds", name); err != nil {

@@ -155,6 +155,12 @@ func TestConfigRejectsBadKinds(t *testing.T) {
 		}
 	}
 	t.Logf("checked %d bad and 4 good kind names", len(bad))
+	// An empty map (not nil, which is DefaultKinds()) would refuse every
+	// intent: refused, naming Kinds.
+	_, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{}})
+	if inv := (*outbox.ValidationError)(nil); !errors.As(err, &inv) || inv.Field != "Kinds" {
+		t.Errorf("empty Kinds: %v, want an error naming Kinds", err)
+	}
 	c, err := outbox.New(nil, outbox.Config{Schema: testdb.Schema(), Kinds: map[string]outbox.KindSpec{"noop": {DefaultFence: outbox.FenceCommit}}})
 	if err != nil {
 		t.Fatal(err)
