@@ -434,6 +434,37 @@ func TestDevRejectsBadFlags(t *testing.T) {
 	}
 }
 
+// An --addr dev cannot listen on is exit 2 naming addr, before anything
+// starts; the hint that another gateway dev may be running comes only
+// when the address is in use, not for one that names no port.
+func TestDevAddrHint(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	const hint = "is another gateway dev running?"
+	for _, c := range []struct {
+		addr string
+		hint bool
+	}{
+		{taken.Addr().String(), true},
+		{"127.0.0.1:18999x", false},
+	} {
+		var stdout, stderr bytes.Buffer
+		a := &app{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+		code := a.main(context.Background(), []string{"dev", "--addr", c.addr})
+		var body struct {
+			Error struct{ Code, Field, Message string }
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &body); err != nil || code != exitBadInput || body.Error.Field != "addr" ||
+			strings.Contains(body.Error.Message, hint) != c.hint {
+			t.Errorf("dev --addr %s: exit %d, %s; want exit 2 naming addr, the hint %v", c.addr, code, stdout.String(), c.hint)
+		}
+	}
+}
+
 // checkDevMetrics scrapes dev's /metrics after the demo: the lease
 // counters are there as in gateway run, and they and the stale-epoch
 // counter show what the demo did — A's lease taken free, B's taken after

@@ -9,6 +9,7 @@ package devenv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -263,7 +265,13 @@ func (d *devEnv) start(ctx context.Context) (Ready, error) {
 	// instead of after PostgreSQL started.
 	ln, err := net.Listen("tcp", d.opts.Addr)
 	if err != nil {
-		return Ready{}, errmap.Invalid("addr", "cannot listen on --addr (is another gateway dev running?): "+errmap.OneLine(err.Error()))
+		// The hint only where it can be the cause: an address in use, not
+		// one that names no port.
+		hint := ""
+		if errors.Is(err, syscall.EADDRINUSE) {
+			hint = " (is another gateway dev running?)"
+		}
+		return Ready{}, errmap.Invalid("addr", "cannot listen on --addr"+hint+": "+errmap.OneLine(err.Error()))
 	}
 	d.adminLn = ln
 	d.add("admin listener", func() { _ = ln.Close() }, nil)
