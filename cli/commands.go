@@ -450,7 +450,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	if *wait < 0 {
 		return a.fail(badInput("wait", "--wait must not be negative"))
 	}
-	table, err := a.tableOutput(*output)
+	table, err := a.tableOutput(output)
 	if err != nil {
 		return a.fail(err)
 	}

@@ -28,7 +28,7 @@ func cmdLeaseHistory(ctx context.Context, a *app, args []string) int {
 	if *limit < 1 || *limit > lease.MaxHistoryLimit {
 		return a.fail(badInput("limit", fmt.Sprintf("--limit must be between 1 and %d, got %d", lease.MaxHistoryLimit, *limit)))
 	}
-	table, err := a.tableOutput(*output)
+	table, err := a.tableOutput(output)
 	if err != nil {
 		return a.fail(err)
 	}

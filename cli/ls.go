@@ -26,7 +26,7 @@ func cmdLs(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	table, err := a.tableOutput(*output)
+	table, err := a.tableOutput(output)
 	if err != nil {
 		return a.fail(err)
 	}

@@ -18,22 +18,34 @@ import (
 // outputFlag adds -o to a command that reads (ls, status, lease history):
 // json or table; by default a table when stdout is a terminal, JSON
 // otherwise, so that a script sees the JSON it always saw.
-func outputFlag(fs *flag.FlagSet) *string {
-	return fs.String("o", "", "output: `json|table` (default: a table when stdout is a terminal, JSON otherwise)")
+func outputFlag(fs *flag.FlagSet) *outputValue {
+	o := &outputValue{}
+	fs.Var(o, "o", "output: `json|table` (default: a table when stdout is a terminal, JSON otherwise)")
+	return o
 }
 
+// outputValue is -o's value, and whether it was given: -o with an empty
+// value is bad input, not the default.
+type outputValue struct {
+	v   string
+	set bool
+}
+
+func (o *outputValue) String() string     { return o.v }
+func (o *outputValue) Set(s string) error { o.v, o.set = s, true; return nil }
+
 // tableOutput resolves -o: true for a table. Checked before connecting.
-func (a *app) tableOutput(o string) (bool, error) {
-	switch o {
-	case "table":
+func (a *app) tableOutput(o *outputValue) (bool, error) {
+	switch {
+	case o.v == "table":
 		return true, nil
-	case "json":
+	case o.v == "json":
 		return false, nil
-	case "":
+	case o.v == "" && !o.set:
 		f, ok := a.stdout.(*os.File)
 		return ok && isTerminal(f), nil
 	}
-	return false, badInput("output", fmt.Sprintf("-o must be json or table, got %q", o))
+	return false, badInput("output", fmt.Sprintf("-o must be json or table, got %q", o.v))
 }
 
 // newTable returns a writer of aligned columns on w; Flush writes them.

@@ -180,6 +180,8 @@ func TestTablesOnATerminal(t *testing.T) {
 		{[]string{"ls", "-o", "yaml"}, "output"},
 		{[]string{"status", "1", "-o", "csv"}, "output"},
 		{[]string{"lease", "history", "--resource", "r", "-o", "wide"}, "output"},
+		// Given empty, it is not the default (a script's unset variable).
+		{[]string{"ls", "-o", ""}, "output"},
 	})
 	t.Logf("tables checked: ls (%d intents), status, lease history (2 grants), on a terminal and with -o table", len(ids))
 }
