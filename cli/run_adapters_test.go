@@ -60,6 +60,11 @@ func TestRunBadFlags(t *testing.T) {
 		{"file max bytes", nil, []string{"--adapters", "file", "--file-max-bytes", "-1"}, "file_max_bytes"},
 		{"file allow, file not running", nil, []string{"--adapters", "email", "--mail-from-allow", "example.com", "--file-allow", "[bad"}, "file_allow"},
 		{"s3 endpoint", nil, []string{"--adapters", "s3", "--s3-bucket", "reports", "--s3-endpoint", "127.0.0.1:9000"}, "s3_endpoint"},
+		// A NATS URL of another scheme started a gateway that stayed
+		// disconnected for ever; the URL (it may hold a password) is not
+		// echoed.
+		{"nats url scheme", nil, []string{"--nats-url", "http://u:nats-secret@127.0.0.1:4222"}, "nats_url"},
+		{"nats url empty seed", nil, []string{"--nats-url", "nats://127.0.0.1:4222,"}, "nats_url"},
 	})
 }
 

@@ -250,6 +250,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.NC == nil {
+		if err := checkNATSURL(cmp.Or(c.NATSURL, DefaultNATSURL)); err != nil {
+			return err
+		}
 		if _, err := c.NATSAuth.options(); err != nil {
 			return err
 		}

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"errors"
 	"log/slog"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,6 +91,36 @@ func (a NATSAuth) options() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(a.TLSCertFile, a.TLSKeyFile))
 	}
 	return opts, nil
+}
+
+// checkNATSURL checks NATSURL's comma-separated seeds: each a host:port or
+// a URL with a scheme nats.go dials (nats, tls, ws, wss). Another scheme
+// (http://…) was accepted, and the gateway then started and stayed
+// disconnected, retrying for ever without a word of why. The error names
+// NATSURL and never echoes the URL (it may hold a password).
+func checkNATSURL(s string) error {
+	for i, seed := range strings.Split(s, ",") {
+		seed = strings.TrimSpace(seed)
+		if seed == "" {
+			return invalid("NATSURL", "seed %d is empty", i+1)
+		}
+		if !strings.Contains(seed, "://") {
+			continue // host:port, dialled as nats://host:port
+		}
+		u, err := url.Parse(seed)
+		if err != nil {
+			return invalid("NATSURL", "seed %d is not a URL", i+1)
+		}
+		switch strings.ToLower(u.Scheme) {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return invalid("NATSURL", "seed %d has scheme %q; NATS is dialled with nats://, tls://, ws:// or wss://", i+1, u.Scheme)
+		}
+		if u.Host == "" {
+			return invalid("NATSURL", "seed %d names no host", i+1)
+		}
+	}
+	return nil
 }
 
 // connectNATS takes Config.NC, or dials Config.NATSURL: a part the
