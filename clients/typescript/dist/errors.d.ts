@@ -73,12 +73,13 @@ export declare class InterfaceVersionError extends Error {
 }
 /**
  * A Keeper's lease can no longer be trusted: `reason` is `expired` (no
- * renewal succeeded within TTL − margin on the monotonic clock) or
- * `stale_epoch` (a renewal was refused; `cause` is the StaleEpochError).
+ * renewal succeeded within TTL − margin on the monotonic clock),
+ * `stale_epoch` (a renewal was refused; `cause` is the StaleEpochError) or
+ * `stopped` (check() after stop(); the Python client raises LeaseLost too).
  */
 export declare class LeaseLostError extends Error {
-    readonly reason: 'expired' | 'stale_epoch';
-    constructor(message: string, reason: 'expired' | 'stale_epoch', options?: {
+    readonly reason: 'expired' | 'stale_epoch' | 'stopped';
+    constructor(message: string, reason: 'expired' | 'stale_epoch' | 'stopped', options?: {
         cause?: unknown;
     });
 }

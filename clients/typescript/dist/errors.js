@@ -105,8 +105,9 @@ class InterfaceVersionError extends Error {
 exports.InterfaceVersionError = InterfaceVersionError;
 /**
  * A Keeper's lease can no longer be trusted: `reason` is `expired` (no
- * renewal succeeded within TTL − margin on the monotonic clock) or
- * `stale_epoch` (a renewal was refused; `cause` is the StaleEpochError).
+ * renewal succeeded within TTL − margin on the monotonic clock),
+ * `stale_epoch` (a renewal was refused; `cause` is the StaleEpochError) or
+ * `stopped` (check() after stop(); the Python client raises LeaseLost too).
  */
 class LeaseLostError extends Error {
     reason;

@@ -200,7 +200,7 @@ class Keeper {
         if (this.lost)
             throw this.lost;
         if (this.stopping)
-            throw new Error('the keeper was stopped');
+            throw new errors_1.LeaseLostError('the keeper was stopped', 'stopped');
         throw this.expired();
     }
     /**

@@ -112,13 +112,14 @@ export class InterfaceVersionError extends Error {
 
 /**
  * A Keeper's lease can no longer be trusted: `reason` is `expired` (no
- * renewal succeeded within TTL − margin on the monotonic clock) or
- * `stale_epoch` (a renewal was refused; `cause` is the StaleEpochError).
+ * renewal succeeded within TTL − margin on the monotonic clock),
+ * `stale_epoch` (a renewal was refused; `cause` is the StaleEpochError) or
+ * `stopped` (check() after stop(); the Python client raises LeaseLost too).
  */
 export class LeaseLostError extends Error {
   constructor(
     message: string,
-    readonly reason: 'expired' | 'stale_epoch',
+    readonly reason: 'expired' | 'stale_epoch' | 'stopped',
     options?: { cause?: unknown },
   ) {
     super(message, options);

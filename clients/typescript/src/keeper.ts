@@ -247,7 +247,7 @@ export class Keeper {
   check(): void {
     if (this.stillValid()) return;
     if (this.lost) throw this.lost;
-    if (this.stopping) throw new Error('the keeper was stopped');
+    if (this.stopping) throw new LeaseLostError('the keeper was stopped', 'stopped');
     throw this.expired();
   }
 

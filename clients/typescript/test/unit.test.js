@@ -68,6 +68,10 @@ test('the Keeper trusts the lease until TTL - margin on its clock, and aborts it
   await k.stop();
   assert.equal(k.signal.aborted, true);
   assert.equal(k.error, undefined); // stopped, not lost
+  // After stop, check() throws a LeaseLostError (reason stopped), as the
+  // Python client's does: a caller catching LeaseLostError stops either way.
+  now = 1_000_000_000n;
+  assert.throws(() => k.check(), (e) => e instanceof fg.LeaseLostError && e.reason === 'stopped');
 });
 
 test('a refused renewal aborts the signal with reason stale_epoch', async () => {
