@@ -233,14 +233,30 @@ type UnsafeSchemaError struct {
 	// name, "PUBLIC" when every role can.
 	Schema string
 	Roles  []string
+	// Granted are the roles CREATE on the schema was granted to ("PUBLIC"
+	// too): what to revoke it from. A role of Roles that is not here
+	// creates through one of them (a group it is a member of), or owns
+	// the schema (Owner).
+	Granted []string
+	// Owner is the schema's owner when it is one of Roles: an owner can
+	// always create, so only a new owner helps.
+	Owner string
 }
 
 func (e *UnsafeSchemaError) Error() string {
+	var fix []string
+	if len(e.Granted) > 0 {
+		fix = append(fix, fmt.Sprintf("revoke it from the roles it was granted to (REVOKE CREATE ON SCHEMA %s FROM %s)",
+			e.Schema, strings.Join(e.Granted, ", ")))
+	}
+	if e.Owner != "" {
+		fix = append(fix, fmt.Sprintf("give the schema, which %s owns, to the migrating role (ALTER SCHEMA %s OWNER TO …)", e.Owner, e.Schema))
+	}
+	fix = append(fix, "install into a schema of fencegate's own (--schema)",
+		"or, if every one of them is trusted as much as the migrating role, pass --allow-unsafe-schema")
 	return fmt.Sprintf("schema: roles other than the migrating role can create objects in schema %q (%s): "+
 		"fencegate's SQL functions run with the migrating role's rights, and an object of theirs there could run with them too. "+
-		"Revoke it (REVOKE CREATE ON SCHEMA %s FROM %s), install into a schema of fencegate's own (--schema), "+
-		"or, if every one of them is trusted as much as the migrating role, pass --allow-unsafe-schema",
-		e.Schema, strings.Join(e.Roles, ", "), e.Schema, strings.Join(e.Roles, ", "))
+		"Either %s", e.Schema, strings.Join(e.Roles, ", "), strings.Join(fix, ", "))
 }
 
 // ElsewhereError says that the database's fencegate tables are in another
@@ -306,7 +322,11 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema, a
 			return err
 		}
 		if len(roles) > 0 {
-			return &UnsafeSchemaError{Schema: s.Name(), Roles: roles}
+			granted, owner, err := createGrants(ctx, tx, s, roles)
+			if err != nil {
+				return err
+			}
+			return &UnsafeSchemaError{Schema: s.Name(), Roles: roles, Granted: granted, Owner: owner}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -361,6 +381,38 @@ func creators(ctx context.Context, tx pgx.Tx, s pgschema.Schema) ([]string, erro
 		return []string{"PUBLIC"}, nil
 	}
 	return roles, nil
+}
+
+// createGrants says what to undo for the creators roles: the roles CREATE
+// on the schema was granted to (its ACL: "PUBLIC" for every role), those
+// that are not the migrating role's own, and the schema's owner when it is
+// one of roles. The hint named every creator, so a member of a group that
+// holds the grant was told to revoke from itself, which changes nothing,
+// and an owner to revoke what an owner always has.
+func createGrants(ctx context.Context, tx pgx.Tx, s pgschema.Schema, roles []string) (granted []string, owner string, err error) {
+	err = tx.QueryRow(ctx, `
+		WITH n AS (
+			SELECT n.nspowner, n.nspacl,
+			       CASE WHEN n.nspowner = (SELECT oid FROM pg_roles WHERE rolname = 'pg_database_owner')
+			            THEN (SELECT datdba FROM pg_database WHERE datname = current_database())
+			            ELSE n.nspowner END AS owner
+			FROM pg_namespace n WHERE n.nspname = $1
+		)
+		SELECT coalesce((SELECT array_agg(g ORDER BY g) FROM (
+		                   SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE r.rolname END AS g
+		                   FROM n, aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+		                   LEFT JOIN pg_roles r ON r.oid = a.grantee
+		                   WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+		                     AND (a.grantee = 0 OR NOT pg_has_role(a.grantee, current_user, 'MEMBER'))) gs), '{}'),
+		       (SELECT rolname FROM pg_roles, n WHERE oid = n.owner)
+		FROM n`, s.Name()).Scan(&granted, &owner)
+	if err != nil {
+		return nil, "", fmt.Errorf("migrations: who was granted CREATE on schema %s: %w", s.Name(), err)
+	}
+	if !slices.Contains(roles, owner) {
+		owner = ""
+	}
+	return granted, owner, nil
 }
 
 // schemaPool is a small pool on pool's database whose connections have

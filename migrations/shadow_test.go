@@ -795,24 +795,34 @@ func TestFunctionsKnowTheirSchema(t *testing.T) {
 func TestUpRefusesSchemaOthersCanCreateIn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	hostile, app := testdb.Role(t, nil, "fg_hostile_"), testdb.Role(t, nil, "fg_app_")
+	hostile, app, group := testdb.Role(t, nil, "fg_hostile_"), testdb.Role(t, nil, "fg_app_"), testdb.Role(t, nil, "fg_group_")
 	cases := []struct {
 		name, schema string
 		setup        []string
 		want         []string // the roles named; nil: accepted
+		// What the refusal says to undo: the roles CREATE was granted
+		// to, and the owner when it is one of them.
+		granted []string
+		owner   string
 	}{
 		{"a role granted CREATE on public", "public",
-			[]string{"GRANT CREATE ON SCHEMA public TO " + hostile}, []string{hostile}},
+			[]string{"GRANT CREATE ON SCHEMA public TO " + hostile}, []string{hostile}, []string{hostile}, ""},
 		{"PUBLIC granted CREATE on public", "public",
-			[]string{"GRANT CREATE ON SCHEMA public TO PUBLIC"}, []string{"PUBLIC"}},
+			[]string{"GRANT CREATE ON SCHEMA public TO PUBLIC"}, []string{"PUBLIC"}, []string{"PUBLIC"}, ""},
 		{"an application's schema, owned by another role", "appdata",
-			[]string{"CREATE SCHEMA appdata AUTHORIZATION " + app}, []string{app}},
+			[]string{"CREATE SCHEMA appdata AUTHORIZATION " + app}, []string{app}, []string{}, app},
 		{"a schema of its own where a role was granted CREATE", "ours",
-			[]string{"CREATE SCHEMA ours", "GRANT CREATE ON SCHEMA ours TO " + hostile}, []string{hostile}},
+			[]string{"CREATE SCHEMA ours", "GRANT CREATE ON SCHEMA ours TO " + hostile}, []string{hostile}, []string{hostile}, ""},
+		// A member of a group holding the grant creates through it: the
+		// grant to revoke is the group's (the hint said to revoke it from
+		// the member, which changed nothing).
+		{"a schema of its own where a group was granted CREATE", "ours",
+			[]string{"CREATE SCHEMA ours", "GRANT CREATE ON SCHEMA ours TO " + group, "GRANT " + group + " TO " + hostile},
+			[]string{group, hostile}, []string{group}, ""},
 		{"a schema of its own, USAGE granted only", "ours",
-			[]string{"CREATE SCHEMA ours", "GRANT USAGE ON SCHEMA ours TO " + hostile}, nil},
+			[]string{"CREATE SCHEMA ours", "GRANT USAGE ON SCHEMA ours TO " + hostile}, nil, nil, ""},
 		{"public, CREATE revoked from PUBLIC", "public",
-			[]string{"REVOKE CREATE ON SCHEMA public FROM PUBLIC"}, nil},
+			[]string{"REVOKE CREATE ON SCHEMA public FROM PUBLIC"}, nil, nil, ""},
 	}
 	checked := 0
 	for _, c := range cases {
@@ -826,7 +836,8 @@ func TestUpRefusesSchemaOthersCanCreateIn(t *testing.T) {
 			// Roles are the cluster's: each database drops what it granted
 			// before the roles go.
 			t.Cleanup(func() {
-				for _, r := range []string{hostile, app} {
+				_, _ = pool.Exec(context.Background(), "REVOKE "+group+" FROM "+hostile)
+				for _, r := range []string{hostile, app, group} {
 					_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+r)
 				}
 			})
@@ -844,6 +855,9 @@ func TestUpRefusesSchemaOthersCanCreateIn(t *testing.T) {
 			}
 			if unsafe.Schema != c.schema || !slices.Equal(unsafe.Roles, c.want) {
 				t.Fatalf("refusal = %+v; want schema %s, roles %v", unsafe, c.schema, c.want)
+			}
+			if !slices.Equal(unsafe.Granted, c.granted) || unsafe.Owner != c.owner {
+				t.Fatalf("refusal = %+v; want it to say to revoke from %v, owner %q\n%s", unsafe, c.granted, c.owner, unsafe)
 			}
 			var tables int
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace`, c.schema).Scan(&tables); err != nil {
