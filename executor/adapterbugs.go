@@ -119,6 +119,36 @@ func (r *Runtime) checkOutcome(ex adapters.Executor, req adapters.Request, out a
 	return out, msg, nil
 }
 
+// checkFound is checkOutcome for an outcome a Lookup found. A result that
+// is not a JSON object would be refused when recorded, and the key left
+// owned: it is replaced, the status the lookup found standing. A status
+// is one the store records: succeeded (also when empty, as from Execute),
+// failed, superseded, or unknown (held). Another (relayed, a typo) was
+// refused when recorded and left the intent relayed until the key's lock
+// expired: the lookup did find a trace, so the effect may have happened,
+// and the outcome becomes unknown, held for an operator, with note saying
+// why (empty when the status is fine).
+func (r *Runtime) checkFound(ex adapters.Executor, out adapters.Outcome, log *slog.Logger) (_ adapters.Outcome, note string) {
+	res, ok := objectResult(out.Result)
+	if !ok {
+		log.Error("adapters: adapter bug: Lookup returned a result that is not a JSON object; recording it replaced by invalid_result",
+			"status", out.Status, "result", head(out.Result))
+		r.m.outcomes.WithLabelValues(ex.Kind(), "adapter_bad_outcome").Inc()
+	}
+	out.Result = res
+	out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)
+	switch out.Status {
+	case outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusSuperseded, outbox.StatusUnknown:
+		return out, ""
+	}
+	note = fmt.Sprintf("adapter bug: Lookup returned status %q (a found outcome is succeeded, failed, superseded or unknown): "+
+		"held for an operator, the effect may have happened", out.Status)
+	log.Error("adapters: "+note, "result", head(out.Result))
+	r.m.outcomes.WithLabelValues(ex.Kind(), "adapter_bad_outcome").Inc()
+	out.Status = outbox.StatusUnknown
+	return out, note
+}
+
 // maxInvalidResult is how many bytes of a result that is not a JSON
 // object are kept (as a string) in the object that replaces it.
 const maxInvalidResult = 256

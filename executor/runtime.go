@@ -856,36 +856,11 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.ExecuteTimeout)
 	out, found, err := r.callLookup(lctx, ex, l, req, log)
 	cancel()
-	if found && err == nil {
-		// A result that is not a JSON object would be refused when
-		// recorded, and the key left owned: recorded replaced (see
-		// checkOutcome), the status the lookup found standing.
-		res, ok := objectResult(out.Result)
-		if !ok {
-			log.Error("adapters: adapter bug: Lookup returned a result that is not a JSON object; recording it replaced by invalid_result",
-				"status", out.Status, "result", head(out.Result))
-			r.m.outcomes.WithLabelValues(ex.Kind(), "adapter_bad_outcome").Inc()
-		}
-		out.Result = res
-	}
-	// A found outcome's status is one the store records: succeeded (also
-	// when empty, as from Execute), failed, superseded, or unknown (held).
-	// Another (relayed, a typo) was refused when recorded and left the key
-	// owned and the intent relayed until the key's lock expired: it is an
-	// adapter bug, and the lookup did find a trace, so the effect may have
-	// happened: held unknown for an operator, saying so.
+	// A found outcome that breaks the SPI is recorded truthfully
+	// (checkFound): a bad result replaced; a bad status held unknown.
 	var lookupBug string
 	if found && err == nil {
-		out.Status = cmp.Or(out.Status, outbox.StatusSucceeded)
-		switch out.Status {
-		case outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusSuperseded, outbox.StatusUnknown:
-		default:
-			lookupBug = fmt.Sprintf("adapter bug: Lookup returned status %q (a found outcome is succeeded, failed, superseded or unknown): "+
-				"held for an operator, the effect may have happened", out.Status)
-			log.Error("adapters: "+lookupBug, "result", head(out.Result))
-			r.m.outcomes.WithLabelValues(ex.Kind(), "adapter_bad_outcome").Inc()
-			out.Status = outbox.StatusUnknown
-		}
+		out, lookupBug = r.checkFound(ex, out, log)
 	}
 	r.m.lookups.WithLabelValues(ex.Kind(), lookupResult(found, err)).Inc()
 	noteLookup(ctx, found, err)
