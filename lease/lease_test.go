@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/lease"
@@ -310,6 +312,14 @@ func TestWithoutPoolRefused(t *testing.T) {
 			})
 		}
 	}
+	// CheckPrimary with no database panicked on the nil interface (or
+	// inside pgx on a nil pool).
+	coretest.Refused(t, map[string]func() error{
+		"db": func() error { return lease.CheckPrimary(ctx, nil) },
+	})
+	coretest.Refused(t, map[string]func() error{
+		"db": func() error { return lease.CheckPrimary(ctx, (*pgxpool.Pool)(nil)) },
+	})
 	var k lease.Keeper
 	coretest.Refused(t, map[string]func() error{"keeper": k.Err})
 	if k.Context().Err() == nil || !errors.Is(context.Cause(k.Context()), k.Err()) {

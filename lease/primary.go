@@ -20,8 +20,12 @@ type Querier interface {
 }
 
 // CheckPrimary returns ErrStandby when db is in recovery, nil on a
-// primary, and the query's error when it cannot tell.
+// primary, the query's error when it cannot tell, and an *InvalidError
+// naming db when db is nil.
 func CheckPrimary(ctx context.Context, db Querier) error {
+	if noQuerier(db) {
+		return &InvalidError{Field: "db", Message: "must not be nil (a *pgxpool.Pool, *pgx.Conn or pgx.Tx)"}
+	}
 	var inRecovery bool
 	if err := db.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
 		return fmt.Errorf("lease: check for a primary: %w", err)
@@ -30,6 +34,20 @@ func CheckPrimary(ctx context.Context, db Querier) error {
 		return ErrStandby
 	}
 	return nil
+}
+
+// noQuerier reports a nil db, or a nil pool or connection in it, each of
+// which would panic on the first query.
+func noQuerier(db Querier) bool {
+	switch q := db.(type) {
+	case nil:
+		return true
+	case *pgxpool.Pool:
+		return q == nil
+	case *pgx.Conn:
+		return q == nil
+	}
+	return false
 }
 
 // RequirePrimary makes every new connection of a pool built from cfg check

@@ -1,5 +1,7 @@
 package dev.fencegate;
 
+import java.sql.SQLException;
+
 /**
  * The schema has no SQL interface this client speaks: none at all (not
  * migrated, or another schema name), or another major version.
@@ -10,7 +12,9 @@ public class InterfaceVersionException extends FencegateException {
     private final int found;
 
     InterfaceVersionException(String message, int found, Throwable cause) {
-        super(message, null, null, null, cause);
+        // The server's SQLSTATE when the server refused the version query
+        // (3F000 no such schema, 42883 no such function); null otherwise.
+        super(message, cause instanceof SQLException s ? s.getSQLState() : null, null, null, cause);
         this.found = found;
     }
 

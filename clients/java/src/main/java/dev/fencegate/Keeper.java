@@ -234,17 +234,21 @@ public final class Keeper implements AutoCloseable {
     }
 
     /**
-     * Throws unless {@link #stillValid()}: a {@link LeaseLostException},
-     * whose cause is why the lease was lost.
+     * Throws unless {@link #stillValid()}: the keeper's own
+     * {@link LeaseLostException} ({@link #err()}, whose cause is the
+     * refusal when a renewal was refused), as the Python and TypeScript
+     * clients' check() raise theirs; after {@link #close()}, a new one
+     * saying the keeper was closed.
      */
     public void checkValid() throws LeaseLostException {
         if (stillValid()) {
             return;
         }
         Exception why = err();
-        throw new LeaseLostException(why instanceof CancellationException
-                ? "keeper closed: lease on " + lease().resource() + " no longer kept"
-                : why.getMessage(), why);
+        if (why instanceof LeaseLostException lost) {
+            throw lost;
+        }
+        throw new LeaseLostException("keeper closed: lease on " + lease().resource() + " no longer kept", why);
     }
 
     /**

@@ -77,6 +77,8 @@ public class ClientTest {
         InterfaceVersionException e = assertThrows(InterfaceVersionException.class, () -> Fencegate.connect(c, "no_such_schema"));
         assertEquals(0, e.found());
         assertTrue(e.getMessage(), e.getMessage().contains("gateway migrate --schema no_such_schema"));
+        // The server's SQLSTATE, as every FencegateException carries (it was null).
+        assertEquals("3F000", e.getSQLState());
         c.rollback();
         IllegalArgumentException bad = assertThrows(IllegalArgumentException.class, () -> Fencegate.connect(c, "Billing\"; DROP"));
         assertTrue(bad.getMessage(), bad.getMessage().startsWith("schema: "));

@@ -138,8 +138,10 @@ public class KeeperTest {
             assertTrue(String.valueOf(why), why instanceof LeaseLostException);
             assertTrue(why.getMessage(), why.getMessage().endsWith("no successful renewal within PT54M"));
             assertSame(why, k.err());
+            // The keeper's own exception, not one wrapping it (whose cause
+            // was then a LeaseLostException in place of the refusal).
             LeaseLostException e = assertThrows(LeaseLostException.class, k::checkValid);
-            assertSame(why, e.getCause());
+            assertSame(why, e);
             clock.set(t0); // a clock that went back changes nothing once lost
             assertFalse(k.stillValid());
         }
@@ -227,6 +229,10 @@ public class KeeperTest {
             StaleEpochException cause = (StaleEpochException) why.getCause();
             assertEquals(newer, cause.currentEpoch());
             assertEquals(k.epoch(), cause.suppliedEpoch());
+            // checkValid's exception has the refusal as its cause (it had
+            // the LeaseLostException, which wrapped the refusal).
+            LeaseLostException e = assertThrows(LeaseLostException.class, k::checkValid);
+            assertSame(cause, e.getCause());
         }
     }
 
