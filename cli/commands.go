@@ -132,11 +132,15 @@ func checkResource(resource string) error {
 }
 
 // lockTimeoutFlag adds --lock-timeout, the issuer's bound on a grant's wait
-// for the resource's control-row lock (lease.WithLockTimeout).
-func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+// for the resource's control-row lock (lease.WithLockTimeout); then says
+// what giving up looks like to the flag's command.
+func lockTimeoutFlag(fs *flag.FlagSet, then string) *time.Duration {
 	return fs.Duration("lock-timeout", lease.DefaultLockTimeout,
-		"give up (exit 1, busy) when the resource's control row stays locked this long, e.g. by a worker paused inside a transaction; 0: wait without a bound")
+		"give up ("+then+") when the resource's control row stays locked this long, e.g. by a worker paused inside a transaction; 0: wait without a bound")
 }
+
+// lockTimeoutExit is what giving up looks like to a one-shot command.
+const lockTimeoutExit = "exit 1, busy"
 
 // failoverJumpFlag adds --failover-epoch-jump, how far the first grant
 // after a failover raises every epoch (lease.WithFailoverEpochJump). Every
@@ -215,7 +219,7 @@ func cmdLease(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("lease " + sub)
 	resource := fs.String("resource", "", "resource id")
 	holder := fs.String("holder", "", "lease holder id")
-	lockTimeout := lockTimeoutFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs, lockTimeoutExit)
 	principal := a.principalFlag(fs)
 	var ttl time.Duration
 	var epoch int64
@@ -297,7 +301,7 @@ func cmdEpoch(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("epoch advance")
 	resource := fs.String("resource", "", "resource id")
 	epoch := fs.Int64("epoch", 0, "the externally issued epoch")
-	lockTimeout := lockTimeoutFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs, lockTimeoutExit)
 	jump := failoverJumpFlag(fs)
 	principal := a.principalFlag(fs)
 	if code, ok := a.parseOnlyWithEnv(fs, args[1:], "failover-epoch-jump"); !ok {
@@ -336,7 +340,7 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&fence, "fence", "", "fence policy: commit or execute (default per kind)")
 	fs.StringVar(&payload, "payload", "", "payload JSON object, or @path to read it from a file")
 	principal := a.principalFlag(fs)
-	lockTimeout := lockTimeoutFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs, lockTimeoutExit)
 	if code, ok := a.parseOnly(fs, args); !ok {
 		return code
 	}

@@ -13,7 +13,7 @@ import (
 
 // --key-scope resource through gateway run's intake: two workers scoped to
 // their own resources give the same idempotency key; each effect happens
-// (the keys stored are "<resource>/<key>"), where with the global scope the
+// (the keys stored are "<bytes>:<resource>/<key>"), where with the global scope the
 // second would be taken for a duplicate of the first and never happen. A
 // key already naming its resource is kept as it is. Bad values are exit 2
 // naming key_scope. The tokens file, readable by others here, is warned

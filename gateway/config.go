@@ -134,7 +134,7 @@ type Config struct {
 	Namespace string
 	// KeyScope confines the idempotency keys of the intents this gateway
 	// enqueues (the admin intake): outbox.KeyScopeResource makes the
-	// effective key "<resource>/<key>". Default: global.
+	// effective key "<bytes of the resource>:<resource>/<key>". Default: global.
 	KeyScope outbox.KeyScope
 	// IssuerOptions configure the admin intake's lease.Issuer (e.g.
 	// lease.WithLockTimeout from --lock-timeout).

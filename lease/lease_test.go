@@ -94,6 +94,11 @@ func TestReleaseKeepsEpoch(t *testing.T) {
 	if err := iss.Release(ctx, "r", "A", l.Epoch); err != nil {
 		t.Fatalf("second release = %v; want idempotent ok", err)
 	}
+	// A lease already free at the current epoch: a release is a no-op
+	// that succeeds whoever asks (docs/guarantees.md, invariant L).
+	if err := iss.Release(ctx, "r", "B", l.Epoch); err != nil {
+		t.Fatalf("release of a free lease by another holder = %v; want a no-op", err)
+	}
 	if _, err := iss.Renew(ctx, "r", "A", l.Epoch, time.Second); !errors.Is(err, lease.ErrStaleEpoch) {
 		t.Fatalf("renew after release = %v; want ErrStaleEpoch", err)
 	}

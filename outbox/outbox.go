@@ -46,7 +46,8 @@ type Config struct {
 	// KeyScope confines idempotency keys. KeyScopeGlobal (the default): a
 	// key is unique per kind across all resources, so any enqueuer can
 	// claim any key. KeyScopeResource: the effective key is
-	// "<resource>/<key>", so an enqueuer can only collide with intents of
+	// "<bytes of the resource>:<resource>/<key>" ("13:reports/daily/k1"),
+	// so an enqueuer can only collide with intents of
 	// its own resource (see KeyScopeResource). Every client that enqueues
 	// into one database should use the same scope.
 	KeyScope KeyScope
