@@ -26,10 +26,18 @@
 //
 //   - 2xx: succeeded; the result holds the status, a safe subset of the
 //     headers, the body (up to 64 KiB, marked truncated) and elapsed_ms.
-//   - 408, 425, 429, 5xx: retryable, no sooner than the Retry-After.
+//   - 408, 425, 429, 503 (refused before it was processed): retryable,
+//     no sooner than the Retry-After.
+//   - Any other 5xx (500, 502, 504, …): unknown, as below; the receiver
+//     (or a proxy in front of it) failed after the request arrived, and
+//     may have acted on it.
 //   - 409 with Fencegate-Current-Epoch above the request's epoch: the
 //     receiver fenced a stale request out; superseded.
-//   - 3xx (redirects are never followed) and other 4xx: failed.
+//   - 301, 307, 308 (the resource is elsewhere; redirects are never
+//     followed) and other 4xx: failed.
+//   - 302, 303 and other 3xx: unknown, as below (not followed; many
+//     servers answer a write they performed with a redirect to its
+//     result).
 //   - No connection, DNS, TLS handshake, a kept-alive connection that
 //     failed before any byte of the request left: retryable.
 //   - A reset, a timeout or no reply after bytes of the request may have

@@ -53,6 +53,50 @@ func TestRuntime503Then200(t *testing.T) {
 	}
 }
 
+// A receiver that acts on the request and then answers 500 (or a proxy
+// in front of it that gives up waiting, 502, 504): the effect may have
+// happened. Not retried as if it had not (a second effect), and never
+// failed: held unknown, effect possible, one request. It was retried
+// until attempts ran out, then failed (effect none) after three effects.
+func TestRuntime5xxAfterTheEffectIsUnknown(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout} {
+		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			http.Error(w, "acted, then failed", code)
+		})
+		e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}}, adaptertest.Options{Runtime: executor.Config{MaxAttempts: 3}})
+		key := adaptertest.UniqueKey(t)
+		rec := e.WaitTerminal(t, enqueue(t, e, key, payload(rc.URL, nil)))
+		if rec.Status != outbox.StatusUnknown || rec.Effect != outbox.EffectPossible {
+			t.Errorf("%d after the effect: %s, effect %s (%s); want unknown, possible", code, rec.Status, rec.Effect, lastError(rec))
+		}
+		if n := rc.effectsOf(key); n != 1 {
+			t.Errorf("%d after the effect: %d effects at the receiver, want 1", code, n)
+		}
+	}
+}
+
+// The same to a receiver that dedups on the key: resent with the same
+// key, one effect, succeeded. A 302 after the effect (post, redirect,
+// get) is no failure either.
+func TestRuntime5xxAndSeeOtherResentToDedupReceiver(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusBadGateway, http.StatusFound} {
+		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			w.Header().Set("Location", "/done")
+			w.WriteHeader(code)
+		})
+		rc.dedup = true
+		e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort()}, DedupsOnKey: []string{rc.hostPort()}}, adaptertest.Options{})
+		key := adaptertest.UniqueKey(t)
+		rec := e.WaitTerminal(t, enqueue(t, e, key, payload(rc.URL, nil)))
+		if rec.Status != outbox.StatusSucceeded || len(rc.got(key)) != 2 || rc.effectsOf(key) != 1 {
+			t.Errorf("%d after the effect, to a receiver that dedups: %s (%s) after %d requests, %d effects; want succeeded after 2, 1",
+				code, rec.Status, lastError(rec), len(rc.got(key)), rc.effectsOf(key))
+		}
+	}
+}
+
 // A 400 fails the intent for good, with the status in its last error.
 func TestRuntime400Fails(t *testing.T) {
 	t.Parallel()
@@ -189,4 +233,12 @@ func TestConformance(t *testing.T) {
 		Effects:   func(t *testing.T, req adapters.Request) int { return rc.effectsOf(req.IdempotencyKey) },
 		HasLookup: true,
 	})
+}
+
+// lastError is rec's last_error, "" when none.
+func lastError(rec *outbox.Record) string {
+	if rec.LastError == nil {
+		return ""
+	}
+	return *rec.LastError
 }

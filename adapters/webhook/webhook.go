@@ -451,16 +451,34 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	case status >= 200 && status < 300:
 		b, _ := json.Marshal(res)
 		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, nil
-	case status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests || status >= 500:
+	case refusedUnprocessed(status):
 		return adapters.Outcome{}, adapters.RetryableAfter(errors.New(what+excerpt(res)), retryAfter(hdr.Get("Retry-After"), a.cfg.Now()))
+	case status >= 500:
+		// An error from after the request arrived: the receiver failed
+		// while (or after) acting on it, or a proxy in front of it gave up
+		// waiting for its answer (502, 504). Neither says the effect did
+		// not happen, so retrying as if nothing happened could perform it
+		// twice, and running out of attempts would record failed for an
+		// effect that may have happened. Unknown: resent with the same
+		// key where the receiver dedups, looked up at lookup_url, else
+		// held for an operator.
+		return adapters.Outcome{}, adapters.UnknownError(fmt.Errorf("%s: the receiver may have acted on the request before it failed%s", what, excerpt(res)))
 	case status == http.StatusConflict && fencedOut(hdr, req.Epoch) > 0:
 		// The receiver fenced this request out: it holds a newer epoch
 		// for the resource (Fencegate-Current-Epoch). That is superseded,
 		// not a failure: the stale write was refused where it mattered.
 		b, _ := json.Marshal(map[string]any{"superseded_by_epoch": fencedOut(hdr, req.Epoch), "fenced_at": "destination", "status": status})
 		return adapters.Outcome{Status: outbox.StatusSuperseded, Result: b}, nil
-	case status >= 300 && status < 400:
+	case status == http.StatusMovedPermanently || status == http.StatusTemporaryRedirect || status == http.StatusPermanentRedirect:
+		// The resource is elsewhere (a URL to fix): the request was not
+		// acted on here.
 		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("%s: redirects are not followed (Location %q)%s", what, redactRaw(hdr.Get("Location")), excerpt(res)))
+	case status >= 300 && status < 400:
+		// 302 and 303 are how many servers answer a write they performed
+		// (post, redirect, get: "see the result over there"); the others
+		// say nothing either way. Not followed, and not failed: the
+		// effect may have happened.
+		return adapters.Outcome{}, adapters.UnknownError(fmt.Errorf("%s: redirects are not followed (Location %q), and a %d may answer a request the receiver acted on%s", what, redactRaw(hdr.Get("Location")), status, excerpt(res)))
 	default:
 		return adapters.Outcome{}, adapters.PermanentError(errors.New(what + excerpt(res)))
 	}
@@ -654,6 +672,18 @@ func (a *Adapter) slot(ctx context.Context, u *url.URL) (func(), error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+}
+
+// refusedUnprocessed reports whether status refuses the request before the
+// receiver processed it: it timed out reading it (408), will not take
+// early data (425), or asks the client to come back later (429, 503,
+// with Retry-After). A retry cannot perform the effect twice.
+func refusedUnprocessed(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return true
+	}
+	return false
 }
 
 // HeaderCurrentEpoch is the header a receiver answers a 409 with when it

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,8 +135,11 @@ func TestMethodsAndRawBody(t *testing.T) {
 	}
 }
 
-// The status classes: 4xx and 3xx fail for good (a redirect is not
-// followed), 408/425/429/5xx are retryable with the Retry-After.
+// The status classes: 4xx and the redirects that say the resource is
+// elsewhere (301, 307, 308) fail for good (a redirect is not followed);
+// 408/425/429/503 are retryable with the Retry-After; any other 5xx, and
+// 302/303 (how many servers answer a write they performed), are unknown:
+// the receiver may have acted on the request.
 func TestStatusClasses(t *testing.T) {
 	t.Parallel()
 	var target int
@@ -150,7 +154,13 @@ func TestStatusClasses(t *testing.T) {
 		case "/400":
 			http.Error(w, "bad field", http.StatusBadRequest)
 		case "/redirect":
-			http.Redirect(w, r, rc.URL+"/target?token=s3cret", http.StatusFound)
+			http.Redirect(w, r, rc.URL+"/target?token=s3cret", http.StatusTemporaryRedirect)
+		case "/301", "/302", "/303", "/308":
+			code, _ := strconv.Atoi(r.URL.Path[1:])
+			http.Redirect(w, r, rc.URL+"/target", code)
+		case "/500", "/502", "/504":
+			code, _ := strconv.Atoi(r.URL.Path[1:])
+			http.Error(w, "acted, then failed", code)
 		case "/429":
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -164,7 +174,9 @@ func TestStatusClasses(t *testing.T) {
 		}
 	}
 	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
-	for path, want := range map[string]string{"/400": "permanent", "/redirect": "permanent", "/429": "retryable", "/425": "retryable", "/408": "retryable", "/503": "retryable"} {
+	for path, want := range map[string]string{"/400": "permanent", "/redirect": "permanent", "/301": "permanent", "/308": "permanent",
+		"/429": "retryable", "/425": "retryable", "/408": "retryable", "/503": "retryable",
+		"/500": "unknown", "/502": "unknown", "/504": "unknown", "/302": "unknown", "/303": "unknown"} {
 		_, err := execute(t, a, request(adaptertest.UniqueKey(t), payload(rc.URL+path, nil)))
 		var e *adapters.Error
 		if !errors.As(err, &e) {
@@ -179,6 +191,10 @@ func TestStatusClasses(t *testing.T) {
 		case "retryable":
 			if !adapters.IsRetryable(err) {
 				t.Errorf("%s: %v, want retryable", path, err)
+			}
+		case "unknown":
+			if !adapters.IsUnknown(err) {
+				t.Errorf("%s: %v, want an unknown outcome", path, err)
 			}
 		}
 		switch path {
