@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -701,12 +702,20 @@ func fencedOut(h http.Header, epoch int64) int64 {
 	return cur
 }
 
-// retryAfter reads a Retry-After value: seconds, or an HTTP date.
+// retryAfter reads a Retry-After value: seconds, or an HTTP date. Seconds
+// past what a time.Duration holds (about 292 years, or more digits than
+// an int64) saturate at the longest Duration: multiplied as they are,
+// they wrapped around to a short or negative delay, and the destination
+// that asked for the longest wait was retried within a second, not after
+// the runtime's MaxRetryAfter.
 func retryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+	if s, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if s > uint64(math.MaxInt64/int64(time.Second)) {
+			return math.MaxInt64
+		}
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {

@@ -221,6 +221,41 @@ func TestStatusClasses(t *testing.T) {
 	}
 }
 
+// Retry-After values at the edges: seconds too many for a Duration (or
+// for an int64) ask for the longest wait, which the runtime bounds by
+// MaxRetryAfter; they wrapped around to a short or negative delay (a
+// retry within a second). Negative, garbage and past dates are no delay
+// (the backoff).
+func TestRetryAfterEdges(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var value string
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		w.Header().Set("Retry-After", value)
+		mu.Unlock()
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
+	for v, atLeast := range map[string]time.Duration{
+		"3601": time.Hour + time.Second, "9223372037": 24 * 365 * time.Hour, "18446744074": 24 * 365 * time.Hour,
+		"99999999999999999999": 24 * 365 * time.Hour, "-5": 0, "garbage": 0, "Wed, 21 Oct 2015 07:28:00 GMT": 0, "0": 0,
+	} {
+		mu.Lock()
+		value = v
+		mu.Unlock()
+		_, err := execute(t, a, request(adaptertest.UniqueKey(t), payload(rc.URL, nil)))
+		var e *adapters.Error
+		if !errors.As(err, &e) || !adapters.IsRetryable(err) {
+			t.Errorf("429 with Retry-After %q: %v, want retryable", v, err)
+			continue
+		}
+		if e.RetryAfter < atLeast || (atLeast == 0 && e.RetryAfter != 0) {
+			t.Errorf("429 with Retry-After %q: RetryAfter %s, want at least %s (0: exactly)", v, e.RetryAfter, atLeast)
+		}
+	}
+}
+
 // A response over 64 KiB is kept up to 64 KiB and marked truncated.
 func TestOversizedResponse(t *testing.T) {
 	t.Parallel()
