@@ -757,17 +757,25 @@ func (a *Adapter) writeReceipt(ctx context.Context, bucket, key, idemKey string,
 }
 
 // classify says what a failed PUT means: an answer from the server
-// refusing it (a 4xx) is permanent, a 5xx or throttling retryable (the
-// conditional write makes a retry safe: it re-reads first); no connection
-// is retryable; anything else (a timeout, a reset after the body was sent)
-// is unknown, settled by Lookup.
+// refusing it (a 4xx) is permanent; throttling (503 SlowDown, 429) or a
+// request timeout (408) retryable: nothing was stored; no connection is
+// retryable; anything else is unknown, settled by Lookup: a timeout or a
+// reset after the body was sent, and any other 5xx (500 InternalError, a
+// proxy's 502 or 504), which comes after the whole object arrived and
+// may come after it was stored. Retried instead, the intent was recorded
+// failed, effect none, when its last attempt met one over an object in
+// place, and superseded when a newer publication replaced the object
+// before the retry read it; the lookup finds it by its metadata (or its
+// receipt, or an older version).
 func classify(what string, err error) error {
 	var re *smithyhttp.ResponseError
 	if errors.As(err, &re) {
 		code := re.HTTPStatusCode()
 		switch {
-		case code >= 500 || code == 429 || code == 408:
+		case code == 503 || code == 429 || code == 408:
 			return adapters.RetryableError(fmt.Errorf("%s: %w", what, err))
+		case code >= 500:
+			return adapters.UnknownError(fmt.Errorf("%s: the server failed after the object arrived, and may have stored it: %w", what, err))
 		case code >= 400:
 			return adapters.PermanentError(fmt.Errorf("%s: %w", what, err))
 		}

@@ -9,10 +9,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,6 +246,75 @@ func TestRuntimeLostResponseSettledByLookup(t *testing.T) {
 	var res s3.Result
 	if err := json.Unmarshal(rec.Result, &res); err != nil || res.FoundBy != "object" {
 		t.Errorf("result %s, want found by the lookup", rec.Result)
+	}
+}
+
+// failingFront is an HTTP front to the S3 server at endpoint that, for the
+// first n PUTs of path, forwards the PUT (the server stores the object)
+// and then answers status with an S3 error instead of the server's
+// answer: a server (or a proxy) that fails after the write arrived. It
+// counts the PUTs of path.
+func failingFront(t *testing.T, endpoint, path string, status int, n int32) (string, *atomic.Int32) {
+	t.Helper()
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var left, puts atomic.Int32
+	left.Store(n)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && r.URL.Path == path {
+			puts.Add(1)
+			if left.Add(-1) >= 0 {
+				rp.ServeHTTP(httptest.NewRecorder(), r)
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code><Message>We encountered an internal error. Please try again.</Message></Error>`)
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &puts
+}
+
+// A 5xx (but 503) answering a PUT that the server stored: an unknown
+// outcome, which the lookup finds by the object (succeeded, found_by
+// object, one PUT), even on the intent's last attempt. It was retryable:
+// on the last attempt the intent was failed, effect none, with the object
+// in place. A 503 (SlowDown: nothing stored) stays retryable.
+func TestFailureAfterTheWriteIsSettledByLookup(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout} {
+		srv, bucket := newBucket(t)
+		key := fmt.Sprintf("reports/failed-after-write-%d.txt", code)
+		front, puts := failingFront(t, srv.Endpoint, "/"+bucket+"/"+key, code, 1)
+		e := adaptertest.NewEnv(t, adaptertest.Options{
+			Executors: []adapters.Executor{newAdapter(t, front, bucket)},
+			Runtime:   executor.Config{MaxAttempts: 1, LookupSettle: 300 * time.Millisecond, ExecuteTimeout: 5 * time.Second, AckWait: 10 * time.Second},
+		})
+		id := e.Enqueue(t, e.Intent(s3.Kind, fmt.Sprintf("op-%d", code), fmt.Sprintf("report/failed-after-write-%d", code), payload(key, "stored")))
+		rec := e.WaitTerminal(t, id)
+		var res s3.Result
+		_ = json.Unmarshal(rec.Result, &res)
+		if rec.Status != outbox.StatusSucceeded || res.FoundBy != "object" || puts.Load() != 1 {
+			le := ""
+			if rec.LastError != nil {
+				le = *rec.LastError
+			}
+			t.Errorf("%d after the object was stored: %s, effect %s (%s), result %s after %d PUTs; want succeeded, found by the object, after 1",
+				code, rec.Status, rec.Effect, le, rec.Result, puts.Load())
+		}
+	}
+	srv, bucket := newBucket(t)
+	const key = "reports/slow-down.txt"
+	front, _ := failingFront(t, srv.Endpoint, "/"+bucket+"/"+key, http.StatusServiceUnavailable, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := newAdapter(t, front, bucket).Execute(ctx, request("report/slow-down", 5, payload(key, "x"))); !adapters.IsRetryable(err) {
+		t.Errorf("503: %v, want retryable", err)
 	}
 }
 
