@@ -867,8 +867,16 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 	if err != nil {
 		// Can't tell yet. Keep the key owned (never Release: that would
 		// say the effect did not happen); the redelivery resumes the key
-		// and looks up again.
+		// and looks up again. Say so on the intent, as a wait for proof
+		// does (its effect possible): a lookup that keeps failing (the
+		// lookup endpoint down or misconfigured) otherwise left the
+		// intent relayed, with no last_error and effect none, for as
+		// long as it failed.
 		log.Warn("adapters: lookup failed; will look up again", "error", err)
+		msg := fmt.Sprintf("waiting for proof: the lookup at the destination failed, and is tried again: %v", err)
+		if _, nerr := r.store.NoteWaiting(ctx, req.IntentID, msg); nerr != nil {
+			log.Warn("adapters: record the failed lookup on the intent", "error", nerr)
+		}
 		r.recordAttempt(ctx, req, d, idempotency.AttemptLookupFailed, err.Error())
 		return wait, 0, nil
 	}

@@ -42,6 +42,9 @@ type slowDest struct {
 	// heldByLookup: Lookup answers that it cannot settle the key (found,
 	// Status unknown), as the s3 adapter does for an unsigned receipt.
 	heldByLookup bool
+	// lookupFails: while set, Lookup cannot ask the destination (an
+	// error).
+	lookupFails bool
 	// gate, when set, holds every Execute at its entry until closed;
 	// entered gets a value when an Execute arrives there.
 	gate    chan struct{}
@@ -86,6 +89,9 @@ func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	e.d.mu.Lock()
 	defer e.d.mu.Unlock()
 	e.d.lookups++
+	if e.d.lookupFails {
+		return adapters.Outcome{}, false, errors.New("lookup endpoint answered 500")
+	}
 	if e.d.heldByLookup {
 		return adapters.Outcome{Status: outbox.StatusUnknown, Result: json.RawMessage(`{"held":"a receipt that proves nothing"}`)}, true, nil
 	}
@@ -529,6 +535,39 @@ func TestLookupThatCannotSettleHolds(t *testing.T) {
 	recovered := counter(t, e.reg, "fencegate_adapter_outcomes_total", map[string]string{"kind": "test", "outcome": "recovered_by_lookup"})
 	if held != 1 || recovered != 0 {
 		t.Errorf("outcomes counted: held_by_lookup %v, recovered_by_lookup %v; want 1 and 0", held, recovered)
+	}
+}
+
+// The answer of the first attempt is lost (the effect happened), and the
+// lookup keeps failing (the lookup endpoint is down, or misconfigured):
+// the intent waits, relayed, and says so — last_error names the failed
+// lookup and its effect is possible — instead of staying relayed with no
+// last_error and effect none for as long as the lookup fails. Once the
+// lookup answers, it is recorded succeeded after one execution.
+func TestFailingLookupSaysWhyTheIntentWaits(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes, d.effectOnUnknown, d.lookupFails = 1, true, true
+	e := setupSlow(t, d, executor.Config{LookupSettle: time.Hour, RetryBase: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitFor(t, id, "the failed lookup noted", func(r *outbox.Record) bool {
+		return strings.Contains(adaptertest.LastError(r), "lookup endpoint answered 500")
+	})
+	if rec.Status.Terminal() || rec.Effect != outbox.EffectPossible || len(d.calls()) != 1 {
+		t.Fatalf("while the lookup fails: %s, effect %s, %d executions; want relayed, effect possible, 1", adaptertest.Describe(rec), rec.Effect, len(d.calls()))
+	}
+	if !strings.HasPrefix(adaptertest.LastError(rec), "waiting for proof: ") {
+		t.Errorf("last_error %q, want it to say the intent waits for proof", adaptertest.LastError(rec))
+	}
+	if ev := findEvent(events(t, e.Env, id), idempotency.EventWaitingForProof); ev == nil || ev.note != adaptertest.LastError(rec) {
+		t.Errorf("history %+v; want a waiting_for_proof event with the message", events(t, e.Env, id))
+	}
+	d.mu.Lock()
+	d.lookupFails = false
+	d.mu.Unlock()
+	rec = e.WaitStatus(t, id, outbox.StatusSucceeded)
+	if !strings.Contains(string(rec.Result), "lookup") || len(d.calls()) != 1 {
+		t.Fatalf("%s after %d executions; want found by lookup after 1", adaptertest.Describe(rec), len(d.calls()))
 	}
 }
 
