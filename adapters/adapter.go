@@ -19,6 +19,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/outbox"
@@ -266,6 +269,27 @@ func RetryableError(err error) error { return &Error{Err: err, Retry: true} }
 // destination's Retry-After): the effect did not happen.
 func RetryableAfter(err error, d time.Duration) error {
 	return &Error{Err: err, Retry: true, RetryAfter: max(d, 0)}
+}
+
+// RetryAfter reads an HTTP Retry-After header's value for RetryableAfter:
+// seconds, or an HTTP date (judged against now); 0 when empty or neither.
+// Seconds past what a time.Duration holds saturate at the longest one
+// (the runtime then waits its MaxRetryAfter): multiplied as they are, they
+// would wrap around to a short or negative delay.
+func RetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if s > uint64(math.MaxInt64/int64(time.Second)) {
+			return math.MaxInt64
+		}
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
 }
 
 // PermanentError wraps err as permanent: the effect did not happen and

@@ -773,7 +773,13 @@ func classify(what string, err error) error {
 		code := re.HTTPStatusCode()
 		switch {
 		case code == 503 || code == 429 || code == 408:
-			return adapters.RetryableError(fmt.Errorf("%s: %w", what, err))
+			// Back-pressure: honoured as every adapter does (AWS sends no
+			// Retry-After on SlowDown; compatible servers and proxies may).
+			var after time.Duration
+			if re.Response != nil {
+				after = adapters.RetryAfter(re.Response.Header.Get("Retry-After"), time.Now())
+			}
+			return adapters.RetryableAfter(fmt.Errorf("%s: %w", what, err), after)
 		case code >= 500:
 			return adapters.UnknownError(fmt.Errorf("%s: the server failed after the object arrived, and may have stored it: %w", what, err))
 		case code >= 400:

@@ -269,6 +269,7 @@ func failingFront(t *testing.T, endpoint, path string, status int, n int32) (str
 			if left.Add(-1) >= 0 {
 				rp.ServeHTTP(httptest.NewRecorder(), r)
 				w.Header().Set("Content-Type", "application/xml")
+				w.Header().Set("Retry-After", "7")
 				w.WriteHeader(status)
 				_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code><Message>We encountered an internal error. Please try again.</Message></Error>`)
 				return
@@ -313,8 +314,10 @@ func TestFailureAfterTheWriteIsSettledByLookup(t *testing.T) {
 	front, _ := failingFront(t, srv.Endpoint, "/"+bucket+"/"+key, http.StatusServiceUnavailable, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := newAdapter(t, front, bucket).Execute(ctx, request("report/slow-down", 5, payload(key, "x"))); !adapters.IsRetryable(err) {
-		t.Errorf("503: %v, want retryable", err)
+	_, err := newAdapter(t, front, bucket).Execute(ctx, request("report/slow-down", 5, payload(key, "x")))
+	var ae *adapters.Error
+	if !adapters.IsRetryable(err) || !errors.As(err, &ae) || ae.RetryAfter != 7*time.Second {
+		t.Errorf("503 with Retry-After 7: %v, want retryable after 7s (its Retry-After honoured, as adapters.md says)", err)
 	}
 }
 

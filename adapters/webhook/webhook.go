@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -453,7 +452,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		b, _ := json.Marshal(res)
 		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, nil
 	case refusedUnprocessed(status):
-		return adapters.Outcome{}, adapters.RetryableAfter(errors.New(what+excerpt(res)), retryAfter(hdr.Get("Retry-After"), a.cfg.Now()))
+		return adapters.Outcome{}, adapters.RetryableAfter(errors.New(what+excerpt(res)), adapters.RetryAfter(hdr.Get("Retry-After"), a.cfg.Now()))
 	case status >= 500:
 		// An error from after the request arrived: the receiver failed
 		// while (or after) acting on it, or a proxy in front of it gave up
@@ -700,28 +699,6 @@ func fencedOut(h http.Header, epoch int64) int64 {
 		return 0
 	}
 	return cur
-}
-
-// retryAfter reads a Retry-After value: seconds, or an HTTP date. Seconds
-// past what a time.Duration holds (about 292 years, or more digits than
-// an int64) saturate at the longest Duration: multiplied as they are,
-// they wrapped around to a short or negative delay, and the destination
-// that asked for the longest wait was retried within a second, not after
-// the runtime's MaxRetryAfter.
-func retryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
-		if s > uint64(math.MaxInt64/int64(time.Second)) {
-			return math.MaxInt64
-		}
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
-	}
-	return 0
 }
 
 // excerpt is the start of a response body for an error message.

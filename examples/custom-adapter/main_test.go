@@ -136,6 +136,35 @@ func TestPayloadValidate(t *testing.T) {
 	}
 }
 
+// A service's error answers are classified by what they say about the
+// post: 429 and 503 refuse it before processing (retry); any other 5xx may
+// come after the post was made, so the outcome is unknown, never "did not
+// happen" (a retryable error releases the key, and attempts running out
+// would record failed for a post that was made).
+func TestErrorAnswersClassified(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[int]func(error) bool{
+		http.StatusTooManyRequests:     adapters.IsRetryable,
+		http.StatusServiceUnavailable:  adapters.IsRetryable,
+		http.StatusInternalServerError: adapters.IsUnknown,
+		http.StatusBadGateway:          adapters.IsUnknown,
+		http.StatusGatewayTimeout:      adapters.IsUnknown,
+		http.StatusBadRequest:          adapters.IsPermanent,
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, `{"error":"x"}`, status)
+		}))
+		n := &Notifier{Endpoint: srv.URL}
+		_, err := n.Execute(context.Background(), adapters.Request{
+			IdempotencyKey: "k", Epoch: 1, Payload: json.RawMessage(`{"channel":"ops","text":"x"}`),
+		})
+		srv.Close()
+		if !want(err) {
+			t.Errorf("a %d answer: %v, classified otherwise", status, err)
+		}
+	}
+}
+
 // The program end to end: the composition root runs its kind's executor,
 // and the intent it enqueues reaches the receiver once.
 func TestProgramDelivers(t *testing.T) {

@@ -113,9 +113,17 @@ func (n *Notifier) Execute(ctx context.Context, req adapters.Request) (adapters.
 	switch {
 	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated:
 		return outcome(res)
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		// The service dedups on the key: a retry cannot post twice.
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+		// Refused before the service processed it: the post did not
+		// happen, so this is a plain retry.
 		return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("notify: %s", resp.Status))
+	case resp.StatusCode >= 500:
+		// The service failed while or after posting: the post may have
+		// happened. Unknown, never "did not happen" (which would release
+		// the key and could end failed for a post that was made); the
+		// runtime resends with the same key, since the service dedups on
+		// it (DedupsOnKey), or looks the key up.
+		return adapters.Outcome{}, adapters.UnknownError(fmt.Errorf("notify: %s", resp.Status))
 	default:
 		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("notify: %s: %s", resp.Status, bytes.TrimSpace(res)))
 	}
