@@ -242,7 +242,8 @@ type Error struct {
 	// the next attempt (an HTTP Retry-After); the runtime waits at least
 	// that long, at most executor.Config.MaxRetryAfter, and writes when
 	// the retry is due on the intent (not_before) so that nothing executes
-	// it earlier.
+	// it earlier. On an Unknown error it defers a resend with the same
+	// key (to a destination that dedups on it) the same way.
 	RetryAfter time.Duration
 }
 

@@ -462,7 +462,10 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		// effect that may have happened. Unknown: resent with the same
 		// key where the receiver dedups, looked up at lookup_url, else
 		// held for an operator.
-		return adapters.Outcome{}, adapters.UnknownError(fmt.Errorf("%s: the receiver may have acted on the request before it failed%s", what, excerpt(res)))
+		// Its Retry-After still says when to come back: a resend with the
+		// same key (a dedup host) waits for it.
+		return adapters.Outcome{}, &adapters.Error{Unknown: true, RetryAfter: adapters.RetryAfter(hdr.Get("Retry-After"), a.cfg.Now()),
+			Err: fmt.Errorf("%s: the receiver may have acted on the request before it failed%s", what, excerpt(res))}
 	case status == http.StatusConflict && fencedOut(hdr, req.Epoch) > 0:
 		// The receiver fenced this request out: it holds a newer epoch
 		// for the resource (Fencegate-Current-Epoch). That is superseded,

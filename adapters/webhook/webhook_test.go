@@ -160,6 +160,9 @@ func TestStatusClasses(t *testing.T) {
 			http.Redirect(w, r, rc.URL+"/target", code)
 		case "/500", "/502", "/504":
 			code, _ := strconv.Atoi(r.URL.Path[1:])
+			if code == http.StatusBadGateway {
+				w.Header().Set("Retry-After", "11")
+			}
 			http.Error(w, "acted, then failed", code)
 		case "/429":
 			w.Header().Set("Retry-After", "7")
@@ -201,6 +204,12 @@ func TestStatusClasses(t *testing.T) {
 		case "/429":
 			if e.RetryAfter != 7*time.Second {
 				t.Errorf("429 Retry-After 7: RetryAfter %s", e.RetryAfter)
+			}
+		case "/502":
+			// Unknown, and its Retry-After still asks a resend (to a dedup
+			// host) to wait: it was dropped, the resend came after the backoff.
+			if e.RetryAfter != 11*time.Second {
+				t.Errorf("502 Retry-After 11: RetryAfter %s", e.RetryAfter)
 			}
 		case "/503":
 			if e.RetryAfter < 80*time.Second || e.RetryAfter > 91*time.Second {
