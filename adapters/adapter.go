@@ -215,6 +215,10 @@ type Looker interface {
 	// intent unknown for an operator (counted as held_by_lookup), never
 	// executes it again. Another status is an adapter bug: the intent is
 	// held unknown too, with last_error naming it (adapter_bad_outcome).
+	// An error means the lookup could not tell: the runtime looks up again
+	// later, the intent waiting (last_error says why) — unless the error is
+	// a PermanentError (the lookup will never answer: credentials refused,
+	// no such endpoint), which holds the intent unknown for an operator.
 	Lookup(ctx context.Context, req Request) (out Outcome, found bool, err error)
 }
 

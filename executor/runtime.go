@@ -864,6 +864,15 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 	}
 	r.m.lookups.WithLabelValues(ex.Kind(), lookupResult(found, err)).Inc()
 	noteLookup(ctx, found, err)
+	if err != nil && adapters.IsPermanent(err) {
+		// The lookup can never answer (it refuses our credentials, the
+		// lookup endpoint does not exist): waiting would keep the intent
+		// relayed, looked up for ever, with no operator action that
+		// applies. Held unknown (the key stays held, the effect possible)
+		// for an operator to resolve.
+		r.recordAttempt(ctx, req, d, idempotency.AttemptLookupFailed, err.Error())
+		return r.hold(ctx, req, d, "the lookup at the destination was refused for good, so it cannot settle whether the effect happened: "+err.Error(), log)
+	}
 	if err != nil {
 		// Can't tell yet. Keep the key owned (never Release: that would
 		// say the effect did not happen); the redelivery resumes the key

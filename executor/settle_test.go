@@ -45,6 +45,9 @@ type slowDest struct {
 	// lookupFails: while set, Lookup cannot ask the destination (an
 	// error).
 	lookupFails bool
+	// lookupRefused: Lookup is refused for good (a PermanentError: the
+	// lookup endpoint refuses the credentials).
+	lookupRefused bool
 	// gate, when set, holds every Execute at its entry until closed;
 	// entered gets a value when an Execute arrives there.
 	gate    chan struct{}
@@ -91,6 +94,9 @@ func (e slowExec) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	e.d.lookups++
 	if e.d.lookupFails {
 		return adapters.Outcome{}, false, errors.New("lookup endpoint answered 500")
+	}
+	if e.d.lookupRefused {
+		return adapters.Outcome{}, false, adapters.PermanentError(errors.New("lookup endpoint answered 401"))
 	}
 	if e.d.heldByLookup {
 		return adapters.Outcome{Status: outbox.StatusUnknown, Result: json.RawMessage(`{"held":"a receipt that proves nothing"}`)}, true, nil
@@ -568,6 +574,24 @@ func TestFailingLookupSaysWhyTheIntentWaits(t *testing.T) {
 	rec = e.WaitStatus(t, id, outbox.StatusSucceeded)
 	if !strings.Contains(string(rec.Result), "lookup") || len(d.calls()) != 1 {
 		t.Fatalf("%s after %d executions; want found by lookup after 1", adaptertest.Describe(rec), len(d.calls()))
+	}
+}
+
+// A lookup refused for good (a PermanentError from Lookup: the lookup
+// endpoint refuses the credentials) can never settle the key: the intent
+// is held unknown for an operator (effect possible, last_error naming the
+// refusal), where it stayed relayed, looked up again and again, with no
+// operator action that applies to it.
+func TestRefusedLookupHoldsTheIntent(t *testing.T) {
+	t.Parallel()
+	d := newSlowDest()
+	d.unknownTimes, d.effectOnUnknown, d.lookupRefused = 1, true, true
+	e := setupSlow(t, d, executor.Config{LookupSettle: time.Hour, RetryBase: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond}, 0)
+	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	rec := e.WaitStatus(t, id, outbox.StatusUnknown)
+	if rec.Effect != outbox.EffectPossible || len(d.calls()) != 1 || !strings.Contains(adaptertest.LastError(rec), "lookup endpoint answered 401") {
+		t.Fatalf("%s, effect %s, after %d executions; want held unknown, effect possible, naming the refused lookup, after 1",
+			adaptertest.Describe(rec), rec.Effect, len(d.calls()))
 	}
 }
 

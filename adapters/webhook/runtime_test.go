@@ -3,6 +3,8 @@ package webhook_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -190,6 +192,26 @@ func TestRuntimeUnknownFoundByLookup(t *testing.T) {
 	_ = json.Unmarshal(rec.Result, &res)
 	if res.FoundBy != "lookup" || len(rc.got(key)) != 1 {
 		t.Errorf("result %s after %d requests; want found_by lookup after 1", rec.Result, len(rc.got(key)))
+	}
+}
+
+// A lookup_url that refuses the lookup for good (401) can never settle the
+// unknown outcome: the intent is held unknown for an operator after one
+// request, naming the refusal, where it stayed relayed, looked up again
+// and again.
+func TestRuntimeRefusedLookupHolds(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, hangAfterBody)
+	lookup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no credentials", http.StatusUnauthorized)
+	}))
+	t.Cleanup(lookup.Close)
+	lu, _ := url.Parse(lookup.URL)
+	e := newEnv(t, webhook.Config{Allow: []string{rc.hostPort(), lu.Host}}, adaptertest.Options{})
+	key := adaptertest.UniqueKey(t)
+	rec := e.WaitStatus(t, enqueue(t, e, key, payload(rc.URL, map[string]any{"lookup_url": lookup.URL + "/lookup"})), outbox.StatusUnknown)
+	if len(rc.got(key)) != 1 || rec.Effect != outbox.EffectPossible || !strings.Contains(lastError(rec), "401") {
+		t.Errorf("%d requests, effect %s, last_error %q; want 1, possible, naming the 401", len(rc.got(key)), rec.Effect, lastError(rec))
 	}
 }
 

@@ -500,7 +500,7 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	}
 	u, err := url.Parse(p.LookupURL)
 	if err != nil || !a.allowed(u) {
-		return adapters.Outcome{}, false, fmt.Errorf("%w: lookup_url", ErrNotAllowed)
+		return adapters.Outcome{}, false, adapters.PermanentError(fmt.Errorf("%w: lookup_url", ErrNotAllowed))
 	}
 	hr, err := a.request(ctx, req, http.MethodGet, u, headers, nil, "")
 	if err != nil {
@@ -517,7 +517,13 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 		b, _ := json.Marshal(res)
 		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, true, nil
 	}
-	return adapters.Outcome{}, false, fmt.Errorf("webhook: look up %s: %d %s%s", redact(u), status, http.StatusText(status), excerpt(res))
+	err = fmt.Errorf("webhook: look up %s: %d %s%s", redact(u), status, http.StatusText(status), excerpt(res))
+	if status >= 400 && status < 500 && !refusedUnprocessed(status) {
+		// Refused for good (401, 403, 405, 410, …): asking again will not
+		// answer, so the runtime holds the intent for an operator.
+		return adapters.Outcome{}, false, adapters.PermanentError(err)
+	}
+	return adapters.Outcome{}, false, err
 }
 
 // parse checks req: a valid payload (as stored: webhookkind.ParseStored)
