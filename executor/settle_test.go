@@ -544,6 +544,16 @@ func TestLookupThatCannotSettleHolds(t *testing.T) {
 	}
 }
 
+// lostAnswer runs one intent against d whose first attempt's answer is
+// lost after the effect happened; lookups are retried fast and a negative
+// one is never trusted (the settle window is an hour).
+func lostAnswer(t *testing.T, d *slowDest) (slowEnv, int64) {
+	t.Helper()
+	d.unknownTimes, d.effectOnUnknown = 1, true
+	e := setupSlow(t, d, executor.Config{LookupSettle: time.Hour, RetryBase: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond}, 0)
+	return e, e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+}
+
 // The answer of the first attempt is lost (the effect happened), and the
 // lookup keeps failing (the lookup endpoint is down, or misconfigured):
 // the intent waits, relayed, and says so — last_error names the failed
@@ -553,9 +563,8 @@ func TestLookupThatCannotSettleHolds(t *testing.T) {
 func TestFailingLookupSaysWhyTheIntentWaits(t *testing.T) {
 	t.Parallel()
 	d := newSlowDest()
-	d.unknownTimes, d.effectOnUnknown, d.lookupFails = 1, true, true
-	e := setupSlow(t, d, executor.Config{LookupSettle: time.Hour, RetryBase: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond}, 0)
-	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	d.lookupFails = true
+	e, id := lostAnswer(t, d)
 	rec := e.WaitFor(t, id, "the failed lookup noted", func(r *outbox.Record) bool {
 		return strings.Contains(adaptertest.LastError(r), "lookup endpoint answered 500")
 	})
@@ -585,9 +594,8 @@ func TestFailingLookupSaysWhyTheIntentWaits(t *testing.T) {
 func TestRefusedLookupHoldsTheIntent(t *testing.T) {
 	t.Parallel()
 	d := newSlowDest()
-	d.unknownTimes, d.effectOnUnknown, d.lookupRefused = 1, true, true
-	e := setupSlow(t, d, executor.Config{LookupSettle: time.Hour, RetryBase: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond}, 0)
-	id := e.Enqueue(t, e.Intent("test", "op", "k", json.RawMessage(`{"mode":"ok"}`)))
+	d.lookupRefused = true
+	e, id := lostAnswer(t, d)
 	rec := e.WaitStatus(t, id, outbox.StatusUnknown)
 	if rec.Effect != outbox.EffectPossible || len(d.calls()) != 1 || !strings.Contains(adaptertest.LastError(rec), "lookup endpoint answered 401") {
 		t.Fatalf("%s, effect %s, after %d executions; want held unknown, effect possible, naming the refused lookup, after 1",
