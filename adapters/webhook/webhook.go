@@ -460,10 +460,8 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		// not happen, so retrying as if nothing happened could perform it
 		// twice, and running out of attempts would record failed for an
 		// effect that may have happened. Unknown: resent with the same
-		// key where the receiver dedups, looked up at lookup_url, else
-		// held for an operator.
-		// Its Retry-After still says when to come back: a resend with the
-		// same key (a dedup host) waits for it.
+		// key where the receiver dedups (after its Retry-After, if it gave
+		// one), looked up at lookup_url, else held for an operator.
 		return adapters.Outcome{}, &adapters.Error{Unknown: true, RetryAfter: adapters.RetryAfter(hdr.Get("Retry-After"), a.cfg.Now()),
 			Err: fmt.Errorf("%s: the receiver may have acted on the request before it failed%s", what, excerpt(res))}
 	case status == http.StatusConflict && fencedOut(hdr, req.Epoch) > 0:
