@@ -844,9 +844,6 @@ type resourcesBody struct {
 	Rows     []resourceRow
 	// NextURL is the next page; FirstURL the first, when this is not it.
 	NextURL, FirstURL string
-	// Hidden counts the resources of the page outside a scoped viewer's
-	// scope, left out.
-	Hidden int
 }
 
 // resourceRow is a resource of the index with its counts, linked.
@@ -866,7 +863,11 @@ func (s *Server) resourcesPage(w http.ResponseWriter, r *http.Request, v *viewer
 	b := &resourcesBody{Prefix: strings.TrimSpace(q.Get("prefix")), Statuses: operator.Statuses}
 	d := &pageData{Title: "Resources", Nav: "resources", Body: b}
 	withRefresh(d, r.URL)
-	f := operator.ResourceFilter{Prefix: b.Prefix, Cursor: q.Get("cursor")}
+	// A scoped viewer's index is read within its scope: left out after
+	// the read, other resources still showed through the page (its cursor
+	// was the last resource read, its count of those left out answered
+	// whether any resource starts with a prefix).
+	f := operator.ResourceFilter{Prefix: b.Prefix, Cursor: q.Get("cursor"), Within: v.scope.Resources}
 	p, err := s.op.Resources(r.Context(), f)
 	if err != nil {
 		ae := toAPIError(err)
@@ -879,10 +880,8 @@ func (s *Server) resourcesPage(w http.ResponseWriter, r *http.Request, v *viewer
 		return
 	}
 	for _, rv := range p.Resources {
-		// A scoped viewer sees the resources of its scope only.
 		if v.resource(rv.Resource) != nil {
-			b.Hidden++
-			continue
+			continue // never: the read kept to the scope
 		}
 		row := resourceRow{ResourceView: rv}
 		for _, st := range operator.Statuses {

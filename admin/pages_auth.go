@@ -358,3 +358,6 @@ func (v *viewer) CSRF() string { return v.csrf }
 
 // Session reports whether the viewer signed in with the session cookie.
 func (v *viewer) Session() bool { return v.session }
+
+// Scoped reports whether the viewer's token is confined to resources.
+func (v *viewer) Scoped() bool { return !v.scope.allResources() }

@@ -161,6 +161,11 @@ type ResourceFilter struct {
 	Limit int
 	// Cursor is the next_cursor of the previous page; empty for the first.
 	Cursor string
+	// Within, when not empty, keeps the resources it names: exact names,
+	// or "prefix*" patterns (a scoped token's resources). The query leaves
+	// the others out, rather than its caller after it, so that neither a
+	// page's length nor its cursor (the last resource's id) tells of them.
+	Within []string
 }
 
 // ResourcePage is a page of resources in id order.
@@ -194,6 +199,19 @@ func (o *Operator) Resources(ctx context.Context, f ResourceFilter) (ResourcePag
 	}
 	if f.Cursor != "" {
 		w.add("resource_id > $%d", f.Cursor)
+	}
+	if len(f.Within) > 0 {
+		exact, prefixes := []string{}, []string{}
+		for _, p := range f.Within {
+			if prefix, ok := strings.CutSuffix(p, "*"); ok {
+				prefixes = append(prefixes, prefix)
+			} else {
+				exact = append(exact, p)
+			}
+		}
+		w.args = append(w.args, exact, prefixes)
+		w.conds = append(w.conds, fmt.Sprintf(`(resource_id = ANY($%d::text[])
+			OR EXISTS (SELECT 1 FROM unnest($%d::text[]) AS p(prefix) WHERE starts_with(resource_id, p.prefix)))`, len(w.args)-1, len(w.args)))
 	}
 	args := append(w.args, f.Limit+1)
 	rows, err := o.q.Query(ctx, o.sch.SQL(`SELECT resource_id, epoch, holder, lease_expires_at, coalesce(lease_expires_at > now(), false)

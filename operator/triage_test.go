@@ -255,6 +255,20 @@ func TestResourcesIndex(t *testing.T) {
 	if err != nil || len(p.Resources) != 2 {
 		t.Fatalf("prefix billing/ = %+v, %v", p, err)
 	}
+	// Within keeps a scope's resources (exact names, prefix* patterns)
+	// in the read itself: a page and its cursor hold nothing else.
+	p, err = e.op.Resources(ctx, ResourceFilter{Limit: 1, Within: []string{"billing/e*", "r"}})
+	if err != nil || len(p.Resources) != 1 || p.Resources[0].Resource != "billing/eu" || p.NextCursor == nil || *p.NextCursor != "billing/eu" {
+		t.Fatalf("within billing/e*, r: first page = %+v, %v", p, err)
+	}
+	p, err = e.op.Resources(ctx, ResourceFilter{Limit: 1, Cursor: *p.NextCursor, Within: []string{"billing/e*", "r"}})
+	if err != nil || len(p.Resources) != 1 || p.Resources[0].Resource != "r" || p.NextCursor != nil {
+		t.Fatalf("within billing/e*, r: second page = %+v, %v", p, err)
+	}
+	p, err = e.op.Resources(ctx, ResourceFilter{Prefix: "billing/", Within: []string{"billing/u"}})
+	if err != nil || len(p.Resources) != 0 {
+		t.Fatalf("within the exact name billing/u = %+v, %v", p, err)
+	}
 	var ie *fenceerr.InvalidError
 	if _, err := e.op.Resources(ctx, ResourceFilter{Limit: MaxListLimit + 1}); !errors.As(err, &ie) || ie.Field != "limit" {
 		t.Errorf("limit past the maximum: %v", err)
