@@ -183,8 +183,8 @@ func (s *Server) action(a operator.Action) handlerFunc {
 	}
 }
 
-// bulk: POST /api/v1/intents/bulk {"action","status","kind","resource_prefix",
-// "since","until","outcome","note","force","dry_run"}: 200 with what it matched,
+// bulk: POST /api/v1/intents/bulk {"action","status","kind","resource",
+// "resource_prefix","since","until","outcome","note","force","dry_run"}: 200 with what it matched,
 // applied and skipped. A token scoped to resources may not (it would reach
 // past its scope by a prefix).
 func (s *Server) bulk(r *http.Request, p principal) (int, any, error) {

@@ -473,7 +473,10 @@ func (s *Server) intentsPage(w http.ResponseWriter, r *http.Request, v *viewer) 
 	d := &pageData{Title: "Intents", Nav: "intents", Body: &b, Flash: bulkFlash(q)}
 	withRefresh(d, r.URL)
 	if acts := bulkActions(outbox.Status(b.Status)); len(acts) > 0 && v.scope.allResources() {
-		b.Bulk = &bulkForm{Actions: acts, BulkRequest: operator.BulkRequest{Status: outbox.Status(b.Status), Kind: b.Kind, ResourcePrefix: b.Resource,
+		// The list's resource is an exact name: the form keeps it as one,
+		// not as a prefix (which would take in every resource whose name
+		// starts with it, intents the list does not show).
+		b.Bulk = &bulkForm{Actions: acts, BulkRequest: operator.BulkRequest{Status: outbox.Status(b.Status), Kind: b.Kind, Resource: b.Resource,
 			Search: b.Search, Since: b.Since, Until: b.Until}}
 	}
 	// A token scoped to resources sees one resource of its scope at a
@@ -729,7 +732,8 @@ func joinStatuses(ss []outbox.Status) string {
 }
 
 // bulkPost: POST /intents/bulk, a form with csrf, action, status, kind,
-// resource_prefix, since, until, outcome (resolve), note and step. Step
+// resource, resource_prefix, since, until, outcome (resolve), note and
+// step. Step
 // preview (the default) is a dry run: the bulk page says how many intents
 // the action would touch and offers to apply it; step apply runs it and
 // redirects to the list of that status with what it changed. A viewer
@@ -744,7 +748,8 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	}
 	f := r.PostFormValue
 	req := operator.BulkRequest{Action: operator.Action(f("action")), Status: outbox.Status(f("status")), Kind: strings.TrimSpace(f("kind")),
-		ResourcePrefix: strings.TrimSpace(f("resource_prefix")), Since: strings.TrimSpace(f("since")), Until: strings.TrimSpace(f("until")),
+		Resource: strings.TrimSpace(f("resource")), ResourcePrefix: strings.TrimSpace(f("resource_prefix")),
+		Since: strings.TrimSpace(f("since")), Until: strings.TrimSpace(f("until")),
 		Search: strings.TrimSpace(f("search")), Outcome: outbox.Status(f("outcome")), Note: strings.TrimSpace(f("note")), Actor: v.name}
 	// The list's form has one action menu and one force box, labelled for
 	// retry: the box means nothing to the other actions.
@@ -804,6 +809,9 @@ func (s *Server) bulkPost(w http.ResponseWriter, r *http.Request, v *viewer) {
 	if req.Kind != "" {
 		q.Set("kind", req.Kind)
 	}
+	if req.Resource != "" {
+		q.Set("resource", req.Resource)
+	}
 	if req.Search != "" {
 		q.Set("q", req.Search)
 	}
@@ -817,6 +825,9 @@ func bulkScope(req operator.BulkRequest) string {
 	parts := []string{string(req.Status)}
 	if req.Kind != "" {
 		parts = append(parts, "kind "+req.Kind)
+	}
+	if req.Resource != "" {
+		parts = append(parts, "resource "+strconv.Quote(req.Resource))
 	}
 	if req.ResourcePrefix != "" {
 		parts = append(parts, "resource starting with "+strconv.Quote(req.ResourcePrefix))

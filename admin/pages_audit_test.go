@@ -2,12 +2,16 @@ package admin
 
 import (
 	"fmt"
+	"html"
 	"net/http"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/operator"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // A scoped operator's resources index lists the resources of its scope
@@ -51,4 +55,77 @@ func TestResourcesIndexScoped(t *testing.T) {
 	// An unscoped operator sees every resource, a page at a time.
 	pc.header.Set("Authorization", "Bearer "+operatorSecret)
 	pc.expect(pc.do("GET", "/resources", nil), http.StatusOK, `data-resource="billing-eu"`, `id="next-page"`)
+}
+
+// formFields is what a browser would submit of the form with id on a
+// page: its inputs' names and values (check boxes left out, as when
+// unticked; selects and text areas too: the caller sets them).
+func formFields(t *testing.T, body, id string) url.Values {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)<form[^>]*id="` + regexp.QuoteMeta(id) + `"[^>]*>(.*?)</form>`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no form %q on the page:\n%s", id, body)
+	}
+	attr := func(tag, name string) (string, bool) {
+		a := regexp.MustCompile(`\s` + name + `="([^"]*)"`).FindStringSubmatch(tag)
+		if a == nil {
+			return "", false
+		}
+		return html.UnescapeString(a[1]), true
+	}
+	out := url.Values{}
+	for _, tag := range regexp.MustCompile(`<input[^>]*>`).FindAllString(m[1], -1) {
+		name, ok := attr(tag, "name")
+		if typ, _ := attr(tag, "type"); !ok || typ == "checkbox" {
+			continue
+		}
+		v, _ := attr(tag, "value")
+		out.Add(name, v)
+	}
+	return out
+}
+
+// The list's bulk form acts on what the list shows. Filtered by a
+// resource (the list's filter is an exact name), the form was prefilled
+// with it as a resource prefix: its preview and apply took every resource
+// whose name starts with it ("billing-eu" with "billing") too.
+func TestBulkFormKeepsTheListsResource(t *testing.T) {
+	e := setup(t)
+	e.atEpochOne("billing", "billing-eu")
+	mine := []int64{e.seedIntent(workerSecret, "billing", "a", outbox.StatusFailed, "550"),
+		e.seedIntent(workerSecret, "billing", "b", outbox.StatusFailed, "550")}
+	other := e.seedIntent(workerSecret, "billing-eu", "c", outbox.StatusFailed, "550")
+
+	c := newPageClient(t, e.ts.URL)
+	if r := c.do("POST", "/login", url.Values{"token": {operatorSecret}}); r.code != http.StatusSeeOther {
+		t.Fatalf("login: %d %s", r.code, r.body)
+	}
+	r := c.do("GET", "/intents?status=failed&resource=billing", nil)
+	c.expect(r, http.StatusOK, fmt.Sprintf(`data-intent="%d"`, mine[0]), fmt.Sprintf(`data-intent="%d"`, mine[1]))
+	if strings.Contains(r.body, fmt.Sprintf(`data-intent="%d"`, other)) {
+		t.Fatal("the list filtered by resource billing shows billing-eu's intent")
+	}
+	form := formFields(t, r.body, "bulk-form")
+	form.Set("action", "cancel")
+	r = c.do("POST", "/intents/bulk", form)
+	c.expect(r, http.StatusOK, `id="bulk-apply"`)
+	var previewed []string
+	for _, m := range regexp.MustCompile(`data-intent="(\d+)"`).FindAllStringSubmatch(r.body, -1) {
+		previewed = append(previewed, m[1])
+	}
+	if want := []string{fmt.Sprint(mine[0]), fmt.Sprint(mine[1])}; !slices.Equal(previewed, want) {
+		t.Errorf("the preview of the list's bulk form would touch %v, want the list's %v", previewed, want)
+	}
+	r = c.do("POST", "/intents/bulk", formFields(t, r.body, "bulk-apply-form"))
+	if loc := r.hdr.Get("Location"); r.code != http.StatusSeeOther || !strings.Contains(loc, "resource=billing&") {
+		t.Errorf("apply = %d Location %q, want 303 to the list of resource billing", r.code, loc)
+	}
+	for _, id := range mine {
+		if got := e.status(id); got != outbox.StatusCancelled {
+			t.Errorf("intent %d of billing is %s, want cancelled", id, got)
+		}
+	}
+	if got := e.status(other); got != outbox.StatusFailed {
+		t.Errorf("billing-eu's intent %d is %s: the bulk form of the list of billing acted on it", other, got)
+	}
 }

@@ -29,8 +29,10 @@ type BulkRequest struct {
 	// action applies to: retry failed or unknown, cancel pending, failed
 	// or unknown, resolve unknown).
 	Status outbox.Status `json:"status"`
-	// Kind, ResourcePrefix narrow it.
+	// Kind, Resource (one resource, by its exact name) and ResourcePrefix
+	// (every resource whose name starts with it) narrow it.
 	Kind           string `json:"kind,omitempty"`
+	Resource       string `json:"resource,omitempty"`
 	ResourcePrefix string `json:"resource_prefix,omitempty"`
 	// Search narrows it as ListFilter.Search does a list (operation id,
 	// idempotency key, destination).
@@ -91,13 +93,16 @@ func (r *BulkRequest) where(now time.Time) (sqlWhere, error) {
 	if !ok {
 		return sqlWhere{}, inputErr("status", "%s applies to intents that are %s, not %s", r.Action, joinStatuses(allowedFrom[r.Action]), r.Status)
 	}
-	if err := checkText("kind", r.Kind, "resource_prefix", r.ResourcePrefix, "search", r.Search); err != nil {
+	if err := checkText("kind", r.Kind, "resource", r.Resource, "resource_prefix", r.ResourcePrefix, "search", r.Search); err != nil {
 		return sqlWhere{}, err
 	}
 	var w sqlWhere
 	w.add("status = $%d", string(r.Status))
 	if r.Kind != "" {
 		w.add("kind = $%d", r.Kind)
+	}
+	if r.Resource != "" {
+		w.add("resource_id = $%d", r.Resource)
 	}
 	if r.ResourcePrefix != "" {
 		// A prefix, not a pattern: LIKE's wildcards in it are literal.

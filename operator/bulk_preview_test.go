@@ -139,6 +139,7 @@ func TestFilterTextMustBeUTF8WithoutNUL(t *testing.T) {
 		expect("resources with a "+name+" prefix", "prefix", err)
 		for field, req := range map[string]BulkRequest{
 			"kind":            {Kind: v},
+			"resource":        {Resource: v},
 			"resource_prefix": {ResourcePrefix: v},
 			"search":          {Search: v},
 		} {
