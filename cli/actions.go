@@ -32,7 +32,7 @@ func (a *app) parseInterleaved(fs *flag.FlagSet, args []string) ([]string, int, 
 
 // bulkFilters are the flags that select intents for a bulk action: with
 // intent ids they have no meaning.
-var bulkFilters = []string{"status", "kind", "resource-prefix", "since", "until"}
+var bulkFilters = []string{"status", "kind", "resource", "resource-prefix", "since", "until"}
 
 // actionIDs is `gateway retry|cancel|resolve ID…`: the action on each
 // intent named, in the order given, each in its own transaction recorded

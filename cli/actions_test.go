@@ -189,6 +189,32 @@ func TestBulkDryRunListsIDsCLI(t *testing.T) {
 	}
 }
 
+// --resource narrows a bulk action to one resource by its exact name, as
+// the API's "resource" and the list page's bulk form do: billing's
+// failed intents, not billing-eu's; --resource-prefix takes both.
+func TestBulkResourceIsExactCLI(t *testing.T) {
+	t.Parallel()
+	db, conn := migratedDB(t)
+	for _, res := range []string{"billing", "billing-eu"} {
+		acquireLease(t, db, res)
+		enqueue(t, db, "--resource", res, "--epoch", "1", "--op", "op-"+res, "--kind", "file", "--payload", `{"target":"`+res+`.txt","content":"x"}`)
+	}
+	if _, err := conn.Exec(context.Background(), testdb.SQL(`UPDATE fencegate.intents SET status = 'failed', completed_at = now()`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := gw(t, db, "retry", "--status", "failed", "--resource-prefix", "billing"); r.obj["matched"] != 2.0 {
+		t.Fatalf("--resource-prefix billing = %s; want 2 matched", r.stdout)
+	}
+	r := gw(t, db, "retry", "--status", "failed", "--resource", "billing", "--yes")
+	expectCode(t, r, 0, "")
+	if r.obj["matched"] != 1.0 || r.obj["applied"] != 1.0 {
+		t.Fatalf("--resource billing --yes = %s; want 1 matched and applied", r.stdout)
+	}
+	if n := testdb.Int(t, conn, `SELECT count(*) FROM fencegate.intents WHERE status = 'failed' AND resource_id = 'billing-eu'`); n != 1 {
+		t.Fatalf("billing-eu's intent was retried too (%d left failed, want 1)", n)
+	}
+}
+
 // A bulk action's input is checked before connecting, with the rules of
 // the run whether or not it is a dry run (a dry run must not plan what
 // --yes refuses): exit 2 naming the field against a database that answers

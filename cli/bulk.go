@@ -27,6 +27,7 @@ func bulkCommand(action operator.Action) command {
 		req.Action = action
 		status := fs.String("status", "", "status of the intents to "+string(action)+" (required without intent ids)")
 		fs.StringVar(&req.Kind, "kind", "", "only intents of this kind")
+		fs.StringVar(&req.Resource, "resource", "", "only intents of this resource (its exact name)")
 		fs.StringVar(&req.ResourcePrefix, "resource-prefix", "", "only intents whose resource starts with this")
 		fs.StringVar(&req.Since, "since", "", "only intents last changed since: a duration back from now (2h) or an RFC 3339 time")
 		fs.StringVar(&req.Until, "until", "", "only intents last changed before: a duration back from now or an RFC 3339 time")
