@@ -264,6 +264,11 @@ func setPageHeaders(w http.ResponseWriter, styleHash string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
+	// Another site's page may neither load a page as a subresource (a
+	// no-cors read of /intents?q=…, which in no-token mode carries no
+	// credential to stop it) nor keep a handle on a window it opened.
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src '"+styleHash+"'; img-src data:; "+
 		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 }

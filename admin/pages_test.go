@@ -154,7 +154,7 @@ func TestPagesLoginCookie(t *testing.T) {
 	if strings.Contains(r.body, `id="resolve"`) {
 		t.Fatal("resolve offered for a failed intent")
 	}
-	for _, h := range []string{"Content-Security-Policy", "X-Frame-Options"} {
+	for _, h := range []string{"Content-Security-Policy", "X-Frame-Options", "Cross-Origin-Resource-Policy", "Cross-Origin-Opener-Policy"} {
 		if r.hdr.Get(h) == "" {
 			t.Fatalf("no %s header", h)
 		}
