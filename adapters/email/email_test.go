@@ -2,6 +2,7 @@ package email_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/smtp"
+	"net/textproto"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -501,5 +503,84 @@ func TestLookupUnavailable(t *testing.T) {
 	}
 	if a.Kind() != "email" {
 		t.Errorf("Kind = %q", a.Kind())
+	}
+}
+
+// echoAuthServer is an SMTP server on loopback that answers AUTH with
+// reply, in which %s is the AUTH command it got (some servers echo the
+// command they refuse), and closes the session.
+func echoAuthServer(t *testing.T, reply string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				tc := textproto.NewConn(c)
+				tc.PrintfLine("220 echo ESMTP")
+				for {
+					line, err := tc.ReadLine()
+					if err != nil {
+						return
+					}
+					switch {
+					case strings.HasPrefix(strings.ToUpper(line), "EHLO"):
+						tc.PrintfLine("250-echo\r\n250 AUTH PLAIN")
+					case strings.HasPrefix(strings.ToUpper(line), "AUTH"):
+						tc.PrintfLine(reply, line)
+						return
+					default:
+						tc.PrintfLine("250 ok")
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A server that echoes the AUTH command in its refusal echoes the
+// password, base64-encoded: the error (the intent's last_error, the logs)
+// must not carry it, in whole, cut short, or decoded; the reply code and
+// the classification stay. The old code recorded the echo as it came.
+func TestAuthRefusalDoesNotCarryThePassword(t *testing.T) {
+	t.Parallel()
+	const user, pass = "alice", "s3cr3t-Pa55word"
+	b64 := base64.StdEncoding.EncodeToString([]byte("\x00" + user + "\x00" + pass))
+	for _, tc := range []struct {
+		reply string
+		code  int
+		class class
+	}{
+		{"535 5.7.8 Authentication failed for %s", 535, permanent},
+		{"501 5.5.4 Syntax error in parameters: '%s'", 501, permanent},
+		{"454 4.7.0 Temporary failure: %.30s", 454, retryable},             // cut short
+		{"535 5.7.8 bad \x00alice\x00" + pass + " (%.0s)", 535, permanent}, // decoded
+	} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
+			t.Parallel()
+			a := newAdapter(t, email.Config{Addr: echoAuthServer(t, tc.reply), StartTLS: email.StartTLSNone,
+				Username: user, Password: pass, Timeout: 5 * time.Second})
+			_, err := a.Execute(context.Background(), request(uniqueKey(t), nil))
+			if classOf(err) != tc.class {
+				t.Fatalf("err = %v, want class %v", err, tc.class)
+			}
+			if phase, code := phaseOf(t, err); phase != email.PhaseAuth || code != tc.code {
+				t.Errorf("phase, code = %s, %d; want auth, %d", phase, code, tc.code)
+			}
+			for _, secret := range []string{pass, b64, b64[:12]} {
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("the error carries the credentials (%q): %v", secret, err)
+				}
+			}
+		})
 	}
 }

@@ -3,11 +3,13 @@ package email
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/smtp"
 	"net/textproto"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
@@ -147,7 +149,11 @@ func (a *Adapter) send(ctx context.Context, env envelope, data []byte, stillOwne
 			return "", permanent(PhaseAuth, errors.New("refusing to send credentials without TLS to a non-loopback server (set StartTLS)"))
 		}
 		if err := c.Auth(smtp.PlainAuth("", a.cfg.Username, a.cfg.Password, a.host)); err != nil {
-			return "", classify(ctx, PhaseAuth, err)
+			// The refusal's text is the server's, and it goes into the
+			// intent's last_error and the logs: a server that echoes the
+			// command it refuses ("501 5.5.4 Syntax: AUTH PLAIN AGFs…")
+			// would put the password there, base64 being no cover.
+			return "", classify(ctx, PhaseAuth, a.withoutCredentials(err))
 		}
 	}
 
@@ -199,6 +205,43 @@ func (a *Adapter) send(ctx context.Context, env envelope, data []byte, stillOwne
 	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
 	_ = c.Quit()
 	return reply, nil
+}
+
+// redactedCredential replaces a credential in a server's reply.
+const redactedCredential = "[credentials redacted]"
+
+// withoutCredentials returns err, an AUTH failure, with the credentials
+// sent taken out of the server's reply text: the password as it is, and
+// any word of the reply that is a piece (8 characters or more: a server
+// may cut a long line) of the base64 AUTH PLAIN response or of the
+// password's base64. The reply code is kept, so the failure is
+// classified as before. Errors that are not a server's reply (the
+// connection, net/smtp's own refusals) carry no credentials and are
+// returned as they are.
+func (a *Adapter) withoutCredentials(err error) error {
+	var te *textproto.Error
+	if !errors.As(err, &te) || a.cfg.Password == "" {
+		return err
+	}
+	encoded := []string{
+		base64.StdEncoding.EncodeToString([]byte("\x00" + a.cfg.Username + "\x00" + a.cfg.Password)),
+		base64.StdEncoding.EncodeToString([]byte(a.cfg.Password)),
+	}
+	msg := strings.ReplaceAll(te.Msg, a.cfg.Password, redactedCredential)
+	words := strings.Fields(msg)
+	for _, w := range words {
+		piece := strings.Trim(w, `'"<>()[]{},;:.`)
+		if len(piece) < 8 {
+			continue
+		}
+		for _, e := range encoded {
+			if strings.Contains(e, piece) {
+				msg = strings.ReplaceAll(msg, piece, redactedCredential)
+				break
+			}
+		}
+	}
+	return &textproto.Error{Code: te.Code, Msg: msg}
 }
 
 // cmd sends one command and reads its reply, like net/smtp's unexported
