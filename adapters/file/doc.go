@@ -36,7 +36,10 @@
 // refused, wherever it points. The target policy (Config.Allow, dotfiles)
 // is matched on the logical target and, at execute, on the path it
 // resolves to, and the directory written in is opened one component at a
-// time so that it is the one that path names.
+// time so that it is the one that path names. A key already published to a
+// target that someone has since replaced by a directory or a symbolic link
+// is still found (the manifest beside it records it): only a new
+// publication is refused there.
 //
 // # Files at the destination
 //

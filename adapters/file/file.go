@@ -267,7 +267,8 @@ func succeeded(p Publication) (adapters.Outcome, error) {
 //
 // Outcomes: succeeded, with a Result, when the content was published now or
 // when the intent's idempotency key was already published to the target
-// with the same content (nothing is rewritten); superseded, with a
+// with the same content (nothing is rewritten, also when the target was
+// since removed or replaced by a directory or a symbolic link); superseded, with a
 // SupersededResult, when a newer epoch was accepted for the target (nothing
 // changes). Errors: permanent for bad payloads, targets outside the root,
 // key conflicts and foreign resources; retryable for disk errors before the
@@ -289,7 +290,16 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		return adapters.Outcome{}, err
 	}
 	defer loc.close()
-	unlock, err := loc.lock(ctx, true)
+	// A target replaced by a directory or a symbolic link (loc.replaced)
+	// is refused, but only after its manifest was asked for the key: a
+	// redelivery of a publication that happened before someone put it
+	// there must be answered succeeded, not failed. Without a lock file
+	// nothing was ever published there, and none is created for a target
+	// that is refused anyway.
+	unlock, err := loc.lock(ctx, loc.replaced == nil)
+	if errors.Is(err, errNoTrace) {
+		return adapters.Outcome{}, loc.replaced
+	}
 	if err != nil {
 		return adapters.Outcome{}, err
 	}
@@ -333,6 +343,11 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 				"idempotency_key", req.IdempotencyKey, "published_by", pub.IntentID)
 			return succeeded(pub)
 		}
+	}
+	if loc.replaced != nil {
+		return adapters.Outcome{}, loc.replaced
+	}
+	if hasPrev {
 		if prev.Resource != req.Resource {
 			return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf(
 				"%w: %q is fenced by resource %q; epochs of resource %q are not comparable",

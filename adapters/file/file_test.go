@@ -899,3 +899,87 @@ func TestCorruptManifestIsRefused(t *testing.T) {
 		t.Fatalf("content = %q", got)
 	}
 }
+
+// Someone replaces a published target by a directory or a symbolic link
+// (inside or outside the root). The manifest beside it still records the
+// publication, so a redelivery of its key — Lookup after a lost outcome,
+// or Execute — is answered succeeded with the recorded result, as it is
+// when the file was only removed; it used to be "not found" and then a
+// permanent refusal, recording failed (effect none) a publication that
+// happened. A new key is still refused, and a pending publication is not
+// proven by the content a link leads to.
+func TestPublishedKeyFoundAfterTargetReplaced(t *testing.T) {
+	t.Parallel()
+	outside := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.WriteFile(outside, []byte("B\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, replace := range map[string]func(t *testing.T, root, p string){
+		"directory": func(t *testing.T, root, p string) {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"symlink inside": func(t *testing.T, root, p string) {
+			if err := os.WriteFile(filepath.Join(root, "d/copy"), []byte("B\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("copy", p); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"symlink outside": func(t *testing.T, root, p string) {
+			if err := os.Symlink(outside, p); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b34 := request("d/f", 34, 2, "k-b", "B\n")
+			want := result(t, execute(t, b.a, b34))
+			p := filepath.Join(b.root, "d/f")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			replace(t, b.root, p)
+
+			out, found := lookup(t, b.a, b34)
+			if !found {
+				t.Fatal("Lookup: the published key is not found after its target was replaced")
+			}
+			if got := result(t, out); got != want {
+				t.Fatalf("Lookup result = %+v, want %+v", got, want)
+			}
+			out, err := b.a.Execute(context.Background(), b34)
+			if err != nil {
+				t.Fatalf("Execute of the published key: %v", err)
+			}
+			if got := result(t, out); got != want {
+				t.Fatalf("Execute result = %+v, want %+v", got, want)
+			}
+			// Another key is refused as before, and nothing is written.
+			_, err = b.a.Execute(context.Background(), request("d/f", 35, 3, "k-c", "C\n"))
+			wantPermanent(t, err, nil)
+			if m := rawManifest(t, b.root, "d/f"); m.IdempotencyKey != "k-b" {
+				t.Fatalf("manifest = %+v, want k-b's", m)
+			}
+			// A pending publication of B's content is not proven by a link
+			// to (or a directory in place of) a file with that content.
+			m := rawManifest(t, b.root, "d/f")
+			m.State, m.IdempotencyKey = StatePending, "k-pending"
+			loc, err := b.a.open("d/f", false, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer loc.close()
+			if err := loc.writeManifest(m); err != nil {
+				t.Fatal(err)
+			}
+			if _, found := lookup(t, b.a, request("d/f", 34, 4, "k-pending", "B\n")); found {
+				t.Fatal("a pending publication was proven by what the replaced target leads to")
+			}
+		})
+	}
+}

@@ -50,6 +50,13 @@ type location struct {
 	name   string
 	key    string // identity of the target: device, inode of dir, name
 	dirKey string // identity of the directory: device, inode
+	// replaced is the permanent refusal of a target that exists and is
+	// not a regular file (a directory, a symbolic link, …), or nil. open
+	// does not fail on it: its manifest and lock beside it are still the
+	// destination's record, and a key published there before someone put
+	// the directory or link in its place must still be found (Lookup,
+	// Execute) rather than taken for one that never was.
+	replaced error
 }
 
 func (l *location) manifestName() string { return "." + l.name + manifestSuffix }
@@ -150,6 +157,9 @@ func (a *Adapter) open(target string, create, policy bool) (*location, error) {
 	l.dirKey = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 	l.key = l.dirKey + "/" + name
 
+	// A target that is a symbolic link or not a regular file is refused
+	// (l.replaced), but only by the caller, after it read the manifest:
+	// what was published there is still on record.
 	fi, err = dir.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -157,14 +167,13 @@ func (a *Adapter) open(target string, create, policy bool) (*location, error) {
 		l.close()
 		return nil, classify("stat "+target, err)
 	case fi.Mode()&os.ModeSymlink != 0:
-		l.close()
 		if real, err := filepath.EvalSymlinks(filepath.Join(a.root, rel, path.Join(missing...), name)); err != nil || !a.within(real) {
-			return nil, outside(target, "it is a symbolic link leading out of the root")
+			l.replaced = outside(target, "it is a symbolic link leading out of the root")
+		} else {
+			l.replaced = outside(target, "it is a symbolic link; only regular files are published")
 		}
-		return nil, outside(target, "it is a symbolic link; only regular files are published")
 	case !fi.Mode().IsRegular():
-		l.close()
-		return nil, adapters.PermanentError(fmt.Errorf("%w: target %q exists and is not a regular file (%v)", ErrBadPayload, target, fi.Mode().Type()))
+		l.replaced = adapters.PermanentError(fmt.Errorf("%w: target %q exists and is not a regular file (%v)", ErrBadPayload, target, fi.Mode().Type()))
 	}
 	return l, nil
 }
@@ -416,6 +425,20 @@ func (l *location) applied(m Manifest) (bool, error) {
 	if m.State == StatePublished {
 		return true, nil
 	}
+	// Only a regular file at the target's own name proves it: the content
+	// a symbolic link leads to was not renamed there by the publication
+	// (os.Root would follow a link inside the root), and a directory holds
+	// no content.
+	lfi, err := l.dir.Lstat(l.name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, classify("stat "+l.target, err)
+	}
+	if !lfi.Mode().IsRegular() {
+		return false, nil
+	}
 	f, err := l.dir.Open(l.name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -428,7 +451,7 @@ func (l *location) applied(m Manifest) (bool, error) {
 	if err != nil {
 		return false, classify("stat "+l.target, err)
 	}
-	if fi.Size() != m.Bytes {
+	if !os.SameFile(lfi, fi) || fi.Size() != m.Bytes {
 		return false, nil
 	}
 	h := sha256.New()

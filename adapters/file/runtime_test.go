@@ -299,3 +299,38 @@ func TestRuntimeCrashThenResourceMovesOn(t *testing.T) {
 		t.Fatalf("key = %+v; want completed", k)
 	}
 }
+
+// The runtime crashes after B's publication and before recording it, and
+// someone replaces the file by a directory before the redelivery. The
+// manifest still records B's publication: the redelivery finds it and
+// records succeeded, without executing again. (It was looked up as "not
+// found", executed after the settle window and recorded failed, effect
+// none.)
+func TestRuntimeCrashThenTargetReplaced(t *testing.T) {
+	t.Parallel()
+	a := newAdapter(t, file.Config{Root: t.TempDir()})
+	e := adaptertest.NewEnv(t, adaptertest.Options{LockTimeout: crashLockTimeout})
+	ex := adaptertest.NewCounting(a)
+	cfg := crashRuntimeConfig()
+	cfg.LookupSettle = time.Second
+	p := e.StartCrashingProcess(t, cfg, ex)
+	id := e.Enqueue(t, e.Intent(file.Kind, "B-run", "report/B", filePayload("B's report\n")))
+	p.WaitCrashed(t)
+	path := filepath.Join(a.Root(), target)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	e.StartRuntime(t, cfg, ex)
+	rec := e.WaitStatus(t, id, outbox.StatusSucceeded)
+	var res file.Result
+	if err := json.Unmarshal(rec.Result, &res); err != nil || res.IntentID != id {
+		t.Fatalf("result = %s (%v); want B's publication", rec.Result, err)
+	}
+	if n := ex.Calls(rec.IdempotencyKey); n != 1 {
+		t.Fatalf("Execute ran %d times; want once, before the crash", n)
+	}
+}
