@@ -466,9 +466,9 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 // key was published with different content, and when the payload is
 // invalid or its target leads out of the root — nothing can have been
 // published for those — so that Execute runs and reports the permanent
-// error. Errors are left for what prevents an answer: disk errors
-// (retryable) and a corrupt manifest (permanent). Lookup creates nothing at
-// the destination.
+// error. Errors are left for what prevents an answer: disk errors and a
+// missing root (retryable) and a corrupt manifest (permanent). Lookup
+// creates nothing at the destination.
 func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Outcome, bool, error) {
 	// Without the target policy: a lookup reads, and an effect made before
 	// the policy was tightened is still found.
@@ -511,6 +511,14 @@ func (a *Adapter) Published(target string) (Manifest, bool, error) {
 // published reads target's manifest under its lock, resolving a pending
 // current publication against the file's content.
 func (a *Adapter) published(ctx context.Context, target string) (Manifest, bool, error) {
+	// A missing root is a destination that is not there (a volume not
+	// mounted, a root moved away), not one without a trace of the target:
+	// "nothing published" from it would be trusted as proof, and the
+	// intent executed again, into a missing root, until it failed — while
+	// its publication is back with the volume. Say that it cannot answer.
+	if _, err := os.Stat(a.root); err != nil {
+		return Manifest{}, false, classify("the root "+a.root, err)
+	}
 	loc, err := a.open(target, false, false)
 	if errors.Is(err, errNoTrace) {
 		return Manifest{}, false, nil

@@ -983,3 +983,31 @@ func TestPublishedKeyFoundAfterTargetReplaced(t *testing.T) {
 		})
 	}
 }
+
+// The root goes missing (its volume not mounted, moved away) after a
+// publication: Lookup cannot answer (retryable), rather than "nothing
+// published", which the runtime trusts as proof and executes again until
+// the intent fails — while the publication comes back with the root. The
+// old code answered not found.
+func TestLookupWithoutTheRootCannotAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, target := range []string{"top", "d/f"} {
+		req := request(target, 34, 2, "k-"+target, "B\n")
+		execute(t, b.a, req)
+		moved := b.root + ".moved"
+		if err := os.Rename(b.root, moved); err != nil {
+			t.Fatal(err)
+		}
+		_, found, err := b.a.Lookup(context.Background(), req)
+		if found || !adapters.IsRetryable(err) {
+			t.Fatalf("Lookup(%q) without the root = found %v, %v; want a retryable error", target, found, err)
+		}
+		if err := os.Rename(moved, b.root); err != nil {
+			t.Fatal(err)
+		}
+		if _, found := lookup(t, b.a, req); !found {
+			t.Fatalf("Lookup(%q) with the root back: not found", target)
+		}
+	}
+}
