@@ -29,8 +29,28 @@ import (
 const defaultNATSURL = gateway.DefaultNATSURL
 
 // stopTimeout bounds how long `gateway run` waits for its components to stop
-// after SIGTERM/SIGINT before it gives up and exits 1.
+// after SIGTERM/SIGINT before it gives up and exits 1, when it runs no
+// adapter; with adapters the bound is stopBound's.
 const stopTimeout = 30 * time.Second
+
+// stopRecordMargin is what a stop allows an execution beyond its own
+// --execute-timeout: the Begin before it, the recording (or lookup) after.
+const stopRecordMargin = 30 * time.Second
+
+// stopBound is how long a stop waits for the components. With adapters it
+// is the execute timeout plus stopRecordMargin (at least stopTimeout): an
+// execution that began just before the signal may run its whole timeout,
+// and a bound of the timeout alone cut such an execution off after the
+// request had left, its outcome unrecorded and its key owned until the lock
+// expired (TestRunSIGTERMWaitsForASlowExecution).
+func stopBound(cfg gateway.Config) time.Duration {
+	// An adapter with an Executor runs here; the others only give the
+	// intake its rules.
+	if !slices.ContainsFunc(cfg.Adapters, func(r adapters.Registration) bool { return r.Executor != nil }) {
+		return stopTimeout
+	}
+	return max(stopTimeout, cfg.Runtime.WithDefaults().ExecuteTimeout+stopRecordMargin)
+}
 
 // defaultAdapters is --adapters' default.
 const defaultAdapters = "email,file"
@@ -74,7 +94,8 @@ const defaultAdapters = "email,file"
 // On SIGTERM/SIGINT the adapters stop taking messages and finish what they
 // execute; the dispatcher stops claiming, waits for the PubAcks of what it
 // published, marks those intents relayed and returns every other claim; the
-// process exits 0.
+// process exits 0. It waits at most stopBound (--execute-timeout + 30 s
+// with adapters), then exits 1 naming the intents it abandons.
 func cmdRun(ctx context.Context, a *app, args []string) int {
 	fs, dbURL := a.newFlags("run")
 	var (
@@ -318,9 +339,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		"adapters", strings.Join(running, ","), "nats_url", redactNATS(cfg.NATSURL),
 		"db_max_conns", pool.Config().MaxConns, "database_query_mode", queryModeName(pool.Config().ConnConfig.DefaultQueryExecMode),
 		"listen", listenSource(cfg))
+	bound := stopBound(cfg)
 	select {
 	case <-ctx.Done():
-		logger.Info("gateway: stopping", "component", "gateway")
+		logger.Info("gateway: stopping", "component", "gateway", "in_flight", len(s.InFlight()), "bound", bound)
 	case <-s.Stopped():
 		logger.Error("gateway: a component stopped unexpectedly; stopping the rest", "component", "gateway", "which", s.Cause())
 		s.Stop()
@@ -331,8 +353,17 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	go func() { s.Stop(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(stopTimeout):
-		logger.Error("gateway: components did not stop in time", "component", "gateway", "timeout", stopTimeout)
+	case <-time.After(bound):
+		// Each execution left running may have reached its destination:
+		// named, so that an operator knows which intents wait (their keys
+		// stay owned until --idempotency-lock-timeout, then the next
+		// attempt looks the outcome up or holds it unknown).
+		left := s.InFlight()
+		logger.Error("gateway: components did not stop in time", "component", "gateway", "timeout", bound, "in_flight", len(left))
+		for _, f := range left {
+			logger.Error("gateway: abandoning an execution in flight; its outcome is not recorded, the next attempt after the key's lock looks it up",
+				"component", "gateway", "intent_id", f.IntentID, "kind", f.Kind, "running", time.Since(f.Since).Round(time.Millisecond))
+		}
 		return exitInternal
 	}
 	logger.Info("gateway: stopped", "component", "gateway")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -294,6 +295,11 @@ type Runtime struct {
 	// (unansweredBegins).
 	unanswered unansweredBegins
 
+	// inFlight are the deliveries being handled, by intent: what a stop
+	// that gives up waiting names as abandoned (InFlight).
+	inFlightMu sync.Mutex
+	inFlight   map[int64]InFlightIntent
+
 	// life is the runtime's Start/Stop (internal/startstop).
 	life startstop.Lifecycle
 	// hooks are the tests' hooks (internal/testhook), read from Start's
@@ -473,6 +479,49 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 // Stop stops consuming and waits for in-flight intents to finish.
 func (r *Runtime) Stop() { r.life.Stop() }
 
+// InFlightIntent is a delivery the runtime is handling: its intent, kind
+// and since when.
+type InFlightIntent struct {
+	IntentID int64
+	Kind     string
+	Since    time.Time
+}
+
+// InFlight returns the deliveries being handled now, by intent id. A
+// process that stops without waiting for them (its stop bound passed)
+// logs them: each may have reached its destination, and its key stays
+// owned until the next attempt takes it over and looks it up.
+func (r *Runtime) InFlight() []InFlightIntent {
+	r.inFlightMu.Lock()
+	out := make([]InFlightIntent, 0, len(r.inFlight))
+	for _, f := range r.inFlight {
+		out = append(out, f)
+	}
+	r.inFlightMu.Unlock()
+	slices.SortFunc(out, func(a, b InFlightIntent) int { return cmp.Compare(a.IntentID, b.IntentID) })
+	return out
+}
+
+// track notes intent id's delivery as in flight until the returned func.
+// Two deliveries of one intent at once (a redelivery while the first
+// still runs) are one entry: the first's.
+func (r *Runtime) track(id int64, kind string) (untrack func()) {
+	r.inFlightMu.Lock()
+	defer r.inFlightMu.Unlock()
+	if _, dup := r.inFlight[id]; dup {
+		return func() {}
+	}
+	if r.inFlight == nil {
+		r.inFlight = map[int64]InFlightIntent{}
+	}
+	r.inFlight[id] = InFlightIntent{IntentID: id, Kind: kind, Since: time.Now()}
+	return func() {
+		r.inFlightMu.Lock()
+		delete(r.inFlight, id)
+		r.inFlightMu.Unlock()
+	}
+}
+
 // Stopped is closed when the runtime has stopped.
 func (r *Runtime) Stopped() <-chan struct{} { return r.life.Stopped() }
 
@@ -522,6 +571,7 @@ func (r *Runtime) handle(ctx context.Context, ex adapters.Executor, msg jetstrea
 		return
 	}
 	log = log.With("intent_id", id)
+	defer r.track(id, ex.Kind())()
 	// The work itself is not cut short by shutdown (see Start); each step is
 	// bounded by its own timeout.
 	wctx := context.WithoutCancel(ctx)

@@ -330,3 +330,15 @@ func (s *Gateway) Dispatcher() *dispatcher.Dispatcher { return s.dispatcher }
 
 // Runtime is the running adapter runtime, nil unless adapters run.
 func (s *Gateway) Runtime() *executor.Runtime { return s.runtime }
+
+// InFlight returns the deliveries the adapters are handling now (none
+// without adapters): what a stop that gives up waiting leaves behind.
+func (s *Gateway) InFlight() []executor.InFlightIntent {
+	s.mu.Lock()
+	rt := s.runtime
+	s.mu.Unlock()
+	if rt == nil {
+		return nil
+	}
+	return rt.InFlight()
+}
