@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/pgcluster"
 )
 
 // slowReceiver is a webhook destination that holds every request for hold
@@ -64,4 +68,70 @@ func TestRunSIGTERMWaitsForASlowExecution(t *testing.T) {
 	if log := p.stderr.String(); !strings.Contains(log, `msg="gateway: stopping" component=gateway in_flight=1`) {
 		t.Errorf("the stopping line does not say what is in flight:\n%s", log)
 	}
+}
+
+// An effect that happened while PostgreSQL was down is recorded once
+// PostgreSQL is back, as long as the attempt still owns its key. The
+// runtime retried the recording for half the AckWait only (30 s by
+// default) and then dropped the outcome it knew: the key stayed owned
+// until its lock expired, and then, the destination offering no lookup,
+// the intent was held unknown for an operator ("an earlier attempt was
+// abandoned"), though the receiver had answered 200. Here the AckWait is
+// 10 s (5 s of retries before), PostgreSQL is down 15 s, and the key's
+// lock 60 s.
+func TestRunRecordsAnOutcomeKnownDuringAPostgresOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	db := c.URL("postgres")
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	nats := natstest.Start(t)
+	rcv, arrived := slowReceiver(t, 3*time.Second)
+	host := strings.TrimPrefix(rcv.URL, "http://")
+	p := startRun(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=true"}, db, nats.URL, "--adapters", "webhook", "--webhook-allow", host,
+		"--execute-timeout", "5s", "--ack-wait", "10s", "--idempotency-lock-timeout", "60s", "--poll-interval", "200ms")
+
+	epoch := acquireLease(t, db, "pgdown")
+	id := enqueue(t, db, "--resource", "pgdown", "--epoch", epoch, "--op", "pgdown-1", "--kind", "webhook",
+		"--payload", `{"url":"`+rcv.URL+`/hook","body":{"n":1}}`)
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the request never reached the receiver:\n%s", p.stderr.String())
+	}
+	// Down while the request is held: its 200 comes with PostgreSQL away.
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(15 * time.Second)
+	if err := c.StartAgain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Well before the key's lock (60 s from the Begin) expires.
+	deadline := time.Now().Add(25 * time.Second)
+	var last string
+	for {
+		r := gw(t, db, "status", jsonNum(id), "-o", "json")
+		if r.code == 0 && r.obj["status"] == "succeeded" {
+			if r.obj["effect"] != "done" {
+				t.Fatalf("succeeded with effect %v, want done", r.obj["effect"])
+			}
+			break
+		}
+		last = r.stdout
+		if time.Now().After(deadline) {
+			t.Fatalf("intent not succeeded 25 s after PostgreSQL came back (the receiver answered 200): %s\n%s", last, p.stderr.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case k := <-arrived:
+		t.Fatalf("a second request for %s", k)
+	default:
+	}
+	p.stop(t)
 }

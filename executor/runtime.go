@@ -1320,17 +1320,18 @@ func (r *Runtime) effectAfterLostOwnership(ctx context.Context, req adapters.Req
 
 // persist runs a write that records what this attempt knows (an outcome,
 // a release), retrying it with backoff while PostgreSQL is unreachable —
-// restarting, failing over — for up to half the AckWait. Giving up at once
-// would leave the key owned by this attempt until its lock expires
-// (LockTimeout), and the intent would wait that long for a recovery that
-// looks up what this attempt already knew. Completing and releasing are
-// idempotent for the same token, so a retry after a lost answer is safe.
-// Ownership, validation and final-intent errors are not retried.
+// restarting, failing over — for up to persistWindow. Giving up leaves the
+// key owned by this attempt until its lock expires (LockTimeout), and the
+// intent waits that long for a recovery that looks up what this attempt
+// already knew — or, where the destination offers no lookup, holds it
+// unknown for an operator. Completing and releasing are idempotent for the
+// same token, so a retry after a lost answer is safe. Ownership, validation
+// and final-intent errors are not retried.
 func (r *Runtime) persist(ctx context.Context, write func() error) error {
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second),
-		backoff.WithMaxElapsedTime(r.cfg.AckWait/2),
+		backoff.WithMaxElapsedTime(r.persistWindow()),
 	)
 	for {
 		err := write()
@@ -1350,6 +1351,22 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// persistWindow is how long persist retries a write while PostgreSQL is
+// unreachable: half the key's lock (LockTimeout), at least half the
+// AckWait. The key was locked for LockTimeout when the attempt began and
+// Execute took less than half of it (LockTimeout must exceed twice
+// ExecuteTimeout), so for half the lock after Execute no other attempt
+// can take the key over: the outcome this attempt knows is recorded as
+// soon as PostgreSQL is back. Half the AckWait alone (30 s by default)
+// gave up during a longer outage, and a webhook or an email that had
+// succeeded was held unknown once the lock expired (the operations
+// audit's TestRunRecordsAnOutcomeKnownDuringAPostgresOutage). Meanwhile
+// the message may be delivered again: its attempt finds the key owned
+// (busy) and waits, then finds the intent final.
+func (r *Runtime) persistWindow() time.Duration {
+	return max(r.cfg.AckWait/2, r.store.Config().LockTimeout/2)
 }
 
 // unansweredBegins remembers, per intent, the nonce of a Begin whose
