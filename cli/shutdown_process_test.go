@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -132,6 +133,62 @@ func TestRunRecordsAnOutcomeKnownDuringAPostgresOutage(t *testing.T) {
 	case k := <-arrived:
 		t.Fatalf("a second request for %s", k)
 	default:
+	}
+	p.stop(t)
+}
+
+// A PostgreSQL outage with executions in flight is said once, not once per
+// intent at each retry of its recording: 5 executions finishing while it
+// was down for 10 s logged about 200 warnings ("recording failed", and
+// "a shared transaction failed" for each of their batches); with the
+// adapters' default concurrency of 256, thousands.
+func TestRunPostgresOutageIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	db := c.URL("postgres")
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	nats := natstest.Start(t)
+	rcv, arrived := slowReceiver(t, 2*time.Second)
+	host := strings.TrimPrefix(rcv.URL, "http://")
+	p := startRun(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=true"}, db, nats.URL, "--adapters", "webhook", "--webhook-allow", host, "--poll-interval", "200ms")
+
+	epoch := acquireLease(t, db, "storm")
+	var ids []any
+	for i := range 5 {
+		ids = append(ids, enqueue(t, db, "--resource", "storm", "--epoch", epoch, "--op", fmt.Sprintf("storm-%d", i), "--kind", "webhook",
+			"--payload", `{"url":"`+rcv.URL+`/hook","body":{"n":1}}`))
+	}
+	for range ids {
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the requests never reached the receiver:\n%s", p.stderr.String())
+		}
+	}
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	if err := c.StartAgain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		waitStatus(t, db, id, "succeeded")
+	}
+	log := p.stderr.String()
+	if n := strings.Count(log, `level=WARN msg="adapters: recording failed; retrying"`); n != 1 {
+		t.Errorf("%d warnings that recording failed during one outage, want 1:\n%s", n, log)
+	}
+	if n := strings.Count(log, `level=WARN msg="idempotency: a shared transaction failed`); n != 0 {
+		t.Errorf("%d warnings of shared transactions that failed for want of a connection, want 0", n)
+	}
+	if !strings.Contains(log, `msg="adapters: recording works again"`) {
+		t.Errorf("no line saying recording works again:\n%s", log)
 	}
 	p.stop(t)
 }

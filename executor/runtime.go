@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -299,6 +300,11 @@ type Runtime struct {
 	// that gives up waiting names as abandoned (InFlight).
 	inFlightMu sync.Mutex
 	inFlight   map[int64]InFlightIntent
+
+	// recordFailing is set while persist's writes fail (PostgreSQL
+	// unreachable): the first failure is a warning, the others, one for
+	// each intent at each retry, are at debug, until a write succeeds.
+	recordFailing atomic.Bool
 
 	// life is the runtime's Start/Stop (internal/startstop).
 	life startstop.Lifecycle
@@ -1338,13 +1344,22 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 		if err == nil || errors.Is(err, idempotency.ErrLostOwnership) || errors.Is(err, idempotency.ErrInvalid) ||
 			errors.Is(err, idempotency.ErrIntentNotFound) || errors.Is(err, idempotency.ErrIntentTerminal) ||
 			errors.Is(err, idempotency.ErrDeferred) {
+			if err == nil && r.recordFailing.CompareAndSwap(true, false) {
+				r.cfg.Logger.Info("adapters: recording works again")
+			}
 			return err
 		}
 		wait := bo.NextBackOff()
 		if wait == backoff.Stop {
 			return err
 		}
-		r.cfg.Logger.Warn("adapters: recording failed; retrying", "error", err, "in", wait)
+		// Once per outage at warn, not once per intent and retry: with
+		// hundreds of executions in flight that was thousands of lines.
+		level := slog.LevelDebug
+		if r.recordFailing.CompareAndSwap(false, true) {
+			level = slog.LevelWarn
+		}
+		r.cfg.Logger.Log(ctx, level, "adapters: recording failed; retrying", "error", err, "in", wait, "for_up_to", r.persistWindow())
 		select {
 		case <-ctx.Done():
 			return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -147,11 +148,20 @@ func byKey[T any](items []T, key func(T) keyID) (order []int, dup []bool) {
 	return order, dup
 }
 
-// noteBatchFailed counts and logs a shared transaction that failed.
+// noteBatchFailed counts and logs a shared transaction that failed. One
+// the server refused (a deadlock, a constraint) is a warning; one that
+// never reached it (PostgreSQL down) is at debug: every batch fails then,
+// one for each call at each of its retries, and the callers say it once
+// (the runtime's "recording failed").
 func (s *Store) noteBatchFailed(err error, what string) {
 	s.groupFailures.Add(1)
 	s.failures.WithLabelValues(what).Inc()
-	s.cfg.Logger.Warn("idempotency: a shared transaction failed; its calls run alone", "what", what, "error", err)
+	level := slog.LevelDebug
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		level = slog.LevelWarn
+	}
+	s.cfg.Logger.Log(context.Background(), level, "idempotency: a shared transaction failed; its calls run alone", "what", what, "error", err)
 }
 
 // GroupFailures returns how many shared transactions (group commit) have
