@@ -41,6 +41,7 @@ import (
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/idempotency"
 	"github.com/fencegate/fencegate/internal/deployment"
+	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/wire"
 	"github.com/fencegate/fencegate/migrations"
@@ -231,6 +232,24 @@ func (s *Gateway) resolveNamespace(ctx context.Context, cfg Config, log *slog.Lo
 	}
 	if err != nil {
 		return err
+	}
+	// The schema must be this build's: a migration it lacks may add what
+	// this build's statements and functions use (a column, a signature),
+	// which would fail later, mid-effect, and less clearly. One a newer
+	// build applied is let through (a rollback to this build, the old
+	// processes of a rolling upgrade), said once: what the newer schema
+	// changed may fail.
+	v, err := migrations.Compare(ctx, cfg.Pool, cfg.Schema)
+	if err != nil {
+		return err
+	}
+	if len(v.Pending) > 0 {
+		return invalid("Schema", "schema %s lacks migrations %v of this build (its newest is %d): run gateway migrate --schema %s with this build first",
+			cmp.Or(cfg.Schema, pgschema.Default), v.Pending, migrations.Latest(), cmp.Or(cfg.Schema, pgschema.Default))
+	}
+	if len(v.Unknown) > 0 {
+		log.Warn("gateway: the schema was migrated by a newer build; running, but what the newer schema changed may fail here: upgrade this process",
+			"component", "gateway", "schema", cmp.Or(cfg.Schema, pgschema.Default), "newer_migrations", v.Unknown, "this_build_newest", migrations.Latest())
 	}
 	if cfg.Namespace != "" && cfg.Namespace != string(info.Namespace) {
 		return invalid("Namespace", "%q is not this database's namespace %q (set it with gateway migrate --namespace)", cfg.Namespace, info.Namespace)

@@ -153,6 +153,23 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema, version
 		return nil, fmt.Errorf("migrations: lock schema %s: %w", s.Name(), err)
 	}
 	defer func() { _ = locker.SessionUnlock(context.WithoutCancel(ctx), conn) }()
+	// Under the lock, so that no newer migrator lands between the check
+	// and what this one applies: a schema a newer build migrated is left
+	// as it is. This build's function files would replace the newer
+	// build's definitions with older ones, which the newer build's
+	// processes (and its own later migrations) rely on.
+	if here, err := installed(ctx, mpool, s); err != nil {
+		return nil, err
+	} else if here {
+		v, err := compare(ctx, mpool, s)
+		if err != nil {
+			return nil, err
+		}
+		if len(v.Unknown) > 0 {
+			return nil, fenceerr.Invalid("schema", "%s was migrated by a newer build (migrations %v, which this build does not have; its newest is %d): "+
+				"nothing changed; migrate with that build or a newer one", s.Name(), v.Unknown, Latest())
+		}
+	}
 	applied, err := up(ctx, db, s, version, logger)
 	if err != nil {
 		return nil, err

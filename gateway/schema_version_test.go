@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
+	"github.com/fencegate/fencegate/internal/testkit/testdb"
+)
+
+// lockedBuffer is a log sink the gateway's goroutines may write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A schema that lacks a migration of this build is refused by Start,
+// naming Schema and saying to migrate, before anything runs (it started,
+// and would have failed later on what the migration adds). One a newer
+// build migrated starts, saying so once: a rollback to this build, or the
+// old processes of a rolling upgrade, must keep running.
+func TestStartChecksTheSchemasMigrations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, testdb.SQL(sql)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = false WHERE version_id = (SELECT max(version_id) FROM fencegate.fencegate_schema_version)`)
+	_, err := Start(ctx, Config{Pool: pool, Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}})
+	if !isInvalid(err, "Schema") || !strings.Contains(err.Error(), "run gateway migrate") {
+		t.Fatalf("Start on a schema lacking this build's newest migration = %v; want an InvalidError naming Schema", err)
+	}
+	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = true`)
+	exec(`INSERT INTO fencegate.fencegate_schema_version (version_id, is_applied) VALUES (99999, true)`)
+	var logs lockedBuffer
+	g, err := Start(ctx, Config{Pool: pool, Schema: testdb.Schema(), NATSURL: natstest.Start(t).URL, Dispatcher: &dispatcher.Config{},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("Start on a schema a newer build migrated = %v; want it running", err)
+	}
+	g.Stop()
+	if n := strings.Count(logs.String(), "migrated by a newer build"); n != 1 {
+		t.Fatalf("%d warnings about the newer schema, want 1; logs:\n%s", n, logs.String())
+	}
+}
