@@ -113,7 +113,7 @@ func (a *app) parse(fs *flag.FlagSet, args []string) (int, bool) {
 			a.printCommandHelp(fs)
 			return exitOK, false
 		}
-		return a.fail(badInput("flags", flagParseError(fs, err))), false
+		return a.fail(badInput(flagParseError(fs, err))), false
 	}
 	if err := pgschema.Check(a.schema()); err != nil {
 		return a.fail(badInput("schema", "--"+err.Error())), false

@@ -197,7 +197,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"enqueue", "--resource", "r", "--epoch", "1", "--op", "o", "--kind", "email", "--payload", `{"to":"bad","from":"b@example.com","subject":"s","text":"t"}`}, "payload.to[0]"},
 		{[]string{"enqueue", "--resource", "r", "--epoch", "1", "--op", "o", "--kind", "email", "--payload", "@/nonexistent/file.json"}, "payload"},
 		{[]string{"enqueue", "--resource", "r", "--epoch", "1", "--op", "o", "--kind", "email", "--fence", "maybe", "--payload", cliEmail}, "fence"},
-		{[]string{"enqueue", "--epoch", "x"}, "flags"},
+		{[]string{"enqueue", "--epoch", "x"}, "epoch"},
 		{[]string{"lease", "acquire", "--resource", "r", "--ttl", "1s"}, "holder"},
 		{[]string{"lease", "acquire", "--resource", "r", "--holder", "h", "--ttl", "0s"}, "ttl"},
 		{[]string{"lease", "renew", "--resource", "r", "--holder", "h", "--ttl", "1s"}, "epoch"},

@@ -270,8 +270,8 @@ var flagSyntax = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.
 // --name, as the documentation writes them, and a value of the wrong form
 // answered with an example of the right one (`invalid value "10" for
 // flag --ttl: a duration such as 10s, 1m30s`).
-func flagParseError(fs *flag.FlagSet, err error) string {
-	msg := err.Error()
+func flagParseError(fs *flag.FlagSet, err error) (field, msg string) {
+	msg = err.Error()
 	if m := flagSyntax.FindStringSubmatch(msg); m != nil {
 		reason := m[3]
 		if f := fs.Lookup(m[2]); f != nil && reason == "parse error" {
@@ -279,21 +279,23 @@ func flagParseError(fs *flag.FlagSet, err error) string {
 				reason = hint
 			}
 		}
-		return fmt.Sprintf("invalid value %s for flag %s: %s", m[1], dashed(m[2]), reason)
+		return flagValueField(m[2]), fmt.Sprintf("invalid value %s for flag %s: %s", m[1], dashed(m[2]), reason)
 	}
-	for prefix, say := range map[string]string{
-		"flag provided but not defined: -": "unknown flag %s (see gateway " + strings.TrimPrefix(fs.Name(), "gateway ") + " --help)",
-		"flag needs an argument: -":        "flag %s needs a value",
-		"bad flag syntax: ":                "bad flag syntax: %s",
-	} {
-		if name, ok := strings.CutPrefix(msg, prefix); ok {
-			if prefix != "bad flag syntax: " {
-				name = dashed(name)
-			}
-			return fmt.Sprintf(say, name)
-		}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return flagValueField(name), fmt.Sprintf("flag %s needs a value", dashed(name))
 	}
-	return msg
+	// No flag of the command to name: the command line is what is wrong.
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return "flags", fmt.Sprintf("unknown flag %s (see gateway %s --help)", dashed(name), strings.TrimPrefix(fs.Name(), "gateway "))
+	}
+	return "flags", msg
+}
+
+// flagValueField is the field a flag's bad value is named by: the flag's name
+// with underscores (--execute-timeout: execute_timeout), as the same bad
+// value from its environment variable is.
+func flagValueField(name string) string {
+	return strings.ReplaceAll(strings.TrimLeft(name, "-"), "-", "_")
 }
 
 // dashed writes a flag's name as the help does: --name, or -o.

@@ -132,14 +132,14 @@ func TestFlagErrorsGiveExamples(t *testing.T) {
 		field string
 		msg   string
 	}{
-		{nil, []string{"lease", "acquire", "--resource", "r", "--holder", "h", "--ttl", "10"}, "flags",
+		{nil, []string{"lease", "acquire", "--resource", "r", "--holder", "h", "--ttl", "10"}, "ttl",
 			`invalid value "10" for flag --ttl: a duration such as 10s, 1m30s`},
-		{nil, []string{"status", "1", "--wait", "soon"}, "flags", `invalid value "soon" for flag --wait: a duration such as 10s, 1m30s`},
-		{nil, []string{"lease", "history", "--resource", "r", "--limit", "many"}, "flags",
+		{nil, []string{"status", "1", "--wait", "soon"}, "wait", `invalid value "soon" for flag --wait: a duration such as 10s, 1m30s`},
+		{nil, []string{"lease", "history", "--resource", "r", "--limit", "many"}, "limit",
 			`invalid value "many" for flag --limit: a whole number such as 5`},
-		{nil, []string{"retry", "--status", "failed", "--yes=maybe"}, "flags", `invalid value "maybe" for flag --yes: true or false`},
+		{nil, []string{"retry", "--status", "failed", "--yes=maybe"}, "yes", `invalid value "maybe" for flag --yes: true or false`},
 		{nil, []string{"ls", "--bogus"}, "flags", "unknown flag --bogus (see gateway ls --help)"},
-		{nil, []string{"lease", "acquire", "--ttl"}, "flags", "flag --ttl needs a value"},
+		{nil, []string{"lease", "acquire", "--ttl"}, "ttl", "flag --ttl needs a value"},
 		{[]string{"GATEWAY_CLAIM_TTL=30"}, []string{"run", "--adapters", ""}, "claim_ttl",
 			"$GATEWAY_CLAIM_TTL is not a valid value for --claim-ttl: a duration such as 10s, 1m30s"},
 	} {

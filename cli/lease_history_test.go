@@ -55,7 +55,7 @@ func TestLeaseHistoryCLI(t *testing.T) {
 		{[]string{"lease", "history", "--resource", ""}, "resource"},
 		{[]string{"lease", "history", "--resource", "report", "--limit", "0"}, "limit"},
 		{[]string{"lease", "history", "--resource", "report", "--limit", "1001"}, "limit"},
-		{[]string{"lease", "history", "--resource", "report", "--limit", "many"}, "flags"},
+		{[]string{"lease", "history", "--resource", "report", "--limit", "many"}, "limit"},
 		{[]string{"lease", "history", "--resource", "report", "extra"}, "args"},
 	})
 }

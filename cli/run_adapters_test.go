@@ -40,7 +40,7 @@ func TestRunBadFlags(t *testing.T) {
 		{"password without user", []string{"GATEWAY_SMTP_PASSWORD=secret"}, nil, "smtp_user"},
 		{"empty file root", nil, []string{"--adapters", "file", "--file-root", ""}, "file_root"},
 		{"log level", nil, []string{"--log-level", "loud"}, "log_level"},
-		{"not a number", nil, []string{"--max-attempts", "many"}, "flags"},
+		{"not a number", nil, []string{"--max-attempts", "many"}, "max_attempts"},
 		// Every flag also from the environment, checked alike; a value
 		// that does not parse names the flag's field, not the value.
 		{"env concurrency", []string{"GATEWAY_ADAPTER_CONCURRENCY=0"}, nil, "adapter_concurrency"},
