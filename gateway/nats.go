@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -149,6 +150,7 @@ func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	failed := &attemptLog{log: log}
 	return nats.Connect(natsURL, append(authOpts,
 		nats.Name("fencegate-gateway"),
 		// A NATS server that is down at start is waited for like one that
@@ -174,15 +176,47 @@ func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logge
 			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
+			failed.reset()
 			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
 		}),
 		// A refused connection (bad credentials, a TLS failure) is said,
-		// not only retried in silence.
-		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("gateway: NATS connection attempt failed", "component", "gateway", "error", err)
-		}),
+		// not only retried in silence: once, and again when the reason
+		// changes, not at every attempt (one a second for the whole
+		// outage).
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { failed.failed(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("gateway: NATS error", "component", "gateway", "error", err)
 		}),
 	)...)
+}
+
+// attemptLog says a failed NATS connection attempt at WARN when it is the
+// first of an outage or fails for another reason than the one before, and
+// at DEBUG otherwise; reset at reconnection.
+type attemptLog struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last string
+	n    int
+}
+
+func (a *attemptLog) failed(err error) {
+	a.mu.Lock()
+	same := err.Error() == a.last
+	a.last = err.Error()
+	a.n++
+	n := a.n
+	a.mu.Unlock()
+	if same {
+		a.log.Debug("gateway: NATS connection attempt failed", "component", "gateway", "error", err, "attempts", n)
+		return
+	}
+	a.log.Warn("gateway: NATS connection attempt failed; retrying every second (said again when the reason changes)",
+		"component", "gateway", "error", err, "attempts", n)
+}
+
+func (a *attemptLog) reset() {
+	a.mu.Lock()
+	a.last, a.n = "", 0
+	a.mu.Unlock()
 }
