@@ -629,6 +629,8 @@ func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, st
 			b.KeyNote = "no key row: not attempted yet, or completed and swept after its retention"
 		case err != nil:
 			b.KeyNote = "could not read the key: " + oneLine(err.Error())
+		case !s.keyInScope(r.Context(), v, id, k):
+			b.KeyNote = "The key is shared with an intent outside your token's scope (the global key scope lets resources share keys; --key-scope resource keeps them apart): its record is not shown."
 		default:
 			b.Key = k
 		}
@@ -636,6 +638,27 @@ func (s *Server) showIntent(w http.ResponseWriter, r *http.Request, id int64, st
 	d.Title = fmt.Sprintf("Intent %d", id)
 	d.Body = b
 	s.render(w, r, status, "intent", d)
+}
+
+// keyInScope reports whether v may see key k's record from intent id's
+// page: the intents that own and created it are id or of v's resources.
+// Under the global key scope another resource's intent can hold the key,
+// and its record (that intent, its last_error) is that resource's. An
+// intent that cannot be read (swept) is taken as outside.
+func (s *Server) keyInScope(ctx context.Context, v *viewer, id int64, k *idempotency.Key) bool {
+	if v.scope.allResources() {
+		return true
+	}
+	for _, other := range []int64{k.OwnerIntentID, k.FirstIntentID} {
+		if other == id {
+			continue
+		}
+		det, err := s.op.Get(ctx, other)
+		if err != nil || v.intentResource(det.Resource) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func prettyJSON(raw json.RawMessage) string {
