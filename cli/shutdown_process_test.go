@@ -71,6 +71,23 @@ func TestRunSIGTERMWaitsForASlowExecution(t *testing.T) {
 	}
 }
 
+// outageSetup is a PostgreSQL cluster of the test's own (to stop and
+// start again), migrated, a NATS server, and a receiver that holds each
+// request for hold; host is the receiver's address for --webhook-allow.
+func outageSetup(t *testing.T, hold time.Duration) (c *pgcluster.Cluster, db string, nats *natstest.Server, rcv *httptest.Server, arrived <-chan string, host string) {
+	t.Helper()
+	c, err := pgcluster.Start(context.Background(), pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	db = c.URL("postgres")
+	expectCode(t, gw(t, db, "migrate"), 0, "")
+	nats = natstest.Start(t)
+	rcv, arrived = slowReceiver(t, hold)
+	return c, db, nats, rcv, arrived, strings.TrimPrefix(rcv.URL, "http://")
+}
+
 // An effect that happened while PostgreSQL was down is recorded once
 // PostgreSQL is back, as long as the attempt still owns its key. The
 // runtime retried the recording for half the AckWait only (30 s by
@@ -83,16 +100,7 @@ func TestRunSIGTERMWaitsForASlowExecution(t *testing.T) {
 func TestRunRecordsAnOutcomeKnownDuringAPostgresOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	db := c.URL("postgres")
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	nats := natstest.Start(t)
-	rcv, arrived := slowReceiver(t, 3*time.Second)
-	host := strings.TrimPrefix(rcv.URL, "http://")
+	c, db, nats, rcv, arrived, host := outageSetup(t, 3*time.Second)
 	p := startRun(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=true"}, db, nats.URL, "--adapters", "webhook", "--webhook-allow", host,
 		"--execute-timeout", "5s", "--ack-wait", "10s", "--idempotency-lock-timeout", "60s", "--poll-interval", "200ms")
 
@@ -145,16 +153,7 @@ func TestRunRecordsAnOutcomeKnownDuringAPostgresOutage(t *testing.T) {
 func TestRunPostgresOutageIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	db := c.URL("postgres")
-	expectCode(t, gw(t, db, "migrate"), 0, "")
-	nats := natstest.Start(t)
-	rcv, arrived := slowReceiver(t, 2*time.Second)
-	host := strings.TrimPrefix(rcv.URL, "http://")
+	c, db, nats, rcv, arrived, host := outageSetup(t, 2*time.Second)
 	p := startRun(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=true"}, db, nats.URL, "--adapters", "webhook", "--webhook-allow", host, "--poll-interval", "200ms")
 
 	epoch := acquireLease(t, db, "storm")
