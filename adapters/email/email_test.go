@@ -584,3 +584,32 @@ func TestAuthRefusalDoesNotCarryThePassword(t *testing.T) {
 		})
 	}
 }
+
+// Review: a refusal that echoes the AUTH response glued to a word
+// (response=…, data:…) or a reply line that is no SMTP reply at all (a
+// proxy or a broken server echoing the command, read by textproto as a
+// ProtocolError) must not carry the password either.
+func TestAuthRefusalGluedOrMalformedDoesNotCarryThePassword(t *testing.T) {
+	t.Parallel()
+	const user, pass = "alice", "s3cr3t-Pa55word"
+	b64 := base64.StdEncoding.EncodeToString([]byte("\x00" + user + "\x00" + pass))
+	for name, reply := range map[string]string{
+		"glued":     "535 5.7.8 rejected initial-response=" + b64 + "%.0s",
+		"malformed": "%s",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a := newAdapter(t, email.Config{Addr: echoAuthServer(t, reply), StartTLS: email.StartTLSNone,
+				Username: user, Password: pass, Timeout: 5 * time.Second})
+			_, err := a.Execute(context.Background(), request(uniqueKey(t), nil))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, secret := range []string{pass, b64, b64[:12]} {
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("the error carries the credentials (%q): %v", secret, err)
+				}
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/smtp"
 	"net/textproto"
+	"regexp"
 	"strings"
 	"time"
 
@@ -212,36 +213,63 @@ const redactedCredential = "[credentials redacted]"
 
 // withoutCredentials returns err, an AUTH failure, with the credentials
 // sent taken out of the server's reply text: the password as it is, and
-// any word of the reply that is a piece (8 characters or more: a server
-// may cut a long line) of the base64 AUTH PLAIN response or of the
-// password's base64. The reply code is kept, so the failure is
-// classified as before. Errors that are not a server's reply (the
-// connection, net/smtp's own refusals) carry no credentials and are
-// returned as they are.
+// any stretch of the reply, 8 characters or more, that is a piece of the
+// base64 AUTH PLAIN response or of the password's base64 (a server may cut
+// a long line, or glue the echo to a word: "response=AGFs…"). The reply
+// code is kept, so the failure is classified as before. A reply line that
+// is no SMTP reply (textproto's ProtocolError quotes it whole) is cleaned
+// the same way. Errors that are not a server's words (the connection,
+// net/smtp's own refusals) carry no credentials and are returned as they
+// are.
 func (a *Adapter) withoutCredentials(err error) error {
-	var te *textproto.Error
-	if !errors.As(err, &te) || a.cfg.Password == "" {
+	if a.cfg.Password == "" {
 		return err
 	}
+	var te *textproto.Error
+	if errors.As(err, &te) {
+		return &textproto.Error{Code: te.Code, Msg: a.redactCredentials(te.Msg)}
+	}
+	var pe textproto.ProtocolError
+	if errors.As(err, &pe) {
+		return textproto.ProtocolError(a.redactCredentials(string(pe)))
+	}
+	return err
+}
+
+// base64Run is a stretch of base64 characters.
+var base64Run = regexp.MustCompile(`[A-Za-z0-9+/=]+`)
+
+// redactCredentials is msg without the password and without any piece (8
+// characters or more) of the base64 forms the credentials were sent in.
+func (a *Adapter) redactCredentials(msg string) string {
 	encoded := []string{
 		base64.StdEncoding.EncodeToString([]byte("\x00" + a.cfg.Username + "\x00" + a.cfg.Password)),
 		base64.StdEncoding.EncodeToString([]byte(a.cfg.Password)),
 	}
-	msg := strings.ReplaceAll(te.Msg, a.cfg.Password, redactedCredential)
-	words := strings.Fields(msg)
-	for _, w := range words {
-		piece := strings.Trim(w, `'"<>()[]{},;:.`)
-		if len(piece) < 8 {
-			continue
-		}
-		for _, e := range encoded {
-			if strings.Contains(e, piece) {
-				msg = strings.ReplaceAll(msg, piece, redactedCredential)
-				break
+	msg = strings.ReplaceAll(msg, a.cfg.Password, redactedCredential)
+	return base64Run.ReplaceAllStringFunc(msg, func(run string) string {
+		var out strings.Builder
+		for i := 0; i < len(run); {
+			// The longest piece of a credential's base64 starting at i.
+			n := 0
+			for _, e := range encoded {
+				for j := len(run); j-i >= 8 && j-i > n; j-- {
+					if strings.Contains(e, run[i:j]) {
+						n = j - i
+						break
+					}
+				}
 			}
+			if n >= 8 {
+				out.WriteString(redactedCredential)
+				i += n
+				continue
+			}
+			out.WriteByte(run[i])
+			i++
 		}
-	}
-	return &textproto.Error{Code: te.Code, Msg: msg}
+		return out.String()
+	})
 }
 
 // cmd sends one command and reads its reply, like net/smtp's unexported
