@@ -175,6 +175,11 @@ func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logge
 			}
 			log.Warn("gateway: NATS disconnected", "component", "gateway", "error", err)
 		}),
+		// The first connection after a start that had to retry is a
+		// connect, not a reconnect (nats.go calls ConnectedCB then): the
+		// attempts of that wait end there too, so that the next outage's
+		// first failed attempt is said at WARN again.
+		nats.ConnectHandler(func(*nats.Conn) { failed.reset() }),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			failed.reset()
 			log.Info("gateway: NATS reconnected", "component", "gateway", "url", c.ConnectedUrlRedacted())
