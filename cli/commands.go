@@ -80,8 +80,16 @@ func cmdMigrate(ctx context.Context, a *app, args []string) int {
 	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: a.schema(), AllowUnsafeSchema: *allowUnsafe})
 	var elsewhere *migrations.ElsewhereError
 	var unsafe *migrations.UnsafeSchemaError
+	var newer *migrations.NewerSchemaError
 	if errors.As(err, &elsewhere) || errors.As(err, &unsafe) {
 		return a.fail(badInput("schema", err.Error()))
+	}
+	if errors.As(err, &newer) {
+		// Nothing changed, and nothing is wrong with the schema: this is
+		// an older build (a rollback, a migrate step run again). Said, and
+		// the rest (the version, the namespace) goes on.
+		fmt.Fprintf(a.stderr, "gateway migrate: warning: %v\n", newer)
+		err = nil
 	}
 	if err != nil {
 		return a.fail(err)

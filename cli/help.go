@@ -295,8 +295,16 @@ func flagParseError(fs *flag.FlagSet, err error) (field, msg string) {
 // with underscores (--execute-timeout: execute_timeout), as the same bad
 // value from its environment variable is.
 func flagValueField(name string) string {
-	return strings.ReplaceAll(strings.TrimLeft(name, "-"), "-", "_")
+	name = strings.TrimLeft(name, "-")
+	if long, ok := shortFlags[name]; ok {
+		return long
+	}
+	return strings.ReplaceAll(name, "-", "_")
 }
+
+// shortFlags are the fields of the one-letter flags, as their own checks
+// name them (-o's bad value names output).
+var shortFlags = map[string]string{"o": "output"}
 
 // dashed writes a flag's name as the help does: --name, or -o.
 func dashed(name string) string {

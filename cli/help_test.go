@@ -140,6 +140,7 @@ func TestFlagErrorsGiveExamples(t *testing.T) {
 		{nil, []string{"retry", "--status", "failed", "--yes=maybe"}, "yes", `invalid value "maybe" for flag --yes: true or false`},
 		{nil, []string{"ls", "--bogus"}, "flags", "unknown flag --bogus (see gateway ls --help)"},
 		{nil, []string{"lease", "acquire", "--ttl"}, "ttl", "flag --ttl needs a value"},
+		{nil, []string{"ls", "-o"}, "output", "flag -o needs a value"},
 		{[]string{"GATEWAY_CLAIM_TTL=30"}, []string{"run", "--adapters", ""}, "claim_ttl",
 			"$GATEWAY_CLAIM_TTL is not a valid value for --claim-ttl: a duration such as 10s, 1m30s"},
 	} {

@@ -925,8 +925,9 @@ func (r *Runtime) lookupOrWait(ctx context.Context, ex adapters.Executor, l adap
 		// lookup endpoint does not exist): waiting would keep the intent
 		// relayed, looked up for ever, with no operator action that
 		// applies. Held unknown (the key stays held, the effect possible)
-		// for an operator to resolve.
-		r.recordAttempt(ctx, req, d, idempotency.AttemptLookupFailed, err.Error())
+		// for an operator to resolve. The hold records the attempt (as
+		// unknown, with the refusal): a row recorded here first would
+		// take its place in the history.
 		return r.hold(ctx, req, d, "the lookup at the destination was refused for good, so it cannot settle whether the effect happened: "+err.Error(), log)
 	}
 	if err != nil {
@@ -1369,19 +1370,21 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 }
 
 // persistWindow is how long persist retries a write while PostgreSQL is
-// unreachable: half the key's lock (LockTimeout), at least half the
-// AckWait. The key was locked for LockTimeout when the attempt began and
-// Execute took less than half of it (LockTimeout must exceed twice
-// ExecuteTimeout), so for half the lock after Execute no other attempt
-// can take the key over: the outcome this attempt knows is recorded as
-// soon as PostgreSQL is back. Half the AckWait alone (30 s by default)
-// gave up during a longer outage, and a webhook or an email that had
-// succeeded was held unknown once the lock expired (the operations
-// audit's TestRunRecordsAnOutcomeKnownDuringAPostgresOutage). Meanwhile
+// unreachable: half the key's lock (LockTimeout). The key was locked for
+// LockTimeout when the attempt began and Execute took less than half of
+// it (LockTimeout must exceed twice ExecuteTimeout), so an outcome known
+// when Execute returns is retried within the lock: no other attempt takes
+// the key over meanwhile, and it is recorded as soon as PostgreSQL is
+// back. (Correctness does not depend on it: every recording write checks
+// the attempt's token, so a write that comes after a takeover is refused,
+// never recorded over the new owner's.) Half the AckWait (30 s by
+// default), the bound before, gave up during a longer outage, and a
+// webhook or an email that had succeeded was held unknown once the lock
+// expired (TestRunRecordsAnOutcomeKnownDuringAPostgresOutage). Meanwhile
 // the message may be delivered again: its attempt finds the key owned
 // (busy) and waits, then finds the intent final.
 func (r *Runtime) persistWindow() time.Duration {
-	return max(r.cfg.AckWait/2, r.store.Config().LockTimeout/2)
+	return r.store.Config().LockTimeout / 2
 }
 
 // unansweredBegins remembers, per intent, the nonce of a Begin whose

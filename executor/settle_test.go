@@ -601,6 +601,12 @@ func TestRefusedLookupHoldsTheIntent(t *testing.T) {
 		t.Fatalf("%s, effect %s, after %d executions; want held unknown, effect possible, naming the refused lookup, after 1",
 			adaptertest.Describe(rec), rec.Effect, len(d.calls()))
 	}
+	// The attempt history says so: the refusing lookup's attempt ended
+	// unknown (a lookup_failed row recorded first took its place).
+	if got := testdb.Int(t, e.Pool, `SELECT count(*) FROM fencegate.intent_attempts WHERE intent_id = $1 AND outcome = 'unknown'
+		AND error LIKE '%lookup endpoint answered 401%'`, id); got != 1 {
+		t.Fatalf("%d unknown attempts naming the refusal in the history, want 1", got)
+	}
 }
 
 // A positive lookup is trusted at once, however long the window.

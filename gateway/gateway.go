@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -240,7 +241,14 @@ func (s *Gateway) resolveNamespace(ctx context.Context, cfg Config, log *slog.Lo
 	// processes of a rolling upgrade), said once: what the newer schema
 	// changed may fail.
 	v, err := migrations.Compare(ctx, cfg.Pool, cfg.Schema)
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		// A role that may not read the migrations' record (granted the
+		// working tables only) cannot tell: said, not refused.
+		log.Warn("gateway: cannot read the schema's migrations to compare them with this build's (permission denied); running unchecked",
+			"component", "gateway", "schema", cmp.Or(cfg.Schema, pgschema.Default))
+	case err != nil:
 		return err
 	}
 	if len(v.Pending) > 0 {

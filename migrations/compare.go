@@ -61,8 +61,9 @@ func Compare(ctx context.Context, q interface {
 func compare(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, s pgschema.Schema) (Versions, error) {
-	// goose's table: one row per applied migration (and a row 0 for the
-	// table's creation); a row with is_applied false undid one.
+	// goose's table: a row per applied migration (and a row 0 for the
+	// table's creation); goose v3 deletes a migration's row when it is
+	// undone. A version with a row whose is_applied is true counts.
 	rows, err := q.Query(ctx, `SELECT version_id FROM `+s.Qualify(versionTable)+`
 		GROUP BY version_id HAVING bool_or(is_applied) AND version_id > 0`)
 	if err != nil {

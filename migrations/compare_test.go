@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -14,7 +13,7 @@ import (
 // A schema compared with this build: nothing pending or unknown when
 // current; a migration this build has and the schema lacks is pending; one
 // the schema has and this build lacks (a newer build migrated it) is
-// unknown. Up refuses such a schema, naming schema, and changes nothing:
+// unknown. Up leaves such a schema as it is (a NewerSchemaError):
 // its function files would replace the newer build's definitions with
 // older ones (it re-applied them, and answered as if current).
 func TestNewerSchemaRefusedByUp(t *testing.T) {
@@ -50,9 +49,9 @@ func TestNewerSchemaRefusedByUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = testdb.Migrate(ctx, pool)
-	var inv *fenceerr.InvalidError
-	if !errors.As(err, &inv) || inv.Field != "schema" {
-		t.Fatalf("Up on a schema a newer build migrated = %v; want an InvalidError naming schema", err)
+	var newer *migrations.NewerSchemaError
+	if !errors.As(err, &newer) || !slices.Equal(newer.Unknown, []int64{99999}) || newer.Latest != latest {
+		t.Fatalf("Up on a schema a newer build migrated = %v; want a NewerSchemaError naming 99999 and %d", err, latest)
 	}
 	if err := pool.QueryRow(ctx, fn).Scan(&after); err != nil {
 		t.Fatal(err)

@@ -166,8 +166,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, s pgschema.Schema, version
 			return nil, err
 		}
 		if len(v.Unknown) > 0 {
-			return nil, fenceerr.Invalid("schema", "%s was migrated by a newer build (migrations %v, which this build does not have; its newest is %d): "+
-				"nothing changed; migrate with that build or a newer one", s.Name(), v.Unknown, Latest())
+			return nil, &NewerSchemaError{Schema: s.Name(), Unknown: v.Unknown, Latest: Latest()}
 		}
 	}
 	applied, err := up(ctx, db, s, version, logger)
@@ -241,6 +240,23 @@ func applyFunctions(ctx context.Context, conn *pgx.Conn, s pgschema.Schema, fsys
 	}
 	logger.Info("migrations: functions applied", "schema", s.Name(), "files", len(names))
 	return nil
+}
+
+// NewerSchemaError is Up's answer on a schema a newer build migrated
+// (migrations this build does not have): nothing was changed. Its function
+// files would replace the newer build's definitions with older ones, which
+// the newer build's processes rely on. It is no failure of the schema: a
+// rollback to this build, or its migrate step run again, meets it, and
+// `gateway migrate` and `gateway dev` go on (with a warning).
+type NewerSchemaError struct {
+	Schema  string
+	Unknown []int64 // the newer build's migrations
+	Latest  int64   // this build's newest
+}
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("schema %s was migrated by a newer build (migrations %v, which this build does not have; its newest is %d): "+
+		"nothing applied, so that this build's function files do not replace the newer build's", e.Schema, e.Unknown, e.Latest)
 }
 
 // UnsafeSchemaError says that roles other than the migrating one can

@@ -780,6 +780,11 @@ func classify(what string, err error) error {
 				after = adapters.RetryAfter(re.Response.Header.Get("Retry-After"), time.Now())
 			}
 			return adapters.RetryableAfter(fmt.Errorf("%s: %w", what, err), after)
+		case code == 501:
+			// NotImplemented: the server does not do what a header asked
+			// (a conditional write it lacks): nothing was stored, and a
+			// retry will not do better.
+			return adapters.PermanentError(fmt.Errorf("%s: %w", what, err))
 		case code >= 500:
 			return adapters.UnknownError(fmt.Errorf("%s: the server failed after the object arrived, and may have stored it: %w", what, err))
 		case code >= 400:
@@ -794,13 +799,26 @@ func classify(what string, err error) error {
 }
 
 // retryOrFail classifies a failed read: access and bucket errors are
-// permanent, everything else retryable (a read has no effect).
+// permanent, everything else retryable (a read has no effect). A
+// permanent one ends an Execute failed and holds a Lookup's intent for an
+// operator, so the 4xx that pass with time (expired credentials about to
+// be renewed, a clock off) are retryable.
 func retryOrFail(what string, err error) error {
 	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 && re.HTTPStatusCode() != 429 && re.HTTPStatusCode() != 408 {
+	var ae smithy.APIError
+	transient := errors.As(err, &ae) && transientCodes[ae.ErrorCode()]
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 && re.HTTPStatusCode() != 429 && re.HTTPStatusCode() != 408 && !transient {
 		return adapters.PermanentError(fmt.Errorf("%s: %w", what, err))
 	}
 	return adapters.RetryableError(fmt.Errorf("%s: %w", what, err))
+}
+
+// transientCodes are S3 error codes of a 4xx that a later request may not
+// meet: credentials that expired (and are renewed), a request signed
+// with a clock the server finds off, a request the server timed out.
+var transientCodes = map[string]bool{
+	"ExpiredToken": true, "TokenRefreshRequired": true, "RequestTimeTooSkewed": true,
+	"RequestExpired": true, "RequestTimeout": true, "SlowDown": true,
 }
 
 func httpStatus(err error) int {

@@ -314,6 +314,14 @@ func TestFailureAfterTheWriteIsSettledByLookup(t *testing.T) {
 	front, _ := failingFront(t, srv.Endpoint, "/"+bucket+"/"+key, http.StatusServiceUnavailable, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// 501 NotImplemented: the server lacks what a header asked (a
+	// conditional write); permanent, not an unknown outcome that waits
+	// for the settle window at every attempt.
+	const nkey = "reports/not-implemented.txt"
+	nfront, _ := failingFront(t, srv.Endpoint, "/"+bucket+"/"+nkey, http.StatusNotImplemented, 1)
+	if _, err := newAdapter(t, nfront, bucket).Execute(ctx, request("report/not-implemented", 5, payload(nkey, "x"))); !adapters.IsPermanent(err) {
+		t.Errorf("501: %v, want permanent", err)
+	}
 	_, err := newAdapter(t, front, bucket).Execute(ctx, request("report/slow-down", 5, payload(key, "x")))
 	var ae *adapters.Error
 	if !adapters.IsRetryable(err) || !errors.As(err, &ae) || ae.RetryAfter != 7*time.Second {

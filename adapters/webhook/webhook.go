@@ -453,6 +453,10 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, nil
 	case refusedUnprocessed(status):
 		return adapters.Outcome{}, adapters.RetryableAfter(errors.New(what+excerpt(res)), adapters.RetryAfter(hdr.Get("Retry-After"), a.cfg.Now()))
+	case status == http.StatusNotImplemented || status == http.StatusHTTPVersionNotSupported:
+		// The receiver does not do what was asked (the method, the HTTP
+		// version): nothing was acted on, and asking again will not help.
+		return adapters.Outcome{}, adapters.PermanentError(errors.New(what + excerpt(res)))
 	case status >= 500:
 		// An error from after the request arrived: the receiver failed
 		// while (or after) acting on it, or a proxy in front of it gave up

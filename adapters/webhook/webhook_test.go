@@ -158,6 +158,8 @@ func TestStatusClasses(t *testing.T) {
 		case "/301", "/302", "/303", "/308":
 			code, _ := strconv.Atoi(r.URL.Path[1:])
 			http.Redirect(w, r, rc.URL+"/target", code)
+		case "/501":
+			http.Error(w, "no such method here", http.StatusNotImplemented)
 		case "/500", "/502", "/504":
 			code, _ := strconv.Atoi(r.URL.Path[1:])
 			if code == http.StatusBadGateway {
@@ -177,7 +179,7 @@ func TestStatusClasses(t *testing.T) {
 		}
 	}
 	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}})
-	for path, want := range map[string]string{"/400": "permanent", "/redirect": "permanent", "/301": "permanent", "/308": "permanent",
+	for path, want := range map[string]string{"/400": "permanent", "/redirect": "permanent", "/301": "permanent", "/308": "permanent", "/501": "permanent",
 		"/429": "retryable", "/425": "retryable", "/408": "retryable", "/503": "retryable",
 		"/500": "unknown", "/502": "unknown", "/504": "unknown", "/302": "unknown", "/303": "unknown"} {
 		_, err := execute(t, a, request(adaptertest.UniqueKey(t), payload(rc.URL+path, nil)))

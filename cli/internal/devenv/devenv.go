@@ -457,6 +457,12 @@ func (d *devEnv) startPostgres(ctx context.Context) error {
 		return err
 	}
 	applied, err := migrations.Up(ctx, pool, migrations.Config{Schema: d.opts.Schema})
+	var newer *migrations.NewerSchemaError
+	if errors.As(err, &newer) {
+		// A kept database a newer build migrated: left as it is.
+		d.log.Warn("gateway dev: "+newer.Error(), "component", "dev")
+		err = nil
+	}
 	if err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
