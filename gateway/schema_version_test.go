@@ -1,35 +1,16 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 )
-
-// lockedBuffer is a log sink the gateway's goroutines may write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A schema that lacks a migration of this build is refused by Start,
 // naming Schema and saying to migrate, before anything runs (it started,
@@ -53,7 +34,7 @@ func TestStartChecksTheSchemasMigrations(t *testing.T) {
 	}
 	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = true`)
 	exec(`INSERT INTO fencegate.fencegate_schema_version (version_id, is_applied) VALUES (99999, true)`)
-	var logs lockedBuffer
+	var logs toolbin.SyncBuffer
 	g, err := Start(ctx, Config{Pool: pool, Schema: testdb.Schema(), NATSURL: natstest.Start(t).URL, Dispatcher: &dispatcher.Config{},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
