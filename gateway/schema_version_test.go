@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/dispatcher"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -43,5 +45,39 @@ func TestStartChecksTheSchemasMigrations(t *testing.T) {
 	g.Stop()
 	if n := strings.Count(logs.String(), "migrated by a newer build"); n != 1 {
 		t.Fatalf("%d warnings about the newer schema, want 1; logs:\n%s", n, logs.String())
+	}
+}
+
+// A role that may not read the migrations' record (granted the working
+// tables, not the version table) cannot have the schema compared: Start
+// says so once and runs, where a refusal would stop a deployment whose
+// grants were right before the check existed.
+func TestStartWithoutTheMigrationsRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	s := testdb.Schema()
+	role := testdb.Role(t, pool, "gw_",
+		"GRANT USAGE ON SCHEMA "+s+" TO {role}",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "+s+" TO {role}",
+		"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA "+s+" TO {role}",
+		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA "+s+" TO {role}",
+		"REVOKE ALL ON "+s+".fencegate_schema_version FROM {role}")
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, testdb.RolePassword
+	rolePool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rolePool.Close)
+	var logs toolbin.SyncBuffer
+	g, err := Start(ctx, Config{Pool: rolePool, Schema: s, NATSURL: natstest.Start(t).URL, Dispatcher: &dispatcher.Config{},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("Start as a role that may not read the migrations' record = %v; want it running, unchecked", err)
+	}
+	g.Stop()
+	if n := strings.Count(logs.String(), "cannot read the schema's migrations"); n != 1 {
+		t.Fatalf("%d warnings about the unread migrations, want 1; logs:\n%s", n, logs.String())
 	}
 }
