@@ -194,22 +194,16 @@ func emptyDB(t *testing.T) (string, *pgx.Conn) {
 func TestSchemaVersionsCLI(t *testing.T) {
 	t.Parallel()
 	db, pool := migratedDB(t)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := pool.Exec(context.Background(), testdb.SQL(sql)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = false WHERE version_id = (SELECT max(version_id) FROM fencegate.fencegate_schema_version)`)
+	restore := testdb.SchemaBehind(t, pool)
 	r := gw(t, db, "run", "--adapters", "", "--nats-url", "nats://127.0.0.1:1")
 	if r.code != exitBadInput || errorField(r) != "schema" || !strings.Contains(r.stdout, "gateway migrate") {
 		t.Fatalf("run on a schema lacking a migration: exit %d %s; want exit 2 naming schema", r.code, r.stdout)
 	}
-	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = true`)
-	exec(`INSERT INTO fencegate.fencegate_schema_version (version_id, is_applied) VALUES (99999, true)`)
+	restore()
+	testdb.SchemaAhead(t, pool)
 	r = gw(t, db, "migrate")
 	expectCode(t, r, 0, "")
-	if !strings.Contains(r.stderr, "migrated by a newer build") || r.obj["version"] != 99999.0 {
-		t.Fatalf("migrate on a newer schema: %s, stderr %q; want version 99999 and a warning", r.stdout, r.stderr)
+	if !strings.Contains(r.stderr, "migrated by a newer build") || r.obj["version"] != float64(testdb.NewerMigration) {
+		t.Fatalf("migrate on a newer schema: %s, stderr %q; want version %d and a warning", r.stdout, r.stderr, testdb.NewerMigration)
 	}
 }

@@ -88,6 +88,31 @@ func outageSetup(t *testing.T, hold time.Duration) (c *pgcluster.Cluster, db str
 	return c, db, nats, rcv, arrived, strings.TrimPrefix(rcv.URL, "http://")
 }
 
+// waitArrived waits for n requests at a slowReceiver (30 s at most).
+func waitArrived(t *testing.T, arrived <-chan string, n int, p *gatewayProc) {
+	t.Helper()
+	for range n {
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the requests never reached the receiver:\n%s", p.stderr.String())
+		}
+	}
+}
+
+// outage stops c's PostgreSQL for d (a sleep: the outage's length is what
+// the test is about), then starts it again.
+func outage(t *testing.T, c *pgcluster.Cluster, d time.Duration) {
+	t.Helper()
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d)
+	if err := c.StartAgain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An effect that happened while PostgreSQL was down is recorded once
 // PostgreSQL is back, as long as the attempt still owns its key. The
 // runtime retried the recording for half the AckWait only (30 s by
@@ -99,7 +124,6 @@ func outageSetup(t *testing.T, hold time.Duration) (c *pgcluster.Cluster, db str
 // lock 60 s.
 func TestRunRecordsAnOutcomeKnownDuringAPostgresOutage(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	c, db, nats, rcv, arrived, host := outageSetup(t, 3*time.Second)
 	p := startRun(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=true"}, db, nats.URL, "--adapters", "webhook", "--webhook-allow", host,
 		"--execute-timeout", "5s", "--ack-wait", "10s", "--idempotency-lock-timeout", "60s", "--poll-interval", "200ms")
@@ -107,36 +131,21 @@ func TestRunRecordsAnOutcomeKnownDuringAPostgresOutage(t *testing.T) {
 	epoch := acquireLease(t, db, "pgdown")
 	id := enqueue(t, db, "--resource", "pgdown", "--epoch", epoch, "--op", "pgdown-1", "--kind", "webhook",
 		"--payload", `{"url":"`+rcv.URL+`/hook","body":{"n":1}}`)
-	select {
-	case <-arrived:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the request never reached the receiver:\n%s", p.stderr.String())
-	}
+	waitArrived(t, arrived, 1, p)
 	// Down while the request is held: its 200 comes with PostgreSQL away.
-	if err := c.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(15 * time.Second)
-	if err := c.StartAgain(ctx); err != nil {
-		t.Fatal(err)
-	}
+	outage(t, c, 15*time.Second)
 	// Well before the key's lock (60 s from the Begin) expires.
-	deadline := time.Now().Add(25 * time.Second)
-	var last string
-	for {
+	pollUntil(t, 25*time.Second, "the intent succeeded after PostgreSQL came back (the receiver answered 200)", func() (bool, string) {
 		r := gw(t, db, "status", jsonNum(id), "-o", "json")
 		if r.code == 0 && r.obj["status"] == "succeeded" {
 			if r.obj["effect"] != "done" {
 				t.Fatalf("succeeded with effect %v, want done", r.obj["effect"])
 			}
-			break
+			return true, ""
 		}
-		last = r.stdout
-		if time.Now().After(deadline) {
-			t.Fatalf("intent not succeeded 25 s after PostgreSQL came back (the receiver answered 200): %s\n%s", last, p.stderr.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		time.Sleep(200 * time.Millisecond) // each poll is a process
+		return false, r.stdout
+	})
 	select {
 	case k := <-arrived:
 		t.Fatalf("a second request for %s", k)
@@ -152,7 +161,6 @@ func TestRunRecordsAnOutcomeKnownDuringAPostgresOutage(t *testing.T) {
 // adapters' default concurrency of 256, thousands.
 func TestRunPostgresOutageIsLoggedOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	c, db, nats, rcv, arrived, host := outageSetup(t, 2*time.Second)
 	p := startRun(t, []string{"GATEWAY_ALLOW_FSYNC_OFF=true"}, db, nats.URL, "--adapters", "webhook", "--webhook-allow", host, "--poll-interval", "200ms")
 
@@ -162,20 +170,8 @@ func TestRunPostgresOutageIsLoggedOnce(t *testing.T) {
 		ids = append(ids, enqueue(t, db, "--resource", "storm", "--epoch", epoch, "--op", fmt.Sprintf("storm-%d", i), "--kind", "webhook",
 			"--payload", `{"url":"`+rcv.URL+`/hook","body":{"n":1}}`))
 	}
-	for range ids {
-		select {
-		case <-arrived:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the requests never reached the receiver:\n%s", p.stderr.String())
-		}
-	}
-	if err := c.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(10 * time.Second)
-	if err := c.StartAgain(ctx); err != nil {
-		t.Fatal(err)
-	}
+	waitArrived(t, arrived, len(ids), p)
+	outage(t, c, 10*time.Second)
 	for _, id := range ids {
 		waitStatus(t, db, id, "succeeded")
 	}

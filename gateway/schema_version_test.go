@@ -23,28 +23,29 @@ func TestStartChecksTheSchemasMigrations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, testdb.SQL(sql)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = false WHERE version_id = (SELECT max(version_id) FROM fencegate.fencegate_schema_version)`)
+	restore := testdb.SchemaBehind(t, pool)
 	_, err := Start(ctx, Config{Pool: pool, Schema: testdb.Schema(), Dispatcher: &dispatcher.Config{}})
 	if !isInvalid(err, "Schema") || !strings.Contains(err.Error(), "run gateway migrate") {
 		t.Fatalf("Start on a schema lacking this build's newest migration = %v; want an InvalidError naming Schema", err)
 	}
-	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = true`)
-	exec(`INSERT INTO fencegate.fencegate_schema_version (version_id, is_applied) VALUES (99999, true)`)
+	restore()
+	testdb.SchemaAhead(t, pool)
+	startSaying(t, pool, "migrated by a newer build")
+}
+
+// startSaying starts and stops a relay on pool, which must say warning
+// once in its log.
+func startSaying(t *testing.T, pool *pgxpool.Pool, warning string) {
+	t.Helper()
 	var logs toolbin.SyncBuffer
-	g, err := Start(ctx, Config{Pool: pool, Schema: testdb.Schema(), NATSURL: natstest.Start(t).URL, Dispatcher: &dispatcher.Config{},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	g, err := Start(context.Background(), Config{Pool: pool, Schema: testdb.Schema(), NATSURL: natstest.Start(t).URL,
+		Dispatcher: &dispatcher.Config{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
-		t.Fatalf("Start on a schema a newer build migrated = %v; want it running", err)
+		t.Fatalf("Start = %v; want it running, saying %q", err, warning)
 	}
 	g.Stop()
-	if n := strings.Count(logs.String(), "migrated by a newer build"); n != 1 {
-		t.Fatalf("%d warnings about the newer schema, want 1; logs:\n%s", n, logs.String())
+	if n := strings.Count(logs.String(), warning); n != 1 {
+		t.Fatalf("%q said %d times, want once; logs:\n%s", warning, n, logs.String())
 	}
 }
 
@@ -70,14 +71,5 @@ func TestStartWithoutTheMigrationsRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rolePool.Close)
-	var logs toolbin.SyncBuffer
-	g, err := Start(ctx, Config{Pool: rolePool, Schema: s, NATSURL: natstest.Start(t).URL, Dispatcher: &dispatcher.Config{},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatalf("Start as a role that may not read the migrations' record = %v; want it running, unchecked", err)
-	}
-	g.Stop()
-	if n := strings.Count(logs.String(), "cannot read the schema's migrations"); n != 1 {
-		t.Fatalf("%d warnings about the unread migrations, want 1; logs:\n%s", n, logs.String())
-	}
+	startSaying(t, rolePool, "cannot read the schema's migrations")
 }

@@ -25,22 +25,16 @@ func TestNewerSchemaRefusedByUp(t *testing.T) {
 		t.Fatalf("a current schema: %+v, %v; want nothing pending or unknown", v, err)
 	}
 	latest := migrations.Latest()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, testdb.SQL(sql)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A pending one: the newest of this build, taken back from the
-	// record (its changes stay; only the comparison is looked at).
-	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = false WHERE version_id = (SELECT max(version_id) FROM fencegate.fencegate_schema_version)`)
+	// A pending one: the newest of this build, its record taken back.
+	restore := testdb.SchemaBehind(t, pool)
 	if v, err := migrations.Compare(ctx, pool, testdb.Schema()); err != nil || !slices.Equal(v.Pending, []int64{latest}) {
 		t.Fatalf("the newest taken back: %+v, %v; want %d pending", v, err, latest)
 	}
-	exec(`UPDATE fencegate.fencegate_schema_version SET is_applied = true`)
-	exec(`INSERT INTO fencegate.fencegate_schema_version (version_id, is_applied) VALUES (99999, true)`)
-	if v, err := migrations.Compare(ctx, pool, testdb.Schema()); err != nil || !slices.Equal(v.Unknown, []int64{99999}) {
-		t.Fatalf("a newer build's migration: %+v, %v; want 99999 unknown", v, err)
+	restore()
+	testdb.SchemaAhead(t, pool)
+	newerOnes := []int64{testdb.NewerMigration}
+	if v, err := migrations.Compare(ctx, pool, testdb.Schema()); err != nil || !slices.Equal(v.Unknown, newerOnes) {
+		t.Fatalf("a newer build's migration: %+v, %v; want %v unknown", v, err, newerOnes)
 	}
 	fn := `SELECT p.xmin::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = '` + testdb.Schema() + `' AND p.proname = 'fencegate_timeline_id'`
@@ -50,8 +44,8 @@ func TestNewerSchemaRefusedByUp(t *testing.T) {
 	}
 	_, err = testdb.Migrate(ctx, pool)
 	var newer *migrations.NewerSchemaError
-	if !errors.As(err, &newer) || !slices.Equal(newer.Unknown, []int64{99999}) || newer.Latest != latest {
-		t.Fatalf("Up on a schema a newer build migrated = %v; want a NewerSchemaError naming 99999 and %d", err, latest)
+	if !errors.As(err, &newer) || !slices.Equal(newer.Unknown, newerOnes) || newer.Latest != latest {
+		t.Fatalf("Up on a schema a newer build migrated = %v; want a NewerSchemaError naming %v and %d", err, newerOnes, latest)
 	}
 	if err := pool.QueryRow(ctx, fn).Scan(&after); err != nil {
 		t.Fatal(err)

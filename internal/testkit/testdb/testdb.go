@@ -378,3 +378,36 @@ func drop(base, name string) {
 	defer conn.Close(ctx)
 	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 }
+
+// NewerMigration is the migration SchemaAhead records: one no build has.
+const NewerMigration = 99999
+
+// SchemaBehind makes the schema of pool's database look one migration
+// behind this build: the newest migration's record is deleted, as goose
+// does when it undoes one (what the migration made stays). restore puts
+// the record back.
+func SchemaBehind(t testing.TB, pool *pgxpool.Pool) (restore func()) {
+	t.Helper()
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(context.Background(), SQL(sql)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newest := migrations.Latest()
+	exec(fmt.Sprintf(`DELETE FROM fencegate.fencegate_schema_version WHERE version_id = %d`, newest))
+	return func() {
+		t.Helper()
+		exec(fmt.Sprintf(`INSERT INTO fencegate.fencegate_schema_version (version_id, is_applied) VALUES (%d, true)`, newest))
+	}
+}
+
+// SchemaAhead records NewerMigration as applied in the schema of pool's
+// database: the schema as a newer build leaves it.
+func SchemaAhead(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), SQL(fmt.Sprintf(
+		`INSERT INTO fencegate.fencegate_schema_version (version_id, is_applied) VALUES (%d, true)`, NewerMigration))); err != nil {
+		t.Fatal(err)
+	}
+}
