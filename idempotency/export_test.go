@@ -23,3 +23,6 @@ const (
 
 // GroupTxBeginQuery begins a shared Begin's or Complete's transaction.
 var GroupTxBeginQuery = groupTxOptions.BeginQuery
+
+// BatchFailureLevel is the level a failed shared transaction is logged at.
+var BatchFailureLevel = batchFailureLevel

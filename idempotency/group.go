@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -148,20 +149,28 @@ func byKey[T any](items []T, key func(T) keyID) (order []int, dup []bool) {
 	return order, dup
 }
 
-// noteBatchFailed counts and logs a shared transaction that failed. One
-// the server refused (a deadlock, a constraint) is a warning; one that
-// never reached it (PostgreSQL down) is at debug: every batch fails then,
-// one for each call at each of its retries, and the callers say it once
-// (the runtime's "recording failed").
+// noteBatchFailed counts and logs a shared transaction that failed, at
+// batchFailureLevel.
 func (s *Store) noteBatchFailed(err error, what string) {
 	s.groupFailures.Add(1)
 	s.failures.WithLabelValues(what).Inc()
-	level := slog.LevelDebug
+	s.cfg.Logger.Log(context.Background(), batchFailureLevel(err), "idempotency: a shared transaction failed; its calls run alone", "what", what, "error", err)
+}
+
+// batchFailureLevel: a shared transaction the server refused (a deadlock,
+// a constraint) is a warning. One that PostgreSQL being away failed is at
+// debug: every batch fails then, one for each call at each of its
+// retries, and the callers say it once (the runtime's "recording
+// failed"). Away is no server answer at all, or one of SQLSTATE class 08
+// (connection exception) or 57 (the server shutting down or starting up:
+// 57P01, 57P03 "the database system is starting up", which a connection
+// made while it restarts gets).
+func batchFailureLevel(err error) slog.Level {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		level = slog.LevelWarn
+	if !errors.As(err, &pgErr) || strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57") {
+		return slog.LevelDebug
 	}
-	s.cfg.Logger.Log(context.Background(), level, "idempotency: a shared transaction failed; its calls run alone", "what", what, "error", err)
+	return slog.LevelWarn
 }
 
 // GroupFailures returns how many shared transactions (group commit) have

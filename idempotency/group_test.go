@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/idempotency"
@@ -341,6 +343,31 @@ func TestGroupStartsAnotherTransactionForAWholeBatch(t *testing.T) {
 		}
 		if b, c := f.store.GroupBacklogs(); b != want || c != want {
 			t.Errorf("GroupMaxBatch %d: a further Begin transaction starts at %d waiting calls, a Complete at %d; want %d", max, b, c, want)
+		}
+	}
+}
+
+// A shared transaction that failed because PostgreSQL was away is logged
+// at debug (the runtime says the outage once), one the server refused at
+// warning. Away includes a connection made while the server restarts,
+// refused with 57P03 "the database system is starting up": it was a
+// warning, which made TestRunPostgresOutageIsLoggedOnce fail when a retry
+// landed in that moment.
+func TestBatchFailureLevel(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want slog.Level
+	}{
+		{errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"), slog.LevelDebug},
+		{fmt.Errorf("failed to connect: %w", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}), slog.LevelDebug},
+		{&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}, slog.LevelDebug},
+		{&pgconn.PgError{Code: "08006", Message: "connection failure"}, slog.LevelDebug},
+		{&pgconn.PgError{Code: "40P01", Message: "deadlock detected"}, slog.LevelWarn},
+		{fmt.Errorf("complete: %w", &pgconn.PgError{Code: "23505", Message: "duplicate key"}), slog.LevelWarn},
+	} {
+		if got := idempotency.BatchFailureLevel(c.err); got != c.want {
+			t.Errorf("%v: logged at %s, want %s", c.err, got, c.want)
 		}
 	}
 }
