@@ -315,22 +315,32 @@ func (e *env) wantHeld(t *testing.T, mode, lastErr string) *outbox.Record {
 	return rec
 }
 
-// An error the executor did not classify is an unknown outcome, never a
-// permanent failure: without a lookup the intent is held unknown (its key
-// held, nothing executed again); with one it is looked up, found and
-// recorded as succeeded — one effect either way.
-func TestPlainErrorIsUnknown(t *testing.T) {
+// An outcome the executor cannot take as a failure is an unknown outcome,
+// never a permanent failure: the key was begun and the effect may have
+// happened (here it did). Without a lookup the intent is held unknown (its
+// key held, nothing executed again, last_error saying why); with one it is
+// looked up, found and recorded as succeeded — one effect either way.
+//   - plain: an error the executor did not classify;
+//   - failed-status: an Outcome whose Status Execute may not return
+//     (failed, with no error), an adapter bug. It was recorded failed,
+//     effect none.
+func TestUnclassifiedOutcomeIsUnknown(t *testing.T) {
 	t.Parallel()
-	t.Run("no lookup: held", func(t *testing.T) {
-		t.Parallel()
-		e := setup(t, opts{})
-		e.wantHeld(t, "plain", "connection reset")
-	})
-	t.Run("lookup: recovered", func(t *testing.T) {
-		t.Parallel()
-		e := setup(t, opts{lookup: true})
-		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"plain"}`), "k")
-	})
+	for _, tc := range []struct{ mode, lastErr string }{
+		{"plain", "connection reset"},
+		{"failed-status", `adapter bug: Execute returned status "failed" and no error`},
+	} {
+		t.Run(tc.mode+"/no lookup: held", func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, opts{})
+			e.wantHeld(t, tc.mode, tc.lastErr)
+		})
+		t.Run(tc.mode+"/lookup: recovered", func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, opts{lookup: true})
+			e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"`+tc.mode+`"}`), "k")
+		})
+	}
 }
 
 // An adapter's result that is not a JSON object, after the effect
@@ -365,25 +375,6 @@ func TestBadResultRecordedAsReported(t *testing.T) {
 			}
 		})
 	}
-}
-
-// An Outcome whose Status Execute may not return (failed, with no error)
-// is an unknown outcome, never a failure: the key was begun, the effect
-// may have happened (here it did). Without a lookup it is held unknown,
-// effect possible, last_error naming the adapter bug; with one it is
-// looked up and found. It was recorded failed, effect none.
-func TestFailedStatusWithoutErrorIsUnknown(t *testing.T) {
-	t.Parallel()
-	t.Run("no lookup: held", func(t *testing.T) {
-		t.Parallel()
-		e := setup(t, opts{})
-		e.wantHeld(t, "failed-status", `adapter bug: Execute returned status "failed" and no error`)
-	})
-	t.Run("lookup: recovered", func(t *testing.T) {
-		t.Parallel()
-		e := setup(t, opts{lookup: true})
-		e.wantFoundByLookup(t, e.enqueue(t, "op", "k", `{"mode":"failed-status"}`), "k")
-	})
 }
 
 // A lookup that finds the effect but reports a status a lookup may not
