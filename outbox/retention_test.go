@@ -14,7 +14,9 @@ import (
 
 // Operation-id dedup lasts as long as the intent is kept; business-key
 // dedup as long as the key. A sweeper that would delete intents while their
-// keys live on is refused, naming intent_retention; the defaults agree.
+// keys live on is refused, naming its Go field MaxAge (CheckRetention, a
+// function of two durations, names the concept: intent_retention); the
+// defaults agree.
 func TestSweeperRetentionHorizons(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -44,15 +46,19 @@ func TestSweeperRetentionHorizons(t *testing.T) {
 		{0, 31 * day, false},
 	} {
 		_, err := outbox.NewSweeper(b.pool, outbox.SweeperConfig{Schema: testdb.Schema(), MaxAge: c.maxAge, KeyRetention: c.keys})
+		checkErr := outbox.CheckRetention(c.maxAge, c.keys)
 		if c.ok {
-			if err != nil {
-				t.Errorf("MaxAge %s, KeyRetention %s: %v", c.maxAge, c.keys, err)
+			if err != nil || checkErr != nil {
+				t.Errorf("MaxAge %s, KeyRetention %s: NewSweeper %v, CheckRetention %v", c.maxAge, c.keys, err, checkErr)
 			}
 			continue
 		}
 		var ve *outbox.ValidationError
-		if !errors.As(err, &ve) || ve.Field != "intent_retention" || !strings.Contains(ve.Message, "key retention") {
-			t.Errorf("MaxAge %s, KeyRetention %s: %v; want a ValidationError naming intent_retention", c.maxAge, c.keys, err)
+		if !errors.As(err, &ve) || ve.Field != "MaxAge" || !strings.Contains(ve.Message, "key retention") {
+			t.Errorf("MaxAge %s, KeyRetention %s: %v; want a ValidationError naming MaxAge", c.maxAge, c.keys, err)
+		}
+		if !errors.As(checkErr, &ve) || ve.Field != "intent_retention" || !strings.Contains(ve.Message, "key retention") {
+			t.Errorf("CheckRetention(%s, %s) = %v; want a ValidationError naming intent_retention", c.maxAge, c.keys, checkErr)
 		}
 	}
 }

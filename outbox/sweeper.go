@@ -3,6 +3,7 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -88,7 +89,7 @@ func (c SweeperConfig) WithDefaults() SweeperConfig {
 
 // Validate checks c, its defaults applied, connecting to nothing. An error
 // is a *ValidationError naming the field (MaxAge, Batch, …; a MaxAge
-// shorter than KeyRetention names intent_retention, see CheckRetention).
+// shorter than KeyRetention names MaxAge, see CheckRetention).
 func (c SweeperConfig) Validate() error { return c.WithDefaults().validate() }
 
 func (c SweeperConfig) validate() error {
@@ -103,7 +104,14 @@ func (c SweeperConfig) validate() error {
 	if _, err := pgschema.Parse(c.Schema); err != nil {
 		return invalidSweeper("Schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
 	}
-	return CheckRetention(c.MaxAge, c.KeyRetention)
+	if err := CheckRetention(c.MaxAge, c.KeyRetention); err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return invalidSweeper("MaxAge", "%s", ve.Message)
+		}
+		return err
+	}
+	return nil
 }
 
 // invalidSweeper is a bad SweeperConfig field: a *ValidationError naming it.
