@@ -3,6 +3,8 @@ package clients_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
@@ -38,30 +40,25 @@ func TestClientBadArguments(t *testing.T) {
 		"renew ttl '10s'":                     "ttl",
 		"release epoch true":                  "epoch",
 	}
-	for _, l := range langs {
-		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
-			cmd := l.cmd(t)
-			pool, dbURL := database(t)
-			const resource = "notes"
-			epoch := num(run(t, cmd, dbURL, "acquire", resource, "w", "60000")["epoch"])
-			got := run(t, cmd, dbURL, "badargs", resource, itoa(epoch))
-			cases, _ := got["cases"].(map[string]any)
-			if len(cases) != len(want) {
-				t.Errorf("the driver ran %d cases, want %d", len(cases), len(want))
+	eachLang(t, func(t *testing.T, _ lang, cmd []string, pool *pgxpool.Pool, dbURL string) {
+		const resource = "notes"
+		epoch := num(run(t, cmd, dbURL, "acquire", resource, "w", "60000")["epoch"])
+		got := run(t, cmd, dbURL, "badargs", resource, itoa(epoch))
+		cases, _ := got["cases"].(map[string]any)
+		if len(cases) != len(want) {
+			t.Errorf("the driver ran %d cases, want %d", len(cases), len(want))
+		}
+		for name, field := range want {
+			c, _ := cases[name].(map[string]any)
+			if c["error"] != "InvalidInputError" || c["field"] != field {
+				t.Errorf("%s: %v; want InvalidInputError naming %s", name, c, field)
 			}
-			for name, field := range want {
-				c, _ := cases[name].(map[string]any)
-				if c["error"] != "InvalidInputError" || c["field"] != field {
-					t.Errorf("%s: %v; want InvalidInputError naming %s", name, c, field)
-				}
-			}
-			if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents`); n != 0 {
-				t.Errorf("%d intents stored by calls refused", n)
-			}
-			if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.epoch_grants WHERE resource_id = $1`, resource); n != 1 {
-				t.Errorf("%d grants of %s, want the first one only", n, resource)
-			}
-		})
-	}
+		}
+		if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents`); n != 0 {
+			t.Errorf("%d intents stored by calls refused", n)
+		}
+		if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.epoch_grants WHERE resource_id = $1`, resource); n != 1 {
+			t.Errorf("%d grants of %s, want the first one only", n, resource)
+		}
+	})
 }

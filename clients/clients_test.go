@@ -17,7 +17,6 @@
 package clients_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/testkit/jsonproc"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/policy"
 )
@@ -103,6 +103,20 @@ func database(t *testing.T) (*pgxpool.Pool, string) {
 	return pool, roleURL(t, dbURL, role)
 }
 
+// eachLang runs test for each client's driver (cmd, the command line that
+// runs l's), in parallel, each on a database of its own: pool as its owner,
+// dbURL the worker role's (database).
+func eachLang(t *testing.T, test func(t *testing.T, l lang, cmd []string, pool *pgxpool.Pool, dbURL string)) {
+	for _, l := range langs {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := l.cmd(t)
+			pool, dbURL := database(t)
+			test(t, l, cmd, pool, dbURL)
+		})
+	}
+}
+
 func roleURL(t *testing.T, dbURL, role string) string {
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -164,79 +178,74 @@ func expectError(t *testing.T, what string, got map[string]any, class string, wa
 // business row and its intent in one transaction with the epoch passed, a
 // retry after a lost response, and each refusal as its typed error.
 func TestClientCalls(t *testing.T) {
-	for _, l := range langs {
-		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
-			cmd := l.cmd(t)
-			pool, dbURL := database(t)
-			const resource = "notes"
+	eachLang(t, func(t *testing.T, l lang, cmd []string, pool *pgxpool.Pool, dbURL string) {
+		const resource = "notes"
 
-			if v := run(t, cmd, dbURL, "version"); v["interface_version"] != float64(1) || v["schema"] != testdb.Schema() {
-				t.Fatalf("version = %v; want interface 1 in schema %s", v, testdb.Schema())
-			}
-			got := run(t, cmd, dbURL, "acquire", resource, "worker-a", "60000")
-			epoch := num(got["epoch"])
-			if epoch < 1 {
-				t.Fatalf("acquire = %v", got)
-			}
-			// Another holder meanwhile: ZF005.
-			expectError(t, "acquire by worker-b", run(t, cmd, dbURL, "acquire", resource, "worker-b", "60000"), "LeaseHeldError",
-				map[string]any{"sqlstate": "ZF005", "holder": "worker-a", "current_epoch": epoch, "resource": resource})
+		if v := run(t, cmd, dbURL, "version"); v["interface_version"] != float64(1) || v["schema"] != testdb.Schema() {
+			t.Fatalf("version = %v; want interface 1 in schema %s", v, testdb.Schema())
+		}
+		got := run(t, cmd, dbURL, "acquire", resource, "worker-a", "60000")
+		epoch := num(got["epoch"])
+		if epoch < 1 {
+			t.Fatalf("acquire = %v", got)
+		}
+		// Another holder meanwhile: ZF005.
+		expectError(t, "acquire by worker-b", run(t, cmd, dbURL, "acquire", resource, "worker-b", "60000"), "LeaseHeldError",
+			map[string]any{"sqlstate": "ZF005", "holder": "worker-a", "current_epoch": epoch, "resource": resource})
 
-			sent := run(t, cmd, dbURL, "send", resource, itoa(epoch), "1", "note-1", note(1))
-			if sent["outcome"] != "created" || sent["status"] != "pending" || num(sent["current_epoch"]) != epoch {
-				t.Fatalf("send = %v; want created, pending, at epoch %d", sent, epoch)
-			}
-			// The response was lost: the worker retries with the same
-			// operation id, and gets the same intent, not a second one.
-			again := run(t, cmd, dbURL, "send", resource, itoa(epoch), "1", "note-1", note(1))
-			if again["outcome"] != "duplicate" || again["intent_id"] != sent["intent_id"] {
-				t.Fatalf("retry = %v; want a duplicate of intent %v", again, sent["intent_id"])
-			}
-			if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-1' AND epoch = $1`, epoch); n != 1 {
-				t.Fatalf("%d intents of note-1 after the retry, want 1", n)
-			}
-			if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id = 1`); n != 1 {
-				t.Fatalf("%d rows of note 1, want 1", n)
-			}
+		sent := run(t, cmd, dbURL, "send", resource, itoa(epoch), "1", "note-1", note(1))
+		if sent["outcome"] != "created" || sent["status"] != "pending" || num(sent["current_epoch"]) != epoch {
+			t.Fatalf("send = %v; want created, pending, at epoch %d", sent, epoch)
+		}
+		// The response was lost: the worker retries with the same
+		// operation id, and gets the same intent, not a second one.
+		again := run(t, cmd, dbURL, "send", resource, itoa(epoch), "1", "note-1", note(1))
+		if again["outcome"] != "duplicate" || again["intent_id"] != sent["intent_id"] {
+			t.Fatalf("retry = %v; want a duplicate of intent %v", again, sent["intent_id"])
+		}
+		if n := testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-1' AND epoch = $1`, epoch); n != 1 {
+			t.Fatalf("%d intents of note-1 after the retry, want 1", n)
+		}
+		if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id = 1`); n != 1 {
+			t.Fatalf("%d rows of note 1, want 1", n)
+		}
 
-			// The same operation id with other content: ZF003.
-			expectError(t, "send with other content", run(t, cmd, dbURL, "send", resource, itoa(epoch), "2", "note-1", note(2)), "ConflictError",
-				map[string]any{"sqlstate": "ZF003", "operation_id": "note-1", "intent_id": sent["intent_id"], "resource": resource})
-			// Bad input: ZF004 naming the field; the row of the transaction is gone too.
-			expectError(t, "send to a bad address", run(t, cmd, dbURL, "send", resource, itoa(epoch), "3", "note-3",
-				`{"to":"not an address","from":"notes@example.com","subject":"s","text":"t"}`), "InvalidInputError",
-				map[string]any{"sqlstate": "ZF004", "field": "payload.to[0]"})
-			if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id IN (2, 3)`); n != 0 {
-				t.Fatalf("refused enqueues left %d rows of their transactions", n)
-			}
+		// The same operation id with other content: ZF003.
+		expectError(t, "send with other content", run(t, cmd, dbURL, "send", resource, itoa(epoch), "2", "note-1", note(2)), "ConflictError",
+			map[string]any{"sqlstate": "ZF003", "operation_id": "note-1", "intent_id": sent["intent_id"], "resource": resource})
+		// Bad input: ZF004 naming the field; the row of the transaction is gone too.
+		expectError(t, "send to a bad address", run(t, cmd, dbURL, "send", resource, itoa(epoch), "3", "note-3",
+			`{"to":"not an address","from":"notes@example.com","subject":"s","text":"t"}`), "InvalidInputError",
+			map[string]any{"sqlstate": "ZF004", "field": "payload.to[0]"})
+		if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id IN (2, 3)`); n != 0 {
+			t.Fatalf("refused enqueues left %d rows of their transactions", n)
+		}
 
-			// Renew keeps the epoch; release frees the lease; the next
-			// grant is a new epoch, and the old one is fenced out.
-			if r := run(t, cmd, dbURL, "renew", resource, "worker-a", itoa(epoch), "60000"); r["expires_at"] == nil {
-				t.Fatalf("renew = %v", r)
-			}
-			if r := run(t, cmd, dbURL, "release", resource, "worker-a", itoa(epoch)); r["released"] != true {
-				t.Fatalf("release = %v", r)
-			}
-			next := num(run(t, cmd, dbURL, "acquire", resource, "worker-b", "60000")["epoch"])
-			if next <= epoch {
-				t.Fatalf("acquire after release: epoch %d, want above %d", next, epoch)
-			}
-			expectError(t, "send with the old epoch", run(t, cmd, dbURL, "send", resource, itoa(epoch), "4", "note-4", note(4)), "StaleEpochError",
-				map[string]any{"sqlstate": "ZF002", "supplied_epoch": epoch, "current_epoch": next, "resource": resource, "cause_is_" + causeKey(l.name): true})
-			expectError(t, "renew of the old epoch", run(t, cmd, dbURL, "renew", resource, "worker-a", itoa(epoch), "60000"), "StaleEpochError",
-				map[string]any{"sqlstate": "ZF002", "supplied_epoch": epoch, "current_epoch": next})
-			if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id = 4`) +
-				testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-4'`); n != 0 {
-				t.Fatalf("a fenced-out worker's transaction left %d rows", n)
-			}
-			// The retry of the first send still finds its intent.
-			if late := run(t, cmd, dbURL, "send", resource, itoa(epoch), "1", "note-1", note(1)); late["outcome"] != "duplicate" || late["intent_id"] != sent["intent_id"] {
-				t.Fatalf("retry after the takeover = %v; want a duplicate of intent %v", late, sent["intent_id"])
-			}
-		})
-	}
+		// Renew keeps the epoch; release frees the lease; the next
+		// grant is a new epoch, and the old one is fenced out.
+		if r := run(t, cmd, dbURL, "renew", resource, "worker-a", itoa(epoch), "60000"); r["expires_at"] == nil {
+			t.Fatalf("renew = %v", r)
+		}
+		if r := run(t, cmd, dbURL, "release", resource, "worker-a", itoa(epoch)); r["released"] != true {
+			t.Fatalf("release = %v", r)
+		}
+		next := num(run(t, cmd, dbURL, "acquire", resource, "worker-b", "60000")["epoch"])
+		if next <= epoch {
+			t.Fatalf("acquire after release: epoch %d, want above %d", next, epoch)
+		}
+		expectError(t, "send with the old epoch", run(t, cmd, dbURL, "send", resource, itoa(epoch), "4", "note-4", note(4)), "StaleEpochError",
+			map[string]any{"sqlstate": "ZF002", "supplied_epoch": epoch, "current_epoch": next, "resource": resource, "cause_is_" + causeKey(l.name): true})
+		expectError(t, "renew of the old epoch", run(t, cmd, dbURL, "renew", resource, "worker-a", itoa(epoch), "60000"), "StaleEpochError",
+			map[string]any{"sqlstate": "ZF002", "supplied_epoch": epoch, "current_epoch": next})
+		if n := testdb.Int(t, pool, `SELECT count(*) FROM client_notes WHERE id = 4`) +
+			testdb.Int(t, pool, `SELECT count(*) FROM fencegate.intents WHERE operation_id = 'note-4'`); n != 0 {
+			t.Fatalf("a fenced-out worker's transaction left %d rows", n)
+		}
+		// The retry of the first send still finds its intent.
+		if late := run(t, cmd, dbURL, "send", resource, itoa(epoch), "1", "note-1", note(1)); late["outcome"] != "duplicate" || late["intent_id"] != sent["intent_id"] {
+			t.Fatalf("retry after the takeover = %v; want a duplicate of intent %v", late, sent["intent_id"])
+		}
+	})
 }
 
 func causeKey(lang string) string {
@@ -249,49 +258,44 @@ func causeKey(lang string) string {
 // ZF006 and ZF007 under a rule set, and InterfaceVersionError for a schema
 // without fencegate and for another interface version.
 func TestClientRefusals(t *testing.T) {
-	for _, l := range langs {
-		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
-			cmd := l.cmd(t)
-			ctx := context.Background()
-			pool, dbURL := database(t)
-			reports := testdb.Role(t, pool, "fg_reports_", testdb.WorkerGrants()...)
-			doc, err := policy.Parse([]byte(fmt.Sprintf(`{"principals": [
-				{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"], "sql_roles": [%q]}]}`, reports)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := policy.Apply(ctx, pool, testdb.Schema(), doc); err != nil {
-				t.Fatal(err)
-			}
-			reportsURL := roleURL(t, dbURL, reports)
-			if got := run(t, cmd, reportsURL, "acquire", "reports/daily", "w", "60000"); num(got["epoch"]) < 1 {
-				t.Fatalf("acquire reports/daily as the reports principal = %v", got)
-			}
-			expectError(t, "acquire outside the principal's resources", run(t, cmd, reportsURL, "acquire", "billing", "w", "60000"), "ForbiddenError",
-				map[string]any{"sqlstate": "ZF007", "field": "resource", "principal": "reports", "resource": "billing"})
-			role := mustURL(t, dbURL).User.Username()
-			expectError(t, "acquire by a role mapped to no principal", run(t, cmd, dbURL, "acquire", "reports/daily", "w", "60000"), "NoPrincipalError",
-				map[string]any{"sqlstate": "ZF006", "field": "role", "role": role})
+	eachLang(t, func(t *testing.T, _ lang, cmd []string, pool *pgxpool.Pool, dbURL string) {
+		ctx := context.Background()
+		reports := testdb.Role(t, pool, "fg_reports_", testdb.WorkerGrants()...)
+		doc, err := policy.Parse([]byte(fmt.Sprintf(`{"principals": [
+			{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"], "sql_roles": [%q]}]}`, reports)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := policy.Apply(ctx, pool, testdb.Schema(), doc); err != nil {
+			t.Fatal(err)
+		}
+		reportsURL := roleURL(t, dbURL, reports)
+		if got := run(t, cmd, reportsURL, "acquire", "reports/daily", "w", "60000"); num(got["epoch"]) < 1 {
+			t.Fatalf("acquire reports/daily as the reports principal = %v", got)
+		}
+		expectError(t, "acquire outside the principal's resources", run(t, cmd, reportsURL, "acquire", "billing", "w", "60000"), "ForbiddenError",
+			map[string]any{"sqlstate": "ZF007", "field": "resource", "principal": "reports", "resource": "billing"})
+		role := mustURL(t, dbURL).User.Username()
+		expectError(t, "acquire by a role mapped to no principal", run(t, cmd, dbURL, "acquire", "reports/daily", "w", "60000"), "NoPrincipalError",
+			map[string]any{"sqlstate": "ZF006", "field": "role", "role": role})
 
-			// A schema without fencegate, and another interface version.
-			c := exec.Command(cmd[0], append(cmd[1:], "version")...)
-			c.Env = append(env(dbURL), "GATEWAY_SCHEMA=nosuch")
-			b, err := c.Output()
-			if err != nil {
-				t.Fatalf("version in schema nosuch: %v %s", err, b)
-			}
-			var missing map[string]any
-			if err := json.Unmarshal(b, &missing); err != nil {
-				t.Fatalf("%s: %v", b, err)
-			}
-			expectError(t, "version in schema nosuch", missing, "InterfaceVersionError", map[string]any{"schema": "nosuch", "wanted": 1, "found": nil})
-			if _, err := pool.Exec(ctx, testdb.SQL(`CREATE OR REPLACE FUNCTION fencegate.interface_version() RETURNS int LANGUAGE sql AS 'SELECT 2'`)); err != nil {
-				t.Fatal(err)
-			}
-			expectError(t, "version 2", run(t, cmd, dbURL, "version"), "InterfaceVersionError", map[string]any{"wanted": 1, "found": 2})
-		})
-	}
+		// A schema without fencegate, and another interface version.
+		c := exec.Command(cmd[0], append(cmd[1:], "version")...)
+		c.Env = append(env(dbURL), "GATEWAY_SCHEMA=nosuch")
+		b, err := c.Output()
+		if err != nil {
+			t.Fatalf("version in schema nosuch: %v %s", err, b)
+		}
+		var missing map[string]any
+		if err := json.Unmarshal(b, &missing); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		expectError(t, "version in schema nosuch", missing, "InterfaceVersionError", map[string]any{"schema": "nosuch", "wanted": 1, "found": nil})
+		if _, err := pool.Exec(ctx, testdb.SQL(`CREATE OR REPLACE FUNCTION fencegate.interface_version() RETURNS int LANGUAGE sql AS 'SELECT 2'`)); err != nil {
+			t.Fatal(err)
+		}
+		expectError(t, "version 2", run(t, cmd, dbURL, "version"), "InterfaceVersionError", map[string]any{"wanted": 1, "found": 2})
+	})
 }
 
 func mustURL(t *testing.T, s string) *url.URL {
@@ -320,22 +324,10 @@ func mustURL(t *testing.T, s string) *url.URL {
 // fails. The driver reports its wall clock, and the test checks the step
 // took effect, so this is never vacuous.
 func TestKeeperAfterPause(t *testing.T) {
-	type variant struct {
-		lang  lang
-		extra []string
-	}
-	variants := []struct {
-		name string
-		v    variant
-	}{
-		{"python", variant{langs[0], nil}},
-		{"python-asyncio", variant{langs[0], []string{"async"}}},
-		{"typescript", variant{langs[1], nil}},
-	}
-	for _, vc := range variants {
-		t.Run(vc.name, func(t *testing.T) {
+	for _, v := range keeperVariants {
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			pausedWorker(t, vc.v.lang.cmd(t), vc.v.extra)
+			pausedWorker(t, langs[v.lang].cmd(t), v.extra)
 		})
 	}
 }
@@ -356,54 +348,9 @@ func pausedWorker(t *testing.T, cmd []string, extra []string) {
 	c := exec.Command(cmd[0], append(append(cmd[1:], "hold", resource, "worker-a", "2000"), extra...)...)
 	c.Env = append(env(dbURL), "LD_PRELOAD="+lib, "FAKETIME_TIMESTAMP_FILE="+clockFile,
 		"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
-	stdin, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{}) // closed when Wait returns, with waitErr
-	var waitErr error
-	lines := make(chan map[string]any, 4)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var m map[string]any
-			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-				m = map[string]any{"unparsable": sc.Text()}
-			}
-			lines <- m
-		}
-		close(lines)
-	}()
-	go func() { waitErr = c.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = c.Process.Signal(syscall.SIGCONT)
-		_ = c.Process.Kill()
-		<-exited
-	})
-	next := func(what string) map[string]any {
-		t.Helper()
-		select {
-		case m, ok := <-lines:
-			if !ok {
-				t.Fatalf("the worker ended before %s; stderr: %s", what, stderr.String())
-			}
-			return m
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no %s from the worker in 30 s; stderr: %s", what, stderr.String())
-		}
-		return nil
-	}
+	worker := jsonproc.Start(t, "the worker", c)
 
-	held := next("held")
+	held := worker.Next("held", 30*time.Second)
 	epoch := num(held["epoch"])
 	if held["event"] != "held" || epoch < 1 {
 		t.Fatalf("the worker printed %v, want held", held)
@@ -421,9 +368,7 @@ func pausedWorker(t *testing.T, cmd []string, extra []string) {
 	first, _ := expiry()
 	poll(t, "a renewal by the keeper", 5*time.Second, func() bool { at, _ := expiry(); return at.After(first) })
 
-	if err := c.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	worker.Signal(syscall.SIGSTOP)
 	stoppedAt := time.Now()
 	// PostgreSQL lets the lease expire; worker B takes it over.
 	poll(t, "the stopped worker's lease to expire", 10*time.Second, func() bool { _, live := expiry(); return !live })
@@ -438,13 +383,9 @@ func pausedWorker(t *testing.T, cmd []string, extra []string) {
 	if err := os.WriteFile(clockFile, []byte(fmt.Sprintf("-%.3f\n", paused.Seconds()+1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stdin.Write([]byte("check\n")); err != nil {
-		t.Fatal(err)
-	}
-	got := next("the check after the pause")
+	worker.Signal(syscall.SIGCONT)
+	worker.Send("check")
+	got := worker.Next("the check after the pause", 30*time.Second)
 	wallAdvance := got["wall"].(float64) - held["wall"].(float64)
 	t.Logf("stopped %.2fs (TTL 2s); the worker's wall clock advanced %.2fs from held to check; its keeper renewed %v times; after: %v",
 		paused.Seconds(), wallAdvance, got["renewals"], got)
@@ -465,14 +406,9 @@ func pausedWorker(t *testing.T, cmd []string, extra []string) {
 		t.Errorf("the fenced-out worker's late write left %d rows", n)
 	}
 	// It ends when its input does, leaving worker-b's lease alone.
-	_ = stdin.Close()
-	select {
-	case <-exited:
-		if waitErr != nil {
-			t.Errorf("the worker exited: %v; stderr: %s", waitErr, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("the worker did not exit after its input closed; stderr: %s", stderr.String())
+	worker.CloseInput()
+	if err := worker.Wait(30 * time.Second); err != nil {
+		t.Errorf("after its input closed: %v; stderr: %s", err, worker.Stderr())
 	}
 	var holder string
 	if err := pool.QueryRow(ctx, testdb.SQL(`SELECT holder FROM fencegate.resources WHERE resource_id = $1 AND epoch = $2`), resource, takeover).Scan(&holder); err != nil || holder != "worker-b" {

@@ -1,11 +1,7 @@
 package clients_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net"
 	"net/url"
 	"os/exec"
@@ -16,68 +12,53 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/testkit/jsonproc"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
-// keeperVariants are the Keepers the driver's keeper command runs.
-var keeperVariants = []struct {
+// keeperVariant is a Keeper the driver's keeper command runs.
+type keeperVariant struct {
 	name  string
 	lang  int // index in langs
 	extra []string
-}{
+}
+
+var keeperVariants = []keeperVariant{
 	{"python", 0, nil},
 	{"python-asyncio", 0, []string{"async"}},
 	{"typescript", 1, nil},
 }
 
-// keeperProc is the driver's keeper command: a Keeper whose connections
-// carry application_name fencegate-keeper, driven by lines on its input.
-type keeperProc struct {
-	t      *testing.T
-	stdin  io.WriteCloser
-	lines  chan map[string]any
-	stderr *bytes.Buffer
-	mu     sync.Mutex
+// keeperResource is the resource the keepers of eachKeeper hold.
+const keeperResource = "notes"
+
+// eachKeeper runs test for each Keeper variant, in parallel, each on a
+// database of its own (pool, as its owner) with a keeper (TTL ttlMs)
+// holding keeperResource.
+func eachKeeper(t *testing.T, ttlMs int, test func(t *testing.T, pool *pgxpool.Pool, p *jsonproc.Proc)) {
+	for _, v := range keeperVariants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			pool, dbURL := database(t)
+			test(t, pool, startKeeper(t, v, dbURL, "", keeperResource, ttlMs))
+		})
+	}
 }
 
-func startKeeper(t *testing.T, cmd []string, dbURL, keeperURL, resource string, ttlMs int, extra []string) *keeperProc {
+// startKeeper runs v's driver's keeper command: a Keeper of resource whose
+// connections (to keeperURL, else dbURL) carry application_name
+// fencegate-keeper, driven by lines on its input. It returns once the
+// Keeper holds the lease.
+func startKeeper(t *testing.T, v keeperVariant, dbURL, keeperURL, resource string, ttlMs int) *jsonproc.Proc {
 	t.Helper()
-	c := exec.Command(cmd[0], append(append(cmd[1:], "keeper", resource, "worker-a", itoa(int64(ttlMs))), extra...)...)
+	cmd := langs[v.lang].cmd(t)
+	c := exec.Command(cmd[0], append(append(cmd[1:], "keeper", resource, "worker-a", itoa(int64(ttlMs))), v.extra...)...)
 	c.Env = env(dbURL)
 	if keeperURL != "" {
 		c.Env = append(c.Env, "KEEPER_DATABASE_URL="+keeperURL)
 	}
-	stdin, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &keeperProc{t: t, stdin: stdin, lines: make(chan map[string]any, 16), stderr: &bytes.Buffer{}}
-	c.Stderr = p.stderr
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var m map[string]any
-			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-				m = map[string]any{"unparsable": sc.Text()}
-			}
-			p.lines <- m
-		}
-		close(p.lines)
-	}()
-	go func() { _ = c.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = c.Process.Kill()
-		<-exited
-	})
-	if held := p.next("held", 30*time.Second); held["event"] != "held" {
+	p := jsonproc.Start(t, "the driver", c)
+	if held := p.Next("held", 30*time.Second); held["event"] != "held" {
 		t.Fatalf("the driver printed %v, want held", held)
 	}
 	return p
@@ -99,25 +80,18 @@ func renewed(t *testing.T, pool *pgxpool.Pool, resource, what string, d time.Dur
 	return last
 }
 
-func (p *keeperProc) send(line string) {
-	p.t.Helper()
-	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
-		p.t.Fatalf("writing %q to the driver: %v (stderr %s)", line, err, p.stderr.String())
+// released reads the keeper's answer to a release, which must be ok, and
+// checks that nobody holds keeperResource after it: released, not left to
+// expire.
+func released(t *testing.T, pool *pgxpool.Pool, p *jsonproc.Proc, what string) {
+	t.Helper()
+	if r := p.Next("the release", 20*time.Second); r["ok"] != true {
+		t.Errorf("release %s: %v", what, r)
 	}
-}
-
-func (p *keeperProc) next(what string, within time.Duration) map[string]any {
-	p.t.Helper()
-	select {
-	case m, ok := <-p.lines:
-		if !ok {
-			p.t.Fatalf("the driver ended before %s; stderr: %s", what, p.stderr.String())
-		}
-		return m
-	case <-time.After(within):
-		p.t.Fatalf("no %s from the driver within %s; stderr: %s", what, within, p.stderr.String())
+	var holder *string
+	if err := pool.QueryRow(context.Background(), testdb.SQL(`SELECT holder FROM fencegate.resources WHERE resource_id = $1`), keeperResource).Scan(&holder); err != nil || holder != nil {
+		t.Errorf("after the release %s the resource is held by %v (%v); want nobody (released, not left to expire)", what, holder, err)
 	}
-	return nil
 }
 
 // A Keeper's connection lost while idle (pg_terminate_backend: a restart,
@@ -126,36 +100,23 @@ func (p *keeperProc) next(what string, within time.Duration) map[string]any {
 // Keeper had no 'error' listener on its connections, so node-postgres's
 // 'error' event ended the process at once.
 func TestKeeperAfterConnectionLoss(t *testing.T) {
-	for _, v := range keeperVariants {
-		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool, dbURL := database(t)
-			const resource = "notes"
-			p := startKeeper(t, langs[v.lang].cmd(t), dbURL, "", resource, 1500, v.extra)
-			renewed(t, pool, resource, "a renewal by the keeper", 5*time.Second)
-			var n int
-			if err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE application_name = 'fencegate-keeper' AND datname = current_database()`).Scan(&n); err != nil || n == 0 {
-				t.Fatalf("terminating the keeper's connection: %d, %v", n, err)
-			}
-			// The next renewal, on a new connection.
-			renewed(t, pool, resource, "a renewal after the connection was lost", 5*time.Second)
-			p.send("check")
-			got := p.next("the check after the loss", 10*time.Second)
-			if got["still_valid"] != true || got["reason"] != nil {
-				t.Errorf("after its connection was lost and a renewal on a new one, the keeper says %v; want still valid", got)
-			}
-			p.send("release")
-			if r := p.next("the release", 20*time.Second); r["ok"] != true {
-				t.Errorf("release after the reconnect: %v", r)
-			}
-			var holder *string
-			if err := pool.QueryRow(ctx, testdb.SQL(`SELECT holder FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&holder); err != nil || holder != nil {
-				t.Errorf("after release the resource is held by %v (%v); want nobody", holder, err)
-			}
-		})
-	}
+	eachKeeper(t, 1500, func(t *testing.T, pool *pgxpool.Pool, p *jsonproc.Proc) {
+		renewed(t, pool, keeperResource, "a renewal by the keeper", 5*time.Second)
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = 'fencegate-keeper' AND datname = current_database()`).Scan(&n); err != nil || n == 0 {
+			t.Fatalf("terminating the keeper's connection: %d, %v", n, err)
+		}
+		// The next renewal, on a new connection.
+		renewed(t, pool, keeperResource, "a renewal after the connection was lost", 5*time.Second)
+		p.Send("check")
+		got := p.Next("the check after the loss", 10*time.Second)
+		if got["still_valid"] != true || got["reason"] != nil {
+			t.Errorf("after its connection was lost and a renewal on a new one, the keeper says %v; want still valid", got)
+		}
+		p.Send("release")
+		released(t, pool, p, "after the reconnect")
+	})
 }
 
 // release while a renewal waits on the resource's control row (held FOR
@@ -165,45 +126,32 @@ func TestKeeperAfterConnectionLoss(t *testing.T) {
 // failed ("another command is already in progress") and the lease stayed
 // held until its TTL.
 func TestKeeperReleaseDuringRenewal(t *testing.T) {
-	for _, v := range keeperVariants {
-		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool, dbURL := database(t)
-			const resource = "notes"
-			p := startKeeper(t, langs[v.lang].cmd(t), dbURL, "", resource, 3000, v.extra)
-			tx, err := pool.Begin(ctx)
-			if err != nil {
+	eachKeeper(t, 3000, func(t *testing.T, pool *pgxpool.Pool, p *jsonproc.Proc) {
+		ctx := context.Background()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = $1 FOR UPDATE`), keeperResource); err != nil {
+			t.Fatal(err)
+		}
+		// The renewal due 1 s after the grant waits on the row.
+		poll(t, "the keeper's renewal waiting on the row", 5*time.Second, func() bool {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fencegate-keeper'
+				AND datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			defer func() { _ = tx.Rollback(ctx) }()
-			if _, err := tx.Exec(ctx, testdb.SQL(`SELECT 1 FROM fencegate.resources WHERE resource_id = $1 FOR UPDATE`), resource); err != nil {
-				t.Fatal(err)
-			}
-			// The renewal due 1 s after the grant waits on the row.
-			poll(t, "the keeper's renewal waiting on the row", 5*time.Second, func() bool {
-				var n int
-				if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fencegate-keeper'
-					AND datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n > 0
-			})
-			p.send("release")
-			time.Sleep(300 * time.Millisecond)
-			if err := tx.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			r := p.next("the release", 20*time.Second)
-			if r["ok"] != true {
-				t.Errorf("release during a renewal: %v", r)
-			}
-			var holder *string
-			if err := pool.QueryRow(ctx, testdb.SQL(`SELECT holder FROM fencegate.resources WHERE resource_id = $1`), resource).Scan(&holder); err != nil || holder != nil {
-				t.Errorf("after release the resource is held by %v (%v); want nobody (released, not left to expire)", holder, err)
-			}
+			return n > 0
 		})
-	}
+		p.Send("release")
+		time.Sleep(300 * time.Millisecond)
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		released(t, pool, p, "during a renewal")
+	})
 }
 
 // frozenProxy forwards TCP connections to a PostgreSQL server until
@@ -302,20 +250,19 @@ func TestKeeperReleaseBounded(t *testing.T) {
 				}
 				proxy := newFrozenProxy(t, u.Host)
 				u.Host = proxy.ln.Addr().String()
-				const resource = "notes"
-				p := startKeeper(t, langs[v.lang].cmd(t), dbURL, u.String(), resource, 2000, v.extra)
-				renewed(t, pool, resource, "a renewal by the keeper", 5*time.Second)
+				p := startKeeper(t, v, dbURL, u.String(), keeperResource, 2000)
+				renewed(t, pool, keeperResource, "a renewal by the keeper", 5*time.Second)
 				proxy.freeze(true)
 				if lostFirst {
 					time.Sleep(2500 * time.Millisecond)
-					p.send("check")
-					if got := p.next("the check", 10*time.Second); got["still_valid"] != false || got["reason"] != "expired" {
+					p.Send("check")
+					if got := p.Next("the check", 10*time.Second); got["still_valid"] != false || got["reason"] != "expired" {
 						t.Fatalf("with the database silent past the TTL the keeper says %v; want lost, expired", got)
 					}
 				}
-				p.send("release")
+				p.Send("release")
 				start := time.Now()
-				r := p.next("the release", 25*time.Second)
+				r := p.Next("the release", 25*time.Second)
 				took := time.Since(start)
 				t.Logf("release with the database silent: %v after %s", r, took.Round(time.Millisecond))
 				if took > 14*time.Second {

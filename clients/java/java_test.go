@@ -17,13 +17,10 @@
 package java_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -38,8 +35,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/internal/testkit/jsonproc"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
-	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/policy"
 )
 
@@ -236,49 +233,6 @@ func runJUnit(t *testing.T, tl tools, classes string, env []string) {
 	}
 }
 
-// lines reads a process's JSON lines.
-type lines struct {
-	ch  chan string
-	err chan error
-}
-
-func readLines(r io.Reader) *lines {
-	l := &lines{ch: make(chan string, 16), err: make(chan error, 1)}
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			l.ch <- sc.Text()
-		}
-		l.err <- cmpErr(sc.Err(), io.EOF)
-	}()
-	return l
-}
-
-func cmpErr(err, dflt error) error {
-	if err != nil {
-		return err
-	}
-	return dflt
-}
-
-// next decodes the next line, which must come within d.
-func (l *lines) next(t *testing.T, d time.Duration, stderr *toolbin.SyncBuffer) map[string]any {
-	t.Helper()
-	select {
-	case s := <-l.ch:
-		var m map[string]any
-		if err := json.Unmarshal([]byte(s), &m); err != nil {
-			t.Fatalf("the worker printed %q, not a JSON object: %v\nstderr: %s", s, err, stderr)
-		}
-		return m
-	case err := <-l.err:
-		t.Fatalf("the worker's output ended: %v\nstderr: %s", err, stderr)
-	case <-time.After(d):
-		t.Fatalf("no line from the worker within %s\nstderr: %s", d, stderr)
-	}
-	return nil
-}
-
 func num(t *testing.T, m map[string]any, key string) int64 {
 	t.Helper()
 	f, ok := m[key].(float64)
@@ -309,30 +263,11 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 		resource, "worker-a", strconv.FormatInt(ttl.Milliseconds(), 10))
 	cmd.Env = append(env, "LD_PRELOAD="+tl.faketime, "FAKETIME_TIMESTAMP_FILE="+offset,
 		"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &toolbin.SyncBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		// A stopped JVM still dies of SIGKILL; then wait for it.
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	out := readLines(stdout)
+	// A stopped JVM still dies of the cleanup's SIGKILL.
+	worker := jsonproc.Start(t, "the worker", cmd)
 
 	// 1. It holds the lease, and wrote invoice 1001 and its email with the epoch.
-	holding := out.next(t, time.Minute, stderr)
+	holding := worker.Next("the holding line", time.Minute)
 	epochA := num(t, holding, "epoch")
 	if holding["state"] != "holding" || holding["outcome"] != "CREATED" || holding["still_valid"] != true {
 		t.Fatalf("first line %v; want holding, CREATED, still_valid", holding)
@@ -341,9 +276,7 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 	// 2. Paused past its TTL; meanwhile the wall clock it sees steps back
 	// an hour (as NTP or an operator might), and worker-b takes over once
 	// the database says the lease expired.
-	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	worker.Signal(syscall.SIGSTOP)
 	paused := time.Now()
 	if err := os.WriteFile(offset, []byte("-3600s\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -382,13 +315,9 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 	}
 
 	// 3. Resumed: its keeper must distrust the lease at once.
-	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(stdin, "resume\n"); err != nil {
-		t.Fatal(err)
-	}
-	resumed := out.next(t, 30*time.Second, stderr)
+	worker.Signal(syscall.SIGCONT)
+	worker.Send("resume")
+	resumed := worker.Next("the line after the resume", 30*time.Second)
 	if num(t, resumed, "wall_ms") >= num(t, holding, "wall_ms") {
 		t.Fatalf("the worker's wall clock did not step back (%v, then %v): libfaketime is not in effect, and the test would not tell the clocks apart",
 			holding["wall_ms"], resumed["wall_ms"])
@@ -404,21 +333,15 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wrote := out.next(t, 30*time.Second, stderr)
+	wrote := worker.Next("the stale write's line", 30*time.Second)
 	done, _ := wrote["done"].(string)
 	if wrote["exception"] != "StaleEpochException" || wrote["sqlstate"] != "ZF002" ||
 		num(t, wrote, "supplied_epoch") != epochA || num(t, wrote, "current_epoch") != epochB ||
 		!strings.HasPrefix(done, "LeaseLostException: ") {
 		t.Fatalf("the stale write gave %v; want StaleEpochException ZF002, supplied %d, current %d, and the keeper done with LeaseLostException", wrote, epochA, epochB)
 	}
-	select {
-	case err := <-exited:
-		exited <- err // for the cleanup
-		if err != nil {
-			t.Fatalf("the worker: %v\nstderr: %s", err, stderr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the worker did not exit\nstderr: %s", stderr)
+	if err := worker.Wait(30 * time.Second); err != nil {
+		t.Fatalf("the worker: %v\nstderr: %s", err, worker.Stderr())
 	}
 	checks := []struct {
 		query string
