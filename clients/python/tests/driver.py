@@ -95,6 +95,20 @@ def note_payload(note_id):
     return {"to": "alice@example.com", "from": "notes@example.com", "subject": f"note {note_id}", "text": "written"}
 
 
+def checked(fg, resource, keeper, n, valid, cancelled, wall):
+    """The hold command's answer to its nth check: what the Keeper said
+    (valid read at once, at wall; cancelled, its cancellation signal), and
+    the write a worker paused right after its check would make: the fence
+    refuses it, whatever the Keeper says."""
+    report = {"event": "checked", "still_valid": valid, "cancelled": cancelled, "reason": keeper.reason,
+              "wall": wall, "renewals": keeper.renewals}
+    try:
+        report["write"] = send(fg, resource, keeper.epoch, 900 + n, f"late-{n}", note_payload(900 + n))
+    except REFUSALS as e:
+        report["write"] = error_json(e)
+    return report
+
+
 def hold(resource, holder, ttl_ms):
     fg = connect()
     with fencegate.hold(URL, resource, holder, ttl_ms / 1000, schema=SCHEMA) as keeper:
@@ -111,15 +125,7 @@ def hold(resource, holder, ttl_ms):
             # is set within moments of the resumption.
             signalled = keeper.cancelled.wait(5)
             n += 1
-            report = {"event": "checked", "still_valid": valid, "cancelled": signalled, "reason": keeper.reason,
-                      "wall": wall, "renewals": keeper.renewals}
-            # The write a worker paused right after its check would make:
-            # the fence refuses it, whatever the Keeper says.
-            try:
-                report["write"] = send(fg, resource, keeper.epoch, 900 + n, f"late-{n}", note_payload(900 + n))
-            except REFUSALS as e:
-                report["write"] = error_json(e)
-            out(report)
+            out(checked(fg, resource, keeper, n, valid, signalled, wall))
 
 
 async def hold_async(resource, holder, ttl_ms):
@@ -142,13 +148,7 @@ async def hold_async(resource, holder, ttl_ms):
             except asyncio.TimeoutError:
                 pass
             n += 1
-            report = {"event": "checked", "still_valid": valid, "cancelled": keeper.cancelled.is_set(),
-                      "reason": keeper.reason, "wall": wall, "renewals": keeper.renewals}
-            try:
-                report["write"] = send(fg, resource, keeper.epoch, 900 + n, f"late-{n}", note_payload(900 + n))
-            except REFUSALS as e:
-                report["write"] = error_json(e)
-            out(report)
+            out(checked(fg, resource, keeper, n, valid, keeper.cancelled.is_set(), wall))
 
 
 def keeper_conninfo():
@@ -208,34 +208,31 @@ async def keeper_lines_async(resource, holder, ttl_ms):
             return
 
 
-def context(resource, operation_id, fail):
+class BlockFailed(Exception):
+    """What the context command's block raises when asked to."""
+
+
+def context_block(o, lease, r, fail):
+    """The end of the context command's block: what it did, in o, then the
+    raise it was asked for."""
+    o.update(epoch=lease.epoch, outcome=r.outcome)
+    if fail:
+        raise BlockFailed("the block failed")
+
+
+def context(resource, operation_id, fail, o):
     """An acquire and an enqueue inside `with fencegate.connect(...)`, in the
     connection's own transaction (no `conn.transaction()`)."""
-    o = {}
-    try:
-        with fencegate.connect(URL, schema=SCHEMA) as fg:
-            lease = fg.acquire(resource, "ctx", 60)
-            r = fg.enqueue(resource, lease.epoch, operation_id, "email", note_payload(1))
-            o = {"epoch": lease.epoch, "outcome": r.outcome}
-            if fail:
-                raise RuntimeError("the block failed")
-    except RuntimeError as e:
-        o["raised"] = str(e)
-    return o
+    with fencegate.connect(URL, schema=SCHEMA) as fg:
+        lease = fg.acquire(resource, "ctx", 60)
+        context_block(o, lease, fg.enqueue(resource, lease.epoch, operation_id, "email", note_payload(1)), fail)
 
 
-async def context_async(resource, operation_id, fail):
-    o = {}
-    try:
-        async with await fencegate.connect_async(URL, schema=SCHEMA) as fg:
-            lease = await fg.acquire(resource, "ctx", 60)
-            r = await fg.enqueue(resource, lease.epoch, operation_id, "email", note_payload(1))
-            o = {"epoch": lease.epoch, "outcome": r.outcome}
-            if fail:
-                raise RuntimeError("the block failed")
-    except RuntimeError as e:
-        o["raised"] = str(e)
-    return o
+async def context_async(resource, operation_id, fail, o):
+    """The same inside `async with await fencegate.connect_async(...)`."""
+    async with await fencegate.connect_async(URL, schema=SCHEMA) as fg:
+        lease = await fg.acquire(resource, "ctx", 60)
+        context_block(o, lease, await fg.enqueue(resource, lease.epoch, operation_id, "email", note_payload(1)), fail)
 
 
 def badargs(resource, epoch):
@@ -278,26 +275,34 @@ def badargs(resource, epoch):
     return {"cases": o}
 
 
+# The commands RESOURCE HOLDER TTL_MS [async] that hold a lease with a
+# Keeper: the function of each, and of each its asyncio form.
+KEEPER_COMMANDS = {"hold": (hold, hold_async), "keeper": (keeper_lines, keeper_lines_async)}
+
+
 def main(argv):
     cmd = argv[0]
-    if cmd == "keeper":
+    if cmd in KEEPER_COMMANDS:
+        run_sync, run_async = KEEPER_COMMANDS[cmd]
+        args = (argv[1], argv[2], int(argv[3]))
         if len(argv) > 4 and argv[4] == "async":
-            asyncio.run(keeper_lines_async(argv[1], argv[2], int(argv[3])))
+            asyncio.run(run_async(*args))
         else:
-            keeper_lines(argv[1], argv[2], int(argv[3]))
+            run_sync(*args)
         return
     if cmd == "context":
-        fail, use_async = "raise" in argv[3:], "async" in argv[3:]
-        out(asyncio.run(context_async(argv[1], argv[2], fail)) if use_async else context(argv[1], argv[2], fail))
+        fail, o = "raise" in argv[3:], {}
+        try:
+            if "async" in argv[3:]:
+                asyncio.run(context_async(argv[1], argv[2], fail, o))
+            else:
+                context(argv[1], argv[2], fail, o)
+        except BlockFailed as e:
+            o["raised"] = str(e)
+        out(o)
         return
     if cmd == "badargs":
         out(badargs(argv[1], int(argv[2])))
-        return
-    if cmd == "hold":
-        if len(argv) > 4 and argv[4] == "async":
-            asyncio.run(hold_async(argv[1], argv[2], int(argv[3])))
-        else:
-            hold(argv[1], argv[2], int(argv[3]))
         return
     try:
         fg = connect()

@@ -56,6 +56,39 @@ public class KeeperTest {
         }
     }
 
+    /**
+     * A database that stops answering: after the first {@code answered}
+     * calls (the worker's connections), every call hangs until {@link
+     * #thaw} (or {@code limit}), as a connection to a silent server does.
+     */
+    private static final class SilentSource implements ConnectionSource {
+        final AtomicInteger calls = new AtomicInteger();
+        private final CountDownLatch thawed = new CountDownLatch(1);
+        private final int answered;
+        private final Duration limit;
+
+        SilentSource(int answered, Duration limit) {
+            this.answered = answered;
+            this.limit = limit;
+        }
+
+        @Override
+        public Connection get() throws SQLException {
+            if (calls.incrementAndGet() > answered) {
+                try {
+                    thawed.await(limit.toMillis(), TimeUnit.MILLISECONDS);
+                } catch (InterruptedException e) {
+                    throw new SQLException("interrupted", e);
+                }
+            }
+            return conn();
+        }
+
+        void thaw() {
+            thawed.countDown();
+        }
+    }
+
     @Test
     public void aBadConfigurationGrantsNothing() throws Exception {
         Fencegate fg = client();
@@ -180,19 +213,9 @@ public class KeeperTest {
     public void trustEndsOnTimeWhileARenewalHangs() throws Exception {
         Fencegate fg = client();
         String r = TestEnv.resource("keeper");
-        CountDownLatch hung = new CountDownLatch(1);
-        AtomicInteger calls = new AtomicInteger();
+        SilentSource db = new SilentSource(1, Duration.ofSeconds(30)); // the acquire passes; every renewal hangs
         long start = System.nanoTime();
-        Keeper k = Keeper.hold(fg, () -> {
-            if (calls.incrementAndGet() > 1) { // the acquire passes; every renewal hangs
-                try {
-                    hung.await(30, TimeUnit.SECONDS);
-                } catch (InterruptedException e) {
-                    throw new SQLException("interrupted", e);
-                }
-            }
-            return conn();
-        }, r, "worker-a", KeeperConfig.of(Duration.ofSeconds(1)));
+        Keeper k = Keeper.hold(fg, db, r, "worker-a", KeeperConfig.of(Duration.ofSeconds(1)));
         // The renewal is due 333 ms after the grant, the deadline at 900 ms:
         // 567 ms of slack for the renewal thread to start on a loaded machine.
         try {
@@ -201,9 +224,9 @@ public class KeeperTest {
             assertTrue(String.valueOf(why), why instanceof LeaseLostException);
             assertTrue("lost after " + took / 1_000_000 + " ms, before TTL - margin (900 ms)", took >= TimeUnit.MILLISECONDS.toNanos(900));
             assertFalse(k.stillValid());
-            assertEquals(2, calls.get());
+            assertEquals(2, db.calls.get());
         } finally {
-            hung.countDown();
+            db.thaw();
             k.close();
         }
     }
@@ -273,22 +296,15 @@ public class KeeperTest {
             l = fg.acquire(c, r, "worker-a", Duration.ofSeconds(1));
             c.commit();
         }
-        CountDownLatch hung = new CountDownLatch(1);
-        Keeper k = Keeper.keep(fg, () -> {
-            try {
-                hung.await(30, TimeUnit.SECONDS); // renewals get no answer: trust is the clock's alone
-            } catch (InterruptedException e) {
-                throw new SQLException("interrupted", e);
-            }
-            return conn();
-        }, l, clock.get(), KeeperConfig.of(Duration.ofSeconds(10)).withClock(clock::get));
+        SilentSource db = new SilentSource(0, Duration.ofSeconds(30)); // renewals get no answer: trust is the clock's alone
+        Keeper k = Keeper.keep(fg, db, l, clock.get(), KeeperConfig.of(Duration.ofSeconds(10)).withClock(clock::get));
         try {
             clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(890));
             assertTrue(k.stillValid());
             clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(20));
             assertFalse("trusted past the lease it was given (1 s) as if it were the keeper's (10 s)", k.stillValid());
         } finally {
-            hung.countDown();
+            db.thaw();
             k.close();
         }
         Lease made = new Lease(r, "worker-a", l.epoch(), l.expiresAt(), null);
@@ -356,18 +372,8 @@ public class KeeperTest {
     public void releaseHasABoundWhenTheDatabaseStopsAnswering() throws Exception {
         Fencegate fg = client();
         String r = TestEnv.resource("keeper");
-        CountDownLatch hung = new CountDownLatch(1);
-        AtomicInteger calls = new AtomicInteger();
-        Keeper k = Keeper.hold(fg, () -> {
-            if (calls.incrementAndGet() > 1) { // the acquire passes; then no answer
-                try {
-                    hung.await(60, TimeUnit.SECONDS);
-                } catch (InterruptedException e) {
-                    throw new SQLException("interrupted", e);
-                }
-            }
-            return conn();
-        }, r, "worker-a", KeeperConfig.of(Duration.ofSeconds(1)));
+        SilentSource db = new SilentSource(1, Duration.ofSeconds(60)); // the acquire passes; then no answer
+        Keeper k = Keeper.hold(fg, db, r, "worker-a", KeeperConfig.of(Duration.ofSeconds(1)));
         try {
             assertTrue(k.done().get(10, TimeUnit.SECONDS) instanceof LeaseLostException);
             long start = System.nanoTime();
@@ -375,7 +381,7 @@ public class KeeperTest {
             long took = System.nanoTime() - start;
             assertTrue("release took " + took / 1_000_000 + " ms, past its bound (10 s)", took < TimeUnit.SECONDS.toNanos(12));
         } finally {
-            hung.countDown();
+            db.thaw();
         }
     }
 
