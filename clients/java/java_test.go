@@ -248,7 +248,13 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 	ctx := context.Background()
 	const (
 		resource = "invoices-paused"
-		ttl      = 3 * time.Second
+		// The worker's first write (a JVM's first JDBC statements) must end
+		// inside the keeper's trust window (ttl minus the margin): its
+		// renewals wait on the resource's row while that transaction is
+		// open. 3 s was too little on a loaded machine (a clean run saw
+		// still_valid false on the first line); the pause below waits about
+		// a ttl for the lease to expire.
+		ttl = 6 * time.Second
 	)
 	// The wall clock the worker's JVM sees: libfaketime reads this file at
 	// every clock_gettime(CLOCK_REALTIME) (FAKETIME_NO_CACHE), and leaves
@@ -270,8 +276,9 @@ func pausedWorker(t *testing.T, tl tools, classes string, env []string, pool *pg
 	holding := worker.Next("the holding line", time.Minute)
 	epochA := num(t, holding, "epoch")
 	if holding["state"] != "holding" || holding["outcome"] != "CREATED" || holding["still_valid"] != true {
-		t.Fatalf("first line %v; want holding, CREATED, still_valid", holding)
+		t.Fatalf("first line %v; want holding, CREATED, still_valid (first_write_ms: how long from the keeper's hold to the end of the first write, against a trust window of %s less the margin)", holding, ttl)
 	}
+	t.Logf("the worker's first write ended %v ms after its keeper's hold (ttl %s)", holding["first_write_ms"], ttl)
 
 	// 2. Paused past its TTL; meanwhile the wall clock it sees steps back
 	// an hour (as NTP or an operator might), and worker-b takes over once

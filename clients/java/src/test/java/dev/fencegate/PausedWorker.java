@@ -42,11 +42,12 @@ public final class PausedWorker {
             Fencegate fg = Fencegate.connect(conn, TestEnv.schema());
             conn.commit();
             // The keeper renews on connections of its own, as from a pool.
+            long holdStart = System.nanoTime();
             try (Keeper keeper = Keeper.hold(fg, () -> DriverManager.getConnection(url), resource, holder, KeeperConfig.of(ttl))) {
                 long epoch = keeper.epoch();
                 EnqueueResult first = send(conn, fg, resource, epoch, 1001);
                 print("state", "holding", "epoch", epoch, "outcome", first.outcome().toString(), "still_valid", keeper.stillValid(),
-                        "wall_ms", System.currentTimeMillis());
+                        "first_write_ms", (System.nanoTime() - holdStart) / 1_000_000, "wall_ms", System.currentTimeMillis());
 
                 BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
                 if (in.readLine() == null) {
