@@ -68,6 +68,34 @@ func TestPolicyApplyShow(t *testing.T) {
 	}
 }
 
+// gateway policy apply works in every query mode, the PgBouncer ones (exec,
+// simple_protocol) included: the rule set's JSON columns are sent as text.
+// They were sent as bytes, which those modes encode as bytea, and jsonb
+// refused them: exit 1, "invalid input syntax for type json".
+func TestPolicyApplyInEveryQueryMode(t *testing.T) {
+	t.Parallel()
+	doc := filepath.Join(t.TempDir(), "rules.json")
+	if err := os.WriteFile(doc, []byte(`{"principals": [{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"]}],
+		"destinations": {"email": {"senders": ["reports@example.com"]}, "webhook": {"hosts": ["hooks.example.com"]}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"cache_statement", "cache_describe", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			db := testdb.NewURL(t)
+			expectCode(t, gw(t, db, "migrate"), 0, "")
+			r := gw(t, db, "policy", "apply", "--database-query-mode", mode, doc)
+			expectCode(t, r, 0, "")
+			r = gw(t, db, "policy", "show", "--database-query-mode", mode)
+			expectCode(t, r, 0, "")
+			d, _ := r.obj["document"].(map[string]any)
+			if dests, _ := d["destinations"].(map[string]any); r.obj["version"] != 1.0 || len(dests) != 2 {
+				t.Fatalf("policy show: %s; want version 1 with two destinations", r.stdout)
+			}
+		})
+	}
+}
+
 // ceoMail is a mail from a sender the test's rule set does not allow.
 const ceoMail = `{"to":"alice@example.com","from":"ceo@example.com","subject":"s","text":"t"}`
 

@@ -436,7 +436,10 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (
 			if err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.destination_policies (kind, rules) VALUES ($1, $2)`), kind, b); err != nil {
+			// As text, not []byte: in the exec and simple_protocol query
+			// modes (PgBouncer's) pgx sends a []byte as bytea, which jsonb
+			// refuses.
+			if _, err := tx.Exec(ctx, s.SQL(`INSERT INTO fencegate.destination_policies (kind, rules) VALUES ($1, $2)`), kind, string(b)); err != nil {
 				return err
 			}
 		}
@@ -452,7 +455,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (
 			}
 		}
 		return tx.QueryRow(ctx, s.SQL(`INSERT INTO fencegate.policy_history (applied_by, document) VALUES (session_user, $1) RETURNING version`),
-			doc).Scan(&version)
+			string(doc)).Scan(&version)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("policy: apply: %w", err)
