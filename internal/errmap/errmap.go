@@ -250,6 +250,13 @@ func Map(err error) *Error {
 		return &Error{Code: Forbidden, Message: err.Error(), Field: forb.Field, Extra: map[string]any{"principal": forb.Principal}}
 	case errors.Is(err, lease.ErrStandby):
 		return New(Unavailable, OneLine(err.Error()))
+	case readOnly(err):
+		// Nothing was written. A connection checked once for a primary
+		// can reach a standby later behind a pooler (or the server is
+		// set read-only); the write can succeed once it reaches the
+		// primary again, so it is the dependency that is down.
+		return New(Unavailable, "the database refused a write as read-only (a standby, or default_transaction_read_only): "+
+			OneLine(err.Error()))
 	case errors.Is(err, fenceerr.ErrNotFound):
 		return New(NotFound, err.Error())
 	case DatabaseUnavailable(err) || errors.Is(err, nats.ErrNoServers):
@@ -292,6 +299,13 @@ func DatabaseUnavailable(err error) bool {
 	// pgconn marks the errors that happened before anything reached the
 	// server (a closed or busy connection, a failed receive).
 	return pgconn.SafeToRetry(err)
+}
+
+// readOnly reports whether err is PostgreSQL refusing a write in a
+// read-only transaction (SQLSTATE 25006).
+func readOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
 }
 
 // OneLine joins s's lines and runs of blanks into one line.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/fencegate/fencegate/admin"
@@ -144,6 +145,15 @@ func TestMapRealErrors(t *testing.T) {
 	_, terminated := victim.Exec(ctx, `SELECT 1`)
 	_, afterTerminated := victim.Exec(ctx, `SELECT 1`)
 	victim.Release()
+	// A write refused as read-only (25006), as a standby (or a server with
+	// default_transaction_read_only) refuses it; behind a pooler, a
+	// connection checked once may reach a standby later.
+	rocfg := pool.Config().Copy()
+	rocfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	ropool, err := pgxpool.NewWithConfig(ctx, rocfg)
+	must(err)
+	defer ropool.Close()
+	_, readOnly := coretest.Outbox(t, ropool).Enqueue(ctx, emailIntent("r", b.Epoch, "read-only", emailPayload))
 
 	// authority_changed: a database restored from an older backup (its
 	// recorded timeline is ahead of its own), in a database of its own.
@@ -194,6 +204,7 @@ func TestMapRealErrors(t *testing.T) {
 		{"connection refused", refused, errmap.Unavailable, 1, 503, "", nil},
 		{"deadline passed", deadline, errmap.Unavailable, 1, 503, "", nil},
 		{"standby", fmt.Errorf("lease: acquire: %w", lease.ErrStandby), errmap.Unavailable, 1, 503, "", nil},
+		{"outbox enqueue, read-only", readOnly, errmap.Unavailable, 1, 503, "", nil},
 		{"connection terminated", terminated, errmap.Unavailable, 1, 503, "", nil},
 		{"connection used after it was terminated", afterTerminated, errmap.Unavailable, 1, 503, "", nil},
 		{"no NATS", natsDown, errmap.Unavailable, 1, 503, "", nil},
