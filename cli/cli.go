@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -309,8 +310,10 @@ func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*
 
 // connectDirect opens a pool of maxConns on --database-direct-url, with
 // pgx's default query mode (it is PostgreSQL itself), or returns nil
-// when no direct URL is given.
-func (a *app) connectDirect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+// when no direct URL is given. sameAs, when not nil, is the pool on
+// --database-url: the direct URL must reach the same database, or what
+// goes there (LISTEN, migrate) would act on another one.
+func (a *app) connectDirect(ctx context.Context, maxConns int32, sameAs *pgxpool.Pool) (*pgxpool.Pool, error) {
 	if a.dbDirectURL == nil || *a.dbDirectURL == "" {
 		return nil, nil
 	}
@@ -318,7 +321,49 @@ func (a *app) connectDirect(ctx context.Context, maxConns int32) (*pgxpool.Pool,
 	if err != nil {
 		return nil, badInput("database_direct_url", "cannot parse --database-direct-url: "+redactErr(err))
 	}
-	return a.open(ctx, cfg, *a.dbDirectURL, maxConns)
+	direct, err := a.open(ctx, cfg, *a.dbDirectURL, maxConns)
+	if err != nil || sameAs == nil {
+		return direct, err
+	}
+	if err := sameDatabase(ctx, direct, sameAs); err != nil {
+		direct.Close()
+		return nil, err
+	}
+	return direct, nil
+}
+
+// sameDatabase checks that direct and pooled reach one database: the same
+// current_database() and, where the role may read it, the same cluster
+// (pg_control_system's system identifier). Through a pooler both answers
+// are the server's own, whatever name the pooler gives the database.
+func sameDatabase(ctx context.Context, direct, pooled *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	identity := func(p *pgxpool.Pool) (db, sysid string, err error) {
+		if err := p.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+			return "", "", err
+		}
+		// A role without pg_monitor (or superuser) may not read it: the
+		// database's name is then all that is compared.
+		var id int64
+		if err := p.QueryRow(ctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&id); err == nil {
+			sysid = strconv.FormatInt(id, 10)
+		}
+		return db, sysid, nil
+	}
+	ddb, dsys, err := identity(direct)
+	if err != nil {
+		return unavailable("database at --database-direct-url: " + oneLine(err.Error()))
+	}
+	pdb, psys, err := identity(pooled)
+	if err != nil {
+		return unavailable("database at --database-url: " + oneLine(err.Error()))
+	}
+	if ddb != pdb || (dsys != "" && psys != "" && dsys != psys) {
+		return badInput("database_direct_url", fmt.Sprintf("--database-direct-url reaches database %q (cluster %s) and --database-url %q (cluster %s): "+
+			"the direct URL must name the same database, PostgreSQL itself behind the pooler", ddb, cmp.Or(dsys, "unknown"), pdb, cmp.Or(psys, "unknown")))
+	}
+	return nil
 }
 
 // open opens a pool from cfg (parsed from dbURL) and checks it reaches a
@@ -408,10 +453,10 @@ func transactionPooled(pool *pgxpool.Pool) bool {
 }
 
 // listenPool is the pool the command LISTENs on: --database-direct-url's
-// (opened here, with one connection), nil when there is none. The caller
-// closes it.
-func (a *app) listenPool(ctx context.Context) (*pgxpool.Pool, error) {
-	return a.connectDirect(ctx, 2)
+// (opened here, with one connection, checked to reach pool's database),
+// nil when there is none. The caller closes it.
+func (a *app) listenPool(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Pool, error) {
+	return a.connectDirect(ctx, 2, pool)
 }
 
 // withOperator connects to the database for an operator's command (ls,

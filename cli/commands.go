@@ -408,9 +408,18 @@ func cmdEnqueue(ctx context.Context, a *app, args []string) int {
 // for their session, so behind a pooler in transaction mode they go to
 // --database-direct-url, and without one they are refused.
 func (a *app) migrationPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
-	direct, err := a.connectDirect(ctx, 0)
-	if err != nil || direct != nil {
-		return direct, err
+	if a.dbDirectURL != nil && *a.dbDirectURL != "" {
+		var pooled *pgxpool.Pool
+		if dbURL != "" {
+			// The direct URL must reach the database --database-url names.
+			p, err := a.connectSized(ctx, dbURL, 1)
+			if err != nil {
+				return nil, err
+			}
+			defer p.Close()
+			pooled = p
+		}
+		return a.connectDirect(ctx, 0, pooled)
 	}
 	mode, err := a.queryMode()
 	if err != nil {
@@ -476,7 +485,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) int {
 	if *wait > 0 {
 		// Behind a pooler in transaction mode, Wait LISTENs on
 		// --database-direct-url or re-reads every second.
-		listen, err := a.listenPool(ctx)
+		listen, err := a.listenPool(ctx, pool)
 		if err != nil {
 			return a.fail(err)
 		}

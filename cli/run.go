@@ -300,7 +300,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	// relay's, the intake's outcome waiter's) go to --database-direct-url,
 	// or nothing LISTENs and both poll (gateway.Config.TransactionPooler).
 	cfg.TransactionPooler = transactionPooled(pool)
-	listen, err := a.listenPool(ctx)
+	listen, err := a.listenPool(ctx, pool)
 	if err != nil {
 		return a.fail(err)
 	}
