@@ -28,9 +28,10 @@ func (s *Gateway) serveAdmin(cfg Config, log *slog.Logger, reg *prometheus.Regis
 
 		TLSCertFile: cfg.AdminTLSCert, TLSKeyFile: cfg.AdminTLSKey, InsecureHTTP: cfg.AdminInsecureHTTP,
 	}
-	// One readiness for the process: the admin address's /readyz is the
-	// metrics address's (probe.go), every part this process runs.
-	acfg.Ready = http.HandlerFunc(s.readyz)
+	// One readiness for the process: the admin address's /readyz checks
+	// what the metrics address's does (probe.go), every part this process
+	// runs, without the errors' text.
+	acfg.Ready = http.HandlerFunc(s.adminReadyz)
 	srv, err := admin.New(acfg)
 	var tlsErr *admin.TLSError
 	if errors.As(err, &tlsErr) {

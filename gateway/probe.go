@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,19 @@ func (s *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 // and adapter:<kind> per adapter (the runtime running and its durable
 // consumer present). A part still starting is "starting" (503).
 func (s *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	s.writeReadiness(w, r, true)
+}
+
+// adminReadyz is readyz for the admin address, which answers it without a
+// token and may face other networks (an ingress): the same checks, but a
+// failed one says only "unavailable", never the error behind it (a
+// PostgreSQL error names the host, port, user and database). The metrics
+// address, loopback or firewalled, keeps the detail.
+func (s *Gateway) adminReadyz(w http.ResponseWriter, r *http.Request) {
+	s.writeReadiness(w, r, false)
+}
+
+func (s *Gateway) writeReadiness(w http.ResponseWriter, r *http.Request, detail bool) {
 	s.mu.Lock()
 	d, rt, consumers := s.dispatcher, s.runtime, s.consumers
 	started := s.startDone
@@ -112,6 +126,13 @@ func (s *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	code, status := http.StatusOK, "ready"
 	if !ok {
 		code, status = http.StatusServiceUnavailable, "unavailable"
+	}
+	if !detail {
+		for name, v := range checks {
+			if strings.HasPrefix(v, "unavailable") {
+				checks[name] = "unavailable"
+			}
+		}
 	}
 	writeProbe(w, code, map[string]any{"status": status, "checks": checks})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,25 @@ func TestProbesOnTheMetricsAddress(t *testing.T) {
 	}
 	if h := getProbe(t, worker.MetricsAddr(), "/healthz"); h.code != http.StatusOK {
 		t.Fatalf("/healthz with NATS down = %d, want 200 (alive)", h.code)
+	}
+	// The admin address (no token, maybe behind an ingress) says which
+	// check failed, not the error behind it; the metrics address does.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		p = getProbe(t, relay.MetricsAddr(), "/readyz")
+		if p.code == http.StatusServiceUnavailable && strings.HasPrefix(p.Checks["nats"], "unavailable: ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay /readyz still %d %+v with NATS down, want 503 naming nats with its state", p.code, p)
+		}
+	}
+	a := getProbe(t, relay.AdminAddr(), "/readyz")
+	if a.code != http.StatusServiceUnavailable || a.Status != "unavailable" || a.Checks["nats"] != "unavailable" {
+		t.Fatalf("admin /readyz with NATS down = %d %+v, want 503 naming nats", a.code, a)
+	}
+	for name, v := range a.Checks {
+		if strings.Contains(v, ":") {
+			t.Errorf("admin /readyz check %s = %q: the error's text on the admin address", name, v)
+		}
 	}
 }
