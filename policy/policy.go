@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/durable"
 	"github.com/fencegate/fencegate/internal/pgschema"
 )
 
@@ -418,7 +419,10 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string, d Document) (
 		return 0, err
 	}
 	var version int64
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	// A rule set decides authority: committed durably whatever the
+	// session's synchronous_commit (behind a pooler the session setting of
+	// durable.ConfigurePool may be on another server connection).
+	err = durable.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// One applier at a time: two applies racing would interleave their
 		// deletes and inserts, and the history's order must be the order
 		// in which rule sets took effect.

@@ -586,3 +586,46 @@ func TestNilPoolRefused(t *testing.T) {
 	coretest.Refused(t, map[string]func() error{"pool": func() error { _, err := policy.Apply(ctx, nil, testdb.Schema(), d); return err }})
 	coretest.Refused(t, map[string]func() error{"pool": func() error { _, _, err := policy.Current(ctx, nil, testdb.Schema()); return err }})
 }
+
+// A rule set decides authority, so Apply commits it durably whatever the
+// session's synchronous_commit: here a pool whose sessions run with it off
+// (no gateway pool's session setting), and a trigger that records the
+// setting in force inside Apply's transaction. It ran with the session's
+// (off), durable behind a pooler only by luck of the server connection.
+func TestApplyIsDurable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base := testdb.New(t)
+	if _, err := base.Exec(ctx, testdb.SQL(`
+		CREATE TABLE public.commit_settings (setting text);
+		CREATE FUNCTION public.record_commit_setting() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO public.commit_settings VALUES (current_setting('synchronous_commit'));
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER record_commit_setting BEFORE INSERT ON fencegate.policy_history
+			FOR EACH ROW EXECUTE FUNCTION public.record_commit_setting();`)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := base.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := policy.Parse([]byte(`{"principals":[{"name":"reports","role":"worker","resources":["reports/*"],"kinds":["email"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Apply(ctx, pool, testdb.Schema(), d); err != nil {
+		t.Fatal(err)
+	}
+	var setting string
+	if err := base.QueryRow(ctx, `SELECT setting FROM public.commit_settings`).Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if setting != "on" && setting != "remote_write" && setting != "remote_apply" {
+		t.Fatalf("Apply committed with synchronous_commit = %s, want on (or stronger)", setting)
+	}
+}
