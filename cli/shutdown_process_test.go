@@ -185,5 +185,24 @@ func TestRunPostgresOutageIsLoggedOnce(t *testing.T) {
 	if !strings.Contains(log, `msg="adapters: recording works again"`) {
 		t.Errorf("no line saying recording works again:\n%s", log)
 	}
+	// The relay's two loops, claiming and LISTENing, say it once each
+	// too, and then that they work again (after their backoff's wait,
+	// which may end after the intents settled): they warned at every
+	// retry of their backoff (11 lines each in 10 s).
+	for _, loop := range []struct{ failed, again string }{
+		{"dispatcher: relay failed; backing off", "dispatcher: relaying works again"},
+		{"dispatcher: listen failed; polling meanwhile", "dispatcher: listening again"},
+	} {
+		pollUntil(t, 45*time.Second, loop.again, func() (bool, string) {
+			log = p.stderr.String()
+			return strings.Contains(log, `level=INFO msg="`+loop.again+`"`), log
+		})
+		if n := strings.Count(log, `level=WARN msg="`+loop.failed); n != 1 {
+			t.Errorf("%d warnings %q during one outage, want 1", n, loop.failed)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the log:\n%s", log)
+	}
 	p.stop(t)
 }

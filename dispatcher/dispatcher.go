@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,6 +65,11 @@ type Dispatcher struct {
 	// claim loop backs off before claiming again.
 	failed      atomic.Bool
 	streamReady atomic.Bool
+	// listenLog: the LISTEN loop's outage, said once (listenLoop, listen).
+	listenLog struct {
+		mu sync.Mutex
+		outageLog
+	}
 	// configured: ensureStream succeeded once, so the stream has this
 	// dispatcher's configuration (replicas, duplicate window).
 	configured atomic.Bool
@@ -326,6 +333,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, batches chan<- *batch) {
 		// for the poll fallback.
 		var after int64
 		var fromZero time.Time
+		var relayLog outageLog
 		for ctx.Err() == nil {
 			if time.Since(lastBacklog) >= d.cfg.BacklogInterval {
 				d.sampleBacklog(ctx)
@@ -345,12 +353,15 @@ func (d *Dispatcher) claimLoop(ctx context.Context, batches chan<- *batch) {
 				after = 0
 				wait := bo.NextBackOff()
 				if ctx.Err() == nil {
-					d.log.Warn("dispatcher: relay failed; backing off", "error", err, "backoff", wait)
+					d.log.Log(ctx, relayLog.failed(err), "dispatcher: relay failed; backing off", "error", err, "backoff", wait)
 				}
 				if !sleep(ctx, wait) {
 					return
 				}
 				continue
+			}
+			if relayLog.recovered() {
+				d.log.Info("dispatcher: relaying works again")
 			}
 			bo.Reset()
 			if n < d.cfg.BatchSize {
@@ -714,7 +725,10 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 			return
 		}
 		wait := bo.NextBackOff()
-		d.log.Warn("dispatcher: listen failed; polling meanwhile", "error", err, "backoff", wait)
+		d.listenLog.mu.Lock()
+		level := d.listenLog.failed(err)
+		d.listenLog.mu.Unlock()
+		d.log.Log(ctx, level, "dispatcher: listen failed; polling meanwhile", "error", err, "backoff", wait)
 		if !sleep(ctx, wait) {
 			return
 		}
@@ -743,6 +757,12 @@ func (d *Dispatcher) listen(ctx context.Context, bo backoff.BackOff) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	bo.Reset()
+	d.listenLog.mu.Lock()
+	again := d.listenLog.recovered()
+	d.listenLog.mu.Unlock()
+	if again {
+		d.log.Info("dispatcher: listening again")
+	}
 	// Notifications sent while we were not listening are lost: look once.
 	d.poke()
 	for {
@@ -763,4 +783,44 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// outageLog is a retrying loop's log level: its first failure, and a
+// failure of another kind than the last, at WARN; the retries of the same
+// failure at DEBUG; recovered reports the first success after a failure,
+// to be said at INFO. An outage of PostgreSQL or NATS is then a few lines,
+// not one per retry of the backoff.
+type outageLog struct {
+	failing bool
+	kind    string
+}
+
+func (o *outageLog) failed(err error) slog.Level {
+	k := failureKind(err)
+	level := slog.LevelDebug
+	if !o.failing || k != o.kind {
+		level = slog.LevelWarn
+	}
+	o.failing, o.kind = true, k
+	return level
+}
+
+func (o *outageLog) recovered() bool {
+	was := o.failing
+	o.failing, o.kind = false, ""
+	return was
+}
+
+// failureKind tells failures apart for outageLog: a server's refusal by
+// its SQLSTATE, failed publishes, and anything else (the server or the
+// network away) as one kind.
+func failureKind(err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, errPublish):
+		return "publish"
+	case errors.As(err, &pgErr) && !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57"):
+		return "sqlstate " + pgErr.Code
+	}
+	return "unreachable"
 }
