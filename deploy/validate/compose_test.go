@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -31,7 +32,10 @@ type composeService struct {
 	DependsOn   map[string]struct {
 		Condition string `json:"condition"`
 	} `json:"depends_on"`
-	Healthcheck *struct {
+	// StopGracePeriod: how long compose waits after SIGTERM before it
+	// kills the container ("" is compose's default, dockerDefaultStopGrace).
+	StopGracePeriod string `json:"stop_grace_period"`
+	Healthcheck     *struct {
 		Test        []string `json:"test"`
 		Interval    string   `json:"interval"`
 		Timeout     string   `json:"timeout"`
@@ -40,9 +44,15 @@ type composeService struct {
 	} `json:"healthcheck"`
 }
 
+// dockerDefaultStopGrace is compose's stop_grace_period when none is given.
+const dockerDefaultStopGrace = 10 * time.Second
+
 // deploy/compose.yaml: every GATEWAY_* variable of a service running the
 // gateway image is a gateway run flag's, and the gateway service's command
-// line runs with its environment (--print-config); its healthcheck is
+// line runs with its environment (--print-config); a service running
+// gateway run has a stop_grace_period above its stop bound (checkStopGrace:
+// compose's default, 10 s, killed an execution the gateway gave 60 s); its
+// healthcheck is
 // gateway probe on the metrics address's /healthz; the file adapter's root
 // is on a named volume; email goes to the Mailpit service, at the version
 // the tests run.
@@ -84,6 +94,17 @@ func TestComposeFile(t *testing.T) {
 			continue
 		}
 		vars += checkGatewayEnv(t, "service "+name, byEnv, s.Command, s.Environment)
+		if s.Command[0] == "run" {
+			grace := dockerDefaultStopGrace
+			if s.StopGracePeriod != "" {
+				if grace, err = time.ParseDuration(s.StopGracePeriod); err != nil {
+					t.Errorf("service %s: stop_grace_period %q: %v", name, s.StopGracePeriod, err)
+					continue
+				}
+			}
+			bound := checkStopGrace(t, "service "+name, s.Command, s.Environment, grace, "stop_grace_period")
+			t.Logf("service %s: stop_grace_period %v, stop bound %v", name, grace, bound)
+		}
 	}
 	if gateways != 2 || vars == 0 {
 		t.Fatalf("%d services run the gateway image (want migrate and gateway), %d GATEWAY_* variables", gateways, vars)

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -563,7 +564,9 @@ func checkServiceMonitor(t *testing.T, b *base, m *monitoringv1.ServiceMonitor) 
 // Every gateway container's command line and environment (its ConfigMaps
 // and Secrets, placeholders in) are ones the gateway built from this tree
 // accepts: each GATEWAY_* variable is a gateway run flag's, and gateway run
-// --print-config with them exits 0 and shows each variable's value.
+// --print-config with them exits 0 and shows each variable's value. Each
+// gateway run pod's terminationGracePeriodSeconds covers its stop bound
+// (checkStopGrace).
 func TestKubernetesGatewayFlags(t *testing.T) {
 	t.Parallel()
 	b := render(t)
@@ -593,6 +596,15 @@ func TestKubernetesGatewayFlags(t *testing.T) {
 				continue
 			}
 			vars += checkGatewayEnv(t, w.name, byEnv, c.Args, env)
+			if c.Args[0] == "run" {
+				// Kubernetes' default grace is 30 s.
+				grace := 30 * time.Second
+				if g := w.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+					grace = time.Duration(*g) * time.Second
+				}
+				bound := checkStopGrace(t, w.name, c.Args, env, grace, "terminationGracePeriodSeconds")
+				t.Logf("%s: terminationGracePeriodSeconds %v, stop bound %v", w.name, grace, bound)
+			}
 		}
 	}
 	t.Logf("%d gateway containers, %d GATEWAY_* variables checked", containers, vars)

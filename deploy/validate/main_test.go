@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // repoRoot is the fencegate tree this module sits in.
@@ -153,4 +154,61 @@ func flagValue(args []string, flag string) string {
 		}
 	}
 	return ""
+}
+
+// gateway run's stop bounds (cli/run.go, stopBound): how long a stop waits
+// for its components before it gives up and exits 1, abandoning the
+// executions still in flight (their outcomes unrecorded, their keys owned
+// until --idempotency-lock-timeout).
+const (
+	stopTimeout           = 30 * time.Second // a relay alone
+	stopRecordMargin      = 30 * time.Second // with adapters: --execute-timeout + this
+	defaultExecuteTimeout = 30 * time.Second // executor.DefaultExecuteTimeout, for --execute-timeout 0
+	// stopGraceMargin is what a grace period (compose's stop_grace_period,
+	// Kubernetes' terminationGracePeriodSeconds) must leave beyond the
+	// bound before the SIGKILL: the process names what it abandons, then
+	// exits.
+	stopGraceMargin = 10 * time.Second
+)
+
+// stopBound is the bound of a `gateway run` whose configuration, as
+// --print-config prints it, is cfg.
+func stopBound(cfg map[string]string) (time.Duration, error) {
+	adapters := false
+	for a := range strings.SplitSeq(cfg["adapters"], ",") {
+		adapters = adapters || strings.TrimSpace(a) != ""
+	}
+	if !adapters {
+		return stopTimeout, nil
+	}
+	et, err := time.ParseDuration(cfg["execute-timeout"])
+	if err != nil {
+		return 0, fmt.Errorf("--execute-timeout %q: %v", cfg["execute-timeout"], err)
+	}
+	if et <= 0 {
+		et = defaultExecuteTimeout
+	}
+	return max(stopTimeout, et+stopRecordMargin), nil
+}
+
+// checkStopGrace checks that grace, the time a container runtime gives
+// the `gateway run` of args and env between SIGTERM and SIGKILL, covers
+// its stop bound with stopGraceMargin to spare. It returns the bound.
+func checkStopGrace(t *testing.T, where string, args []string, env map[string]string, grace time.Duration, graceName string) time.Duration {
+	t.Helper()
+	cfg, err := printConfig(args, env)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+		return 0
+	}
+	bound, err := stopBound(cfg)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+		return 0
+	}
+	if grace < bound+stopGraceMargin {
+		t.Errorf("%s: %s %v: the process may take %v to stop (--adapters %q, --execute-timeout %s), want at least %v: the runtime kills an execution still in flight, its outcome unrecorded",
+			where, graceName, grace, bound, cfg["adapters"], cfg["execute-timeout"], bound+stopGraceMargin)
+	}
+	return bound
 }
