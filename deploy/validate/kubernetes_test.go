@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -42,7 +43,7 @@ var update = flag.Bool("update", false, "rewrite deploy/kubernetes/prometheusrul
 func newScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, policyv1.AddToScheme, monitoringv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme, monitoringv1.AddToScheme} {
 		if err := add(s); err != nil {
 			t.Fatal(err)
 		}
@@ -199,6 +200,7 @@ type base struct {
 	pdbs        []*policyv1.PodDisruptionBudget
 	monitors    []*monitoringv1.ServiceMonitor
 	rules       []*monitoringv1.PrometheusRule
+	policies    []*networkingv1.NetworkPolicy
 	secrets     map[string]*corev1.Secret
 	configMaps  map[string]*corev1.ConfigMap
 	pvcs        map[string]*corev1.PersistentVolumeClaim
@@ -262,6 +264,8 @@ func render(t *testing.T) *base {
 			b.monitors = append(b.monitors, o)
 		case *monitoringv1.PrometheusRule:
 			b.rules = append(b.rules, o)
+		case *networkingv1.NetworkPolicy:
+			b.policies = append(b.policies, o)
 		case *corev1.Secret:
 			b.secrets[o.Name] = o
 		case *corev1.ConfigMap:
@@ -575,22 +579,7 @@ func TestKubernetesGatewayFlags(t *testing.T) {
 	for _, w := range b.workloads() {
 		for _, c := range w.pod.Spec.Containers {
 			containers++
-			env := map[string]string{}
-			for _, ef := range c.EnvFrom {
-				if ef.ConfigMapRef != nil && b.configMaps[ef.ConfigMapRef.Name] != nil {
-					for k, v := range b.configMaps[ef.ConfigMapRef.Name].Data {
-						env[k] = v
-					}
-				}
-			}
-			for _, e := range c.Env {
-				switch {
-				case e.ValueFrom == nil:
-					env[e.Name] = e.Value
-				case e.ValueFrom.SecretKeyRef != nil && b.secrets[e.ValueFrom.SecretKeyRef.Name] != nil:
-					env[e.Name] = b.secrets[e.ValueFrom.SecretKeyRef.Name].StringData[e.ValueFrom.SecretKeyRef.Key]
-				}
-			}
+			env := containerEnv(b, c)
 			if len(c.Command) > 0 || len(c.Args) == 0 {
 				t.Errorf("%s: command %q args %q: want the image's entrypoint with a gateway command line", w.name, c.Command, c.Args)
 				continue
@@ -611,6 +600,28 @@ func TestKubernetesGatewayFlags(t *testing.T) {
 	if containers == 0 || vars == 0 {
 		t.Fatal("nothing checked")
 	}
+}
+
+// containerEnv is a container's environment: its ConfigMaps' data and its
+// variables, those from a Secret with the base's placeholder values.
+func containerEnv(b *base, c corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil && b.configMaps[ef.ConfigMapRef.Name] != nil {
+			for k, v := range b.configMaps[ef.ConfigMapRef.Name].Data {
+				env[k] = v
+			}
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil && b.secrets[e.ValueFrom.SecretKeyRef.Name] != nil:
+			env[e.Name] = b.secrets[e.ValueFrom.SecretKeyRef.Name].StringData[e.ValueFrom.SecretKeyRef.Key]
+		}
+	}
+	return env
 }
 
 // generatedRuleHeader heads deploy/kubernetes/prometheusrule.yaml.
