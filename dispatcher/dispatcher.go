@@ -600,7 +600,12 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 			if in.rerelay {
 				d.m.rerelayed.Inc()
 			}
-			d.m.latency.Observe(d.cfg.Now().Sub(in.createdAt).Seconds())
+			// The first relay only: a re-relay's or a retried intent's
+			// age since its commit says nothing of how fast the relay is
+			// (a re-relay is RelayTimeout old by construction).
+			if in.relayCount == 0 && !in.rerelay {
+				d.m.latency.Observe(d.cfg.Now().Sub(in.createdAt).Seconds())
+			}
 		case err := <-f.Err():
 			failed = append(failed, in.id)
 			firstErr = cmpErr(firstErr, err)

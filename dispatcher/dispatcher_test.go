@@ -301,6 +301,13 @@ func TestRerelayAfterMessageLost(t *testing.T) {
 	if got := metricValue(t, reg, "fencegate_dispatcher_rerelayed_total"); got < 1 {
 		t.Errorf("rerelayed_total = %v, want ≥ 1", got)
 	}
+	// Commit to PubAck is timed for the first relay only: a re-relay's
+	// age (at least RelayTimeout by construction; an operator's retry's,
+	// hours) would page the relay-lag alert on a relay that keeps up.
+	lat := metricstest.Get(t, reg, "fencegate_dispatcher_relay_latency_seconds", nil).GetHistogram()
+	if n := lat.GetSampleCount(); n != 1 {
+		t.Errorf("relay_latency_seconds counted %d publishes, want 1 (the first relay, not the re-relay)", n)
+	}
 }
 
 // A NATS server process killed and restarted while intents keep being

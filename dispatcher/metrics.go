@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "claims_lost_total", Help: "Acknowledged publishes that could not be marked relayed (the mark failed): their intents are published again under the same message ids."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name:    "relay_latency_seconds",
-			Help:    "Time from an intent's commit (created_at) to its PubAck.",
+			Help:    "Time from an intent's commit (created_at) to the PubAck of its first relay (re-relays and retried intents are not timed).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "pending_intents", Help: "Intents waiting to be relayed (status pending), sampled."}),
