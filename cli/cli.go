@@ -266,6 +266,14 @@ func (a *app) logFlags(fs *flag.FlagSet) func() (*slog.Logger, error) {
 		case "text", "":
 			return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
 		case "json":
+			// Durations as the text format writes them ("30s"), not as
+			// slog's JSON default, a bare number of nanoseconds.
+			opts.ReplaceAttr = func(_ []string, attr slog.Attr) slog.Attr {
+				if attr.Value.Kind() == slog.KindDuration {
+					attr.Value = slog.StringValue(attr.Value.Duration().String())
+				}
+				return attr
+			}
 			// A record logged with a context inside a span carries its
 			// trace_id and span_id, to join the line to its trace.
 			return slog.New(otelsetup.NewLogHandler(slog.NewJSONHandler(a.stderr, opts))), nil

@@ -128,18 +128,37 @@ func withQuery(u, kv string) string {
 }
 
 // --log-format json writes slog JSON lines (here from the environment,
-// GATEWAY_LOG_FORMAT): the running line is one JSON object.
+// GATEWAY_LOG_FORMAT): the running line is one JSON object. Durations are
+// written as the text format writes them ("30s"), not as a bare number of
+// nanoseconds (30000000000), which slog's JSON handler wrote.
 func TestRunLogFormatJSON(t *testing.T) {
 	t.Parallel()
 	p := newRunEnv(t).run(t, []string{"GATEWAY_LOG_FORMAT=json"}, "--adapters", "file", "--file-root", t.TempDir())
-	pollUntil(t, 30*time.Second, "a JSON running line", func() (bool, string) {
-		out := p.stderr.String()
-		for _, line := range strings.Split(out, "\n") {
+	lines := func() []map[string]any {
+		var ms []map[string]any
+		for _, line := range strings.Split(p.stderr.String(), "\n") {
 			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "gateway: running" && m["db_max_conns"] != nil {
+			if json.Unmarshal([]byte(line), &m) == nil {
+				ms = append(ms, m)
+			}
+		}
+		return ms
+	}
+	pollUntil(t, 30*time.Second, "a JSON running line", func() (bool, string) {
+		for _, m := range lines() {
+			if m["msg"] == "gateway: running" && m["db_max_conns"] != nil {
 				return true, ""
 			}
 		}
-		return false, out
+		return false, p.stderr.String()
 	})
+	for _, m := range lines() {
+		if m["msg"] == "dispatcher: started" {
+			if m["claim_ttl"] != "30s" || m["poll_interval"] != "1s" {
+				t.Fatalf("dispatcher: started with claim_ttl %#v, poll_interval %#v; want \"30s\", \"1s\"", m["claim_ttl"], m["poll_interval"])
+			}
+			return
+		}
+	}
+	t.Fatalf("no JSON line \"dispatcher: started\":\n%s", p.stderr.String())
 }
