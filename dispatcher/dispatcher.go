@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -294,6 +295,10 @@ type batch struct {
 	// futures are the PubAck futures of intents[:len(futures)]; the rest
 	// were not published.
 	futures []jetstream.PubAckFuture
+	// spans are the relay spans of intents[:len(futures)] (nil for an
+	// intent without a trace context), ended when the PubAck or the error
+	// comes (settle).
+	spans []trace.Span
 	// claimedAt is when the claim was taken, by the local monotonic clock.
 	claimedAt time.Time
 	// tx holds the claim (the rows' locks) until the mark commits; nil for
@@ -492,7 +497,9 @@ func (d *Dispatcher) endClaim(tx pgx.Tx) {
 	<-d.claims
 }
 
-func (d *Dispatcher) message(in intent) *nats.Msg {
+// message is in's message, and its relay span (nil without a trace
+// context), which the caller ends when the publish is settled.
+func (d *Dispatcher) message(in intent) (*nats.Msg, trace.Span) {
 	relay := in.relayCount + 1
 	ns := wire.Namespace(d.cfg.Namespace)
 	msg := nats.NewMsg(ns.Subject(in.kind))
@@ -512,23 +519,39 @@ func (d *Dispatcher) message(in intent) *nats.Msg {
 	msg.Header.Set(wire.HeaderIdempotencyKey, in.key)
 	msg.Header.Set(wire.HeaderFence, in.fence)
 	msg.Header.Set(wire.HeaderRelay, strconv.Itoa(relay))
+	var span trace.Span
 	if in.traceCtx != nil {
 		// Continue the worker's trace: a relay span, child of the enqueue
 		// span stored with the intent, whose context the adapter reads
-		// from the headers.
-		ctx := outbox.ContextFromTrace(context.Background(), json.RawMessage(*in.traceCtx))
-		ctx, span := otel.Tracer(tracerName).Start(ctx, "fencegate.relay",
+		// from the headers. It covers the publish: settle ends it.
+		var ctx context.Context
+		ctx, span = otel.Tracer(tracerName).Start(outbox.ContextFromTrace(context.Background(), json.RawMessage(*in.traceCtx)), "fencegate.relay",
 			trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(
+				attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.destination.name", msg.Subject),
+				attribute.String("messaging.message.id", msg.Header.Get(jetstream.MsgIDHeader)),
 				attribute.Int64("fencegate.intent_id", in.id),
 				attribute.Int64("fencegate.epoch", in.epoch),
 				attribute.Int("fencegate.relay", relay),
 				attribute.String("fencegate.dispatcher", d.cfg.ID),
 			))
 		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(msg.Header))
-		span.End()
 	}
-	return msg
+	return msg, span
+}
+
+// endRelaySpan ends a relay span (nil: none) with the publish's outcome.
+func endRelaySpan(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // tracerName is the instrumentation scope of the dispatcher's spans.
@@ -552,14 +575,17 @@ func (d *Dispatcher) publish(ctx context.Context, b *batch) error {
 			<-d.slots
 			return errors.New("dispatcher: claim too close to expiry to publish")
 		}
-		f, err := d.js.PublishMsgAsync(d.message(in))
+		msg, span := d.message(in)
+		f, err := d.js.PublishMsgAsync(msg)
 		if err != nil {
+			endRelaySpan(span, err)
 			<-d.slots
 			d.m.publishErrors.Inc()
 			d.streamReady.Store(false)
 			return fmt.Errorf("publish intent %d: %w", in.id, err)
 		}
 		b.futures = append(b.futures, f)
+		b.spans = append(b.spans, span)
 	}
 	return nil
 }
@@ -590,11 +616,13 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 		in := b.intents[i]
 		if timedOut {
 			failed = append(failed, in.id)
+			endRelaySpan(b.spans[i], errors.New("no PubAck in time"))
 			<-d.slots
 			continue
 		}
 		select {
 		case <-f.Ok():
+			endRelaySpan(b.spans[i], nil)
 			okIDs = append(okIDs, in.id)
 			d.m.published.Inc()
 			if in.rerelay {
@@ -607,11 +635,13 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 				d.m.latency.Observe(d.cfg.Now().Sub(in.createdAt).Seconds())
 			}
 		case err := <-f.Err():
+			endRelaySpan(b.spans[i], err)
 			failed = append(failed, in.id)
 			firstErr = cmpErr(firstErr, err)
 			d.m.publishErrors.Inc()
 		case <-timer.C:
 			timedOut = true
+			endRelaySpan(b.spans[i], errors.New("no PubAck in time"))
 			failed = append(failed, in.id)
 			firstErr = cmpErr(firstErr, errors.New("no PubAck in time"))
 			d.m.publishErrors.Inc()

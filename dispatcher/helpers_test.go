@@ -214,6 +214,7 @@ type streamMsg struct {
 	msgID    string
 	subject  string
 	header   nats.Header
+	stored   time.Time // when the stream stored it (the server's clock)
 }
 
 // readStream reads every message now in the stream.
@@ -255,7 +256,7 @@ func readStream(t testing.TB, js jetstream.JetStream) []streamMsg {
 			}
 			relay, _ := strconv.Atoi(h.Get(wire.HeaderRelay))
 			out = append(out, streamMsg{seq: md.Sequence.Stream, intentID: id, relay: relay,
-				msgID: h.Get(jetstream.MsgIDHeader), subject: m.Subject(), header: h})
+				msgID: h.Get(jetstream.MsgIDHeader), subject: m.Subject(), header: h, stored: md.Timestamp})
 		}
 		if err := batch.Error(); err != nil && ctx.Err() == nil && len(out) < want {
 			continue
