@@ -24,6 +24,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+
+	"github.com/fencegate/fencegate/internal/buildinfo"
 )
 
 // Enabled reports whether the environment asks for trace export.
@@ -78,7 +80,9 @@ func Setup(ctx context.Context, getenv func(string) string, service string) (fun
 // resource.New merges each detector over the ones before.
 func newResource(ctx context.Context, service string) (*resource.Resource, error) {
 	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName(service)),
+		// The build, as gateway --version and fencegate_build_info say;
+		// OTEL_RESOURCE_ATTRIBUTES (WithFromEnv, after) may override it.
+		resource.WithAttributes(semconv.ServiceName(service), semconv.ServiceVersion(buildinfo.Get().Version)),
 		resource.WithFromEnv(),
 		resource.WithTelemetrySDK(),
 		resource.WithHost(),

@@ -18,6 +18,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fencegate/fencegate/internal/buildinfo"
 )
 
 // receiver collects what an OTLP exporter sends it, over gRPC or HTTP.
@@ -151,7 +153,8 @@ func mustReceive(t *testing.T, rcv *receiver, name string) map[string]string {
 // A span exported as the OTEL_* variables say reaches a real OTLP
 // receiver, over gRPC and over HTTP, with the resource they say:
 // service.name from OTEL_SERVICE_NAME, else from OTEL_RESOURCE_ATTRIBUTES,
-// else the gateway's default; the other resource attributes beside it.
+// else the gateway's default; service.version the build's (buildinfo, as
+// gateway --version says); the other resource attributes beside it.
 func TestSpansReachTheCollector(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -163,7 +166,7 @@ func TestSpansReachTheCollector(t *testing.T) {
 		{"service name over gRPC", false, "OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{
 			"OTEL_SERVICE_NAME":           "x",
 			"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-		}, map[string]string{"service.name": "x", "telemetry.sdk.language": "go"}},
+		}, map[string]string{"service.name": "x", "telemetry.sdk.language": "go", "service.version": buildinfo.Get().Version}},
 		// Neither OTEL_SERVICE_NAME nor a service.name resource attribute:
 		// the gateway's default name stands.
 		{"resource attributes", false, "OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{
