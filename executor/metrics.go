@@ -1,12 +1,25 @@
 package executor
 
 import (
-	"errors"
-
 	"github.com/fencegate/fencegate/internal/fencemetrics"
+	"github.com/fencegate/fencegate/outbox"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// outcomeLabels are the values of fencegate_adapter_outcomes_total's
+// outcome label: the statuses an Execute records, then the runtime's other
+// ends of a delivery. TestOutcomeLabelsListEveryOutcome checks that the
+// runtime counts no other.
+var outcomeLabels = []string{
+	string(outbox.StatusSucceeded), string(outbox.StatusSuperseded), string(outbox.StatusFailed), string(outbox.StatusUnknown),
+	"retry", "retry_key_kept", "busy", "conflict", "done_before", "already_terminal", "not_due",
+	"held_by_lookup", "recovered_by_lookup", "waiting_for_proof", "adapter_panic", "adapter_bad_outcome",
+}
+
+// lookupResults are the values of fencegate_adapter_lookups_total's
+// result label (lookupResult).
+var lookupResults = []string{"found", "not_found", "error"}
 
 type runtimeMetrics struct {
 	stale    *prometheus.CounterVec
@@ -27,7 +40,13 @@ type runtimeMetrics struct {
 	foreign *prometheus.CounterVec
 }
 
-func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
+// newRuntimeMetrics makes the runtime's metrics, registered with reg (nil:
+// none), with every counter's series of every kind in kinds at 0: a
+// series that appears only when it first counts reads 1 in its first
+// sample, and increase() and rate() over it see nothing until it counts
+// again — the first effect after lost ownership of a process, its first
+// failed intent, would never alert.
+func newRuntimeMetrics(reg prometheus.Registerer, kinds []string) (*runtimeMetrics, error) {
 	m := &runtimeMetrics{
 		stale:         fencemetrics.StaleRejections(reg),
 		outcomes:      counterVec(prometheus.CounterOpts{Name: "fencegate_adapter_outcomes_total", Help: "Intents handled by the adapter runtime, by kind and outcome."}, "outcome"),
@@ -39,14 +58,32 @@ func newRuntimeMetrics(reg prometheus.Registerer) (*runtimeMetrics, error) {
 		lookups:       counterVec(prometheus.CounterOpts{Name: "fencegate_adapter_lookups_total", Help: "Result lookups after an outcome was lost, by kind and result (found, not_found, error)."}, "result"),
 		foreign:       counterVec(prometheus.CounterOpts{Name: "fencegate_adapter_foreign_messages_total", Help: "Messages refused because they carried another deployment's namespace (or none): terminated, never executed. By kind."}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.duration, m.lostOwnership, m.notRecorded, m.foreign, m.settle, m.lookups} {
-			if err := reg.Register(c); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return nil, err
-				}
-			}
+	// Registered again (a second runtime on one registry): the registered
+	// vectors are the ones counted into, and initialised, not fresh ones
+	// that nothing exports.
+	for _, v := range []**prometheus.CounterVec{&m.outcomes, &m.errors, &m.lostOwnership, &m.notRecorded, &m.foreign, &m.lookups} {
+		c, err := fencemetrics.Register(reg, *v)
+		if err != nil {
+			return nil, err
+		}
+		*v = c
+	}
+	for _, v := range []**prometheus.HistogramVec{&m.duration, &m.settle} {
+		h, err := fencemetrics.Register(reg, *v)
+		if err != nil {
+			return nil, err
+		}
+		*v = h
+	}
+	for _, kind := range kinds {
+		for _, o := range outcomeLabels {
+			m.outcomes.WithLabelValues(kind, o)
+		}
+		for _, res := range lookupResults {
+			m.lookups.WithLabelValues(kind, res)
+		}
+		for _, v := range []*prometheus.CounterVec{m.errors, m.lostOwnership, m.notRecorded, m.foreign} {
+			v.WithLabelValues(kind)
 		}
 	}
 	return m, nil

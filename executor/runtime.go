@@ -336,7 +336,11 @@ func NewRuntime(pool *pgxpool.Pool, nc *nats.Conn, store *idempotency.Store, ob 
 	if cfg.KeyLockTimeout != 0 && cfg.KeyLockTimeout != store.Config().LockTimeout {
 		return nil, invalidConfig("KeyLockTimeout", "(%s) is not the idempotency store's LockTimeout (%s)", cfg.KeyLockTimeout, store.Config().LockTimeout)
 	}
-	m, err := newRuntimeMetrics(cfg.Registerer)
+	kinds := make([]string, 0, len(cfg.Executors))
+	for _, ex := range cfg.Executors {
+		kinds = append(kinds, ex.Kind())
+	}
+	m, err := newRuntimeMetrics(cfg.Registerer, kinds)
 	if err != nil {
 		return nil, err
 	}

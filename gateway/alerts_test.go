@@ -26,8 +26,10 @@ var metricRE = regexp.MustCompile(`\bfencegate_[a-z_]+\b`)
 // The alert rules and the dashboard that ship in deploy/ name only metrics
 // that exist: each name is served by a running gateway's /metrics (here
 // with the relay, the file adapter and an intent carried through), or is
-// a metric the code defines whose series appear on first use (a takeover,
-// an effect after lost ownership). Every rule has an alert name, an
+// a metric the code defines that this process does not register (the
+// admin intake's takeovers). The counters the failed-rate and
+// lost-ownership alerts read with rate() and increase() are served at 0
+// before their first count, or the first one would not count. Every rule has an alert name, an
 // expression with balanced brackets and a summary. (That each alert fires
 // on its scenario is make alerts: promtool test rules, outside make test.)
 func TestShippedAlertsAndDashboardNameRealMetrics(t *testing.T) {
@@ -75,6 +77,12 @@ func TestShippedAlertsAndDashboardNameRealMetrics(t *testing.T) {
 	// The email intent has no adapter here: pending or relayed, counted.
 	if !regexp.MustCompile(`fencegate_intents\{kind="email",status="(pending|relayed)"\} 1\n`).MatchString(string(body)) {
 		t.Errorf("/metrics does not count the waiting email intent:\n%s", grepLines(string(body), "fencegate_intent"))
+	}
+	for _, series := range []string{`fencegate_effect_after_lost_ownership_total{kind="file"} 0`,
+		`fencegate_adapter_outcomes_total{kind="file",outcome="failed"} 0`} {
+		if !strings.Contains(string(body), "\n"+series+"\n") {
+			t.Errorf("/metrics does not serve %s before anything counted:\n%s", series, grepLines(string(body), strings.SplitN(series, "{", 2)[0]))
+		}
 	}
 	defined := definedMetrics(t)
 

@@ -172,6 +172,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 			}
 		}
 	}
+	// Every op's failure count from 0: one that appeared at its first
+	// failure would read 1 in its first sample, and increase() would not
+	// see that failure.
+	for _, op := range []string{"begin", "complete"} {
+		s.failures.WithLabelValues(op)
+	}
 	if cfg.GroupCommit {
 		// A further shared transaction starts only once a whole batch
 		// (GroupMaxBatch calls) waits for one: while one runs, the calls
