@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/outbox"
 )
 
 // The attempt history (idempotency.Attempt, intent_attempts): what an
@@ -25,6 +26,13 @@ type attemptNoteKey struct{}
 type attemptNote struct {
 	cause  error  // the executor's error, nil when it returned an outcome
 	lookup string // found, not_found, error; "" when it looked nothing up
+	// outcome is how the delivery ended, for its execute span: the
+	// attempt's outcome in the history (a status, retry, lost_key, …), or
+	// what ended a delivery that counted no attempt (done_before,
+	// conflict, busy, superseded); status is the final status it recorded
+	// on the intent ("" when none) and msg the error text recorded with it.
+	outcome, msg string
+	status       outbox.Status
 }
 
 func withAttemptNote(ctx context.Context) context.Context {
@@ -57,6 +65,26 @@ func noteLookup(ctx context.Context, found bool, err error) {
 	}
 }
 
+// noteOutcome notes how the delivery ended (the last note stands), with
+// msg, the error text recorded with it ("" when none). An outcome that is
+// a final status (succeeded, failed, superseded, unknown) is the status
+// recorded on the intent.
+func noteOutcome(ctx context.Context, outcome, msg string) {
+	var status outbox.Status
+	if st := outbox.Status(outcome); st.Terminal() && st != outbox.StatusCancelled {
+		status = st
+	}
+	noteEnd(ctx, outcome, status, msg)
+}
+
+// noteEnd is noteOutcome for an outcome that is not the status it
+// recorded (done_before, conflict).
+func noteEnd(ctx context.Context, outcome string, status outbox.Status, msg string) {
+	if n := noteOf(ctx); n != nil {
+		n.outcome, n.status, n.msg = outcome, status, msg
+	}
+}
+
 // errorClass is how the executor classified err.
 func errorClass(err error) string {
 	switch {
@@ -76,6 +104,11 @@ func errorClass(err error) string {
 // outcome, and msg as its error text (the executor's error when msg is
 // empty). Nil when d counted no attempt (a resumed wait, Done, Busy).
 func (r *Runtime) attempt(ctx context.Context, req adapters.Request, d idempotency.Decision, outcome, msg string) *idempotency.Attempt {
+	if n := noteOf(ctx); n != nil {
+		// The span's outcome, also for a delivery that counted no attempt
+		// (a resumed wait, a held key).
+		noteOutcome(ctx, outcome, cmp.Or(msg, errText(n.cause)))
+	}
 	if d.CountedAt.IsZero() {
 		return nil
 	}
@@ -115,4 +148,12 @@ func defaultProcess() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "adapter"), os.Getpid(), hex.EncodeToString(b))
+}
+
+// errText is err's text, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

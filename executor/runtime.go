@@ -687,14 +687,9 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 			attribute.String("fencegate.kind", rec.Kind),
 			attribute.String("fencegate.idempotency_key", rec.IdempotencyKey),
 		))
-	defer func() {
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}()
 	ctx = withAttemptNote(ctx)
+	note := noteOf(ctx)
+	defer func() { endExecuteSpan(span, note, err) }()
 	req := adapters.Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
 	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
@@ -731,6 +726,7 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 				r.m.stale.WithLabelValues(fencemetrics.WhereExecuteFence).Inc()
 				log.Info("adapters: superseded before execution", "current_epoch", c)
 				r.m.outcomes.WithLabelValues(ex.Kind(), "superseded").Inc()
+				noteOutcome(ctx, string(outbox.StatusSuperseded), "")
 				return ack, 0, nil
 			}
 			// An attempt of this intent has begun (or it is final: Begin
@@ -759,6 +755,7 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 	if errors.Is(err, idempotency.ErrIntentTerminal) {
 		// Cancelled (or completed) between our read and Begin: nothing to do.
 		r.unanswered.answered(id)
+		noteOutcome(ctx, "already_terminal", "")
 		return ack, 0, nil
 	}
 	if err != nil {
@@ -780,11 +777,13 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 		// possibly for another intent: the stored result was recorded.
 		r.notRecorded(ex.Kind(), !d.IntentRecorded, log)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "done_before").Inc()
+		noteEnd(ctx, "done_before", d.Status, fmt.Sprintf("idempotency key %q already completed (%s) by intent %d", rec.IdempotencyKey, d.Status, d.OwnerIntentID))
 		log.Info("adapters: key already completed; recorded the stored result", "status", d.Status, "owner_intent_id", d.OwnerIntentID)
 		return ack, 0, nil
 	case idempotency.OutcomeConflict:
 		r.notRecorded(ex.Kind(), !d.IntentRecorded, log)
 		r.m.outcomes.WithLabelValues(ex.Kind(), "conflict").Inc()
+		noteEnd(ctx, "conflict", outbox.StatusFailed, idempotency.ConflictMessage(rec.IdempotencyKey, d.OwnerIntentID))
 		log.Warn("adapters: " + idempotency.ConflictMessage(rec.IdempotencyKey, d.OwnerIntentID))
 		return ack, 0, nil
 	case idempotency.OutcomeBusy:
@@ -792,9 +791,11 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 			// Held with an unknown outcome (another intent of the same key):
 			// this intent's fate is the same unknown (recorded).
 			r.notRecorded(ex.Kind(), !d.IntentRecorded, log)
+			noteOutcome(ctx, string(outbox.StatusUnknown), idempotency.HeldMessage(rec.IdempotencyKey, d.OwnerIntentID))
 			return ack, 0, nil
 		}
 		r.m.outcomes.WithLabelValues(ex.Kind(), "busy").Inc()
+		noteOutcome(ctx, "busy", "")
 		return retry, max(d.RetryAfter, r.cfg.RetryBase), nil
 	case idempotency.OutcomeRecover:
 		// An earlier attempt started and was abandoned: it may have
@@ -814,6 +815,27 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 		return r.execute(ctx, ex, req, d, log)
 	}
 	return 0, 0, fmt.Errorf("begin: unexpected outcome %q", d.Outcome)
+}
+
+// endExecuteSpan ends a delivery's execute span with how it ended
+// (fencegate.outcome: note's outcome, the attempt history's word for it)
+// and its status: Error when the delivery recorded the intent failed or
+// unknown, described by the error text it recorded (last_error, what the
+// log says: the adapters keep credentials and URL queries out of it), or
+// when it was not settled (err, an internal error: redelivered; no
+// outcome, whatever the attempt was about to record).
+func endExecuteSpan(span trace.Span, note *attemptNote, err error) {
+	switch {
+	case err != nil:
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	case note.outcome != "":
+		span.SetAttributes(attribute.String("fencegate.outcome", note.outcome))
+		if note.status == outbox.StatusFailed || note.status == outbox.StatusUnknown {
+			span.SetStatus(codes.Error, cmp.Or(note.msg, "intent "+string(note.status)))
+		}
+	}
+	span.End()
 }
 
 // canLookup says whether req's outcome can be looked up at its
@@ -1195,6 +1217,7 @@ func (r *Runtime) retryable(ctx context.Context, ex adapters.Executor, req adapt
 		if err != nil && !errors.Is(err, idempotency.ErrIntentTerminal) {
 			return 0, 0, err
 		}
+		noteOutcome(ctx, string(outbox.StatusFailed), msg)
 		r.notRecorded(ex.Kind(), err == nil && !updated, log)
 		return ack, 0, nil
 	}

@@ -2,13 +2,16 @@ package executor_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -90,4 +93,108 @@ func keys(m map[string]sdktrace.ReadOnlySpan) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// installRecorder installs a tracer provider that records every span as
+// the global one until the test ends. Tests that call it are not
+// parallel.
+func installRecorder(t *testing.T) *tracetest.SpanRecorder {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	return rec
+}
+
+// executeSpans waits until intent id's execute spans include one whose
+// fencegate.outcome is last (the execute span ends after the outcome it
+// records has committed), and returns them in the order they ended.
+func executeSpans(t *testing.T, rec *tracetest.SpanRecorder, id int64, last string) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var out []sdktrace.ReadOnlySpan
+		done := false
+		for _, s := range rec.Ended() {
+			if s.Name() != "fencegate.execute" || spanAttr(s, "fencegate.intent_id") != id {
+				continue
+			}
+			out = append(out, s)
+			done = done || spanAttr(s, "fencegate.outcome") == last
+		}
+		if done {
+			return out
+		}
+		if time.Now().After(deadline) {
+			var got []any
+			for _, s := range out {
+				got = append(got, spanAttr(s, "fencegate.outcome"))
+			}
+			t.Fatalf("intent %d: execute spans with outcomes %v, none %q", id, got, last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func spanAttr(s sdktrace.ReadOnlySpan, key string) any {
+	for _, a := range s.Attributes() {
+		if string(a.Key) == key {
+			return a.Value.AsInterface()
+		}
+	}
+	return nil
+}
+
+// An execute span says how its delivery ended (fencegate.outcome, the
+// attempt history's word) and is an error when the intent ended failed or
+// unknown, described by the intent's last_error: a trace backend's error
+// filter finds them. A retry, a success, are not errors. They all looked
+// successful: status unset, no outcome.
+// Not parallel: it installs the global tracer provider.
+func TestExecuteSpanSaysTheOutcome(t *testing.T) {
+	rec := installRecorder(t)
+	e := setup(t, opts{})
+	for _, tc := range []struct {
+		name, payload string
+		status        outbox.Status
+		outcomes      []string // of the spans, in order
+		errText       string   // the span's error description; "" not an error
+	}{
+		{"succeeded", `{"mode":"ok"}`, outbox.StatusSucceeded, []string{"succeeded"}, ""},
+		{"retried, then succeeded", `{"mode":"retry","fail_times":1}`, outbox.StatusSucceeded, []string{"retry", "succeeded"}, ""},
+		{"failed for good", `{"mode":"permanent"}`, outbox.StatusFailed, []string{"failed"}, "mailbox does not exist"},
+		{"failed, attempts exhausted", `{"mode":"retry","fail_times":99}`, outbox.StatusFailed, []string{"retry", "retry", "failed"}, "gave up after 3 attempts"},
+		{"unknown, held", `{"mode":"plain"}`, outbox.StatusUnknown, []string{"unknown"}, "connection reset by peer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "k-" + strings.ReplaceAll(tc.name, " ", "-")
+			id := e.enqueue(t, key, key, tc.payload)
+			r := e.waitTerminal(t, id)
+			if r.Status != tc.status {
+				t.Fatalf("status %s, want %s", r.Status, tc.status)
+			}
+			spans := executeSpans(t, rec, id, tc.outcomes[len(tc.outcomes)-1])
+			if len(spans) != len(tc.outcomes) {
+				t.Fatalf("%d execute spans, want %d", len(spans), len(tc.outcomes))
+			}
+			for i, s := range spans {
+				if got := spanAttr(s, "fencegate.outcome"); got != tc.outcomes[i] {
+					t.Errorf("span %d: fencegate.outcome %v, want %q", i, got, tc.outcomes[i])
+				}
+				want := codes.Unset
+				if i == len(spans)-1 && tc.errText != "" {
+					want = codes.Error
+				}
+				if st := s.Status(); st.Code != want {
+					t.Errorf("span %d (%v): status %v %q, want %v", i, spanAttr(s, "fencegate.outcome"), st.Code, st.Description, want)
+				}
+			}
+			last := spans[len(spans)-1].Status()
+			if tc.errText != "" && (!strings.Contains(last.Description, tc.errText) || r.LastError == nil || last.Description != *r.LastError) {
+				t.Errorf("span status %q, want the intent's last_error %q, containing %q", last.Description, adaptertest.LastError(r), tc.errText)
+			}
+		})
+	}
 }
