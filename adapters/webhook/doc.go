@@ -8,7 +8,10 @@
 // atomically with its write: docs/webhooks.md). With Config.Secrets it is
 // signed the Standard Webhooks way: webhook-id (stable per key),
 // webhook-timestamp, webhook-signature "v1,<base64 HMAC-SHA256>" by every
-// secret (rotation).
+// secret (rotation). Each request (a lookup too) is an HTTP client span,
+// the child of the runtime's execute span, whose W3C trace context it
+// carries (traceparent, tracestate) when the intent has a trace; the
+// signature does not cover these headers.
 //
 // # Credentials
 //

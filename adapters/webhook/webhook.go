@@ -615,10 +615,17 @@ func (a *Adapter) request(ctx context.Context, req adapters.Request, method stri
 // request net/http sent again on another connection after it may have
 // reached the server on the first (which request rules out; this is the
 // check that it stays so) is unknown too, whatever the answer.
-func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (Result, int, http.Header, error) {
+//
+// The exchange is an HTTP client span, whose trace context the request
+// carries (startClientSpan).
+func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (_ Result, _ int, _ http.Header, err error) {
+	ctx, span := startClientSpan(hr)
+	var answered int // the answer's status code, 0 while none came
+	var cause error  // what the HTTP client returned, unwrapped
+	defer func() { endClientSpan(span, answered, cause, err) }()
 	st := &sendTrace{}
 	trace := &httptrace.ClientTrace{GotConn: st.gotConn, WroteHeaderField: st.wroteHeaderField}
-	hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), trace))
+	hr = hr.WithContext(httptrace.WithClientTrace(ctx, trace))
 	start := time.Now()
 	resp, err := client.Do(hr)
 	sent, replayed := st.state()
@@ -626,6 +633,7 @@ func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (Result,
 		// Without the *url.Error around it, whose text is the whole URL,
 		// query included; the messages name the URL redacted.
 		err = clientErr(err)
+		cause = err
 		switch {
 		case !sent && errors.Is(err, ErrInternalAddress):
 			return Result{}, 0, nil, adapters.PermanentError(fmt.Errorf("webhook: %s %s: %w", hr.Method, redact(hr.URL), err))
@@ -636,6 +644,7 @@ func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (Result,
 		}
 		return Result{}, 0, nil, adapters.UnknownError(fmt.Errorf("webhook: %s %s: the request was sent and no answer came: %w", hr.Method, redact(hr.URL), err))
 	}
+	answered = resp.StatusCode
 	if write && replayed {
 		resp.Body.Close()
 		return Result{}, 0, nil, adapters.UnknownError(fmt.Errorf("webhook: %s %s: %s (answered %d by the last)", hr.Method, redact(hr.URL), errReplayed, resp.StatusCode))
