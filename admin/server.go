@@ -540,12 +540,12 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /api/v1/intents/{id}/cancel", s.api(RoleOperator, s.action(operator.ActionCancel)))
 	s.mux.Handle("POST /api/v1/intents/{id}/resolve", s.api(RoleOperator, s.action(operator.ActionResolve)))
 
-	// Worker intake.
-	s.mux.Handle("POST /api/v1/leases", s.api(RoleWorker, s.acquireLease))
-	s.mux.Handle("POST /api/v1/leases/renew", s.api(RoleWorker, s.renewLease))
-	s.mux.Handle("POST /api/v1/leases/release", s.api(RoleWorker, s.releaseLease))
-	s.mux.Handle("POST /api/v1/epochs", s.api(RoleWorker, s.advanceEpoch))
-	s.mux.Handle("POST /api/v1/intents", s.api(RoleWorker, s.enqueue))
+	// Worker intake, continuing the caller's trace.
+	s.mux.Handle("POST /api/v1/leases", s.intake(s.acquireLease))
+	s.mux.Handle("POST /api/v1/leases/renew", s.intake(s.renewLease))
+	s.mux.Handle("POST /api/v1/leases/release", s.intake(s.releaseLease))
+	s.mux.Handle("POST /api/v1/epochs", s.intake(s.advanceEpoch))
+	s.mux.Handle("POST /api/v1/intents", s.intake(s.enqueue))
 }
 
 // serveOpenAPI answers the API's OpenAPI 3.1 description, as JSON.
