@@ -9,11 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencegate/fencegate/internal/testkit/spantest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -27,11 +26,7 @@ import (
 // intake ignored the header: the enqueue span started a new trace.
 // Not parallel: it installs the global tracer provider.
 func TestIntakeContinuesTheCallersTrace(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	rec, _ := spantest.Install(t)
 
 	pool := testdb.New(t)
 	s := newServer(t, pool, testTokens, nil)

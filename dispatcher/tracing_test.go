@@ -5,12 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fencegate/fencegate/dispatcher"
+	"github.com/fencegate/fencegate/internal/testkit/spantest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
@@ -20,11 +19,7 @@ import (
 // built, before the publish, so a failed publish or a missing PubAck never
 // reached it. Not parallel: it installs the global tracer provider.
 func TestRelaySpanCoversThePublish(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	rec, tp := spantest.Install(t)
 
 	e := setup(t)
 	e.start(dispatcher.Config{Schema: testdb.Schema(), PollInterval: 100 * time.Millisecond})
@@ -58,10 +53,7 @@ func TestRelaySpanCoversThePublish(t *testing.T) {
 	if relay.EndTime().Before(msg.stored) {
 		t.Fatalf("the relay span ended at %s, before the stream stored the message at %s", relay.EndTime(), msg.stored)
 	}
-	attrs := map[string]any{}
-	for _, a := range relay.Attributes() {
-		attrs[string(a.Key)] = a.Value.AsInterface()
-	}
+	attrs := spantest.Attrs(relay)
 	for k, want := range map[string]any{
 		"messaging.system":           "nats",
 		"messaging.operation.type":   "send",

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/internal/testkit/spantest"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -21,11 +21,7 @@ import (
 // the one before, in time order, with the intent id and epoch as attributes.
 // Not parallel: it installs the global tracer provider.
 func TestOneTraceFromEnqueueToEffect(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	rec, tp := spantest.Install(t)
 
 	e := setup(t, opts{})
 	wctx, worker := tp.Tracer("worker").Start(context.Background(), "nightly-report-job")
@@ -71,10 +67,7 @@ func TestOneTraceFromEnqueueToEffect(t *testing.T) {
 			t.Fatalf("span %q starts before its parent %q", name, chain[i-1])
 		}
 		if i >= 1 {
-			attrs := map[string]any{}
-			for _, a := range s.Attributes() {
-				attrs[string(a.Key)] = a.Value.AsInterface()
-			}
+			attrs := spantest.Attrs(s)
 			if attrs["fencegate.epoch"] != e.Epoch() {
 				t.Fatalf("span %q epoch attribute = %v, want %d", name, attrs["fencegate.epoch"], e.Epoch())
 			}
@@ -100,11 +93,7 @@ func keys(m map[string]sdktrace.ReadOnlySpan) []string {
 // parallel.
 func installRecorder(t *testing.T) *tracetest.SpanRecorder {
 	t.Helper()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	rec, _ := spantest.Install(t)
 	return rec
 }
 
@@ -118,11 +107,11 @@ func executeSpans(t *testing.T, rec *tracetest.SpanRecorder, id int64, last stri
 		var out []sdktrace.ReadOnlySpan
 		done := false
 		for _, s := range rec.Ended() {
-			if s.Name() != "fencegate.execute" || spanAttr(s, "fencegate.intent_id") != id {
+			if s.Name() != "fencegate.execute" || spantest.Attrs(s)["fencegate.intent_id"] != id {
 				continue
 			}
 			out = append(out, s)
-			done = done || spanAttr(s, "fencegate.outcome") == last
+			done = done || spantest.Attrs(s)["fencegate.outcome"] == last
 		}
 		if done {
 			return out
@@ -130,21 +119,12 @@ func executeSpans(t *testing.T, rec *tracetest.SpanRecorder, id int64, last stri
 		if time.Now().After(deadline) {
 			var got []any
 			for _, s := range out {
-				got = append(got, spanAttr(s, "fencegate.outcome"))
+				got = append(got, spantest.Attrs(s)["fencegate.outcome"])
 			}
 			t.Fatalf("intent %d: execute spans with outcomes %v, none %q", id, got, last)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func spanAttr(s sdktrace.ReadOnlySpan, key string) any {
-	for _, a := range s.Attributes() {
-		if string(a.Key) == key {
-			return a.Value.AsInterface()
-		}
-	}
-	return nil
 }
 
 // An execute span says how its delivery ended (fencegate.outcome, the
@@ -180,7 +160,7 @@ func TestExecuteSpanSaysTheOutcome(t *testing.T) {
 				t.Fatalf("%d execute spans, want %d", len(spans), len(tc.outcomes))
 			}
 			for i, s := range spans {
-				if got := spanAttr(s, "fencegate.outcome"); got != tc.outcomes[i] {
+				if got := spantest.Attrs(s)["fencegate.outcome"]; got != tc.outcomes[i] {
 					t.Errorf("span %d: fencegate.outcome %v, want %q", i, got, tc.outcomes[i])
 				}
 				want := codes.Unset
@@ -188,7 +168,7 @@ func TestExecuteSpanSaysTheOutcome(t *testing.T) {
 					want = codes.Error
 				}
 				if st := s.Status(); st.Code != want {
-					t.Errorf("span %d (%v): status %v %q, want %v", i, spanAttr(s, "fencegate.outcome"), st.Code, st.Description, want)
+					t.Errorf("span %d (%v): status %v %q, want %v", i, spantest.Attrs(s)["fencegate.outcome"], st.Code, st.Description, want)
 				}
 			}
 			last := spans[len(spans)-1].Status()

@@ -8,10 +8,10 @@ import (
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/fencegate/fencegate/internal/testkit/spantest"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -23,12 +23,7 @@ func TestEnqueueStoresTraceContext(t *testing.T) {
 	ctx := context.Background()
 	l := b.acquire(t, "r", "A", time.Minute)
 
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(ctx)
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	defer otel.SetTracerProvider(prev)
+	rec, tp := spantest.Install(t)
 
 	wctx, worker := tp.Tracer("worker").Start(ctx, "nightly-report")
 	res, err := b.client.Enqueue(wctx, emailIntent("r", l.Epoch, "traced"))
@@ -59,10 +54,7 @@ func TestEnqueueStoresTraceContext(t *testing.T) {
 	if enq == nil || enq.Parent().SpanID() != worker.SpanContext().SpanID() {
 		t.Fatalf("enqueue span missing, not a child of the worker's span, or not the stored one")
 	}
-	attrs := map[string]any{}
-	for _, a := range enq.Attributes() {
-		attrs[string(a.Key)] = a.Value.AsInterface()
-	}
+	attrs := spantest.Attrs(enq)
 	if attrs["fencegate.intent_id"] != res.IntentID || attrs["fencegate.epoch"] != l.Epoch {
 		t.Fatalf("enqueue span attributes = %v", attrs)
 	}

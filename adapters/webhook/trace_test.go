@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/webhook"
+	"github.com/fencegate/fencegate/internal/testkit/spantest"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -33,11 +33,7 @@ import (
 // traceparent and no client span was made.
 // Not parallel: it installs the global tracer provider.
 func TestRuntimeRequestCarriesTraceContext(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	rec, tp := spantest.Install(t)
 
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	const apiKey = "s3cr3t-api-key-in-the-query"
