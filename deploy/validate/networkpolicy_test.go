@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/url"
@@ -209,20 +210,12 @@ func containerPort(c corev1.Container, pp networkingv1.NetworkPolicyPort) (corev
 		proto = *pp.Protocol
 	}
 	for _, cp := range c.Ports {
-		cpProto := cmpOr(cp.Protocol, corev1.ProtocolTCP)
+		cpProto := cmp.Or(cp.Protocol, corev1.ProtocolTCP)
 		if cpProto == proto && (pp.Port.StrVal != "" && pp.Port.StrVal == cp.Name || pp.Port.StrVal == "" && pp.Port.IntVal == cp.ContainerPort) {
 			return cp, true
 		}
 	}
 	return corev1.ContainerPort{}, false
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // checkIngress: w's pods are isolated for ingress; each port they listen
