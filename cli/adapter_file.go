@@ -37,7 +37,7 @@ func newFileFlags(fs *flag.FlagSet) adapterFlags {
 		root:     fs.String("file-root", defaultFileRoot, "directory the file adapter publishes under (created if missing)"),
 		allow:    fs.String("file-allow", "", "targets the file adapter may publish, comma-separated globs over the whole target (reports/*.txt) or dir/** (default: any)"),
 		dots:     fs.Bool("file-allow-dotfiles", false, "let targets have segments starting with '.' (refused by default)"),
-		mode:     fs.String("file-mode", "0644", "mode of published files, octal, including 0600 (the process umask still applies)"),
+		mode:     fs.String("file-mode", "0644", "mode of published files and their manifests, octal, including 0600 (exactly: the process umask does not apply)"),
 		maxBytes: fs.Int64("file-max-bytes", 0, "largest content published to one target (0: the payload limit only)"),
 	}
 }

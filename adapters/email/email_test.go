@@ -564,6 +564,10 @@ func TestAuthRefusalDoesNotCarryThePassword(t *testing.T) {
 		{"501 5.5.4 Syntax error in parameters: '%s'", 501, permanent},
 		{"454 4.7.0 Temporary failure: %.30s", 454, retryable},             // cut short
 		{"535 5.7.8 bad \x00alice\x00" + pass + " (%.0s)", 535, permanent}, // decoded
+		// The password cut short, and the base64 split over a reply's
+		// lines in pieces shorter than any rule could tell from words.
+		{"535 5.7.8 password '" + pass[:len(pass)-3] + "...' rejected (%.0s)", 535, permanent},
+		{"535-5.7.8 response " + b64[:6] + "\r\n535-5.7.8 " + b64[6:12] + "\r\n535 5.7.8 " + b64[12:18] + " (%.0s)", 535, permanent},
 	} {
 		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
 			t.Parallel()
@@ -576,7 +580,7 @@ func TestAuthRefusalDoesNotCarryThePassword(t *testing.T) {
 			if phase, code := phaseOf(t, err); phase != email.PhaseAuth || code != tc.code {
 				t.Errorf("phase, code = %s, %d; want auth, %d", phase, code, tc.code)
 			}
-			for _, secret := range []string{pass, b64, b64[:12]} {
+			for _, secret := range []string{pass, b64, b64[:12], pass[:6], b64[:6], b64[6:12], b64[12:18]} {
 				if strings.Contains(err.Error(), secret) {
 					t.Fatalf("the error carries the credentials (%q): %v", secret, err)
 				}

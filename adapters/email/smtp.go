@@ -3,14 +3,12 @@ package email
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/smtp"
 	"net/textproto"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
@@ -208,69 +206,40 @@ func (a *Adapter) send(ctx context.Context, env envelope, data []byte, stillOwne
 	return reply, nil
 }
 
-// redactedCredential replaces a credential in a server's reply.
-const redactedCredential = "[credentials redacted]"
-
-// withoutCredentials returns err, an AUTH failure, with the credentials
-// sent taken out of the server's reply text: the password as it is, and
-// any stretch of the reply, 8 characters or more, that is a piece of the
-// base64 AUTH PLAIN response or of the password's base64 (a server may cut
-// a long line, or glue the echo to a word: "response=AGFs…"). The reply
-// code is kept, so the failure is classified as before. A reply line that
-// is no SMTP reply (textproto's ProtocolError quotes it whole) is cleaned
-// the same way. Errors that are not a server's words (the connection,
-// net/smtp's own refusals) carry no credentials and are returned as they
-// are.
+// withoutCredentials returns err, an AUTH failure, without the server's
+// reply text: only its code and enhanced status code ("535 5.7.8"), so the
+// failure is classified as before. A server may echo the AUTH command in
+// its refusal: the password, or its base64, whole, cut short, decoded,
+// glued to a word, or split over the reply's lines in pieces too short to
+// tell from words; no rule that edits the text can find every form, so
+// none of it is kept. A reply line that is no SMTP reply (textproto's
+// ProtocolError quotes it whole) is dropped alike. Errors that are not a
+// server's words (the connection, net/smtp's own refusals) carry no
+// credentials and are returned as they are.
 func (a *Adapter) withoutCredentials(err error) error {
 	if a.cfg.Password == "" {
 		return err
 	}
 	var te *textproto.Error
 	if errors.As(err, &te) {
-		return &textproto.Error{Code: te.Code, Msg: a.redactCredentials(te.Msg)}
+		msg := authTextDropped
+		if m := enhancedCode.FindString(te.Msg); m != "" {
+			msg = m + " " + msg
+		}
+		return &textproto.Error{Code: te.Code, Msg: msg}
 	}
 	var pe textproto.ProtocolError
 	if errors.As(err, &pe) {
-		return textproto.ProtocolError(a.redactCredentials(string(pe)))
+		return textproto.ProtocolError("a malformed reply to AUTH " + authTextDropped)
 	}
 	return err
 }
 
-// base64Run is a stretch of base64 characters.
-var base64Run = regexp.MustCompile(`[A-Za-z0-9+/=]+`)
+// authTextDropped stands for an AUTH reply's text, which is not kept.
+const authTextDropped = "(the server's text is not recorded: a reply to AUTH may echo the credentials)"
 
-// redactCredentials is msg without the password and without any piece (8
-// characters or more) of the base64 forms the credentials were sent in.
-func (a *Adapter) redactCredentials(msg string) string {
-	encoded := []string{
-		base64.StdEncoding.EncodeToString([]byte("\x00" + a.cfg.Username + "\x00" + a.cfg.Password)),
-		base64.StdEncoding.EncodeToString([]byte(a.cfg.Password)),
-	}
-	msg = strings.ReplaceAll(msg, a.cfg.Password, redactedCredential)
-	return base64Run.ReplaceAllStringFunc(msg, func(run string) string {
-		var out strings.Builder
-		for i := 0; i < len(run); {
-			// The longest piece of a credential's base64 starting at i.
-			n := 0
-			for _, e := range encoded {
-				for j := len(run); j-i >= 8 && j-i > n; j-- {
-					if strings.Contains(e, run[i:j]) {
-						n = j - i
-						break
-					}
-				}
-			}
-			if n >= 8 {
-				out.WriteString(redactedCredential)
-				i += n
-				continue
-			}
-			out.WriteByte(run[i])
-			i++
-		}
-		return out.String()
-	})
-}
+// enhancedCode is an enhanced status code (RFC 3463) at a reply's start.
+var enhancedCode = regexp.MustCompile(`^[245]\.[0-9]{1,3}\.[0-9]{1,3}\b`)
 
 // cmd sends one command and reads its reply, like net/smtp's unexported
 // Client.cmd.
