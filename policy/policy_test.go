@@ -629,3 +629,57 @@ func TestApplyIsDurable(t *testing.T) {
 		t.Fatalf("Apply committed with synchronous_commit = %s, want on (or stronger)", setting)
 	}
 }
+
+// The rule set's checks that Go callers use (fencegate_check_principal,
+// fencegate_rules; callable by any role) take the principal a session
+// names in fencegate.principal only from a role that could write
+// fencegate's tables itself (the gateway's, a Go worker's). A role that
+// reaches fencegate through the SQL interface alone, mapped to no
+// principal, gets ZF006: it named another principal and learnt that
+// principal's scope and which webhook hosts its rules allow.
+func TestUnmappedRoleCannotNameAPrincipal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	stranger := testdb.Role(t, pool, "fg_prober_", testdb.WorkerGrants()...)
+	doc, err := policy.Parse([]byte(`{"principals": [
+		{"name": "billing", "role": "worker", "resources": ["billing*"], "kinds": ["*"], "key_scope": "global"}],
+		"destinations": {"webhook": {"hosts": ["hooks.example.com"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Apply(ctx, pool, testdb.Schema(), doc); err != nil {
+		t.Fatal(err)
+	}
+	probes := map[string]string{
+		"check_principal": `SELECT fencegate.fencegate_check_principal('billing/x', 'email', false)`,
+		"rules":           `SELECT fencegate.fencegate_rules('billing/x', 'webhook', 'op', 'k', '{"url": "https://hooks.example.com/x"}')`,
+	}
+	c := testdb.ConnectAs(t, pool, stranger)
+	if _, err := c.Exec(ctx, `SELECT set_config('fencegate.principal', 'billing', false)`); err != nil {
+		t.Fatal(err)
+	}
+	for name, sql := range probes {
+		var out string
+		err := c.QueryRow(ctx, testdb.SQL(sql)).Scan(&out)
+		if code, _, _ := sqlState(err); code != "ZF006" {
+			t.Errorf("%s as an unmapped interface role naming billing: %q, %v; want ZF006 (no principal)", name, out, err)
+		}
+	}
+	// The gateway's own role (it owns the tables) names its principal so.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT set_config('fencegate.principal', 'billing', false)`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, `SELECT set_config('fencegate.principal', '', false)`)
+	for name, sql := range probes {
+		var out string
+		if err := conn.QueryRow(ctx, testdb.SQL(sql)).Scan(&out); err != nil {
+			t.Errorf("%s as the gateway's role naming billing: %v", name, err)
+		}
+	}
+}

@@ -64,7 +64,8 @@ $$;
 -- SECURITY DEFINER: it reads the rule set with its owner's rights, so a
 -- worker's role needs no grant on the rule set's tables (a role granted
 -- fencegate's tables before they existed keeps working); it may be called
--- by anyone and tells only what the caller's principal may do.
+-- by anyone and tells only what the caller's principal may do: the setting
+-- counts only for a role granted the tables it guards.
 CREATE OR REPLACE FUNCTION fencegate.fencegate_check_principal(p_resource text, p_kind text, p_epochs boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql
@@ -79,7 +80,15 @@ BEGIN
         RETURN NULL;
     END IF;
     SELECT r.principal INTO l_name FROM fencegate.principal_roles r WHERE r.role_name = session_user;
-    l_name := coalesce(l_name, nullif(current_setting('fencegate.principal', true), ''));
+    -- The session's setting names the principal only for a role that could
+    -- write fencegate's tables itself (the gateway's, a Go worker's: the
+    -- paths that set it). A role that reaches fencegate only through the
+    -- SQL interface is its mapping or nobody: naming another principal, it
+    -- would learn that principal's scope and destinations.
+    IF l_name IS NULL AND (has_table_privilege(session_user, 'fencegate.intents', 'INSERT')
+                           OR has_table_privilege(session_user, 'fencegate.resources', 'UPDATE')) THEN
+        l_name := nullif(current_setting('fencegate.principal', true), '');
+    END IF;
     IF l_name IS NULL THEN
         PERFORM fencegate.fencegate_raise('ZF006',
             'no principal: a rule set is in force (gateway policy show) and this caller names no principal (outbox.Config.Principal, --principal, a token''s principal)',
