@@ -22,13 +22,19 @@
 // header is refused at enqueue (webhookkind.Parse), and a name the adapter
 // does not hold at enqueue through KindSpec, and at execute (failed,
 // nothing sent). A secret's value never appears in a log, an error or a
-// result. An intent stored before inline credentials were refused is
-// still sent as stored, with a warning naming the header.
+// result, also when the destination's answer quotes the request: every
+// text taken from an answer (the body's start in an error, a result's body
+// and headers, a Location) has each value, its pieces and their common
+// encodings replaced by "[redacted]" (internal/scrub). An intent stored
+// before inline credentials were refused is still sent as stored, with a
+// warning naming the header; its inline credential is taken out of answers
+// the same way.
 //
 // # Outcomes
 //
 //   - 2xx: succeeded; the result holds the status, a safe subset of the
-//     headers, the body (up to 64 KiB, marked truncated) and elapsed_ms.
+//     headers (Location without its query), the body (up to 64 KiB,
+//     marked truncated) and elapsed_ms.
 //   - 408, 425, 429, 503 (refused before it was processed): retryable,
 //     no sooner than the Retry-After.
 //   - Any other 5xx (500, 502, 504, …): unknown, as below; the receiver

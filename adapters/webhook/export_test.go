@@ -13,6 +13,6 @@ func WrapConns(a *Adapter, wrap func(net.Conn) net.Conn) { a.wrapConn = wrap }
 // a request with a body (kept-alive connections) and classifies the
 // outcome as Execute does: the status, or the adapters error.
 func SendWrite(a *Adapter, hr *http.Request) (int, error) {
-	_, status, _, err := a.do(a.client, hr, true)
+	_, status, _, err := a.do(a.client, hr, true, nil)
 	return status, err
 }

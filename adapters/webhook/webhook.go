@@ -26,6 +26,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/fenceerr"
+	"github.com/fencegate/fencegate/internal/scrub"
 	"github.com/fencegate/fencegate/kinds/webhookkind"
 	"github.com/fencegate/fencegate/outbox"
 )
@@ -77,7 +78,10 @@ type Config struct {
 	// name: a payload's header {"secret": "NAME"} is sent with
 	// HeaderSecrets[NAME]. Names are webhookkind.CheckSecretName's; a
 	// value is not empty and has no CR, LF or NUL. A value never appears
-	// in a log, an error or a result. A payload naming a secret not here
+	// in a log, an error or a result, also where the destination's answer
+	// quotes the request: every text taken from an answer has each value
+	// (its pieces and common encodings, internal/scrub) replaced by
+	// "[redacted]". A payload naming a secret not here
 	// is refused at enqueue through KindSpec, and failed at execute
 	// without sending.
 	HeaderSecrets map[string]string
@@ -102,6 +106,8 @@ type Adapter struct {
 	allow   *Hosts
 	dedups  *Hosts
 	secrets []Secret
+	// scrub takes HeaderSecrets' values out of the text of answers.
+	scrub *scrub.Scrubber
 	// client sends requests with a body, and lookups, over kept-alive
 	// connections; fresh sends requests without a body, each on a
 	// connection of its own (see request).
@@ -179,7 +185,11 @@ func New(cfg Config) (*Adapter, error) {
 		return nil, err
 	}
 	cfg.HeaderSecrets = maps.Clone(cfg.HeaderSecrets)
-	a := &Adapter{cfg: cfg, allow: p.allow, dedups: p.dedups, secrets: p.secrets,
+	var values []string
+	for _, name := range slices.Sorted(maps.Keys(cfg.HeaderSecrets)) {
+		values = append(values, cfg.HeaderSecrets[name])
+	}
+	a := &Adapter{cfg: cfg, allow: p.allow, dedups: p.dedups, secrets: p.secrets, scrub: scrub.New(values...),
 		log: cfg.Logger.With("component", "webhook"), slots: map[string]chan struct{}{}}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: a.checkAddress}
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -414,6 +424,7 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	if err != nil {
 		return adapters.Outcome{}, err
 	}
+	sc := a.scrubber(p)
 	for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
 		if h := p.Headers[name]; h.Secret == "" && webhookkind.Sensitive(name, h.Value) {
 			// Stored before such values were refused at enqueue: sent as
@@ -442,11 +453,28 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	if hr.Body == nil {
 		client = a.fresh
 	}
-	res, status, hdr, err := a.do(client, hr, true)
+	res, status, hdr, err := a.do(client, hr, true, sc)
 	if err != nil {
 		return adapters.Outcome{}, err
 	}
 	what := fmt.Sprintf("webhook: %s %s: %d %s", hr.Method, redact(u), status, http.StatusText(status))
+	location := ""
+	if loc := hdr.Get("Location"); loc != "" {
+		location = sc.String(redactRaw(loc))
+	}
+	excerpt := func(res Result) string {
+		if res.Body == "" {
+			return ""
+		}
+		// Errors go to logs and spans, which never show a URL's query:
+		// the request's query, and a redirect's, are taken out of the
+		// body's excerpt too.
+		esc := sc.WithValues(minQueryValue, queryValues(u.RawQuery)...)
+		if lu, err := url.Parse(hdr.Get("Location")); err == nil {
+			esc = esc.WithValues(minQueryValue, queryValues(lu.RawQuery)...)
+		}
+		return excerpt(esc, res)
+	}
 	switch {
 	case status >= 200 && status < 300:
 		b, _ := json.Marshal(res)
@@ -477,13 +505,13 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 	case status == http.StatusMovedPermanently || status == http.StatusTemporaryRedirect || status == http.StatusPermanentRedirect:
 		// The resource is elsewhere (a URL to fix): the request was not
 		// acted on here.
-		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("%s: redirects are not followed (Location %q)%s", what, redactRaw(hdr.Get("Location")), excerpt(res)))
+		return adapters.Outcome{}, adapters.PermanentError(fmt.Errorf("%s: redirects are not followed (Location %q)%s", what, location, excerpt(res)))
 	case status >= 300 && status < 400:
 		// 302 and 303 are how many servers answer a write they performed
 		// (post, redirect, get: "see the result over there"); the others
 		// say nothing either way. Not followed, and not failed: the
 		// effect may have happened.
-		return adapters.Outcome{}, adapters.UnknownError(fmt.Errorf("%s: redirects are not followed (Location %q), and a %d may answer a request the receiver acted on%s", what, redactRaw(hdr.Get("Location")), status, excerpt(res)))
+		return adapters.Outcome{}, adapters.UnknownError(fmt.Errorf("%s: redirects are not followed (Location %q), and a %d may answer a request the receiver acted on%s", what, location, status, excerpt(res)))
 	default:
 		return adapters.Outcome{}, adapters.PermanentError(errors.New(what + excerpt(res)))
 	}
@@ -508,7 +536,8 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 	if err != nil {
 		return adapters.Outcome{}, false, err
 	}
-	res, status, _, err := a.do(a.client, hr, false)
+	sc := a.scrubber(p)
+	res, status, _, err := a.do(a.client, hr, false, sc)
 	switch {
 	case err != nil:
 		return adapters.Outcome{}, false, fmt.Errorf("webhook: look up %s: %w", redact(u), err)
@@ -519,7 +548,8 @@ func (a *Adapter) Lookup(ctx context.Context, req adapters.Request) (adapters.Ou
 		b, _ := json.Marshal(res)
 		return adapters.Outcome{Status: outbox.StatusSucceeded, Result: b}, true, nil
 	}
-	err = fmt.Errorf("webhook: look up %s: %d %s%s", redact(u), status, http.StatusText(status), excerpt(res))
+	err = fmt.Errorf("webhook: look up %s: %d %s%s", redact(u), status, http.StatusText(status),
+		excerpt(sc.WithValues(minQueryValue, queryValues(u.RawQuery)...), res))
 	if status >= 400 && status < 500 && !refusedUnprocessed(status) {
 		// Refused for good (401, 403, 405, 410, …): asking again will not
 		// answer, so the runtime holds the intent for an operator.
@@ -618,7 +648,10 @@ func (a *Adapter) request(ctx context.Context, req adapters.Request, method stri
 //
 // The exchange is an HTTP client span, whose trace context the request
 // carries (startClientSpan).
-func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (_ Result, _ int, _ http.Header, err error) {
+//
+// Every text kept of the answer (the body, the headers kept) has sc's
+// credentials taken out: a receiver may quote the request.
+func (a *Adapter) do(client *http.Client, hr *http.Request, write bool, sc *scrub.Scrubber) (_ Result, _ int, _ http.Header, err error) {
 	ctx, span := startClientSpan(hr)
 	var answered int // the answer's status code, 0 while none came
 	var cause error  // what the HTTP client returned, unwrapped
@@ -631,8 +664,9 @@ func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (_ Resul
 	sent, replayed := st.state()
 	if err != nil {
 		// Without the *url.Error around it, whose text is the whole URL,
-		// query included; the messages name the URL redacted.
-		err = clientErr(err)
+		// query included; the messages name the URL redacted. Its text
+		// may quote bytes of the answer (a malformed status line).
+		err = sc.Error(clientErr(err))
 		cause = err
 		switch {
 		case !sent && errors.Is(err, ErrInternalAddress):
@@ -653,17 +687,26 @@ func (a *Adapter) do(client *http.Client, hr *http.Request, write bool) (_ Resul
 	res := Result{Status: resp.StatusCode, Headers: map[string]string{}}
 	for _, h := range resultHeaders {
 		if v := resp.Header.Get(h); v != "" {
-			res.Headers[h] = v
+			if h == "Location" {
+				// Without its query and credentials, as errors show it.
+				v = redactRaw(v)
+			}
+			res.Headers[h] = sc.String(v)
 		}
 	}
 	data, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxResultBody+1))
+	if len(data) > MaxResultBody || rerr != nil {
+		// Cut off: without a credential's start at the end, which the
+		// scrubber cannot recognise without its rest.
+		data, res.Truncated = sc.Cut(data), true
+	}
+	data = sc.Bytes(data)
 	if len(data) > MaxResultBody {
-		data, res.Truncated = data[:MaxResultBody], true
+		data = data[:MaxResultBody]
 	}
 	if rerr != nil {
 		// The status line came: the destination answered. A body cut off
 		// is kept as far as it came.
-		res.Truncated = true
 		a.log.Warn("webhook: response body cut off", "url", redact(hr.URL), "status", resp.StatusCode, "error", rerr)
 	}
 	if utf8.Valid(data) {
@@ -721,9 +764,10 @@ func fencedOut(h http.Header, epoch int64) int64 {
 	return cur
 }
 
-// excerpt is the start of a response body for an error message.
-func excerpt(res Result) string {
-	b := res.Body
+// excerpt is the start of a response body for an error message, with
+// sc's credentials taken out before it is cut (the body's own are, by do).
+func excerpt(sc *scrub.Scrubber, res Result) string {
+	b := sc.String(res.Body)
 	if b == "" {
 		return ""
 	}
@@ -731,6 +775,44 @@ func excerpt(res Result) string {
 		b = b[:200] + "…"
 	}
 	return ": " + strconv.Quote(b)
+}
+
+// minQueryValue is the shortest value of a URL's query parameter taken
+// out of an error's excerpt of an answer: a credential, an API key, is
+// longer; shorter ones (ids, flags) would take words out of the text.
+const minQueryValue = 8
+
+// queryValues are a URL query's values, decoded and as written, and the
+// query itself.
+func queryValues(rawQuery string) []string {
+	if rawQuery == "" {
+		return nil
+	}
+	out := []string{rawQuery}
+	for _, pair := range strings.Split(rawQuery, "&") {
+		_, v, _ := strings.Cut(pair, "=")
+		out = append(out, v)
+		if dec, err := url.QueryUnescape(v); err == nil {
+			out = append(out, dec)
+		}
+	}
+	return out
+}
+
+// scrubber takes the adapter's header secrets out of answers to p's
+// requests, and the credentials p's headers carry inline (an intent
+// stored before they were refused at enqueue: webhookkind.Sensitive).
+func (a *Adapter) scrubber(p webhookkind.Payload) *scrub.Scrubber {
+	var inline []string
+	for _, name := range slices.Sorted(maps.Keys(p.Headers)) {
+		if h := p.Headers[name]; h.Secret == "" && webhookkind.Sensitive(name, h.Value) {
+			inline = append(inline, h.Value)
+		}
+	}
+	if len(inline) == 0 {
+		return a.scrub
+	}
+	return a.scrub.With(inline...)
 }
 
 // redact is a URL as it may appear in logs and errors: scheme, host and
