@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/scrub"
 )
 
 // defaultProbeTimeout bounds the whole request: a /readyz answer takes at
@@ -31,7 +34,8 @@ const probeBodyLimit = 300
 // status, a redirect (not followed: the probe checks the URL it is given) —
 // with the error object on stdout (with "url" and "status" when an answer
 // came) and one line on stderr saying why; every URL printed is redacted
-// (redactURL), and a URL refused is never echoed as given; exit
+// (redactURL), a URL refused is never echoed as given, and a body quoted
+// has the credentials the probe sent taken out (probeScrubber); exit
 // 2 on a bad URL or flag. https URLs are verified against the system's
 // roots, or against --tls-ca (e.g. the admin server's own --tls-cert).
 // It reads no environment and connects to nothing but URL.
@@ -89,6 +93,7 @@ func cmdProbe(ctx context.Context, a *app, args []string) int {
 	// Every URL printed, in the result and in errors, is shown without its
 	// password and ?password=-style parameters (docs/operations.md).
 	shown := redactURL(raw)
+	sc := probeScrubber(u)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -109,10 +114,16 @@ func cmdProbe(ctx context.Context, a *app, args []string) int {
 		if errors.Is(err, context.DeadlineExceeded) || (ue != nil && ue.Timeout()) {
 			return a.fail(unavailable(fmt.Sprintf("probe %s: no answer within %s", shown, *timeout)))
 		}
-		return a.fail(unavailable(fmt.Sprintf("probe %s: %v", shown, err)))
+		return a.fail(unavailable(fmt.Sprintf("probe %s: %s", shown, sc.String(err.Error()))))
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, probeBodyLimit+1))
+	if len(body) > probeBodyLimit || err != nil {
+		body = sc.Cut(body) // a credential's start, its rest not read
+	}
+	// An answer may quote the request (an echo service, a "bad
+	// credentials" page): without what the probe sent that is hidden.
+	body = sc.Bytes(body)
 	// An answer that is not healthy still says, as the success object
 	// does, which URL answered and its status: a reader of the JSON tells
 	// a 503 from no answer.
@@ -144,4 +155,26 @@ func cmdProbe(ctx context.Context, a *app, args []string) int {
 	}
 	a.writeJSON(map[string]any{"url": shown, "status": res.StatusCode})
 	return exitOK
+}
+
+// probeScrubber takes out of an answer what the probe sent that it never
+// shows: the URL's password, as given and in the Authorization: Basic
+// header Go's client makes of the userinfo, and the values of the query's
+// secret parameters (secretParam) and of pairs that do not parse (neither
+// is shown in the redacted URL).
+func probeScrubber(u *url.URL) *scrub.Scrubber {
+	var sc *scrub.Scrubber
+	if u.User != nil {
+		pass, _ := u.User.Password()
+		sc = scrub.New("Basic "+base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass)), pass)
+	}
+	for _, pair := range strings.Split(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		name, kerr := url.QueryUnescape(k)
+		dec, verr := url.QueryUnescape(v)
+		if kerr != nil || verr != nil || secretParam(name) {
+			sc = sc.WithValues(1, v, dec)
+		}
+	}
+	return sc
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/base64"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
@@ -204,5 +205,29 @@ func TestProbeNon2xxSaysStatus(t *testing.T) {
 	t.Logf("checked %d answers", len(cases))
 	if len(cases) == 0 {
 		t.Fatal("no answer checked")
+	}
+}
+
+// A failing answer's body is quoted, but never the credentials the probe
+// sent that the body quotes back (an echo service, a "bad credentials"
+// page): the URL's password, as given and inside the Authorization: Basic
+// header Go's client makes of it, and its query's secret values.
+func TestProbeBodyEchoHidesCredentials(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		user, pass, _ := r.BasicAuth()
+		_, _ = w.Write([]byte(`{"authorization":"` + r.Header.Get("Authorization") + `","user":"` + user + `","password":"` + pass +
+			`","uri":"` + r.URL.RequestURI() + `"}`))
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	secrets := []string{"PWECHO-9kQz", base64.StdEncoding.EncodeToString([]byte("svc:PWECHO-9kQz")), "TOKECHO-77xq"}
+	r := gw(t, "", "probe", "--timeout", "3s", "http://svc:PWECHO-9kQz@"+host+"/echo?token=TOKECHO-77xq&n=1")
+	expectProbeFailure(t, r, 1, "unavailable", "401", `"user":"svc"`, "[redacted]")
+	for _, s := range secrets {
+		if strings.Contains(r.stdout+r.stderr, s) {
+			t.Errorf("probe prints %s: stdout %s stderr %s", s, r.stdout, r.stderr)
+		}
 	}
 }
