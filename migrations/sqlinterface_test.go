@@ -1176,3 +1176,58 @@ func TestSQLAcquireBusyAndPrincipal(t *testing.T) {
 		t.Fatalf("after the refused acquire: %+v, %v; want epoch %d, nothing granted", r, err, l.Epoch)
 	}
 }
+
+// A refused webhook URL is never echoed: the SQL interface's error (its
+// message, detail, hint and context, which also reach the server's log)
+// does not hold the URL's query or userinfo (the user name neither), nor
+// does the Go intake's (outbox.DefaultKinds, whose rules the admin intake
+// and gateway enqueue apply too). Where both refuse for the same reason they say it in the same
+// words; where only SQL refuses (its stricter form: an IPv6 literal, a
+// character it does not take), it names the field and what it takes.
+func TestSQLRefusedURLNotEchoed(t *testing.T) {
+	t.Parallel()
+	pool, iss := sqlSetup(t)
+	ctx := context.Background()
+	l := acquire(t, iss, "r")
+	const secret = "SQLSECRET-4kP9"
+	cases := []struct {
+		payload, field string
+		same           bool // Go refuses too, in the same words
+	}{
+		{`{"url":"https://[::1]:18911/x?api_key=` + secret + `","body":{}}`, "payload.url", false},
+		{`{"url":"https://api.example.com/x?api_key=` + secret + `&sig=a|b","body":{}}`, "payload.url", false},
+		{`{"url":"https://h.example/x y?api_key=` + secret + `"}`, "payload.url", false},
+		{`{"url":"http://svcuser:` + secret + `@host/x"}`, "payload.url", true},
+		{`{"url":"http://` + secret + `@host/x"}`, "payload.url", true},
+		{`{"url":"HTTPS://svcuser:` + secret + `@h.example/x"}`, "payload.url", true},
+		{`{"url":"https://svcuser:` + secret + `@h.example/x?api_key=` + secret + `#frag"}`, "payload.url", true},
+		{`{"url":"https://h.example/x?api_key=` + secret + `#frag"}`, "payload.url", true},
+		{`{"url":"ftp://svcuser:` + secret + `@h.example/x"}`, "payload.url", true},
+		{`{"url":"svcuser:` + secret + `@h.example/x"}`, "payload.url", true},
+		{`{"url":"http://svcuser:` + secret + `@/x"}`, "payload.url", true},
+		{`{"url":"https://h.example/x","lookup_url":"https://h.example/l?token=` + secret + `|x"}`, "payload.lookup_url", false},
+		{`{"url":"https://h.example/x","lookup_url":"http://svcuser:` + secret + `@h.example/l"}`, "payload.lookup_url", true},
+	}
+	for i, c := range cases {
+		_, err := sqlEnqueue(ctx, pool, enqueueArgs{resource: "r", epoch: l.Epoch, operation: fmt.Sprintf("url-%d", i), kind: "webhook", payload: c.payload})
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "ZF004" || pe.ColumnName != c.field {
+			t.Errorf("SQL %s: %v; want ZF004 naming %s", c.payload, err, c.field)
+			continue
+		}
+		if all := strings.Join([]string{pe.Message, pe.Detail, pe.Hint, pe.Where}, "\n"); strings.Contains(all, secret) || strings.Contains(all, "svcuser") {
+			t.Errorf("SQL %s: the error echoes the URL: %s", c.payload, all)
+		}
+		goErr := outbox.DefaultKinds()["webhook"].Check(json.RawMessage(c.payload))
+		switch {
+		case goErr != nil && (strings.Contains(goErr.Error(), secret) || strings.Contains(goErr.Error(), "svcuser")):
+			t.Errorf("Go %s: the error echoes the URL: %v", c.payload, goErr)
+		case c.same && (goErr == nil || goErr.Error() != pe.Message):
+			t.Errorf("%s: Go says %v, SQL %q; want the same words", c.payload, goErr, pe.Message)
+		}
+	}
+	t.Logf("%d refused URLs checked", len(cases))
+	if len(cases) == 0 {
+		t.Fatal("no URL checked")
+	}
+}

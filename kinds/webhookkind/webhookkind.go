@@ -326,7 +326,8 @@ func (p Payload) validate(strict bool) error {
 }
 
 // CheckURL checks that s is an absolute http or https URL with a host and
-// without user credentials or a fragment; field names it in the error.
+// without user credentials or a fragment; field names it in the error,
+// which never echoes s (its query or userinfo may hold a credential).
 func CheckURL(field, s string) error {
 	if s == "" {
 		return fenceerr.Invalid(field, "is required")
@@ -338,8 +339,12 @@ func CheckURL(field, s string) error {
 	switch {
 	case err != nil:
 		return fenceerr.Invalid(field, "is not a valid URL")
-	case u.Scheme != "http" && u.Scheme != "https":
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "" && strings.HasPrefix(s[len(u.Scheme)+1:], "//"):
 		return fenceerr.Invalid(field, "must be an http or https URL, got scheme %q", u.Scheme)
+	case u.Scheme != "http" && u.Scheme != "https":
+		// No "scheme://": what stands before a colon may be a user name
+		// (user:password@host), which is not echoed.
+		return fenceerr.Invalid(field, "must be an http or https URL")
 	case u.Hostname() == "":
 		return fenceerr.Invalid(field, "must name a host")
 	case u.User != nil:
