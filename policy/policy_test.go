@@ -387,6 +387,71 @@ func TestDestinations(t *testing.T) {
 	t.Logf("%d enqueues checked against the destinations (Go and SQL)", checked)
 }
 
+// The rule set's webhook hosts refuse a URL outside them naming its host
+// at most, never its userinfo or query: through a Go client whose own
+// "webhook" kind checks nothing (the rule still holds: fencegate_enqueue
+// applies it) and through fencegate_rules called directly.
+func TestWebhookDestinationRefusalNotEchoed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	var me string
+	if err := pool.QueryRow(ctx, `SELECT session_user`).Scan(&me); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := policy.Parse([]byte(`{"principals": [{"name": "any", "role": "worker", "resources": ["*"], "kinds": ["*"], "key_scope": "global", "sql_roles": ["` + me + `"]}],
+		"destinations": {"webhook": {"hosts": ["hooks.example.com"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Apply(ctx, pool, testdb.Schema(), doc); err != nil {
+		t.Fatal(err)
+	}
+	anything := outbox.KindSpec{DefaultFence: outbox.FenceCommit, Check: func(json.RawMessage) error { return nil }}
+	ob, err := outbox.New(pool, outbox.Config{Schema: testdb.Schema(), Principal: "any", Kinds: map[string]outbox.KindSpec{"webhook": anything}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lease.NewIssuer(pool, lease.WithSchema(testdb.Schema()), lease.AsPrincipal("any")).Acquire(ctx, "d", "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "RULESECRET-8vN2"
+	checked := 0
+	for i, c := range []struct{ payload, field, names string }{
+		{`{"url":"https://svcuser:` + secret + `@hooks.example.com/x"}`, "payload.url", ""},
+		{`{"url":"https://svcuser:` + secret + `@evil.example/x"}`, "payload.url", ""},
+		{`{"url":"https://evil.example/x?api_key=` + secret + `"}`, "payload.url", "evil.example"},
+		{`{"url":"svcuser:` + secret + `@evil.example/x"}`, "payload.url", ""},
+		{`{"url":"https://hooks.example.com/x","lookup_url":"https://evil.example:8443/l?token=` + secret + `"}`, "payload.lookup_url", "evil.example"},
+	} {
+		_, goErr := ob.Enqueue(ctx, outbox.Intent{Resource: "d", Epoch: l.Epoch, OperationID: fmt.Sprintf("go-%d", i), Kind: "webhook", Payload: json.RawMessage(c.payload)})
+		_, sqlErr := pool.Exec(ctx, testdb.SQL(`SELECT fencegate.fencegate_rules('d', 'webhook', 'o', NULL, $1::jsonb)`), c.payload)
+		for way, err := range map[string]error{"Go client": goErr, "fencegate_rules": sqlErr} {
+			checked++
+			var ie *fenceerr.InvalidError
+			var pe *pgconn.PgError
+			text := ""
+			switch {
+			case errors.As(err, &ie) && ie.Field == c.field:
+				text = ie.Error()
+			case errors.As(err, &pe) && pe.Code == "ZF004" && pe.ColumnName == c.field:
+				text = strings.Join([]string{pe.Message, pe.Detail, pe.Hint}, "\n")
+			default:
+				t.Errorf("%s %s: %v; want invalid input naming %s", way, c.payload, err, c.field)
+				continue
+			}
+			if strings.Contains(text, secret) || strings.Contains(text, "svcuser") || !strings.Contains(text, c.names) {
+				t.Errorf("%s %s: %q; want it to name %q at most, never the URL's userinfo or query", way, c.payload, text, c.names)
+			}
+		}
+	}
+	t.Logf("%d refusals checked", checked)
+	if checked == 0 {
+		t.Fatal("no refusal checked")
+	}
+}
+
 // A Go worker whose role was granted fencegate's tables before the rule
 // set's tables existed (GRANT … ON ALL TABLES covers only the tables there
 // at the time) still enqueues and grants after the upgrade: the rule set is

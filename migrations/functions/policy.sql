@@ -306,8 +306,12 @@ BEGIN
                                      CASE WHEN e.v ~ '^\[' THEN substring(e.v from '\]:([0-9]+)$')::int
                                           ELSE nullif(split_part(e.v, ':', 2), '')::int END AS port) x
                 WHERE lower(rtrim(x.host, '.')) = h AND (x.port IS NULL OR x.port = p));
-            IF NOT ok THEN
-                PERFORM fencegate.fencegate_invalid('payload.' || f, format('host %s (port %s) is not an allowed destination (the rule set''s destinations.webhook.hosts)', to_json(coalesce(h, auth, u)), p));
+            -- The host alone is named: never the authority or the URL,
+            -- whose user:password@ or query may hold a credential.
+            IF NOT ok AND h IS NULL THEN
+                PERFORM fencegate.fencegate_invalid('payload.' || f, 'names no host the rule set''s destinations.webhook.hosts can allow (scheme://host[:port]/…, no user:password@)');
+            ELSIF NOT ok THEN
+                PERFORM fencegate.fencegate_invalid('payload.' || f, format('host %s (port %s) is not an allowed destination (the rule set''s destinations.webhook.hosts)', to_json(h), p));
             END IF;
         END LOOP;
     WHEN 'file' THEN
