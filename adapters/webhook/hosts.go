@@ -30,13 +30,14 @@ func SplitList(list string) []string {
 }
 
 // ParseHosts parses the entries of a list. field names the input in errors
-// ("Allow").
+// ("Allow"), which name a bad entry by its position (from 1), never
+// echoing it: an entry given as a URL may carry a password.
 func ParseHosts(field string, items []string) (*Hosts, error) {
 	h := &Hosts{}
-	for _, item := range items {
+	for i, item := range items {
 		e, err := parseHostEntry(item)
 		if err != nil {
-			return nil, fenceerr.Invalid(field, "%q: %v", item, err)
+			return nil, fenceerr.Invalid(field, "entry %d of %d: %v", i+1, len(items), err)
 		}
 		h.entries = append(h.entries, e)
 	}
@@ -52,7 +53,8 @@ func parseHostEntry(item string) (hostEntry, error) {
 		var err error
 		if host, portStr, err = net.SplitHostPort(item); err != nil {
 			if !strings.HasPrefix(item, "[") || !strings.HasSuffix(item, "]") {
-				return hostEntry{}, fmt.Errorf("must be host or host:port: %v", err)
+				// Not SplitHostPort's error: it quotes the entry.
+				return hostEntry{}, fmt.Errorf("must be host or host:port (an IPv6 address with a port in brackets)")
 			}
 			host = strings.Trim(item, "[]")
 		}

@@ -535,3 +535,29 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A refused Allow or DedupsOnKey entry is never echoed (docs/webhooks.md:
+// "never echoing an entry"; an entry pasted as a URL may carry a
+// password): the error names the field and the entry's position, by New
+// and by NewIntake (gateway enqueue's $GATEWAY_WEBHOOK_ALLOW).
+func TestHostEntriesNotEchoed(t *testing.T) {
+	t.Parallel()
+	const secret = "HOSTSECRET-2mW7"
+	entries := []string{"http://u:" + secret + "@h", "u:" + secret + "@h", "h:" + secret, "[" + secret + "]:x", "[" + secret,
+		"*." + secret + ".example", "h/" + secret, "h?" + secret}
+	n := 0
+	for _, e := range entries {
+		list := []string{"ok.example", e}
+		_, err := webhook.New(webhook.Config{Allow: list})
+		expectField(t, "New Allow "+e, err, "Allow", secret)
+		_, err = webhook.New(webhook.Config{Allow: []string{"ok.example"}, DedupsOnKey: list})
+		expectField(t, "New DedupsOnKey "+e, err, "DedupsOnKey", secret)
+		_, err = webhook.NewIntake(list, nil)
+		expectField(t, "NewIntake "+e, err, "Allow", secret)
+		if err != nil && !strings.Contains(err.Error(), "entry 2") {
+			t.Errorf("NewIntake %s: %v, want it to name entry 2", e, err)
+		}
+		n += 3
+	}
+	t.Logf("%d refusals checked", n)
+}
