@@ -306,9 +306,9 @@ func (a *app) connectSized(ctx context.Context, dbURL string, maxConns int32) (*
 	if dbURL == "" {
 		return nil, badInput("database_url", "no database: set GATEWAY_DATABASE_URL or pass --database-url")
 	}
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	cfg, err := parseDBURL("database_url", dbURL)
 	if err != nil {
-		return nil, badInput("database_url", "cannot parse the database URL: "+redactErr(err))
+		return nil, err
 	}
 	if !urlSets(dbURL, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = mode
@@ -325,9 +325,9 @@ func (a *app) connectDirect(ctx context.Context, maxConns int32, sameAs *pgxpool
 	if a.dbDirectURL == nil || *a.dbDirectURL == "" {
 		return nil, nil
 	}
-	cfg, err := pgxpool.ParseConfig(*a.dbDirectURL)
+	cfg, err := parseDBURL("database_direct_url", *a.dbDirectURL)
 	if err != nil {
-		return nil, badInput("database_direct_url", "cannot parse --database-direct-url: "+redactErr(err))
+		return nil, err
 	}
 	direct, err := a.open(ctx, cfg, *a.dbDirectURL, maxConns)
 	if err != nil || sameAs == nil {
@@ -390,7 +390,7 @@ func (a *app) open(ctx context.Context, cfg *pgxpool.Config, dbURL string, maxCo
 	durable.ConfigurePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, unavailable("database: " + oneLine(err.Error()))
+		return nil, unavailable("database: " + withoutPassword(oneLine(err.Error()), cfg.ConnConfig.Password))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -401,11 +401,128 @@ func (a *app) open(ctx context.Context, cfg *pgxpool.Config, dbURL string, maxCo
 		}
 		if isPoolerPreparedStatement(err) {
 			return nil, unavailable(fmt.Sprintf("database at %s: %s (a pooler in transaction mode in front? give --database-query-mode exec)",
-				redactURL(dbURL), oneLine(err.Error())))
+				redactURL(dbURL), withoutPassword(oneLine(err.Error()), cfg.ConnConfig.Password)))
 		}
-		return nil, unavailable(fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), oneLine(err.Error())))
+		return nil, unavailable(fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), withoutPassword(oneLine(err.Error()), cfg.ConnConfig.Password)))
 	}
 	return pool, nil
+}
+
+// parseDBURL parses the connection string of --database-url or
+// --database-direct-url (field names it) as pgx does. No part of its
+// password may show in any output, so:
+//
+//   - a URL that pgx would read otherwise than a URL parser (the
+//     redaction's) is refused before it is used (ambiguousDBURL): pgx's
+//     errors would name a host, database or user holding a piece of the
+//     password, after a prefix claiming it hidden;
+//   - a string that does not parse is refused naming the field and the
+//     kind of problem only (parseProblem): pgx's own message quotes it,
+//     masking "password=" up to a space only (not "password = x", nor
+//     an escaped space), and its inner errors quote the pieces they
+//     could not read.
+func parseDBURL(field, raw string) (*pgxpool.Config, error) {
+	name := "--" + strings.ReplaceAll(field, "_", "-")
+	if ambiguousDBURL(raw) {
+		return nil, badInput(field, name+" has an '@' that does not end its user name and password "+
+			"(pgx ends the user info at the first '@' before any '/', a URL parser at the last): percent-encode "+
+			"'@' in the user name, password or database name as %40, and '/', '?' and '#' in the password as %2F, %3F and %23 "+
+			"(the value is not shown: it may hold a password)")
+	}
+	cfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return nil, badInput(field, "cannot parse "+name+": "+parseProblem(err)+" (the value is not shown: it may hold a password)")
+	}
+	return cfg, nil
+}
+
+// ambiguousDBURL reports whether raw is a postgres:// URL that pgx (like
+// libpq) reads otherwise than net/url: pgx ends the user info at the first
+// '@' before the first '/', even past a '?' or '#'; net/url at the last
+// '@' before the first '/', '?' or '#'. It is so when more than one '@'
+// precedes the first '/', when that '@' follows a '?' or a '#', or when an
+// '@' is in the path (a password with an unencoded '/': pgx reads no user
+// info, and takes the password's tail for the database). A key=value
+// string has one reading, pgx's.
+func ambiguousDBURL(raw string) bool {
+	rest, ok := strings.CutPrefix(raw, "postgresql://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(raw, "postgres://"); !ok {
+			return false
+		}
+	}
+	authority, path, _ := strings.Cut(rest, "/")
+	if i := strings.IndexByte(authority, '@'); i >= 0 && (strings.Count(authority, "@") > 1 || strings.ContainsAny(authority[:i], "?#")) {
+		return true
+	}
+	path, _, _ = strings.Cut(path, "?")
+	return strings.Contains(path, "@")
+}
+
+// pgxParseProblems are the messages of pgx's ParseConfigError that name
+// the kind of problem and hold no part of the connection string (those
+// that quote a value are cut at it: the message up to it is shown).
+var pgxParseProblems = []string{
+	"failed to parse as URL", "failed to parse as keyword/value", "failed to read service",
+	"invalid port", "invalid connect_timeout", "invalid sslcertmode", "invalid require_auth",
+	"failed to configure TLS", "invalid default_query_exec_mode",
+	"min_protocol_version cannot be greater than max_protocol_version",
+	"invalid min_protocol_version", "invalid max_protocol_version",
+	"unknown target_session_attrs value", "unknown channel_binding value",
+	"cannot parse statement_cache_capacity", "cannot parse description_cache_capacity",
+	"cannot parse pool_max_conns", "pool_max_conns too small", "cannot parse pool_min_conns",
+	"cannot parse pool_min_idle_conns", "cannot parse pool_max_conn_lifetime_jitter", "cannot parse pool_max_conn_lifetime",
+	"cannot parse pool_max_conn_idle_time", "cannot parse pool_health_check_period", "cannot parse pool_ping_timeout",
+	"could not match",
+}
+
+// pgxTLSProblems are inner errors of "failed to configure TLS" that hold
+// no part of the connection string.
+var pgxTLSProblems = []string{"sslmode is invalid", `both "sslcert" and "sslkey" are required`, "failed to decode sslkey", "unable to add CA to cert pool"}
+
+// parseProblem is the kind of problem pgx found in a connection string,
+// taken from pgxParseProblems and never from the error's text: that
+// quotes the string, and its inner errors the pieces they could not read.
+func parseProblem(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return "not a connection string"
+	}
+	// "cannot parse `<the string, masked>`: <problem>[ (<inner error>)]":
+	// the problem follows the last "`: ".
+	text := pe.Error()
+	inner := errors.Unwrap(pe)
+	if inner != nil {
+		text = strings.TrimSuffix(text, " ("+inner.Error()+")")
+	}
+	i := strings.LastIndex(text, "`: ")
+	if i < 0 {
+		return "not a connection string"
+	}
+	text = text[i+len("`: "):]
+	for _, p := range pgxParseProblems {
+		if !strings.HasPrefix(text, p) {
+			continue
+		}
+		switch {
+		case p == "could not match":
+			return "as many ports as hosts are needed"
+		case p == "failed to configure TLS" && inner != nil && slices.Contains(pgxTLSProblems, inner.Error()):
+			return p + ": " + inner.Error()
+		}
+		return p
+	}
+	return "not a connection string"
+}
+
+// withoutPassword is msg without password, should a driver's or server's
+// text ever quote it (a password shorter than 4 bytes is not looked for:
+// it would blank out ordinary words).
+func withoutPassword(msg, password string) string {
+	if len(password) < 4 {
+		return msg
+	}
+	return strings.ReplaceAll(msg, password, "xxxxx")
 }
 
 // isPoolerPreparedStatement reports whether err is what pgx's statement
@@ -511,9 +628,12 @@ func (a *app) requireFsync(ctx context.Context, pool *pgxpool.Pool, allow bool) 
 	return errmap.New(errmap.UnsafeDatabase, "PostgreSQL runs with fsync=off: a crash could lose acknowledged grants and intents and hand one epoch to two holders; turn fsync on (or, for a throwaway test server, pass --allow-fsync-off)")
 }
 
+// redactURL is raw as it may be shown (redactParsed); one that does not
+// parse, or that pgx reads otherwise than net/url (ambiguousDBURL), is not
+// shown at all.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
+	if err != nil || u.Host == "" || ambiguousDBURL(raw) {
 		return "(configured URL)"
 	}
 	return redactParsed(u)
@@ -567,15 +687,6 @@ func secretParam(name string) bool {
 		}
 	}
 	return false
-}
-
-func redactErr(err error) string {
-	// pgx parse errors may echo the URL, password included.
-	msg := err.Error()
-	if i := strings.Index(msg, "://"); i >= 0 {
-		return "invalid URL"
-	}
-	return msg
 }
 
 // noArgs rejects stray positional arguments.

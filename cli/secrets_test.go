@@ -43,6 +43,11 @@ func TestRedactURL(t *testing.T) {
 		"postgres://u@h/db":                         "postgres://u@h/db",
 		"postgres://u:pw@a:5432,b:5432/db?target_session_attrs=read-write": "postgres://u:xxxxx@a:5432,b:5432/db?target_session_attrs=read-write",
 		"not a url": "(configured URL)",
+		// pgx reads these otherwise (user info up to the first '@', none
+		// past a '/'): the password's pieces would show, so none of it is.
+		"postgres://u:pw@tail@h/db":     "(configured URL)",
+		"postgres://u:4711/tail@h/db":   "(configured URL)",
+		"postgres://h?password=pw@tail": "(configured URL)",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
