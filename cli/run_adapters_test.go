@@ -65,6 +65,10 @@ func TestRunBadFlags(t *testing.T) {
 		// echoed.
 		{"nats url scheme", nil, []string{"--nats-url", "http://u:nats-secret@127.0.0.1:4222"}, "nats_url"},
 		{"nats url empty seed", nil, []string{"--nats-url", "nats://127.0.0.1:4222,"}, "nats_url"},
+		// A seed without a scheme is dialled as nats://seed: checked the
+		// same, its password not echoed (nats.go's parse error quoted it).
+		{"nats url without scheme", nil, []string{"--nats-url", "u:secret%zz@127.0.0.1:4222"}, "nats_url"},
+		{"nats url @ after the host", []string{"GATEWAY_NATS_URL=nats://u:4711/secret@127.0.0.1:4222"}, nil, "nats_url"},
 	})
 }
 

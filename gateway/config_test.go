@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,41 @@ func TestConfigRules(t *testing.T) {
 		t.Fatal("no case checked")
 	}
 	t.Logf("%d configurations checked", checked)
+}
+
+// A NATSURL seed that nats.go would not read as the redaction does is
+// refused naming NATSURL, never echoed: a seed without a scheme (dialled
+// as nats://seed) was not checked, and nats.go's parse error quoted it,
+// password included; an '@' past the host (a password with an unencoded
+// '/') left the password's tail in the URL shown as redacted.
+func TestNATSURLNotEchoed(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"u:PWsecret%zz@127.0.0.1:4222",
+		"nats://127.0.0.1:4222,u:PWsecret%zz@127.0.0.1:4222",
+		"u:PWsecret/x@127.0.0.1:4222",
+		"nats://u:4711/PWsecret@127.0.0.1:4222",
+		"tls://u:4711/PWsecret@127.0.0.1:4222",
+		"nats://127.0.0.1:4222/?x=PWsecret@h",
+	} {
+		cfg := Config{Dispatcher: &dispatcher.Config{}, NATSURL: u}
+		err := cfg.Validate()
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "NATSURL" {
+			t.Errorf("NATSURL %q: Validate = %v, want an invalid-input error naming NATSURL", u, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "PWsecret") || strings.Contains(err.Error(), "4711")) {
+			t.Errorf("NATSURL %q: the error shows the password: %v", u, err)
+		}
+	}
+	// What nats.go reads alike: a password with an encoded '@', an '@'
+	// in the user info only.
+	for _, u := range []string{"u:p%40w@127.0.0.1:4222", "nats://u:p%40w@127.0.0.1:4222/", "tok@h:4222"} {
+		cfg := Config{Dispatcher: &dispatcher.Config{}, NATSURL: u}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("NATSURL %q: Validate = %v, want nil", u, err)
+		}
+	}
 }
 
 // strongSecret passes the admin tokens' strength rule.

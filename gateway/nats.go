@@ -99,6 +99,12 @@ func (a NATSAuth) options() ([]nats.Option, error) {
 // (http://…) was accepted, and the gateway then started and stayed
 // disconnected, retrying for ever without a word of why. The error names
 // NATSURL and never echoes the URL (it may hold a password).
+//
+// A seed without a scheme is checked as nats.go dials it, nats://seed: it
+// was not, and nats.go's parse error quoted it, password included. An '@'
+// past the host (in the path, query or fragment) is refused: it is where
+// a password with an unencoded '/' leaves its tail, shown whole by the
+// redacted URL (redaction hides the user info only).
 func checkNATSURL(s string) error {
 	for i, seed := range strings.Split(s, ",") {
 		seed = strings.TrimSpace(seed)
@@ -106,11 +112,15 @@ func checkNATSURL(s string) error {
 			return invalid("NATSURL", "seed %d is empty", i+1)
 		}
 		if !strings.Contains(seed, "://") {
-			continue // host:port, dialled as nats://host:port
+			seed = "nats://" + seed // host:port, dialled as nats://host:port
 		}
 		u, err := url.Parse(seed)
 		if err != nil {
-			return invalid("NATSURL", "seed %d is not a URL", i+1)
+			return invalid("NATSURL", "seed %d is not a URL (percent-encode '%%', '@', '/', ':' in a user name or password; the seed is not shown)", i+1)
+		}
+		_, rest, _ := strings.Cut(seed, "://")
+		if end := strings.IndexAny(rest, "/?#"); end >= 0 && strings.Contains(rest[end:], "@") {
+			return invalid("NATSURL", "seed %d has an '@' after its host: percent-encode '@' and '/' in a user name or password (the seed is not shown)", i+1)
 		}
 		switch strings.ToLower(u.Scheme) {
 		case "nats", "tls", "ws", "wss":
@@ -134,6 +144,12 @@ func (s *Gateway) connectNATS(cfg Config, log *slog.Logger) error {
 	nc, err := dialNATS(cmp.Or(cfg.NATSURL, DefaultNATSURL), cfg.NATSAuth, cmp.Or(cfg.NATSPingInterval, DefaultNATSPingInterval), log)
 	if errors.Is(err, fenceerr.ErrInvalid) {
 		return err
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// Not expected (checkNATSURL parses every seed as nats.go does),
+		// but its text would quote the URL.
+		return invalid("NATSURL", "cannot be used: a seed is not a URL (not shown)")
 	}
 	if err != nil {
 		return invalid("NATSURL", "cannot be used: %s", errmap.OneLine(err.Error()))
