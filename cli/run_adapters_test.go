@@ -55,6 +55,10 @@ func TestRunBadFlags(t *testing.T) {
 		{"smtp max sessions, email not running", nil, []string{"--adapters", "file", "--smtp-max-sessions", "0"}, "smtp_max_sessions"},
 		{"smtp addr given, email not running", nil, []string{"--adapters", "file", "--smtp-addr", "mail.example.com"}, "smtp_addr"},
 		{"mailpit url without mailpit lookup", nil, []string{"--mailpit-url", "ftp://x"}, "mailpit_url"},
+		// A refused Mailpit URL is not echoed (it was, password included).
+		{"mailpit url with a password", []string{"GATEWAY_MAIL_LOOKUP=mailpit", "GATEWAY_MAILPIT_URL=ftp://u:secret@h:1"}, nil, "mailpit_url"},
+		{"mailpit url with a bad escape", nil, []string{"--mail-lookup", "mailpit", "--mailpit-url", "http://u:secret%zz@h:8025"}, "mailpit_url"},
+		{"mailpit url with a query", nil, []string{"--mail-lookup", "mailpit", "--mailpit-url", "http://127.0.0.1:8025/?token=secret"}, "mailpit_url"},
 		{"mail max recipients", nil, []string{"--mail-max-recipients", "0"}, "mail_max_recipients"},
 		{"mail envelope from", nil, []string{"--mail-from-allow", "example.com", "--mail-envelope-from", "nobody"}, "mail_envelope_from"},
 		{"file max bytes", nil, []string{"--adapters", "file", "--file-max-bytes", "-1"}, "file_max_bytes"},

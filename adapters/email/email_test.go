@@ -160,6 +160,28 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// A refused Mailpit URL is not echoed: it may carry a password
+// (http://user:password@host, Mailpit's basic auth). It was quoted whole
+// ("got \"ftp://u:<password>@h:1\""). One with a query or fragment is
+// refused too: the lookup appends its path and query to it.
+func TestMailpitURLNotEchoed(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"ftp://u:PWsecret@h:1", "http://u:PWsecret%zz@h:8025", "http://u:PWsecret@", "http://u:PWsecret@h:8025/?token=x", "http://u:PWsecret@h:8025/#x"} {
+		err := email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{BaseURL: u}, Policy: email.Policy{AnyFrom: true}}.Validate()
+		var inv *fenceerr.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "Lookup.BaseURL" {
+			t.Errorf("BaseURL %q: %v, want an InvalidError naming Lookup.BaseURL", u, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "PWsecret") {
+			t.Errorf("BaseURL %q: the error shows its password: %v", u, err)
+		}
+	}
+	// Basic auth in the user info is Mailpit's own: accepted.
+	if err := (email.Config{Addr: "h:25", Lookup: &email.MailpitLookup{BaseURL: "https://u:p@mailpit.example:8025/mailpit"}, Policy: email.Policy{AnyFrom: true}}).Validate(); err != nil {
+		t.Errorf("a URL with user info and a path: %v", err)
+	}
+}
+
 // TestMailpitSendAndLookup sends through a real Mailpit and finds the
 // message again by its exact Message-ID, while a decoy whose Message-ID
 // contains the searched id is not taken for it.

@@ -33,11 +33,14 @@ type MailpitLookup struct {
 
 var _ Lookup = (*MailpitLookup)(nil)
 
-// check checks BaseURL: an http:// or https:// URL (Config.Validate).
+// check checks BaseURL: an http:// or https:// URL with a host and
+// neither a query nor a fragment (the lookup appends its own path and
+// query) (Config.Validate). A refused one is not echoed: its user info
+// may hold a password (Mailpit's basic auth).
 func (l *MailpitLookup) check() error {
 	u, err := url.Parse(l.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fenceerr.Invalid("BaseURL", "must be an http:// or https:// URL, e.g. http://127.0.0.1:8025, got %q", l.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(l.BaseURL, "#") {
+		return fenceerr.Invalid("BaseURL", "must be an http:// or https:// URL with a host and no query or fragment, e.g. http://127.0.0.1:8025 (the value is not shown: it may hold a password)")
 	}
 	return nil
 }

@@ -207,8 +207,8 @@ func (o Options) Validate() error {
 	}
 	if o.MailpitURL != "" {
 		u, err := url.Parse(o.MailpitURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return errmap.Invalid("mailpit_url", "--mailpit-url must be an http:// or https:// URL, e.g. http://127.0.0.1:8025")
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(o.MailpitURL, "#") {
+			return errmap.Invalid("mailpit_url", "--mailpit-url must be an http:// or https:// URL with a host and no query or fragment, e.g. http://127.0.0.1:8025 (the value is not shown: it may hold a password)")
 		}
 	}
 	if o.FileRoot == "" {
