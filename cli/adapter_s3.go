@@ -99,10 +99,9 @@ func (f *s3Flags) registration(ctx context.Context, env adapterEnv) (adapters.Re
 			if errors.Is(err, s3.ErrConditionsIgnored) {
 				return badInput("s3_endpoint", "--s3-endpoint: "+err.Error())
 			}
-			if m := errmap.Map(err); m.Code == errmap.InvalidInput {
-				return m
-			}
-			return errmap.New(errmap.Unavailable, "s3: "+oneLine(err.Error()))
+			// Anything else is the gateway's to report (unavailable,
+			// naming the kind, which the adapter's errors already do).
+			return err
 		}
 		env.log.Info("gateway: s3 buckets enforce conditional writes", "component", "gateway", "buckets", strings.Join(a.Allowed(), ","))
 		return nil

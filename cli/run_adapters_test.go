@@ -64,6 +64,10 @@ func TestRunBadFlags(t *testing.T) {
 		{"file max bytes", nil, []string{"--adapters", "file", "--file-max-bytes", "-1"}, "file_max_bytes"},
 		{"file allow, file not running", nil, []string{"--adapters", "email", "--mail-from-allow", "example.com", "--file-allow", "[bad"}, "file_allow"},
 		{"s3 endpoint", nil, []string{"--adapters", "s3", "--s3-bucket", "reports", "--s3-endpoint", "127.0.0.1:9000"}, "s3_endpoint"},
+		// The AWS SDK refused a query at start, exit 1, echoing the
+		// endpoint; user info it ignores: both refused up front, not echoed.
+		{"s3 endpoint with a query", nil, []string{"--adapters", "s3", "--s3-bucket", "reports", "--s3-endpoint", "http://ak:secret@127.0.0.1:9000/?token=secret"}, "s3_endpoint"},
+		{"s3 endpoint with user info", []string{"GATEWAY_S3_ENDPOINT=http://ak:secret@127.0.0.1:9000"}, []string{"--adapters", "s3", "--s3-bucket", "reports"}, "s3_endpoint"},
 		// A NATS URL of another scheme started a gateway that stayed
 		// disconnected for ever; the URL (it may hold a password) is not
 		// echoed.

@@ -57,3 +57,21 @@ func TestRunS3RefusesAServerThatIgnoresConditions(t *testing.T) {
 		t.Fatalf("stderr %s, want an error naming --s3-endpoint", out)
 	}
 }
+
+// A bucket that cannot be probed (nothing listens at the endpoint) stops
+// the start, exit 1, saying so once: the message said "s3: s3: s3: probe
+// bucket …" (the gateway, the CLI and the adapter each named the kind).
+func TestRunS3ProbeFailureSaysS3Once(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	endpoint := down.URL
+	down.Close() // nothing listens there now
+	p := e.run(t, s3test.Env(), "--adapters", "s3", "--s3-endpoint", endpoint, "--s3-bucket", "reports")
+	if code := p.wait(t, 30*time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, p.stderr.String())
+	}
+	if out := p.stderr.String(); !strings.Contains(out, "gateway: s3: probe bucket") || strings.Contains(out, "s3: s3:") {
+		t.Fatalf("stderr %s, want one \"s3: probe bucket\"", out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -60,7 +61,13 @@ func (s *Gateway) startAdapters(ctx context.Context, cfg Config, log *slog.Logge
 				if m := errmap.Map(err); m.Code == errmap.InvalidInput {
 					return m
 				}
-				return errmap.New(errmap.Unavailable, r.Kind+": "+errmap.OneLine(err.Error()))
+				// Named by its kind once: an adapter's own errors often
+				// start with it ("s3: probe bucket …").
+				msg := errmap.OneLine(err.Error())
+				if !strings.HasPrefix(msg, r.Kind+": ") {
+					msg = r.Kind + ": " + msg
+				}
+				return errmap.New(errmap.Unavailable, msg)
 			}
 		}
 		execs = append(execs, r.Executor)

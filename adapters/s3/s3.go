@@ -157,10 +157,18 @@ func (c Config) parse() (allowed map[string]bool, secrets [][]byte, err error) {
 		return nil, nil, fenceerr.Invalid("ReceiptPrefix", "%q must end in '/' and be under %s/, where no payload can write", c.ReceiptPrefix, s3kind.ReservedDir)
 	}
 	if c.Endpoint != "" {
+		// Not echoed: an endpoint may carry a password. A query the SDK
+		// refuses only when it first resolves an endpoint, echoing it
+		// ("Custom endpoint `…` was not a valid URI"); user info it
+		// ignores (credentials come from the AWS configuration); a
+		// fragment means nothing here: each is refused now.
 		u, err := url.Parse(c.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// Not echoed: an endpoint may carry a password.
-			return nil, nil, fenceerr.Invalid("Endpoint", "must be an http:// or https:// URL with a host")
+			return nil, nil, fenceerr.Invalid("Endpoint", "must be an http:// or https:// URL with a host (not shown: it may hold a password)")
+		}
+		if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(c.Endpoint, "#") {
+			return nil, nil, fenceerr.Invalid("Endpoint", "must be a URL without user info, query or fragment: credentials come from the AWS configuration "+
+				"(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, shared config) (not shown: it may hold a password)")
 		}
 	}
 	switch {
