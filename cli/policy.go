@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -95,7 +96,7 @@ func readPolicyFile(name string) ([]byte, error) {
 
 // cmdPolicyInit is `gateway policy init --from-flags`: the rule set that
 // says what today's flags and tokens say, read from the environment gateway
-// run reads ($GATEWAY_TOKENS or --tokens-file, $GATEWAY_KEY_SCOPE,
+// run reads (--tokens-file or $GATEWAY_TOKENS_FILE, else $GATEWAY_TOKENS; $GATEWAY_KEY_SCOPE,
 // $GATEWAY_MAIL_FROM_ALLOW, $GATEWAY_MAIL_RCPT_ALLOW,
 // $GATEWAY_WEBHOOK_ALLOW, $GATEWAY_FILE_ALLOW, $GATEWAY_S3_BUCKET,
 // $GATEWAY_S3_ALLOW), printed as a document to review, keep in git and
@@ -105,22 +106,18 @@ func readPolicyFile(name string) ([]byte, error) {
 func cmdPolicyInit(a *app, args []string) int {
 	fs, _ := a.newFlags("policy init")
 	fromFlags := fs.Bool("from-flags", false, "derive the document from the gateway's flags and tokens, as gateway run reads them from the environment")
-	tokensFile := fs.String("tokens-file", "", "the admin API tokens file (default $"+admin.EnvTokens+")")
-	if code, ok := a.parseOnly(fs, args); !ok {
+	tokensFile := fs.String("tokens-file", "", "the admin API tokens file (default $GATEWAY_TOKENS_FILE; without a file, the tokens of $"+admin.EnvTokens+"), as gateway run reads them")
+	// $GATEWAY_TOKENS_FILE as gateway run reads it: a file, from the flag
+	// or the variable, wins over $GATEWAY_TOKENS.
+	if code, ok := a.parseOnlyWithEnv(fs, args, "tokens-file"); !ok {
 		return code
 	}
 	if !*fromFlags {
 		return a.fail(badInput("from_flags", "usage: gateway policy init --from-flags (the only source so far)"))
 	}
-	var tokens []admin.Token
-	var err error
-	if *tokensFile != "" {
-		tokens, err = admin.LoadTokensFile(*tokensFile)
-	} else {
-		tokens, err = admin.TokensFromEnv(a.getenv)
-	}
+	tokens, err := loadTokens(*tokensFile, a.getenv, slog.New(slog.NewTextHandler(a.stderr, nil)))
 	if err != nil {
-		return a.fail(badInput("tokens", err.Error()))
+		return a.fail(err)
 	}
 	scope := cmp.Or(a.getenv("GATEWAY_KEY_SCOPE"), policy.KeyScopeGlobal)
 	var d policy.Document
@@ -139,7 +136,7 @@ func cmdPolicyInit(a *app, args []string) int {
 		d.Principals = append(d.Principals, p)
 	}
 	if len(d.Principals) == 0 {
-		return a.fail(badInput("tokens", "no admin API tokens (--tokens-file, $"+admin.EnvTokens+") to derive principals from: a rule set needs at least one (write it by hand, see docs/policy.md)"))
+		return a.fail(badInput("tokens", "no admin API tokens (--tokens-file, $GATEWAY_TOKENS_FILE, $"+admin.EnvTokens+") to derive principals from: a rule set needs at least one (write it by hand, see docs/policy.md)"))
 	}
 	list := func(env string) []string {
 		return strings.FieldsFunc(a.getenv(env), func(r rune) bool { return r == ',' || r == ' ' })

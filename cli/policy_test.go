@@ -320,6 +320,32 @@ func TestPolicyInitFromFlags(t *testing.T) {
 	if r.code != 2 || errorField(r) != "tokens" {
 		t.Fatalf("policy init --from-flags without tokens: exit %d %s; want exit 2 naming tokens", r.code, r.stdout)
 	}
+	// With the environment gateway run uses: $GATEWAY_TOKENS_FILE, which
+	// wins over $GATEWAY_TOKENS as in run (it was ignored: exit 2, "no
+	// admin API tokens"), and the help names it.
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("billing:worker:"+secret+":resources=billing/*\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range [][]string{{"GATEWAY_TOKENS_FILE=" + tokens}, {"GATEWAY_TOKENS_FILE=" + tokens, "GATEWAY_TOKENS=ops:operator:op-secret-0123456789abcdef"}} {
+		r = gwEnv(t, env, "", "policy", "init", "--from-flags")
+		expectCode(t, r, 0, "")
+		var fromFile policy.Document
+		if err := json.Unmarshal([]byte(r.stdout), &fromFile); err != nil {
+			t.Fatal(err)
+		}
+		if len(fromFile.Principals) != 1 || fromFile.Principals[0].Name != "billing" || strings.Contains(r.stdout, secret) {
+			t.Fatalf("policy init with %v: %s; want the file's one principal", env, r.stdout)
+		}
+	}
+	r = gwEnv(t, []string{"GATEWAY_TOKENS_FILE=" + filepath.Join(t.TempDir(), "missing")}, "", "policy", "init", "--from-flags")
+	if r.code != 2 || errorField(r) != "tokens_file" {
+		t.Fatalf("policy init with a missing $GATEWAY_TOKENS_FILE: exit %d %s; want exit 2 naming tokens_file", r.code, r.stdout)
+	}
+	help := gwOut(t, nil, "", "policy", "init", "--help")
+	if !strings.Contains(help.stdout, "$GATEWAY_TOKENS_FILE") {
+		t.Fatalf("policy init --help does not name $GATEWAY_TOKENS_FILE:\n%s", help.stdout)
+	}
 	empty := filepath.Join(t.TempDir(), "empty.json")
 	if err := os.WriteFile(empty, []byte(`{}`), 0o600); err != nil {
 		t.Fatal(err)
