@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -55,6 +56,10 @@ func Enabled(getenv func(string) string) bool {
 // the SDK's own settings (OTEL_TRACES_SAMPLER, OTEL_BSP_*) are read from the
 // process environment by the OpenTelemetry packages themselves.
 func Setup(ctx context.Context, getenv func(string) string, service string) (func(context.Context) error, error) {
+	// OpenTelemetry's own logger and error handler, before anything of it
+	// runs: their defaults print the values they complain of, an OTLP
+	// endpoint with its password among them.
+	installDiagnostics(os.Stderr)
 	// The propagator is always set: a worker's trace context still flows
 	// through the outbox and NATS headers even when this process exports
 	// nothing.

@@ -2,12 +2,16 @@ package otelsetup
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -243,4 +247,66 @@ func TestSetupRefusesAnUnknownExporterOrProtocol(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases", len(cases))
+}
+
+// OpenTelemetry's own diagnostics (its logger, its error handler) print
+// no password: an OTLP endpoint that does not parse was printed whole by
+// its default logger ("parse url" … "input"="http://u:<password>%zz@…"),
+// as was a header value it could not unescape. Setup runs in a child
+// process, whose stderr is what an operator sees; the diagnostic is still
+// said, without the value.
+func TestDiagnosticsShowNoPassword(t *testing.T) {
+	if os.Getenv("OTELSETUP_DIAGNOSTICS_CHILD") == "1" {
+		shutdown, err := Setup(context.Background(), os.Getenv, "fencegate-gateway")
+		if err != nil {
+			t.Fatalf("Setup: %v", err)
+		}
+		_ = shutdown(context.Background())
+		return
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		said string // what the diagnostic still says
+	}{
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:PWsecret%zz@127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "parse url"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:PWsecret%zz@127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "parse url"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://u:PWsecret%zz@127.0.0.1:1/v1/traces"}, "parse url"},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%zzPWsecret"}, "escape header value"},
+	} {
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "OTEL_") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, "OTELSETUP_DIAGNOSTICS_CHILD=1")
+		for k, v := range c.env {
+			env = append(env, k+"="+v)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestDiagnosticsShowNoPassword$", "-test.count=1")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: child: %v\n%s", c.env, err, out)
+		}
+		if strings.Contains(string(out), "PWsecret") || !strings.Contains(string(out), c.said) {
+			t.Errorf("%v: the child printed\n%s\nwant %q without the password", c.env, out, c.said)
+		}
+	}
+}
+
+// An error OpenTelemetry hands its error handler (an export's) shows its
+// URL without user info or query, and a URL that does not parse not at
+// all.
+func TestSafeError(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]string{
+		fmt.Errorf("traces export: %w", &url.Error{Op: "Post", URL: "https://u:PWsecret@collector:4318/v1/traces?token=PWsecret", Err: errors.New("connection refused")}): `traces export: Post "https://collector:4318/v1/traces?…": connection refused`,
+		&url.Error{Op: "parse", URL: "http://u:PWsecret%zz@h", Err: url.EscapeError("%zz")}:                                                                               "the URL does not parse",
+		fmt.Errorf("x: %w", url.EscapeError("%zP")): "x: invalid URL escape",
+	} {
+		if got := safeError(err); got != want {
+			t.Errorf("safeError(%v) = %q, want %q", err, got, want)
+		}
+	}
 }
