@@ -24,6 +24,7 @@ import (
 
 	"github.com/fencegate/fencegate/cli/internal/devenv"
 	"github.com/fencegate/fencegate/internal/pgschema"
+	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
 )
 
@@ -511,4 +512,34 @@ func metricValue(scrape, series string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// gateway dev on existing servers (--database-url, --nats-url) shows their
+// URLs as its stderr lines do, without the password, in the ready object
+// too: it echoed them whole there. What dev starts itself keeps its
+// password there (the developer's own, to connect with).
+func TestDevReadyHidesAGivenPassword(t *testing.T) {
+	t.Parallel()
+	db, err := url.Parse(testdb.NewEmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test server trusts its local connections: the password is sent
+	// to no one, only given.
+	db.User = url.UserPassword(db.User.Username(), "dev-PWsecret-db")
+	ns, err := url.Parse(natstest.Start(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.User = url.UserPassword("u", "dev-PWsecret-nats")
+	p := startDev(t, "--addr", devFreeAddr(t), "--file-root", t.TempDir(), "--schema", testdb.Schema(),
+		"--database-url", db.String(), "--nats-url", ns.String())
+	r := p.ready
+	if strings.Contains(r.DatabaseURL+r.NATSURL, "PWsecret") || !strings.Contains(r.DatabaseURL, db.Host) || !strings.Contains(r.NATSURL, ns.Host) {
+		t.Errorf("ready object %+v: want the given URLs without their passwords", r)
+	}
+	p.interrupt(t)
+	if strings.Contains(p.stderr.String(), "PWsecret") {
+		t.Errorf("stderr shows a password:\n%s", p.stderr.String())
+	}
 }

@@ -627,6 +627,18 @@ func (d *devEnv) printReady(r Ready, took time.Duration) {
 		fmt.Fprintf(w, "\n  export %s\n", strings.Join(exports, " "))
 	}
 	fmt.Fprintf(w, "\nPress Ctrl-C to stop.\n\n")
+	// The object holds what dev started with its password (the
+	// developer's own, to connect with); an existing server's URL, and
+	// Mailpit's, were given and are shown without it, as on stderr.
+	if d.pg == nil {
+		r.DatabaseURL = d.opts.RedactURL(r.DatabaseURL)
+	}
+	if d.natsSrv == nil {
+		r.NATSURL = d.opts.RedactURL(r.NATSURL)
+	}
+	if r.MailpitURL != "" {
+		r.MailpitURL = d.opts.RedactURL(r.MailpitURL)
+	}
 	enc := json.NewEncoder(d.opts.Stdout)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(r)
