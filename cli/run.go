@@ -136,7 +136,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		tlsCert     = fs.String("tls-cert", "", "serve the admin API and pages over HTTPS with this certificate (PEM), with --tls-key")
 		tlsKey      = fs.String("tls-key", "", "the --tls-cert certificate's key (PEM)")
 		insecHTTP   = fs.Bool("insecure-http", false, "allow plain HTTP on an --admin-addr that is not loopback (behind a TLS-terminating proxy); otherwise such an address needs --tls-cert")
-		tokensFile  = fs.String("tokens-file", "", "admin API tokens, name:role:token per line or a JSON array (default $"+admin.EnvTokens+"; a warning when group or world can read the file)")
+		tokensFile  = fs.String("tokens-file", "", "admin API tokens file, name:role:token per line or a JSON array (default $GATEWAY_TOKENS_FILE; without a file, the tokens of $"+admin.EnvTokens+"; a warning when group or world can read the file)")
 		namespace   = fs.String("namespace", "", "the deployment's namespace on NATS; must be the one recorded in the database (gateway migrate --namespace), which is used when this is empty")
 		keyScope    = fs.String("key-scope", string(outbox.KeyScopeGlobal), `idempotency keys of the intake: global (unique per kind) or resource (the effective key is "<bytes of the resource>:<resource>/<key>", so a worker cannot claim another resource's keys)`)
 		leaseLockTO = lockTimeoutFlag(fs, "the intake's grants and enqueues answer 503 busy")
