@@ -681,7 +681,12 @@ func redactParsed(u *url.URL) string {
 // secretParam reports whether a URL query parameter carries a credential.
 func secretParam(name string) bool {
 	n := strings.ToLower(name)
-	for _, s := range []string{"password", "passwd", "pass", "token", "secret", "key", "credential", "auth"} {
+	// A signed URL's signature (S3's X-Amz-Signature, an Azure SAS's sig)
+	// is a credential too: whoever holds the URL may use it.
+	if n == "sig" {
+		return true
+	}
+	for _, s := range []string{"password", "passwd", "pass", "token", "secret", "key", "credential", "auth", "signature"} {
 		if strings.Contains(n, s) {
 			return true
 		}

@@ -48,6 +48,9 @@ func TestRedactURL(t *testing.T) {
 		"postgres://u:pw@tail@h/db":     "(configured URL)",
 		"postgres://u:4711/tail@h/db":   "(configured URL)",
 		"postgres://h?password=pw@tail": "(configured URL)",
+		// Signed URLs: an S3 presigned URL's signature, an Azure SAS's sig.
+		"https://b.s3.example/k?X-Amz-Signature=abc123&X-Amz-Expires=60": "https://b.s3.example/k?X-Amz-Expires=60&X-Amz-Signature=xxxxx",
+		"https://a.blob.example/c?sv=2024&sig=abc123":                    "https://a.blob.example/c?sig=xxxxx&sv=2024",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
