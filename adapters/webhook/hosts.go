@@ -73,6 +73,21 @@ func parseHostEntry(item string) (hostEntry, error) {
 	if ip, err := netip.ParseAddr(e.host); err == nil {
 		e.ip = ip.Unmap()
 		e.host = e.ip.String()
+		return e, nil
+	}
+	// Not an address: a DNS name (letters, digits, '-', '_' and dots
+	// between non-empty labels; non-ASCII letters of an IDN are let
+	// through). Anything else (x:1:2, a space) would be kept as a name no
+	// URL's host ever equals: an entry that silently allows nothing.
+	for _, label := range strings.Split(e.host, ".") {
+		if label == "" {
+			return hostEntry{}, fmt.Errorf("must be a DNS name or an IP address (an empty label)")
+		}
+		for _, r := range label {
+			if r < 0x80 && !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return hostEntry{}, fmt.Errorf("must be a DNS name or an IP address (letters, digits, '-', '_' and dots)")
+			}
+		}
 	}
 	return e, nil
 }

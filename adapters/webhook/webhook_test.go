@@ -561,3 +561,21 @@ func TestHostEntriesNotEchoed(t *testing.T) {
 	}
 	t.Logf("%d refusals checked", n)
 }
+
+// An Allow entry that is neither a DNS name nor an IP address (x:1:2, a
+// name with a space or a colon) is refused, naming the field: it was
+// taken as a host name that never matches anything, so the allow-list
+// silently allowed less than it said. Names and addresses still pass.
+func TestHostEntriesMustBeNamesOrAddresses(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"x:1:2", "a b.example", "host:name:80", "ex ample", "bad!.example"} {
+		_, err := webhook.New(webhook.Config{Allow: []string{bad}})
+		expectField(t, "Allow "+bad, err, "Allow", "")
+	}
+	for _, ok := range []string{"hooks.example.com", "HOOKS.example.com.", "hooks.example.com:8443", "10.0.0.1", "[::1]:8080", "::1",
+		"fe80::1", "under_score.example", "localhost", "xn--bcher-kva.example"} {
+		if _, err := webhook.New(webhook.Config{Allow: []string{ok}}); err != nil {
+			t.Errorf("Allow %q: %v", ok, err)
+		}
+	}
+}
