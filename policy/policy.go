@@ -318,7 +318,8 @@ func (d Destinations) validate() error {
 		}
 		for i, v := range w.Hosts {
 			if !hostRE.MatchString(v) {
-				return fenceerr.Invalid(fmt.Sprintf("destinations.webhook.hosts[%d]", i), `must be "host" or "host:port" (an IPv6 address in brackets), got %q`, v)
+				// Not echoed: a host pasted as a URL may carry a password.
+				return fenceerr.Invalid(fmt.Sprintf("destinations.webhook.hosts[%d]", i), `must be "host" or "host:port" (an IPv6 address in brackets; not a URL): the entry is not shown`)
 			}
 		}
 	}

@@ -275,6 +275,14 @@ func TestParse(t *testing.T) {
 	if _, err := policy.Parse([]byte("principals: [\n")); !errors.As(err, &ie) || ie.Field != "document" {
 		t.Errorf("neither JSON nor YAML: %v; want it refused naming document", err)
 	}
+	// A webhook host given as a URL with credentials is refused naming
+	// its position, never echoed (it was quoted whole: "got %q").
+	const secret = "POLICYSECRET-9x"
+	if _, err := policy.Parse([]byte(`{"principals": [{"name": "r", "role": "worker", "resources": ["*"], "kinds": ["*"]}],
+		"destinations": {"webhook": {"hosts": ["ok.example", "https://u:` + secret + `@h.example/x"]}}}`)); !errors.As(err, &ie) ||
+		ie.Field != "destinations.webhook.hosts[1]" || strings.Contains(err.Error(), secret) {
+		t.Errorf("a host given as a URL with a password: %v; want it refused naming destinations.webhook.hosts[1], not echoed", err)
+	}
 	d, err := policy.Parse([]byte(`{"principals": [{"name": "reports", "role": "worker", "resources": ["reports/*"], "kinds": ["email"]}]}`))
 	if err != nil {
 		t.Fatal(err)
