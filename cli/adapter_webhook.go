@@ -204,6 +204,17 @@ func (f *headerSecretsFlag) entries() ([]headerSecretEntry, error) {
 	return out, nil
 }
 
+// secretFiles are the --webhook-header-secret files (entries that do not
+// parse are left to check, which names them).
+func (f *webhookFlags) secretFiles() []secretFile {
+	entries, _ := f.headerSecrets.entries()
+	var out []secretFile
+	for _, e := range entries {
+		out = append(out, secretFile{path: e.file, field: "webhook_header_secret"})
+	}
+	return out
+}
+
 // check checks the entries without reading the files.
 func (f *headerSecretsFlag) check() error {
 	_, err := f.entries()

@@ -165,6 +165,22 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
+	// Before any of them is read or checked: a file of secrets others may
+	// read is said at once, whatever else is wrong with it.
+	for _, f := range []struct{ path, field string }{
+		{*natsCreds, "nats_creds"}, {*natsNKey, "nats_nkey"}, {*natsTLSKey, "nats_tls_key"}, {*tlsKey, "tls_key"},
+	} {
+		if f.path != "" {
+			warnReadable(f.path, f.field, logger)
+		}
+	}
+	for _, f := range adapterFlags {
+		if s, ok := f.(secretFiler); ok {
+			for _, sf := range s.secretFiles() {
+				warnReadable(sf.path, sf.field, logger)
+			}
+		}
+	}
 	list := *adapterList
 	if !flagSet(fs, "adapters") {
 		for i, f := range adapterFlags {
@@ -422,6 +438,14 @@ func readSecretFile(path string, log *slog.Logger) (string, error) {
 // its group or by everyone (mode & 0o044): the secrets are then only as
 // private as the least trusted local user. It names the file and its mode,
 // never its content.
+// secretFiler is an adapter's flags that name files of secrets, to be
+// warned of when others may read them (warnReadable).
+type secretFiler interface {
+	secretFiles() []secretFile
+}
+
+type secretFile struct{ path, field string }
+
 func warnReadable(path, field string, log *slog.Logger) {
 	fi, err := os.Stat(path)
 	if err != nil || fi.Mode().Perm()&0o044 == 0 {
