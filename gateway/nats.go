@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/errmap"
@@ -60,6 +62,25 @@ func (a NATSAuth) options() ([]nats.Option, error) {
 	if a.CredsFile != "" {
 		if err := readable("CredsFile", a.CredsFile); err != nil {
 			return nil, err
+		}
+		// nats.go reads the file at each connection attempt: a file that
+		// holds no JWT and seed would fail every attempt for ever
+		// ("nkeys: invalid checksum"), the process running disconnected.
+		// Checked once here; the message may not quote the file.
+		b, err := os.ReadFile(a.CredsFile)
+		if err == nil {
+			// ParseDecoratedJWT takes an undecorated file whole: a JWT has
+			// three dot-separated parts, a seed none.
+			if jwt, jerr := nkeys.ParseDecoratedJWT(b); jerr != nil {
+				err = jerr
+			} else if parts := strings.Split(strings.TrimSpace(jwt), "."); len(parts) != 3 || slices.Contains(parts, "") {
+				err = errors.New("no user JWT")
+			} else {
+				_, err = nkeys.ParseDecoratedNKey(b)
+			}
+		}
+		if err != nil {
+			return nil, invalid("NATSAuth.CredsFile", "%s does not hold NATS credentials (a user JWT and its NKey seed)", a.CredsFile)
 		}
 		opts = append(opts, nats.UserCredentials(a.CredsFile))
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
@@ -83,16 +84,56 @@ func TestNATSAuthTLSAndNKey(t *testing.T) {
 		t.Fatalf("without the NKey: /readyz %+v, want nats unavailable", p)
 	}
 
-	for field, a := range map[string]NATSAuth{
-		"NATSAuth.NKeyFile":    {NKeyFile: filepath.Join(dir, "missing")},
-		"NATSAuth.TLSCAFile":   {TLSCAFile: filepath.Join(dir, "missing")},
-		"NATSAuth.TLSCertFile": {TLSCertFile: cliCert},
-		"NATSAuth.CredsFile":   {CredsFile: seedFile, NKeyFile: seedFile},
+	// A credentials file that holds no JWT and seed (a seed alone, a
+	// corrupt file) is refused at start: it was taken, and the connection
+	// then failed for ever ("nkeys: invalid checksum").
+	corrupt := filepath.Join(dir, "corrupt.creds")
+	if err := os.WriteFile(corrupt, []byte("-----BEGIN NATS USER JWT-----\nnot a jwt\n------END NATS USER JWT------\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		field string
+		a     NATSAuth
+	}{
+		{"NATSAuth.NKeyFile", NATSAuth{NKeyFile: filepath.Join(dir, "missing")}},
+		{"NATSAuth.TLSCAFile", NATSAuth{TLSCAFile: filepath.Join(dir, "missing")}},
+		{"NATSAuth.TLSCertFile", NATSAuth{TLSCertFile: cliCert}},
+		{"NATSAuth.CredsFile", NATSAuth{CredsFile: seedFile, NKeyFile: seedFile}},
+		{"NATSAuth.CredsFile", NATSAuth{CredsFile: seedFile}},
+		{"NATSAuth.CredsFile", NATSAuth{CredsFile: corrupt}},
 	} {
-		_, err := New(pg, nil, Config{Schema: testdb.Schema(), NATSURL: url, NATSAuth: a, Dispatcher: &dispatcher.Config{}})
+		_, err := New(pg, nil, Config{Schema: testdb.Schema(), NATSURL: url, NATSAuth: c.a, Dispatcher: &dispatcher.Config{}})
 		var me *fenceerr.InvalidError
-		if !errors.As(err, &me) || me.Field != field {
-			t.Errorf("New with %+v: %v, want bad input naming %s", a, err, field)
+		if !errors.As(err, &me) || me.Field != c.field {
+			t.Errorf("New with %+v: %v, want bad input naming %s", c.a, err, c.field)
 		}
+	}
+}
+
+// A well-formed credentials file (a user JWT signed by its account, and the
+// user's seed, as nsc writes it) passes the check at start; the check
+// refuses only files that are not credentials (above).
+func TestNATSCredsFileAccepted(t *testing.T) {
+	t.Parallel()
+	account, _ := nkeys.CreateAccount()
+	user, _ := nkeys.CreateUser()
+	upub, _ := user.PublicKey()
+	useed, _ := user.Seed()
+	claims := jwt.NewUserClaims(upub)
+	token, err := claims.Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(token, useed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "user.creds")
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := NATSAuth{CredsFile: path}.options()
+	if err != nil || len(opts) != 1 {
+		t.Fatalf("a credentials file nsc would write: %d options, %v", len(opts), err)
 	}
 }
