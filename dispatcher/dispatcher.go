@@ -27,6 +27,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/outagelog"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testhook"
@@ -67,10 +68,7 @@ type Dispatcher struct {
 	failed      atomic.Bool
 	streamReady atomic.Bool
 	// listenLog: the LISTEN loop's outage, said once (listenLoop, listen).
-	listenLog struct {
-		mu sync.Mutex
-		outageLog
-	}
+	listenLog outagelog.State
 	// configured: ensureStream succeeded once, so the stream has this
 	// dispatcher's configuration (replicas, duplicate window).
 	configured atomic.Bool
@@ -338,7 +336,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, batches chan<- *batch) {
 		// for the poll fallback.
 		var after int64
 		var fromZero time.Time
-		var relayLog outageLog
+		var relayLog outagelog.State
 		for ctx.Err() == nil {
 			if time.Since(lastBacklog) >= d.cfg.BacklogInterval {
 				d.sampleBacklog(ctx)
@@ -358,14 +356,15 @@ func (d *Dispatcher) claimLoop(ctx context.Context, batches chan<- *batch) {
 				after = 0
 				wait := bo.NextBackOff()
 				if ctx.Err() == nil {
-					d.log.Log(ctx, relayLog.failed(err), "dispatcher: relay failed; backing off", "error", err, "backoff", wait)
+					level, _ := relayLog.Failed(failureKind(err))
+					d.log.Log(ctx, level, "dispatcher: relay failed; backing off", "error", err, "backoff", wait)
 				}
 				if !sleep(ctx, wait) {
 					return
 				}
 				continue
 			}
-			if relayLog.recovered() {
+			if relayLog.Recovered() {
 				d.log.Info("dispatcher: relaying works again")
 			}
 			bo.Reset()
@@ -760,9 +759,7 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 			return
 		}
 		wait := bo.NextBackOff()
-		d.listenLog.mu.Lock()
-		level := d.listenLog.failed(err)
-		d.listenLog.mu.Unlock()
+		level, _ := d.listenLog.Failed(failureKind(err))
 		d.log.Log(ctx, level, "dispatcher: listen failed; polling meanwhile", "error", err, "backoff", wait)
 		if !sleep(ctx, wait) {
 			return
@@ -792,10 +789,7 @@ func (d *Dispatcher) listen(ctx context.Context, bo backoff.BackOff) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	bo.Reset()
-	d.listenLog.mu.Lock()
-	again := d.listenLog.recovered()
-	d.listenLog.mu.Unlock()
-	if again {
+	if d.listenLog.Recovered() {
 		d.log.Info("dispatcher: listening again")
 	}
 	// Notifications sent while we were not listening are lost: look once.
@@ -820,33 +814,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// outageLog is a retrying loop's log level: its first failure, and a
-// failure of another kind than the last, at WARN; the retries of the same
-// failure at DEBUG; recovered reports the first success after a failure,
-// to be said at INFO. An outage of PostgreSQL or NATS is then a few lines,
-// not one per retry of the backoff.
-type outageLog struct {
-	failing bool
-	kind    string
-}
-
-func (o *outageLog) failed(err error) slog.Level {
-	k := failureKind(err)
-	level := slog.LevelDebug
-	if !o.failing || k != o.kind {
-		level = slog.LevelWarn
-	}
-	o.failing, o.kind = true, k
-	return level
-}
-
-func (o *outageLog) recovered() bool {
-	was := o.failing
-	o.failing, o.kind = false, ""
-	return was
-}
-
-// failureKind tells failures apart for outageLog: a server's refusal by
+// failureKind tells the relay's failures apart for its outage logs: a server's refusal by
 // its SQLSTATE, failed publishes, and anything else (the server or the
 // network away) as one kind.
 func failureKind(err error) string {

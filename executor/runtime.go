@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -32,6 +31,7 @@ import (
 	"github.com/fencegate/fencegate/internal/fencemetrics"
 	"github.com/fencegate/fencegate/internal/group"
 	"github.com/fencegate/fencegate/internal/intents"
+	"github.com/fencegate/fencegate/internal/outagelog"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testhook"
@@ -301,10 +301,10 @@ type Runtime struct {
 	inFlightMu sync.Mutex
 	inFlight   map[int64]InFlightIntent
 
-	// recordFailing is set while persist's writes fail (PostgreSQL
-	// unreachable): the first failure is a warning, the others, one for
-	// each intent at each retry, are at debug, until a write succeeds.
-	recordFailing atomic.Bool
+	// recordLog is persist's outage (PostgreSQL unreachable): the first
+	// failure is a warning, the others, one for each intent at each retry,
+	// are at debug, until a write succeeds.
+	recordLog outagelog.State
 
 	// life is the runtime's Start/Stop (internal/startstop).
 	life startstop.Lifecycle
@@ -1372,7 +1372,7 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 		if err == nil || errors.Is(err, idempotency.ErrLostOwnership) || errors.Is(err, idempotency.ErrInvalid) ||
 			errors.Is(err, idempotency.ErrIntentNotFound) || errors.Is(err, idempotency.ErrIntentTerminal) ||
 			errors.Is(err, idempotency.ErrDeferred) {
-			if err == nil && r.recordFailing.CompareAndSwap(true, false) {
+			if err == nil && r.recordLog.Recovered() {
 				r.cfg.Logger.Info("adapters: recording works again")
 			}
 			return err
@@ -1383,10 +1383,7 @@ func (r *Runtime) persist(ctx context.Context, write func() error) error {
 		}
 		// Once per outage at warn, not once per intent and retry: with
 		// hundreds of executions in flight that was thousands of lines.
-		level := slog.LevelDebug
-		if r.recordFailing.CompareAndSwap(false, true) {
-			level = slog.LevelWarn
-		}
+		level, _ := r.recordLog.Failed("")
 		r.cfg.Logger.Log(ctx, level, "adapters: recording failed; retrying", "error", err, "in", wait, "for_up_to", r.persistWindow())
 		select {
 		case <-ctx.Done():

@@ -2,13 +2,13 @@ package gateway
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/internal/errmap"
+	"github.com/fencegate/fencegate/internal/outagelog"
 )
 
 // DefaultNATSURL is dialled when Config has neither NC nor NATSURL.
@@ -233,32 +234,20 @@ func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logge
 }
 
 // attemptLog says a failed NATS connection attempt at WARN when it is the
-// first of an outage or fails for another reason than the one before, and
-// at DEBUG otherwise; reset at reconnection.
+// first of an outage or its reason changed, at DEBUG while it repeats
+// (outagelog): one a second for a whole outage otherwise.
 type attemptLog struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	last string
-	n    int
+	log   *slog.Logger
+	state outagelog.State
 }
 
 func (a *attemptLog) failed(err error) {
-	a.mu.Lock()
-	same := err.Error() == a.last
-	a.last = err.Error()
-	a.n++
-	n := a.n
-	a.mu.Unlock()
-	if same {
-		a.log.Debug("gateway: NATS connection attempt failed", "component", "gateway", "error", err, "attempts", n)
-		return
+	level, n := a.state.Failed(err.Error())
+	msg := "gateway: NATS connection attempt failed"
+	if level == slog.LevelWarn {
+		msg += "; retrying every second (said again when the reason changes)"
 	}
-	a.log.Warn("gateway: NATS connection attempt failed; retrying every second (said again when the reason changes)",
-		"component", "gateway", "error", err, "attempts", n)
+	a.log.Log(context.Background(), level, msg, "component", "gateway", "error", err, "attempts", n)
 }
 
-func (a *attemptLog) reset() {
-	a.mu.Lock()
-	a.last, a.n = "", 0
-	a.mu.Unlock()
-}
+func (a *attemptLog) reset() { a.state.Recovered() }
