@@ -1333,3 +1333,66 @@ func TestPrincipalRecorded(t *testing.T) {
 		t.Errorf("a Go enqueue: principal %q %v, want none", rec.Principal, err)
 	}
 }
+
+// A path under /api/ that is not in canonical form (dot segments, a double
+// slash) is a JSON 404 not_found, with or without a token, for every
+// method: Go's mux would answer a 307 with an HTML body before the token
+// is checked, and http-api.md promises JSON errors under /api/v1. Pages
+// keep the mux's redirect (a browser follows it).
+func TestUncleanAPIPathsAnswerJSON(t *testing.T) {
+	e := setup(t)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	checked := 0
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/api/v1/resources/a/../b"},
+		{"GET", "/api/v1//intents"},
+		{"GET", "/api/v1/./intents"},
+		{"POST", "/api/v1/intents/1/../1/retry"},
+		{"POST", "/api/v1/leases/acquire/.."},
+	} {
+		for _, token := range []string{"", operatorSecret} {
+			req, err := http.NewRequest(c.method, e.ts.URL+c.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			res, err := noFollow.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			var got struct {
+				Error struct{ Code string } `json:"error"`
+			}
+			if res.StatusCode != http.StatusNotFound || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") ||
+				json.Unmarshal(body, &got) != nil || got.Error.Code != "not_found" {
+				t.Errorf("%s %s (token %v) = %d %s %q; want 404 JSON not_found", c.method, c.path, token != "",
+					res.StatusCode, res.Header.Get("Content-Type"), body)
+				continue
+			}
+			checked++
+		}
+	}
+	// Percent-encoded, a resource named ".." or "a//b" is one segment, in
+	// canonical form, and found.
+	e.atEpochOne("..", "a//b")
+	for _, p := range []string{"/api/v1/resources/%2E%2E", "/api/v1/resources/a%2F%2Fb"} {
+		expect(t, e.do("GET", p, operatorSecret, ""), http.StatusOK, "")
+	}
+	// A page's unclean path still redirects to its canonical form.
+	res, err := noFollow.Get(e.ts.URL + "/intents/../intents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMovedPermanently && res.StatusCode != http.StatusTemporaryRedirect {
+		t.Errorf("GET /intents/../intents = %d; want the mux's redirect", res.StatusCode)
+	}
+	t.Logf("%d of 10 unclean API requests answered 404 JSON", checked)
+	if checked != 10 {
+		t.Fatalf("%d of 10 unclean API requests answered 404 JSON", checked)
+	}
+}

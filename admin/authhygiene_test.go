@@ -279,7 +279,8 @@ func TestSessionCookieHostPrefix(t *testing.T) {
 			got.Domain != "" || !got.HttpOnly || got.SameSite != http.SameSiteStrictMode {
 			t.Fatalf("insecure-http=%v: login %d, cookie %+v; want a Secure __Host-fencegate_session, Path=/, no Domain", insecure, r.code, got)
 		}
-		req, _ := http.NewRequest("POST", ts.URL+"/logout", nil)
+		req, _ := http.NewRequest("POST", ts.URL+"/logout", strings.NewReader(url.Values{"csrf": {sessionCSRF(got.Value)}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.AddCookie(&http.Cookie{Name: got.Name, Value: got.Value})
 		out, err := c.Do(req)
 		if err != nil {

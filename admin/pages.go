@@ -206,7 +206,19 @@ func relTime(v any, now time.Time) string {
 	return n + " ago"
 }
 
-func resourceURL(resource string) string { return "/resources/" + url.PathEscape(resource) }
+func resourceURL(resource string) string {
+	if dotSegment(resource) {
+		// Browsers and proxies take "/resources/.." for a way up, even
+		// percent-encoded: such a resource's page is at the jump's URL,
+		// which renders it.
+		return pathWithQuery("/resources", url.Values{"resource": {resource}})
+	}
+	return "/resources/" + url.PathEscape(resource)
+}
+
+// dotSegment reports whether a resource name is "." or "..", which a
+// path segment cannot carry.
+func dotSegment(resource string) bool { return resource == "." || resource == ".." }
 
 // pageData is what the layout draws; Body is the page's own.
 type pageData struct {
@@ -896,6 +908,10 @@ type resourceRow struct {
 func (s *Server) resourcesPage(w http.ResponseWriter, r *http.Request, v *viewer) {
 	q := r.URL.Query()
 	if res := strings.TrimSpace(q.Get("resource")); res != "" {
+		if dotSegment(res) {
+			s.resourcePageOf(w, r, v, res)
+			return
+		}
 		http.Redirect(w, r, resourceURL(res), http.StatusSeeOther)
 		return
 	}
@@ -956,7 +972,11 @@ type resourceBody struct {
 
 // resourcePage: GET /resources/{id}.
 func (s *Server) resourcePage(w http.ResponseWriter, r *http.Request, v *viewer) {
-	res := r.PathValue("id")
+	s.resourcePageOf(w, r, v, r.PathValue("id"))
+}
+
+// resourcePageOf renders res's page.
+func (s *Server) resourcePageOf(w http.ResponseWriter, r *http.Request, v *viewer, res string) {
 	if err := v.resource(res); err != nil {
 		s.pageFail(w, r, err)
 		return

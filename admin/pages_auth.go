@@ -340,6 +340,17 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
+		// A live session ends only by its own form: the CSRF token the
+		// layout's logout form carries. CrossOriginProtection and
+		// SameSite=Strict already stop a forged logout in browsers; this
+		// holds without them. A cookie of no live session is cleared as is.
+		if _, live := s.sessions.get(c.Value); live {
+			if subtle.ConstantTimeCompare([]byte(r.PostFormValue(csrfField)), []byte(sessionCSRF(c.Value))) != 1 {
+				setPageHeaders(w, s.styleHash)
+				s.renderError(w, r, nil, http.StatusForbidden, "Cross-site request refused.")
+				return
+			}
+		}
 		s.sessions.end(c.Value) // a copy of the cookie stops working too
 	}
 	clearSession(w)

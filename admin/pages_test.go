@@ -3,7 +3,9 @@ package admin
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -219,7 +221,20 @@ func TestPagesLoginCookie(t *testing.T) {
 	b.header.Set("Authorization", "Bearer "+workerSecret)
 	b.expect(b.do("GET", "/intents", nil), http.StatusForbidden, "operator token")
 
-	// Logout needs a same-origin request, then clears the cookie.
+	// Logout needs a same-origin request carrying the form's CSRF token,
+	// then clears the cookie: without the token (or with another's) it is
+	// refused and the session lives on.
+	// The sign-ins above made a new session: its pages carry its token.
+	r = c.do("GET", "/intents", nil)
+	c.expect(r, http.StatusOK)
+	csrf = csrfOf(t, r.body)
+	other := map[bool]string{true: "1", false: "0"}[csrf[0] == '0'] + csrf[1:]
+	for _, form := range []url.Values{nil, {"csrf": {other}}} {
+		if r := c.do("POST", "/logout", form); r.code != http.StatusForbidden {
+			t.Fatalf("logout with form %v = %d, want 403", form, r.code)
+		}
+		c.expect(c.do("GET", "/intents", nil), http.StatusOK, intentPath)
+	}
 	sessionCopy := *c.cookies[sessionCookie]
 	r = c.do("POST", "/logout", url.Values{"csrf": {csrf}})
 	if r.code != http.StatusSeeOther || c.cookies[sessionCookie] != nil {
@@ -383,4 +398,33 @@ func TestAPIEpochs(t *testing.T) {
 	expect(t, e.do("GET", "/api/v1/resources/nothing-here/epochs", operatorSecret, ""), http.StatusNotFound, "not_found")
 	expect(t, e.do("GET", "/api/v1/resources/billing/epochs", workerSecret, ""), http.StatusForbidden, "forbidden")
 	expect(t, e.do("GET", "/api/v1/resources/billing/epochs", "", ""), http.StatusUnauthorized, "unauthorized")
+}
+
+// A resource named "." or ".." has a page: a path cannot carry such a
+// segment (browsers and Go's mux take it for a way up, even
+// percent-encoded), so its links and the header's jump go to
+// /resources?resource=.., which renders the page instead of redirecting.
+func TestPagesDotSegmentResources(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	c := newPageClient(t, e.ts.URL)
+	c.header.Set("Authorization", "Bearer "+operatorSecret)
+	shown := 0
+	for _, res := range []string{".", ".."} {
+		e.atEpochOne(res)
+		if _, err := e.ob.Enqueue(ctx, outbox.Intent{Resource: res, Epoch: 1, OperationID: "op", Kind: "file",
+			Payload: json.RawMessage(`{"target":"x.txt","content":"x"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		link := "/resources?resource=" + url.QueryEscape(res)
+		r := c.do("GET", "/intents?resource="+url.QueryEscape(res), nil)
+		c.expect(r, http.StatusOK, `href="`+html.EscapeString(link)+`"`)
+		r = c.do("GET", link, nil)
+		c.expect(r, http.StatusOK, `Resource <span class="mono">`+html.EscapeString(res)+`</span>`, "Epoch history")
+		shown++
+	}
+	t.Logf("%d dot-segment resources shown on their pages", shown)
+	if shown != 2 {
+		t.Fatalf("%d of 2 pages shown", shown)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -453,7 +454,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.requests.WithLabelValues("misdirected", strconv.Itoa(sw.code)).Inc()
 		return
 	}
-	if pattern == "" {
+	if pattern == "" || (strings.HasPrefix(r.URL.Path, "/api/") && !canonicalPath(r.URL.EscapedPath())) {
+		// An API path with dot segments or a double slash is no endpoint
+		// of ours: the mux would answer it with a redirect to its
+		// canonical form, in HTML, before any token check. The escaped
+		// path, as the mux reads it: a resource named ".." or "a//b",
+		// percent-encoded, is one segment.
 		route = "unmatched"
 		s.serveUnmatched(sw, r)
 	} else {
@@ -496,6 +502,10 @@ func IsLoopbackAddr(addr string) bool { return checkLoopback(addr) == nil }
 // serveUnmatched answers a request no route matched: 405 (with Allow) when
 // the path exists for other methods, 404 otherwise.
 func (s *Server) serveUnmatched(w http.ResponseWriter, r *http.Request) {
+	if !canonicalPath(r.URL.EscapedPath()) {
+		writeError(w, errmap.New(errmap.NotFound, "no such endpoint: "+r.URL.Path+" (not a canonical path: no dot segments or double slashes)"))
+		return
+	}
 	rec := &headerRecorder{header: http.Header{}}
 	h, _ := s.mux.Handler(r)
 	h.ServeHTTP(rec, r)
@@ -507,6 +517,16 @@ func (s *Server) serveUnmatched(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, errmap.New(errmap.NotFound, "no such endpoint: "+r.URL.Path))
+}
+
+// canonicalPath reports whether p is in the form the mux matches without
+// a redirect: no "." or ".." segment, no empty one ("//").
+func canonicalPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 // headerRecorder captures the mux's own 404/405 answer.
