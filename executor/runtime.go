@@ -692,7 +692,7 @@ func (r *Runtime) process(ctx context.Context, ex adapters.Executor, id int64, l
 	defer func() { endExecuteSpan(span, note, err) }()
 	req := adapters.Request{IntentID: rec.IntentID, Resource: rec.Resource, Epoch: rec.Epoch, Kind: rec.Kind,
 		IdempotencyKey: rec.IdempotencyKey, Fence: rec.Fence, Payload: rec.Payload}
-	log = log.With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
+	log = withContext(log, ctx).With("resource", rec.Resource, "epoch", rec.Epoch, "key", rec.IdempotencyKey)
 	if h := r.hooks.AfterLoad; h != nil {
 		h(req.IntentID)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/executor"
 	"github.com/fencegate/fencegate/fenceerr"
 	"github.com/fencegate/fencegate/idempotency"
+	"github.com/fencegate/fencegate/internal/otelsetup"
 	"github.com/fencegate/fencegate/internal/startstop"
 	"github.com/fencegate/fencegate/internal/testkit/coretest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
@@ -145,6 +146,9 @@ type opts struct {
 	settle time.Duration
 	// logs, when set, receives the runtime's log (text, debug and up).
 	logs *toolbin.SyncBuffer
+	// jsonLogs: logs are JSON lines through otelsetup's LogHandler, as
+	// gateway run --log-format json writes them.
+	jsonLogs bool
 }
 
 var testKinds = map[string]outbox.KindSpec{"test": {DefaultFence: outbox.FenceCommit}}
@@ -155,6 +159,9 @@ func setup(t *testing.T, o opts) *env {
 	var logger *slog.Logger
 	if o.logs != nil {
 		logger = slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		if o.jsonLogs {
+			logger = slog.New(otelsetup.NewLogHandler(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		}
 	}
 	e := adaptertest.NewEnv(t, adaptertest.Options{
 		Executors:   []adapters.Executor{testExec{dest}},

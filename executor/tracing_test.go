@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/internal/testkit/spantest"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -176,5 +178,46 @@ func TestExecuteSpanSaysTheOutcome(t *testing.T) {
 				t.Errorf("span status %q, want the intent's last_error %q, containing %q", last.Description, adaptertest.LastError(r), tc.errText)
 			}
 		})
+	}
+}
+
+// The log lines of an attempt carry its execute span's trace_id and
+// span_id (in gateway run's JSON logs), so a line joins its trace: the
+// runtime logged without a context, and the ids were never there.
+// Not parallel: it installs the global tracer provider.
+func TestAttemptLogLinesJoinTheirSpan(t *testing.T) {
+	rec := installRecorder(t)
+	var logs toolbin.SyncBuffer
+	e := setup(t, opts{logs: &logs, jsonLogs: true})
+	id := e.enqueue(t, "logged", "logged", `{"mode":"retry","fail_times":1}`)
+	if r := e.waitTerminal(t, id); r.Status != outbox.StatusSucceeded {
+		t.Fatalf("status %s, want succeeded", r.Status)
+	}
+	spans := executeSpans(t, rec, id, "succeeded")
+	bySpan := map[string]string{} // span id → trace id
+	for _, s := range spans {
+		bySpan[s.SpanContext().SpanID().String()] = s.SpanContext().TraceID().String()
+	}
+	joined, lines := 0, 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var l struct {
+			Msg      string `json:"msg"`
+			IntentID int64  `json:"intent_id"`
+			TraceID  string `json:"trace_id"`
+			SpanID   string `json:"span_id"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.IntentID != id || !strings.HasPrefix(l.Msg, "adapters: ") {
+			continue
+		}
+		lines++
+		if tr, ok := bySpan[l.SpanID]; !ok || tr != l.TraceID {
+			t.Errorf("log line %q: trace_id %q span_id %q, not one of the intent's execute spans %v", l.Msg, l.TraceID, l.SpanID, bySpan)
+			continue
+		}
+		joined++
+	}
+	t.Logf("%d of %d log lines of intent %d joined to its %d execute spans", joined, lines, id, len(spans))
+	if lines == 0 || joined != lines {
+		t.Fatalf("%d of %d log lines joined; want every one, and at least one", joined, lines)
 	}
 }
