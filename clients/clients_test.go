@@ -174,6 +174,17 @@ func expectError(t *testing.T, what string, got map[string]any, class string, wa
 	}
 }
 
+// timeOf is v, a driver's RFC 3339 timestamp.
+func timeOf(t *testing.T, v any) time.Time {
+	t.Helper()
+	s, _ := v.(string)
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("timestamp %v: %v", v, err)
+	}
+	return at
+}
+
 // The SQL interface through each client, as a worker role: the lease, the
 // business row and its intent in one transaction with the epoch passed, a
 // retry after a lost response, and each refusal as its typed error.
@@ -189,9 +200,15 @@ func TestClientCalls(t *testing.T) {
 		if epoch < 1 {
 			t.Fatalf("acquire = %v", got)
 		}
-		// Another holder meanwhile: ZF005.
-		expectError(t, "acquire by worker-b", run(t, cmd, dbURL, "acquire", resource, "worker-b", "60000"), "LeaseHeldError",
+		// Another holder meanwhile: ZF005, saying until when worker-a
+		// holds the lease as the same kind of value the lease carries (a
+		// datetime, a Date), the same instant.
+		held := run(t, cmd, dbURL, "acquire", resource, "worker-b", "60000")
+		expectError(t, "acquire by worker-b", held, "LeaseHeldError",
 			map[string]any{"sqlstate": "ZF005", "holder": "worker-a", "current_epoch": epoch, "resource": resource})
+		if a, h := timeOf(t, got["expires_at"]), timeOf(t, held["expires_at"]); !a.Truncate(time.Millisecond).Equal(h.Truncate(time.Millisecond)) {
+			t.Errorf("LeaseHeldError's expires_at %v; want the lease's %v", held["expires_at"], got["expires_at"])
+		}
 
 		sent := run(t, cmd, dbURL, "send", resource, itoa(epoch), "1", "note-1", note(1))
 		if sent["outcome"] != "created" || sent["status"] != "pending" || num(sent["current_epoch"]) != epoch {

@@ -65,7 +65,8 @@ def error_json(e):
     elif isinstance(e, fencegate.InvalidInputError):
         o.update(field=e.field)
     elif isinstance(e, fencegate.LeaseHeldError):
-        o.update(resource=e.resource, holder=e.holder, current_epoch=e.current_epoch, expires_at=e.expires_at)
+        o.update(resource=e.resource, holder=e.holder, current_epoch=e.current_epoch,
+                 expires_at=e.expires_at.isoformat() if e.expires_at else None)
     elif isinstance(e, fencegate.NoPrincipalError):
         o.update(role=e.role, field=e.field)
     elif isinstance(e, fencegate.ForbiddenError):

@@ -43,8 +43,8 @@ export declare class LeaseHeldError extends FencegateError {
     readonly resource: string | undefined;
     readonly holder: string | undefined;
     readonly currentEpoch: number | undefined;
-    /** ISO 8601, PostgreSQL's clock. */
-    readonly expiresAt: string | undefined;
+    /** When the holder's lease expires unless renewed, by PostgreSQL's clock (a lease's expiresAt is a Date too); undefined if absent. */
+    readonly expiresAt: Date | undefined;
 }
 /** ZF006: a rule set is in force and the calling role is mapped to no principal. */
 export declare class NoPrincipalError extends FencegateError {

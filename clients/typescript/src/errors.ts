@@ -41,6 +41,15 @@ const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : und
 // Epochs and intent ids are at most 2^53 (fencegate's ceiling): a number
 // holds them exactly.
 const num = (v: unknown): number | undefined => (typeof v === 'number' ? v : undefined);
+// A Date of an ISO 8601 timestamp as PostgreSQL's JSON writes it; undefined if v is none.
+const date = (v: unknown): Date | undefined => {
+  if (typeof v !== 'string' || !/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d(:?\d\d)?)$/.test(v)) {
+    return undefined;
+  }
+  // Date.parse wants the offset as +hh:mm.
+  const d = new Date(v.replace(/([+-]\d\d)(\d\d)?$/, (_, h: string, m?: string) => `${h}:${m ?? '00'}`));
+  return Number.isNaN(d.getTime()) ? undefined : d;
+};
 
 /** ZF001: the database is not the epoch authority on record; nothing was granted. */
 export class AuthorityChangedError extends FencegateError {}
@@ -74,8 +83,8 @@ export class LeaseHeldError extends FencegateError {
   readonly resource = str(this.detail.resource);
   readonly holder = str(this.detail.holder);
   readonly currentEpoch = num(this.detail.current_epoch);
-  /** ISO 8601, PostgreSQL's clock. */
-  readonly expiresAt = str(this.detail.expires_at);
+  /** When the holder's lease expires unless renewed, by PostgreSQL's clock (a lease's expiresAt is a Date too); undefined if absent. */
+  readonly expiresAt = date(this.detail.expires_at);
 }
 
 /** ZF006: a rule set is in force and the calling role is mapped to no principal. */

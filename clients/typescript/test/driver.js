@@ -51,7 +51,7 @@ function errorJSON(e) {
   } else if (e instanceof fencegate.InvalidInputError) {
     Object.assign(o, { field: e.field });
   } else if (e instanceof fencegate.LeaseHeldError) {
-    Object.assign(o, { resource: e.resource, holder: e.holder, current_epoch: e.currentEpoch, expires_at: e.expiresAt });
+    Object.assign(o, { resource: e.resource, holder: e.holder, current_epoch: e.currentEpoch, expires_at: e.expiresAt?.toISOString() ?? null });
   } else if (e instanceof fencegate.NoPrincipalError) {
     Object.assign(o, { role: e.role, field: e.field });
   } else if (e instanceof fencegate.ForbiddenError) {

@@ -19,7 +19,10 @@ test('each SQLSTATE is its typed error, with the DETAIL fields', () => {
       { operationId: 'op', intentId: 7 }],
     ['ZF004', { code: 'invalid_input', field: 'payload.to[1]' }, 'payload.to[1]', fg.InvalidInputError, { field: 'payload.to[1]' }],
     ['ZF005', { code: 'lease_held', resource: 'r', holder: 'h', current_epoch: 2, expires_at: '2026-01-01T00:00:00+00:00' }, undefined,
-      fg.LeaseHeldError, { holder: 'h', currentEpoch: 2, expiresAt: '2026-01-01T00:00:00+00:00' }],
+      fg.LeaseHeldError, { holder: 'h', currentEpoch: 2, expiresAt: new Date('2026-01-01T00:00:00Z') }],
+    ['ZF005', { code: 'lease_held', expires_at: '2026-01-01T02:03:04.12345+02' }, undefined,
+      fg.LeaseHeldError, { expiresAt: new Date('2026-01-01T00:03:04.123Z') }],
+    ['ZF005', { code: 'lease_held', expires_at: 'soon' }, undefined, fg.LeaseHeldError, { expiresAt: undefined }],
     ['ZF006', { code: 'no_principal', field: 'role', role: 'w' }, 'role', fg.NoPrincipalError, { role: 'w', field: 'role' }],
     ['ZF007', { code: 'forbidden', field: 'kind', principal: 'p' }, 'kind', fg.ForbiddenError, { field: 'kind', principal: 'p' }],
     ['ZF001', {}, undefined, fg.AuthorityChangedError, {}],
@@ -33,7 +36,7 @@ test('each SQLSTATE is its typed error, with the DETAIL fields', () => {
     assert.equal(e.cause, raw);
     assert.equal(e.name, Cls.name);
     assert.deepEqual(e.detail, detail);
-    for (const [k, v] of Object.entries(fields)) assert.equal(e[k], v, `${code} ${k}`);
+    for (const [k, v] of Object.entries(fields)) assert.deepStrictEqual(e[k], v, `${code} ${k}`);
   }
   assert.equal(fg.fromPgError(Object.assign(new Error('dup'), { code: '23505' })), undefined);
   assert.equal(fg.fromPgError(new Error('plain')), undefined);

@@ -10,7 +10,9 @@ the DETAIL's fields as attributes, chained to psycopg's error
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import re
 from typing import Any, Dict, Optional
 
 __all__ = [
@@ -107,8 +109,9 @@ class LeaseHeldError(FencegateError):
         self.resource: Optional[str] = self.detail.get("resource")
         self.holder: Optional[str] = self.detail.get("holder")
         self.current_epoch: Optional[int] = self.detail.get("current_epoch")
-        # An ISO 8601 timestamp, as PostgreSQL's JSON writes it.
-        self.expires_at: Optional[str] = self.detail.get("expires_at")
+        # When the holder's lease expires unless renewed, by the database's
+        # clock (a lease's expires_at is a datetime too); None if absent.
+        self.expires_at: Optional[_dt.datetime] = _timestamp(self.detail.get("expires_at"))
 
 
 class NoPrincipalError(FencegateError):
@@ -159,6 +162,28 @@ class LeaseExpired(Exception):
     """No renewal succeeded within TTL − margin on the monotonic clock
     since the last one began: the lease may have expired in the database,
     and another holder may have it."""
+
+
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d(?::?\d\d)?)")
+
+
+def _timestamp(v: Any) -> Optional[_dt.datetime]:
+    """An aware datetime of an ISO 8601 timestamp as PostgreSQL's JSON
+    writes it (1 to 6 fraction digits, offset +00 or +00:00); None if v is
+    not one. Python 3.9's fromisoformat takes only 3 or 6 digits."""
+    m = _TIMESTAMP.fullmatch(v) if isinstance(v, str) else None
+    if m is None:
+        return None
+    base, frac, tz = m.groups()
+    tz = "+00:00" if tz == "Z" else tz
+    if len(tz) == 3:
+        tz += ":00"
+    elif ":" not in tz:
+        tz = tz[:3] + ":" + tz[3:]
+    try:
+        return _dt.datetime.fromisoformat(base + "." + (frac or "")[:6].ljust(6, "0") + tz)
+    except ValueError:
+        return None
 
 
 _BY_SQLSTATE = {c.sqlstate: c for c in (AuthorityChangedError, StaleEpochError, ConflictError, InvalidInputError,
