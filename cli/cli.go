@@ -24,6 +24,7 @@ import (
 	"github.com/fencegate/fencegate/internal/otelsetup"
 	"github.com/fencegate/fencegate/internal/pgschema"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/operator"
 )
 
@@ -53,10 +54,35 @@ func oneLine(s string) string { return errmap.OneLine(s) }
 // fail writes the error object on stdout and a one-line message on stderr,
 // and returns the exit code.
 func (a *app) fail(err error) int {
-	ce := classify(err)
+	ce := classify(a.schemaBehind(err))
 	a.writeJSON(map[string]any{"error": ce.Body()})
 	fmt.Fprintf(a.stderr, "gateway: %s\n", oneLine(ce.Message))
 	return ce.Exit()
+}
+
+// schemaBehind is err, or, when err is a statement that found no table,
+// function or column where fencegate's should be and the schema lacks
+// migrations of this build (a new CLI before the upgrade's gateway
+// migrate), bad input naming schema that says so, as gateway run says at
+// start. Anything else, or when the versions cannot be read, is err.
+func (a *app) schemaBehind(err error) error {
+	var pgErr *pgconn.PgError
+	if a.dbConfig == nil || !(pgschema.Missing(err) || errors.As(err, &pgErr) && pgErr.Code == "42703") {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, cerr := pgx.ConnectConfig(ctx, a.dbConfig.Copy())
+	if cerr != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	v, cerr := migrations.Compare(ctx, conn, a.schema())
+	if cerr != nil || len(v.Pending) == 0 {
+		return err
+	}
+	return badInput("schema", fmt.Sprintf("schema %s lacks migrations %v of this build (its newest is %d): run gateway migrate --schema %s with this build first (%s)",
+		a.schema(), v.Pending, migrations.Latest(), a.schema(), oneLine(err.Error())))
 }
 
 func (a *app) writeJSON(v any) {
@@ -405,6 +431,7 @@ func (a *app) open(ctx context.Context, cfg *pgxpool.Config, dbURL string, maxCo
 		}
 		return nil, unavailable(fmt.Sprintf("database unreachable at %s: %s", redactURL(dbURL), withoutPassword(oneLine(err.Error()), cfg.ConnConfig.Password)))
 	}
+	a.dbConfig = cfg.ConnConfig.Copy()
 	return pool, nil
 }
 

@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencegate/fencegate/adapters"
 	"github.com/fencegate/fencegate/cli/internal/bench"
 	"github.com/fencegate/fencegate/internal/buildinfo"
@@ -57,6 +59,10 @@ type app struct {
 	// dbQueryMode and dbDirectURL are the command's --database-query-mode
 	// and --database-direct-url (newFlags); nil before its flags are made.
 	dbQueryMode, dbDirectURL *string
+	// dbConfig is the connection of the last pool the command opened
+	// (open), for fail to ask how the schema compares with this build
+	// (the pool may be closed by then); nil before one is open.
+	dbConfig *pgx.ConnConfig
 }
 
 type command func(ctx context.Context, a *app, args []string) int

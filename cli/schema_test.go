@@ -207,3 +207,35 @@ func TestSchemaVersionsCLI(t *testing.T) {
 		t.Fatalf("migrate on a newer schema: %s, stderr %q; want version %d and a warning", r.stdout, r.stderr, testdb.NewerMigration)
 	}
 }
+
+// Commands other than run on a schema that lacks a migration of their
+// build (the new CLI, or a worker's, before the upgrade's gateway
+// migrate): a statement that fails on what the missing migration adds is
+// exit 2 naming schema and saying to run this build's gateway migrate, as
+// run says at start. They said "not migrated in this schema" (lease) or
+// exit 1 with PostgreSQL's "column does not exist" (status, ls).
+func TestCommandsOnASchemaBehind(t *testing.T) {
+	t.Parallel()
+	db, pool := migratedDB(t)
+	testdb.SchemaBehind(t, pool)
+	// What a missing migration leaves out: a column, a function.
+	for _, q := range []string{
+		`ALTER TABLE fencegate.intents RENAME COLUMN effect TO effect_gone`,
+		`DROP FUNCTION fencegate.fencegate_check_principal(text, text, boolean)`,
+	} {
+		if _, err := pool.Exec(context.Background(), testdb.SQL(q)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"lease", "acquire", "--resource", "r", "--holder", "A"},
+		{"status", "1"},
+		{"ls"},
+	} {
+		r := gw(t, db, args...)
+		if r.code != exitBadInput || errorField(r) != "schema" || !strings.Contains(r.stdout, "lacks migrations") ||
+			!strings.Contains(r.stdout, "run gateway migrate") {
+			t.Fatalf("gateway %v on a schema lacking a migration: exit %d %s; want exit 2 naming schema, saying it lacks migrations", args, r.code, r.stdout)
+		}
+	}
+}
