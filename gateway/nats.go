@@ -163,7 +163,7 @@ func (s *Gateway) connectNATS(cfg Config, log *slog.Logger) error {
 	if s.nc != nil {
 		return nil
 	}
-	nc, err := dialNATS(cmp.Or(cfg.NATSURL, DefaultNATSURL), cfg.NATSAuth, cmp.Or(cfg.NATSPingInterval, DefaultNATSPingInterval), log)
+	nc, err := dialNATS(cmp.Or(cfg.NATSURL, DefaultNATSURL), cfg.NATSAuth, cmp.Or(cfg.NATSPingInterval, DefaultNATSPingInterval), s.ns.InboxPrefix(), log)
 	if errors.Is(err, fenceerr.ErrInvalid) {
 		return err
 	}
@@ -182,11 +182,16 @@ func (s *Gateway) connectNATS(cfg Config, log *slog.Logger) error {
 }
 
 // dialNATS connects to NATS, waiting for a server that is down at start
-// like one that goes away later.
-func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, log *slog.Logger) (*nats.Conn, error) {
+// like one that goes away later. inbox prefixes the connection's inboxes
+// (wire.Namespace.InboxPrefix; empty: nats.go's _INBOX), so that the
+// deployment's NATS users need subscribe permission on that prefix only.
+func dialNATS(natsURL string, auth NATSAuth, ping time.Duration, inbox string, log *slog.Logger) (*nats.Conn, error) {
 	authOpts, err := auth.options()
 	if err != nil {
 		return nil, err
+	}
+	if inbox != "" {
+		authOpts = append(authOpts, nats.CustomInboxPrefix(inbox))
 	}
 	failed := &attemptLog{log: log}
 	return nats.Connect(natsURL, append(authOpts,

@@ -60,7 +60,7 @@ func TestNATSOutageAfterARetriedStartIsSaid(t *testing.T) {
 			}
 		}
 	}
-	nc, err := dialNATS("nats://127.0.0.1:"+strconv.Itoa(port), NATSAuth{}, time.Second, log)
+	nc, err := dialNATS("nats://127.0.0.1:"+strconv.Itoa(port), NATSAuth{}, time.Second, "", log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,9 @@ import (
 
 // Namespace identifies one deployment (one database: one outbox, one
 // epoch authority) among those sharing a NATS server or cluster. It is in
-// the stream's name, the subjects, the durable consumers' names and every
-// message id, and in a header the adapters check: without it, two
+// the stream's name, the subjects, the durable consumers' names, the
+// inboxes (InboxPrefix) and every message id, and in a header the adapters
+// check: without it, two
 // deployments on one NATS would share the stream, the second's messages
 // would be swallowed by the first's duplicate window (the message ids are
 // the same for the same intent id), and an adapter would load intent <id>
@@ -74,6 +75,20 @@ func (n Namespace) Durable(prefix, kind string) string {
 		return prefix + kind
 	}
 	return prefix + string(n) + "-" + kind
+}
+
+// InboxPrefix is the prefix of the inboxes of a gateway process's NATS
+// connection, where every reply comes (the JetStream API's answers, the
+// PubAcks, the messages a pull fetches): _INBOX.fencegate.<namespace>, so
+// that a deployment's NATS users need subscribe permission on
+// _INBOX.fencegate.<namespace>.> only, not on _INBOX.>, which would let
+// them read every client's replies, other deployments' deliveries
+// included. Empty for the zero Namespace: nats.go's default _INBOX.
+func (n Namespace) InboxPrefix() string {
+	if n == "" {
+		return ""
+	}
+	return "_INBOX.fencegate." + string(n)
 }
 
 // MsgID is the Nats-Msg-Id of an intent's relay attempt. It is new for each
