@@ -43,6 +43,8 @@ func NotifyChannel(schema string) string { return pgschema.MustParse(schema).Int
 var (
 	errNotConnected = errors.New("dispatcher: not connected to NATS")
 	errPublish      = errors.New("dispatcher: publishes failed")
+	// errStream marks a failure to look at or set up the stream.
+	errStream = errors.New("dispatcher: stream")
 )
 
 // Dispatcher relays committed intents from PostgreSQL to JetStream. Create it
@@ -69,6 +71,14 @@ type Dispatcher struct {
 	streamReady atomic.Bool
 	// listenLog: the LISTEN loop's outage, said once (listenLoop, listen).
 	listenLog outagelog.State
+	// relayLog: the relay's outage (the claim loop's failures and the ack
+	// loop's failed publishes), said once.
+	relayLog outagelog.State
+	// acked is set by the ack loop when a batch was published without an
+	// error: a NATS outage is over only then, not when a claim succeeds
+	// (a server that takes publishes and acknowledges none lets every
+	// claim and publish call succeed).
+	acked atomic.Bool
 	// configured: ensureStream succeeded once, so the stream has this
 	// dispatcher's configuration (replicas, duplicate window).
 	configured atomic.Bool
@@ -231,7 +241,7 @@ func (d *Dispatcher) ensureStream(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.DBTimeout)
 	defer cancel()
 	if _, err := d.js.CreateOrUpdateStream(ctx, d.cfg.StreamConfig()); err != nil {
-		return fmt.Errorf("create or update stream %s: %w", wire.Namespace(d.cfg.Namespace).Stream(), err)
+		return fmt.Errorf("%w %s: create or update: %w", errStream, wire.Namespace(d.cfg.Namespace).Stream(), err)
 	}
 	d.configured.Store(true)
 	d.streamReady.Store(true)
@@ -266,7 +276,7 @@ func (d *Dispatcher) recheckStream(ctx context.Context) error {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return d.ensureStream(ctx)
 	case err != nil:
-		return fmt.Errorf("stream %s: %w", name, err)
+		return fmt.Errorf("%w %s: %w", errStream, name, err)
 	}
 	d.streamReady.Store(true)
 	return nil
@@ -336,7 +346,6 @@ func (d *Dispatcher) claimLoop(ctx context.Context, batches chan<- *batch) {
 		// for the poll fallback.
 		var after int64
 		var fromZero time.Time
-		var relayLog outagelog.State
 		for ctx.Err() == nil {
 			if time.Since(lastBacklog) >= d.cfg.BacklogInterval {
 				d.sampleBacklog(ctx)
@@ -356,15 +365,24 @@ func (d *Dispatcher) claimLoop(ctx context.Context, batches chan<- *batch) {
 				after = 0
 				wait := bo.NextBackOff()
 				if ctx.Err() == nil {
-					level, _ := relayLog.Failed(failureKind(err))
+					level, _ := d.relayLog.Failed(failureKind(err))
 					d.log.Log(ctx, level, "dispatcher: relay failed; backing off", "error", err, "backoff", wait)
 				}
+				d.acked.Store(false)
 				if !sleep(ctx, wait) {
 					return
 				}
 				continue
 			}
-			if relayLog.Recovered() {
+			// A NATS outage is over when a publish was acknowledged since,
+			// or when a claim found nothing to relay with no publish
+			// awaiting its answer (the stream's check before it passed):
+			// not at any successful claim, since a server that takes
+			// publishes and answers none lets claims and publish calls
+			// succeed, and the next failed publish would say the outage
+			// again.
+			natsOK := d.acked.Load() || n == 0 && len(d.slots) == 0
+			if (d.relayLog.Kind() != kindNATS || natsOK) && d.relayLog.Recovered() {
 				d.log.Info("dispatcher: relaying works again")
 			}
 			bo.Reset()
@@ -581,7 +599,7 @@ func (d *Dispatcher) publish(ctx context.Context, b *batch) error {
 			<-d.slots
 			d.m.publishErrors.Inc()
 			d.streamReady.Store(false)
-			return fmt.Errorf("publish intent %d: %w", in.id, err)
+			return fmt.Errorf("%w: intent %d: %w", errPublish, in.id, err)
 		}
 		b.futures = append(b.futures, f)
 		b.spans = append(b.spans, span)
@@ -656,8 +674,11 @@ func (d *Dispatcher) settle(ctx context.Context, b *batch) {
 		// lost its store): set it up again before the next publish.
 		d.streamReady.Store(false)
 		if ctx.Err() == nil {
-			d.log.Warn("dispatcher: publish failed; returning claims", "failed", len(failed), "error", firstErr)
+			level, _ := d.relayLog.Failed(kindNATS)
+			d.log.Log(ctx, level, "dispatcher: publish failed; returning claims", "failed", len(failed), "error", firstErr)
 		}
+	} else if len(okIDs) > 0 {
+		d.acked.Store(true)
 	}
 	// Only now, after the PubAck: an intent marked relayed before the
 	// stream stored its message would be lost if the publish failed, until
@@ -814,14 +835,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// failureKind tells the relay's failures apart for its outage logs: a server's refusal by
-// its SQLSTATE, failed publishes, and anything else (the server or the
-// network away) as one kind.
+// kindNATS is the kind of every failure of the relay's NATS side.
+const kindNATS = "nats"
+
+// failureKind tells the relay's failures apart for its outage logs:
+// NATS's side (kindNATS), a PostgreSQL server's refusal by its SQLSTATE,
+// and anything else (PostgreSQL or the network away) as one kind.
 func failureKind(err error) string {
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.Is(err, errPublish):
-		return "publish"
+	case errors.Is(err, errPublish), errors.Is(err, errNotConnected), errors.Is(err, errStream):
+		// One NATS outage, whichever step meets it first: publishes
+		// without an answer, then the stream's check timing out.
+		return kindNATS
 	case errors.As(err, &pgErr) && !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57"):
 		return "sqlstate " + pgErr.Code
 	}

@@ -3,9 +3,11 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testkit/metricstest"
 	"github.com/fencegate/fencegate/internal/testkit/natstest"
 	"github.com/fencegate/fencegate/internal/testkit/testdb"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/internal/wire"
 )
 
@@ -447,4 +450,51 @@ func TestNewRequiresPoolAndConn(t *testing.T) {
 		"pool": func() error { _, err := dispatcher.New(nil, e.nc, dispatcher.Config{}); return err },
 		"nc":   func() error { _, err := dispatcher.New(e.pool, nil, dispatcher.Config{}); return err },
 	})
+}
+
+// A NATS server that takes publishes but acknowledges none (here a paused
+// process; a stream without a leader, a user without publish permission)
+// is said once: one WARN when the relay starts failing (a failed publish
+// or claim, whichever comes first; DEBUG after it), and one INFO that
+// relaying works again once a publish has been acknowledged after it. The
+// relay said it worked again at every claim that succeeded while the
+// publishes still timed out, and warned again after it, for as long as
+// the outage lasted.
+func TestNATSOutageIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	p := natstest.StartProcess(t)
+	e := setupWith(t, p.URL)
+	var logs toolbin.SyncBuffer
+	e.start(dispatcher.Config{Schema: testdb.Schema(), PollInterval: 100 * time.Millisecond, PublishTimeout: 500 * time.Millisecond,
+		ClaimTTL: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))},
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	epoch := e.acquire("nats-away")
+	ctx := context.Background()
+	enqueue := func(op string) {
+		if _, err := e.ob.Enqueue(ctx, fileIntent("nats-away", epoch, op, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue("before")
+	e.waitAllRelayed(10 * time.Second)
+	p.Pause()
+	// Intents keep coming while NATS is away, so that every claim finds
+	// some to publish.
+	for i := range 30 {
+		enqueue("during-" + strconv.Itoa(i))
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.Resume()
+	enqueue("after")
+	e.waitAllRelayed(60 * time.Second)
+	waitFor(t, 20*time.Second, "the relay says it works again", func() (bool, string) {
+		return strings.Contains(logs.String(), `level=INFO msg="dispatcher: relaying works again"`), logs.String()
+	})
+	log := logs.String()
+	warned := strings.Count(log, `level=WARN msg="dispatcher: `)
+	again := strings.Count(log, `msg="dispatcher: relaying works again"`)
+	t.Logf("3 s of NATS taking no publishes: %d WARN lines, %d that relaying works again", warned, again)
+	if warned != 1 || again != 1 {
+		t.Errorf("%d WARN lines and %d that relaying works again in one outage; want 1 and 1:\n%s", warned, again, log)
+	}
 }

@@ -42,3 +42,10 @@ func (s *State) Recovered() bool {
 	s.failing, s.kind, s.n = false, "", 0
 	return was
 }
+
+// Kind is the kind of the failure that last failed, "" when not failing.
+func (s *State) Kind() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kind
+}
