@@ -29,6 +29,7 @@ const (
 	DefaultPublishTimeout  = 10 * time.Second
 	DefaultStreamReplicas  = 1
 	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultStreamMaxAge    = time.Hour
 	DefaultBacklogInterval = 5 * time.Second
 	DefaultDBTimeout       = 10 * time.Second
 )
@@ -87,6 +88,13 @@ type Config struct {
 	// than ClaimTTL (a shorter one is refused), so a message published
 	// again after an expired claim is still recognised. Default: 2m.
 	DuplicateWindow time.Duration
+	// StreamMaxAge is how long the stream keeps a message (its MaxAge).
+	// The stream is transport, not a record: an outcome is in PostgreSQL,
+	// and an intent whose message the stream dropped before it was
+	// settled is relayed again after RelayTimeout. Without a bound the
+	// stream kept every message ever relayed. At least DuplicateWindow (a
+	// shorter one is refused). Default: 1h, or DuplicateWindow if longer.
+	StreamMaxAge time.Duration
 	// BacklogInterval is how often the pending-backlog gauge is refreshed.
 	// Default: 5s.
 	BacklogInterval time.Duration
@@ -115,6 +123,7 @@ func (c Config) WithDefaults() Config {
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
 	c.StreamReplicas = cmp.Or(c.StreamReplicas, DefaultStreamReplicas)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DefaultDuplicateWindow)
+	c.StreamMaxAge = cmp.Or(c.StreamMaxAge, max(DefaultStreamMaxAge, c.DuplicateWindow))
 	c.BacklogInterval = cmp.Or(c.BacklogInterval, DefaultBacklogInterval)
 	c.DBTimeout = cmp.Or(c.DBTimeout, DefaultDBTimeout)
 	if c.NewBackoff == nil {
@@ -179,6 +188,9 @@ func (c Config) validate() error {
 		// holder still publishing, another dispatcher relaying the same
 		// intent) must still be recognised as the duplicate it is.
 		return invalidConfig("DuplicateWindow", "(%s) must be longer than ClaimTTL (%s), so that a message published again after an expired claim is recognised as a duplicate", c.DuplicateWindow, c.ClaimTTL)
+	case c.StreamMaxAge < c.DuplicateWindow:
+		// JetStream refuses a duplicate window longer than the max age.
+		return invalidConfig("StreamMaxAge", "(%s) must be at least DuplicateWindow (%s)", c.StreamMaxAge, c.DuplicateWindow)
 	case len(c.ID) > 200:
 		return invalidConfig("ID", "is longer than 200 bytes")
 	}

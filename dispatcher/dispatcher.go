@@ -172,6 +172,7 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 		Storage:    jetstream.FileStorage,
 		Replicas:   c.StreamReplicas,
 		Duplicates: c.DuplicateWindow,
+		MaxAge:     c.StreamMaxAge,
 	}
 }
 
