@@ -435,9 +435,21 @@ func (a *Adapter) Execute(ctx context.Context, req adapters.Request) (adapters.O
 		}
 	}
 	body, ctype := p.Content()
+	waitStart := time.Now()
 	release, err := a.slot(ctx, u)
 	if err != nil {
 		return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("webhook: waiting for a free connection to %s: %w", u.Host, err))
+	}
+	// The wait for a slot counts against the execute timeout. A request
+	// sent with less than half of what was left before the wait could be
+	// cut short after it left: an unknown outcome for what is only a busy
+	// destination. Not sent, it is retried.
+	if dl, ok := ctx.Deadline(); ok {
+		if left, before := time.Until(dl), dl.Sub(waitStart); left < before/2 {
+			release()
+			return adapters.Outcome{}, adapters.RetryableError(fmt.Errorf("webhook: waited %s for a free connection to %s, leaving %s of the execute timeout: not sent",
+				time.Since(waitStart).Round(time.Millisecond), u.Host, left.Round(time.Millisecond)))
+		}
 	}
 	defer release()
 	hr, err := a.request(ctx, req, p.MethodOr(), u, headers, body, ctype)
