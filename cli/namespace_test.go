@@ -149,10 +149,23 @@ func TestNamespaceFlags(t *testing.T) {
 	if e, _ := r.obj["error"].(map[string]any); r.code != exitBadInput || e["field"] != "namespace" {
 		t.Fatalf("run --namespace staging on prod-eu_1's database: exit %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	p := startRun(t, nil, db, srv.URL, "--adapters", "file", "--namespace", "prod-eu_1")
+	p := startRun(t, nil, db, srv.URL, "--adapters", "file", "--namespace", "prod-eu_1", "--stream-max-age", "3h", "--duplicate-window", "5m")
 	pollUntil(t, 30*time.Second, "the stream of namespace prod-eu_1", func() (bool, string) {
 		return strings.Contains(p.stderr.String(), "GATEWAY_INTENTS_prod-eu_1"), "not in the log yet"
 	})
+	// The stream flags reach the stream.
+	js, err := jetstream.New(natstest.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st jetstream.Stream
+	pollUntil(t, 30*time.Second, "the relay's stream", func() (bool, string) {
+		st, err = js.Stream(context.Background(), "GATEWAY_INTENTS_prod-eu_1")
+		return err == nil, fmt.Sprint(err)
+	})
+	if c := st.CachedInfo().Config; c.MaxAge != 3*time.Hour || c.Duplicates != 5*time.Minute {
+		t.Errorf("stream max age %s, duplicate window %s; want --stream-max-age 3h, --duplicate-window 5m", c.MaxAge, c.Duplicates)
+	}
 }
 
 // grepMetric returns the lines of a /metrics body that start with name.

@@ -62,8 +62,8 @@ const defaultAdapters = "email,file"
 // seeds of a cluster) and --nats-ping-interval (default 2s: a server that
 // answers neither of two pings is left for another seed); --batch-size,
 // --max-in-flight, --claim-ttl, --relay-timeout, --poll-interval,
-// --publish-timeout, --stream-replicas, --duplicate-window (dispatcher
-// defaults); --dispatcher-id (default host-pid-random).
+// --publish-timeout, --stream-replicas, --duplicate-window,
+// --stream-max-age (dispatcher defaults); --dispatcher-id (default host-pid-random).
 //
 // Adapter flags: --adapters (default email,file; "" runs none);
 // --file-root; --smtp-addr, --smtp-starttls, --smtp-user, --smtp-password
@@ -116,6 +116,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		pubTimeout    = fs.Duration("publish-timeout", dispatcher.DefaultPublishTimeout, "wait this long for a PubAck")
 		replicas      = fs.Int("stream-replicas", dispatcher.DefaultStreamReplicas, "replicas of the stream GATEWAY_INTENTS_<namespace>")
 		dupWindow     = fs.Duration("duplicate-window", dispatcher.DefaultDuplicateWindow, "the stream's duplicate window (keep it longer than --claim-ttl)")
+		streamMaxAge  = fs.Duration("stream-max-age", 0, "how long the stream keeps a message (an intent whose message it dropped unsettled is relayed again); 0: 1h, or --duplicate-window if longer; must be at least --duplicate-window")
 
 		adapterList = fs.String("adapters", defaultAdapters, `adapters to run, comma-separated: email, file, webhook, s3 and a program's own kinds ("" runs none); default email,file, and webhook too when --webhook-allow is set`)
 		unknown     = fs.String("unknown-outcome", string(executor.UnknownHold), "an attempt whose outcome is lost and cannot be looked up: hold (for an operator) or resend (only where the destination dedups)")
@@ -238,6 +239,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			PublishTimeout:  *pubTimeout,
 			StreamReplicas:  *replicas,
 			DuplicateWindow: *dupWindow,
+			StreamMaxAge:    *streamMaxAge,
 		}
 	}
 	// The gateway's registry, which the adapters' own metrics go on too.
@@ -576,6 +578,7 @@ var flagFields = fieldFlags{
 	{path: "Dispatcher.PublishTimeout", flag: "publish-timeout"},
 	{path: "Dispatcher.StreamReplicas", flag: "stream-replicas"},
 	{path: "Dispatcher.DuplicateWindow", flag: "duplicate-window"},
+	{path: "Dispatcher.StreamMaxAge", flag: "stream-max-age"},
 	{path: "Adapters", flag: "adapters", msg: "nothing to run: --dispatcher=false and --adapters is empty"},
 	{path: "Runtime.Executors", flag: "adapters", bare: true},
 	{path: "Runtime.Concurrency", flag: "adapter-concurrency"},

@@ -36,6 +36,7 @@ func TestRunBadFlags(t *testing.T) {
 		{"ack wait not above the execute timeout", nil, []string{"--ack-wait", "30s"}, "ack_wait"},
 		{"ack wait negative", nil, []string{"--ack-wait", "-1s", "--execute-timeout", "1s"}, "ack_wait"},
 		{"duplicate window not above the claim ttl", nil, []string{"--duplicate-window", "30s"}, "duplicate_window"},
+		{"stream max age below the duplicate window", nil, []string{"--stream-max-age", "1m"}, "stream_max_age"},
 		{"claim ttl past the default duplicate window", nil, []string{"--claim-ttl", "5m"}, "duplicate_window"},
 		{"password without user", []string{"GATEWAY_SMTP_PASSWORD=secret"}, nil, "smtp_user"},
 		{"empty file root", nil, []string{"--adapters", "file", "--file-root", ""}, "file_root"},
