@@ -305,6 +305,8 @@ type Runtime struct {
 	// failure is a warning, the others, one for each intent at each retry,
 	// are at debug, until a write succeeds.
 	recordLog outagelog.State
+	// ackLog is the acks' outage (NATS away while executions finish).
+	ackLog outagelog.State
 
 	// life is the runtime's Start/Stop (internal/startstop).
 	life startstop.Lifecycle
@@ -602,7 +604,12 @@ func (r *Runtime) handle(ctx context.Context, ex adapters.Executor, msg jetstrea
 		// confirmation): if it is lost, the redelivery finds the intent
 		// terminal and acks again — PostgreSQL, not the ack, is the truth.
 		if err := msg.Ack(); err != nil {
-			log.Warn("adapters: ack failed; the redelivery will find the intent terminal", "error", err)
+			// NATS away: every message that finishes meanwhile fails its
+			// ack; said once (WARN), then DEBUG, and once acks work again.
+			level, _ := r.ackLog.Failed("")
+			log.Log(context.Background(), level, "adapters: ack failed; the redelivery will find the intent terminal", "error", err)
+		} else if r.ackLog.Recovered() {
+			r.cfg.Logger.Info("adapters: acks work again")
 		}
 	case retry:
 		_ = msg.NakWithDelay(cmp.Or(delay, r.delay(msg)))

@@ -748,3 +748,63 @@ func TestNewRuntimeConfigErrors(t *testing.T) {
 		"ob":    func() error { _, err := executor.NewRuntime(e.Pool, e.NC, e.Store, nil, cfg); return err },
 	})
 }
+
+// gatedExec is a "test" executor whose executions wait at a gate: started
+// receives one value an execution, each returns once gate is closed.
+type gatedExec struct {
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (gatedExec) Kind() string                        { return "test" }
+func (gatedExec) Capabilities() adapters.Capabilities { return adapters.Capabilities{} }
+func (g gatedExec) Execute(ctx context.Context, _ adapters.Request) (adapters.Outcome, error) {
+	g.started <- struct{}{}
+	<-g.gate
+	return adapters.Outcome{}, nil
+}
+
+// Executions that finish while NATS is away record their outcomes and
+// fail their acks: said once (a WARN, then DEBUG), not once a message
+// (128 WARN lines for a 5 s NATS outage in the soak audit).
+func TestAckFailuresAreLoggedOnce(t *testing.T) {
+	t.Parallel()
+	e := adaptertest.NewEnv(t, adaptertest.Options{Kinds: testKinds})
+	var logs toolbin.SyncBuffer
+	g := gatedExec{started: make(chan struct{}, 8), gate: make(chan struct{})}
+	p := e.StartProcess(t, executor.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, g)
+	const n = 5
+	var ids []int64
+	for i := range n {
+		ids = append(ids, e.Enqueue(t, e.Intent("test", fmt.Sprintf("ack-%d", i), fmt.Sprintf("ack-%d", i), json.RawMessage(`{}`))))
+	}
+	for range n {
+		select {
+		case <-g.started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("executions did not start")
+		}
+	}
+	p.NC.Close() // NATS away for this process; PostgreSQL stays
+	close(g.gate)
+	for _, id := range ids {
+		if r := e.WaitTerminal(t, id); r.Status != outbox.StatusSucceeded {
+			t.Fatalf("intent %d: %s, want succeeded", id, r.Status)
+		}
+	}
+	var failed, warned int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log := logs.String()
+		failed = strings.Count(log, `msg="adapters: ack failed`)
+		warned = strings.Count(log, `level=WARN msg="adapters: ack failed`)
+		if failed == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%d executions recorded with NATS away: %d failed acks logged, %d at WARN", n, failed, warned)
+	if failed != n || warned != 1 {
+		t.Errorf("%d failed acks logged, %d at WARN; want %d, 1:\n%s", failed, warned, n, logs.String())
+	}
+}
