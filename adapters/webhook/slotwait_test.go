@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters"
-	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/adapters/adaptertest"
+	"github.com/fencegate/fencegate/adapters/webhook"
 )
 
 // A request that waited most of its execute timeout for one of the
