@@ -1127,14 +1127,21 @@ func (r *Runtime) execute(ctx context.Context, ex adapters.Executor, req adapter
 		// destination, so it is never taken as "did not happen". So is an
 		// adapter's bug met after the key was begun (a panic, a status
 		// Execute may not return), already logged at ERROR.
+		l, lookup := r.canLookup(ex, req)
 		switch {
 		case errors.As(err, &bug):
 		case adapters.IsUnknown(err):
-			log.Warn("adapters: outcome unknown", "error", err)
+			// Without a lookup the hold's or the resend's own WARN says
+			// it, with the error: one line an outcome, not two.
+			level := slog.LevelDebug
+			if lookup {
+				level = slog.LevelWarn
+			}
+			log.Log(ctx, level, "adapters: outcome unknown", "error", err)
 		default:
 			log.Warn("adapters: executor error not classified (RetryableError, PermanentError or UnknownError); taken as an unknown outcome", "error", err)
 		}
-		if l, ok := r.canLookup(ex, req); ok {
+		if lookup {
 			// Execute returned: this attempt's I/O with the destination is
 			// over. Record when, on the key, before looking up: the settle
 			// window is measured from it, by whoever looks up next, even

@@ -808,3 +808,41 @@ func TestAckFailuresAreLoggedOnce(t *testing.T) {
 		t.Errorf("%d failed acks logged, %d at WARN; want %d, 1:\n%s", failed, warned, n, logs.String())
 	}
 }
+
+// An unknown outcome is said once at WARN, by what the runtime does with
+// it (holds it for an operator, resends with the key later), not also by
+// a line before that says only "outcome unknown" (two lines, each with
+// the error, for every unknown outcome in the soak audit).
+func TestUnknownOutcomeIsOneWarning(t *testing.T) {
+	checked := 0
+	for _, tc := range []struct {
+		name string
+		o    opts
+		want string
+	}{
+		{"held", opts{}, "adapters: outcome unknown and cannot be looked up; holding for an operator"},
+		{"resent with the key", opts{dedups: true, unknown: executor.UnknownResend}, "adapters: the effect may have happened; keeping the key and retrying with it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs toolbin.SyncBuffer
+			tc.o.logs = &logs
+			e := setup(t, tc.o)
+			id := e.enqueue(t, "unknown-once", "unknown-once", `{"mode":"lost-response"}`)
+			e.waitTerminal(t, id)
+			var warns []string
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "level=WARN") && strings.Contains(l, fmt.Sprintf("intent_id=%d ", id)) {
+					warns = append(warns, l)
+				}
+			}
+			if len(warns) != 1 || !strings.Contains(warns[0], tc.want) {
+				t.Fatalf("WARN lines of intent %d: %q; want one, %q", id, warns, tc.want)
+			}
+			checked++
+		})
+	}
+	t.Logf("%d unknown outcomes said in one WARN line each", checked)
+	if checked != 2 {
+		t.Fatalf("%d of 2 cases checked", checked)
+	}
+}
