@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -184,9 +184,8 @@ func resultText(t *testing.T, res json.RawMessage) string {
 func TestEchoedSecretsNotKept(t *testing.T) {
 	t.Parallel()
 	rc := newEchoReceiver(t)
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs toolbin.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}, HeaderSecrets: echoSecrets, Logger: logger})
 	headers := echoHeaders()
 	headers["X-Legacy-Token"] = "legacy-Vb6Np2Ws" // stored before inline credentials were refused
@@ -265,8 +264,6 @@ func TestEchoedSecretsNotKept(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no answer checked")
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if l := leaks(logs.String(), true); len(l) > 0 {
 		t.Errorf("the logs carry %q: %s", l, logs.String())
 	}
@@ -280,9 +277,8 @@ func TestEchoedSecretsNotKept(t *testing.T) {
 func TestRuntimeEchoedSecretNotStored(t *testing.T) {
 	t.Parallel()
 	rc := newEchoReceiver(t)
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs toolbin.SyncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a := newAdapter(t, webhook.Config{Allow: []string{rc.hostPort()}, HeaderSecrets: echoSecrets, Logger: logger})
 	e := adaptertest.NewEnv(t, adaptertest.Options{Executors: []adapters.Executor{a}, Kinds: map[string]outbox.KindSpec{webhook.Kind: a.KindSpec()},
 		Runtime: executor.Config{Logger: logger, Unknown: executor.UnknownHold}})
@@ -327,8 +323,6 @@ func TestRuntimeEchoedSecretNotStored(t *testing.T) {
 	if n < len(ids) {
 		t.Fatalf("%d attempts recorded for %d intents", n, len(ids))
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(logs.String(), "[redacted]") {
 		t.Errorf("no log line quotes an echo: the log check checks nothing: %s", logs.String())
 	}

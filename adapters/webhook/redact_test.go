@@ -1,13 +1,11 @@
 package webhook_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/adaptertest"
 	"github.com/fencegate/fencegate/adapters/webhook"
 	"github.com/fencegate/fencegate/executor"
+	"github.com/fencegate/fencegate/internal/testkit/toolbin"
 	"github.com/fencegate/fencegate/outbox"
 )
 
@@ -35,9 +34,8 @@ func TestURLQueryNotInErrors(t *testing.T) {
 	refused := closed.URL
 	closed.Close()
 	_, port, _ := strings.Cut(hang.hostPort(), ":")
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs toolbin.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a := newAdapter(t, webhook.Config{Allow: []string{"127.0.0.1"}, Logger: logger})
 	// localhost listed, the address it resolves to not: refused at dial.
 	internal := newAdapter(t, webhook.Config{Allow: []string{"localhost"}, Logger: logger})
@@ -92,8 +90,6 @@ func TestURLQueryNotInErrors(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no case checked")
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if strings.Contains(logs.String(), urlToken) {
 		t.Errorf("the logs carry the URL's query: %s", logs.String())
 	}
