@@ -81,8 +81,7 @@ func (a *app) schemaBehind(err error) error {
 	if cerr != nil || len(v.Pending) == 0 {
 		return err
 	}
-	return badInput("schema", fmt.Sprintf("schema %s lacks migrations %v of this build (its newest is %d): run gateway migrate --schema %s with this build first (%s)",
-		a.schema(), v.Pending, migrations.Latest(), a.schema(), oneLine(err.Error())))
+	return badInput("schema", fmt.Sprintf("%s (%s)", v.Behind(a.schema()), oneLine(err.Error())))
 }
 
 func (a *app) writeJSON(v any) {

@@ -252,8 +252,7 @@ func (s *Gateway) resolveNamespace(ctx context.Context, cfg Config, log *slog.Lo
 		return err
 	}
 	if len(v.Pending) > 0 {
-		return invalid("Schema", "schema %s lacks migrations %v of this build (its newest is %d): run gateway migrate --schema %s with this build first",
-			cmp.Or(cfg.Schema, pgschema.Default), v.Pending, migrations.Latest(), cmp.Or(cfg.Schema, pgschema.Default))
+		return invalid("Schema", "%s", v.Behind(cfg.Schema))
 	}
 	if len(v.Unknown) > 0 {
 		log.Warn("gateway: the schema was migrated by a newer build; running, but what the newer schema changed may fail here: upgrade this process",

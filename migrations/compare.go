@@ -1,6 +1,7 @@
 package migrations
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io/fs"
@@ -27,6 +28,14 @@ type Versions struct {
 	// definitions with older ones); its other commands may work, and
 	// fail where the newer schema changed what they use.
 	Unknown []int64
+}
+
+// Behind says what to do about Pending migrations of schema (empty for the
+// default), for a process or command of this build that meets them.
+func (v Versions) Behind(schema string) string {
+	schema = cmp.Or(schema, pgschema.Default)
+	return fmt.Sprintf("schema %s lacks migrations %v of this build (its newest is %d): run gateway migrate --schema %s with this build first",
+		schema, v.Pending, Latest(), schema)
 }
 
 // Latest is the newest versioned migration of this build.
